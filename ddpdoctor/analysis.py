@@ -1,0 +1,180 @@
+"""``analyze``: discovery → per-rank decode and breakdown (in parallel) → cross-rank metrics.
+
+Each worker process decodes one rank at a time and returns a compact RankSummary, so
+memory stays near one rank's raw events per worker and the cross-rank stage never sees
+raw events.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .bundle.discover import Discovery, TraceFile, discover
+from .errors import InputError
+from .metrics.breakdown import Collectives, RankSummary, summarize
+from .metrics.columns import COLUMNS
+from .metrics.cross_rank import CrossRank, analyze_cross_rank
+from .trace.decode import load_rank_trace
+
+IN_PROCESS_BYTES = 32 * 1024 * 1024   # below this total size a process pool costs more than it saves
+
+
+@dataclass
+class AnalyzeOptions:
+    all_windows: bool = False
+    jobs: int | None = None
+    comm_patterns: tuple[str, ...] = ()
+    hta: str = "auto"              # "auto", "on" or "off"
+
+
+@dataclass
+class Analysis:
+    inputs: list[str]
+    discovery: Discovery
+    summaries: list[RankSummary]
+    cross: CrossRank
+    warnings: list[str] = field(default_factory=list)
+    hta: dict | None = None
+    seconds: float = 0.0
+    bytes_read: int = 0
+
+    @property
+    def partial(self) -> bool:
+        world = self.discovery.world_size
+        return bool(self.warnings) and (world is None or len(self.summaries) < world or
+                                        any("skipped" in w for w in self.warnings))
+
+    def rank_share(self, s: RankSummary) -> dict[str, float | None]:
+        """Mean share of step time of each column: column total / step-time total."""
+        total = float(np.sum(s.values["step_time"]))
+        out = {}
+        for col in COLUMNS:
+            vals = s.values[col]
+            if not vals or vals[0] is None or total <= 0:
+                out[col] = None
+            else:
+                out[col] = float(np.sum(vals)) / total
+        return out
+
+    def table(self):
+        """The per-(rank, step) table as a pandas DataFrame (µs), one row per rank and step."""
+        import pandas as pd
+
+        rows = []
+        for s in self.summaries:
+            for i, w in enumerate(s.steps):
+                row = {"rank": s.rank, "step": w.name, "step_number": w.number, "start_us": w.start}
+                row.update({c: s.values[c][i] for c in COLUMNS})
+                rows.append(row)
+        return pd.DataFrame(rows, columns=["rank", "step", "step_number", "start_us", *COLUMNS])
+
+
+def _process_rank(rank: int, files: list[TraceFile], comm_patterns: tuple[str, ...]) -> RankSummary:
+    """Decode and summarize every window of one rank (all-windows mode) or the latest usable one."""
+    parts: list[RankSummary] = []
+    for f in files:
+        rt = load_rank_trace(f.path, rank, f.rank_source, comm_patterns)
+        parts.append(summarize(rt, rank))
+    return parts[0] if len(parts) == 1 else _concat(parts)
+
+
+def _usable(s: RankSummary) -> bool:
+    return bool(s.steps) and s.n_events > len(s.steps) + 2
+
+
+def _concat(parts: list[RankSummary]) -> RankSummary:
+    parts = sorted(parts, key=lambda p: p.steps[0].start if p.steps else 0.0)
+    pids = {p.pid for p in parts if p.pid is not None}
+    if len(pids) > 1:
+        raise InputError(f"rank {parts[0].rank} has traces from different runs (pids {sorted(pids)}): "
+                         + ", ".join(p.paths[0] for p in parts))
+    base = parts[0]
+    offset = 0
+    steps, step_idx, kinds, starts, ends = [], [], [], [], []
+    values = {c: [] for c in COLUMNS}
+    for p in parts:
+        steps.extend(p.steps)
+        for c in COLUMNS:
+            values[c].extend(p.values[c])
+        step_idx.append(p.collectives.step + offset)
+        kinds.extend(p.collectives.kind)
+        starts.append(p.collectives.start)
+        ends.append(p.collectives.end)
+        offset += len(p.steps)
+    base.steps, base.values = steps, values
+    base.collectives = Collectives(np.concatenate(step_idx), kinds, np.concatenate(starts), np.concatenate(ends))
+    base.paths = [x for p in parts for x in p.paths]
+    base.n_events = sum(p.n_events for p in parts)
+    base.notes = sorted({n for p in parts for n in p.notes})
+    return base
+
+
+def _run_rank(rank: int, disc: Discovery, opts: AnalyzeOptions, warnings: list[str]) -> RankSummary:
+    files = disc.by_rank[rank]
+    summary = _process_rank(rank, files, opts.comm_patterns)
+    if not opts.all_windows and not _usable(summary):
+        # an empty trailing window (e.g. written when the profiler exits): use the latest earlier one
+        for older in reversed(disc.skipped_windows.get(rank, [])):
+            candidate = _process_rank(rank, [older], opts.comm_patterns)
+            if _usable(candidate):
+                warnings.append(f"rank {rank}: latest trace {files[-1].path} holds no steps; "
+                                f"used the earlier window {older.path}")
+                return candidate
+    return summary
+
+
+def _worker(args):
+    rank, disc, opts = args
+    warnings: list[str] = []
+    try:
+        return rank, _run_rank(rank, disc, opts, warnings), warnings, None
+    except InputError as exc:
+        return rank, None, warnings, str(exc)
+
+
+def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None) -> Analysis:
+    opts = opts or AnalyzeOptions()
+    t0 = time.perf_counter()
+    disc = discover(paths, all_windows=opts.all_windows)
+    warnings = list(disc.warnings)
+    ranks = disc.ranks
+    total_bytes = sum(f.size for r in ranks for f in disc.by_rank[r])
+    jobs = max(1, min(opts.jobs or os.cpu_count() or 1, len(ranks)))
+    tasks = [(r, disc, opts) for r in ranks]
+    results = []
+    if jobs == 1 or total_bytes < IN_PROCESS_BYTES:
+        for t in tasks:
+            results.append(_worker(t))
+            if progress:
+                progress(t[0])
+    else:
+        # big ranks first keeps every worker busy until the end
+        tasks.sort(key=lambda t: -sum(f.size for f in disc.by_rank[t[0]]))
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+            for res in pool.map(_worker, tasks):
+                results.append(res)
+                if progress:
+                    progress(res[0])
+    summaries, errors = [], []
+    for rank, summary, warns, err in sorted(results, key=lambda r: r[0]):
+        warnings.extend(warns)
+        if err:
+            errors.append(err)
+        else:
+            summaries.append(summary)
+    if errors and not summaries:
+        raise InputError(errors[0] if len(errors) == 1 else f"{errors[0]} (and {len(errors) - 1} more)")
+    for err in errors:
+        warnings.append(f"skipped {err}")
+    if not any(s.steps for s in summaries):
+        raise InputError("the traces hold no activity to analyze (no steps, no operators, no kernels)")
+    cross = analyze_cross_rank(summaries)
+    return Analysis(inputs=[str(Path(p)) for p in paths], discovery=disc, summaries=summaries, cross=cross,
+                    warnings=warnings, seconds=time.perf_counter() - t0, bytes_read=total_bytes)

@@ -1,0 +1,204 @@
+"""Find trace files under the user's paths and decide which rank each one is.
+
+Rank comes from the trace's ``distributedInfo``; else from the file name (``rank-3``,
+``rank3``, ``rank_3``, ``worker3``, …); a lone trace with neither is rank 0.  Several
+files of one rank are profiling windows of one process (same pid): the latest is used
+unless all are asked for.  Files are only read, never written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from ..errors import InputError
+from ..trace.schema import DistributedInfo
+
+PEEK_BYTES = 256 * 1024
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_.]?(\d+)(?!\d)", re.IGNORECASE)
+_TIME_IN_NAME = re.compile(r"\.(\d{12,})\.pt\.trace")
+_DIST_INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})')
+_PID = re.compile(rb'"pid"\s*:\s*(\d+)')
+_BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
+NAMING_HELP = ("name each file after its rank (e.g. rank3.pt.trace.json or worker3.json) or record with "
+               "torch.distributed initialized so the trace carries distributedInfo")
+
+
+@dataclass
+class TraceFile:
+    path: Path
+    size: int
+    rank: int | None
+    rank_source: str            # "distributedInfo", "file name" or "none"
+    world_size: int | None
+    pid: int | None
+    order_key: tuple            # later windows sort last
+
+    @property
+    def label(self) -> str:
+        return str(self.path)
+
+
+@dataclass
+class Discovery:
+    by_rank: dict[int, list[TraceFile]]        # selected windows per rank, oldest first
+    skipped_windows: dict[int, list[TraceFile]]
+    world_size: int | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.by_rank)
+
+
+def find_trace_files(paths: list[str]) -> list[Path]:
+    found: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if not path.exists():
+            raise InputError(f"{p}: no such file or directory")
+        if path.is_file():
+            found.append(path)
+            continue
+        for root, _dirs, files in os.walk(path):
+            for name in sorted(files):
+                if name.endswith((".json", ".json.gz")):
+                    found.append(Path(root) / name)
+    # the same file reached through two paths counts once
+    seen, unique = set(), []
+    for f in found:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
+
+
+def peek(path: Path) -> tuple[bytes, bool]:
+    """The first bytes of a (possibly gzipped) file, and whether it is gzip."""
+    with open(path, "rb") as fh:
+        head = fh.read(PEEK_BYTES)
+    if head[:2] != b"\x1f\x8b":
+        return head, False
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        return d.decompress(head, PEEK_BYTES), True
+    except zlib.error as exc:
+        raise InputError(f"{path}: corrupt gzip ({exc})") from None
+
+
+def rank_from_name(path: Path) -> int | None:
+    m = None
+    for m in _RANK_IN_NAME.finditer(path.name):
+        pass
+    return int(m.group(1)) if m else None
+
+
+def describe(path: Path) -> TraceFile:
+    head, gz = peek(path)
+    text = head.lstrip()
+    if not text:
+        raise InputError(f"{path}: empty file")
+    if text[:1] not in (b"{", b"["):
+        raise InputError(f"{path}: not JSON (a Kineto trace is a JSON object with 'traceEvents')")
+    if text[:1] == b"{" and b'"traceEvents"' not in head and len(head) < PEEK_BYTES and not gz:
+        raise InputError(f"{path}: JSON is not a profiler trace (no 'traceEvents')")
+    info = None
+    m = _DIST_INFO.search(head)
+    if m is None and not gz:
+        size = path.stat().st_size
+        if size > PEEK_BYTES:
+            with open(path, "rb") as fh:
+                fh.seek(size - 64 * 1024)
+                m = _DIST_INFO.search(fh.read())
+    if m is not None:
+        try:
+            info = msgspec.json.decode(m.group(1), type=DistributedInfo)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            info = None
+    rank = _int(info.rank) if info else None
+    source = "distributedInfo" if rank is not None else "none"
+    if rank is None:
+        rank = rank_from_name(path)
+        source = "file name" if rank is not None else "none"
+    pid_m = _PID.search(head)
+    base = _BASE_TIME.search(head)
+    tm = _TIME_IN_NAME.search(path.name)
+    st = path.stat()
+    order = (int(tm.group(1)) if tm else 0, int(base.group(1)) if base else 0, st.st_mtime_ns)
+    return TraceFile(path, st.st_size, rank, source, _int(info.world_size) if info else None,
+                     int(pid_m.group(1)) if pid_m else None, order)
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def discover(paths: list[str], all_windows: bool = False) -> Discovery:
+    files = find_trace_files(paths)
+    explicit = {Path(p).resolve() for p in paths if Path(p).is_file()}
+    if not files:
+        raise InputError(f"no trace files (*.json, *.json.gz) under {', '.join(paths)}")
+    warnings: list[str] = []
+    described: list[TraceFile] = []
+    for f in files:
+        try:
+            described.append(describe(f))
+        except InputError as exc:
+            if f.resolve() in explicit:
+                raise
+            warnings.append(f"skipped {exc}")
+    if not described:
+        raise InputError(f"no readable profiler traces under {', '.join(paths)} ({len(files)} JSON file(s) skipped)")
+    unranked = [t for t in described if t.rank is None]
+    if unranked:
+        if len(described) == 1:
+            t = described[0]
+            t.rank, t.rank_source = 0, "single trace"
+        else:
+            raise InputError(f"{unranked[0].path}: cannot tell which rank this trace is: {NAMING_HELP}")
+    groups: dict[int, list[TraceFile]] = {}
+    for t in described:
+        groups.setdefault(t.rank, []).append(t)
+    by_rank, skipped = {}, {}
+    for rank, group in groups.items():
+        group.sort(key=lambda t: t.order_key)
+        pids = {t.pid for t in group if t.pid is not None}
+        if len(pids) > 1:
+            listing = "; ".join(f"{t.path} (pid {t.pid})" for t in group)
+            raise InputError(f"rank {rank} has traces from different runs: {listing}. "
+                             f"Analyze one run at a time")
+        by_rank[rank] = group if all_windows else group[-1:]
+        skipped[rank] = [] if all_windows else group[:-1]
+    sizes = {t.world_size for t in described if t.world_size}
+    world = max(sizes) if sizes else None
+    if len(sizes) > 1:
+        warnings.append(f"traces disagree on world_size ({sorted(sizes)}): using {world}")
+    if world:
+        bad = [r for r in by_rank if r >= world]
+        if bad:
+            raise InputError(f"rank {bad[0]} is out of range for world_size {world} ({by_rank[bad[0]][0].path})")
+        missing = sorted(set(range(world)) - set(by_rank))
+        if missing and len(by_rank) > 1:
+            warnings.append(f"world_size is {world} but traces cover {len(by_rank)} rank(s); missing: "
+                            f"{_compact(missing)} — cross-rank results cover the ranks present (partial)")
+    return Discovery(by_rank, skipped, world, warnings)
+
+
+def _compact(nums: list[int]) -> str:
+    out, i = [], 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        out.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
+        i = j + 1
+    return ", ".join(out)

@@ -1,0 +1,159 @@
+"""Per-rank stage: a :class:`RankTrace` becomes a compact :class:`RankSummary`.
+
+The summary holds one row of column values per step and the list of collectives (for
+cross-rank matching).  It is small enough to send between processes; raw events never
+leave the worker that decoded them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..trace.decode import GpuOps, RankTrace, Spans
+from . import intervals as iv
+from .columns import COLUMNS, CROSS_RANK, GPU_ONLY, PARTITION_CPU, PARTITION_GPU
+from .steps import ACTIVITY_SPAN, OPTIMIZER_STEP, StepWindow, step_windows
+
+HOST_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
+
+
+@dataclass
+class Collectives:
+    """One record per collective operation of a rank, in time order."""
+
+    step: np.ndarray      # index into the rank's steps
+    kind: list[str]
+    start: np.ndarray
+    end: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+    @property
+    def duration(self) -> np.ndarray:
+        return self.end - self.start
+
+
+@dataclass
+class RankSummary:
+    rank: int
+    paths: list[str]
+    world_size: int | None
+    backend: str | None
+    devices: list[str]
+    host: str | None
+    pid: int | None
+    schema: str
+    device_kind: str              # "gpu" or "cpu"
+    comm_source: str              # "kernels", "host annotations" or "none"
+    step_source: str
+    steps: list[StepWindow]
+    values: dict[str, list[float | None]]     # column -> one value per step (µs)
+    collectives: Collectives
+    notes: list[str] = field(default_factory=list)
+    n_events: int = 0
+
+
+def _union(sp: Spans) -> iv.Intervals:
+    return iv.union(sp.start, sp.end)
+
+
+def summarize(rt: RankTrace, rank: int) -> RankSummary:
+    windows, source = step_windows(rt)
+    notes: list[str] = []
+    if source == OPTIMIZER_STEP:
+        notes.append("no ProfilerStep# annotations: steps are the intervals between Optimizer.step ends")
+    elif source == ACTIVITY_SPAN:
+        notes.append("no ProfilerStep# annotations: the whole span of activity is treated as one step")
+    ws = np.array([w.start for w in windows])
+    we = np.array([w.end for w in windows])
+    gpu = rt.gpu
+    has_gpu = gpu.start.size > 0
+
+    def m(x: iv.Intervals) -> np.ndarray:
+        return iv.measure_in_windows(x, ws, we)
+
+    kernels = gpu.kind == GpuOps.KERNEL
+    comm_k = gpu.kind == GpuOps.COMM
+    copies = (gpu.kind == GpuOps.MEMCPY) | (gpu.kind == GpuOps.MEMSET)
+    host_coll = _host_collectives(rt.host_collectives)
+    if comm_k.any():
+        comm_set, comm_source = iv.union(gpu.start[comm_k], gpu.end[comm_k]), "kernels"
+    elif len(host_coll):
+        comm_set, comm_source = _union(host_coll), "host annotations"
+    else:
+        comm_set, comm_source = iv.EMPTY, "none"
+    dl = _union(rt.dataloader)
+    step_time = we - ws
+    values: dict[str, np.ndarray | None] = {"step_time": step_time}
+    values["forward"] = m(_union(rt.forward)) if len(rt.forward) else None
+    values["backward"] = m(_union(rt.backward)) if len(rt.backward) else None
+    values["optimizer"] = m(_union(rt.optimizer)) if len(rt.optimizer) else None
+    values["comm"] = m(comm_set)
+
+    if has_gpu:
+        k = iv.union(gpu.start[kernels], gpu.end[kernels])
+        cp = iv.union(gpu.start[copies], gpu.end[copies])
+        busy = iv.merge(k, comm_set, cp)
+        values["gpu_busy"] = m(busy)
+        values["compute"] = m(k)
+        values["comm_exposed"] = m(iv.difference(comm_set, k))
+        values["memcpy"] = m(iv.difference(cp, iv.merge(k, comm_set)))
+        dl_wait = iv.difference(dl, busy)
+        values["dataloader_wait"] = m(dl_wait)
+        values["host_idle"] = m(iv.difference(iv.difference(_union(rt.host_ops), busy), dl))
+        partition = PARTITION_GPU
+    else:
+        main = _union(rt.main_ops)
+        values["compute"] = m(iv.difference(main, dl))
+        values["comm_exposed"] = m(iv.difference(comm_set, iv.merge(main, dl)))
+        values["dataloader_wait"] = m(dl)
+        for col in GPU_ONLY:
+            values[col] = None
+        partition = PARTITION_CPU
+        notes.append("CPU-only trace: GPU columns are empty; compute is training-thread operator time")
+    known = sum(values[c] for c in partition if c != "other")
+    values["other"] = np.clip(step_time - known, 0.0, None)
+    for col in CROSS_RANK:
+        values[col] = None
+    if has_gpu and not comm_k.any() and len(host_coll):
+        notes.append("no communication kernels: communication taken from host-side collective annotations")
+
+    coll = _collectives(gpu, comm_k, host_coll, ws, we, comm_source)
+    rows = {c: (None if values[c] is None else [float(v) for v in values[c]]) for c in COLUMNS}
+    return RankSummary(
+        rank=rank, paths=[rt.path], world_size=rt.world_size, backend=rt.backend, devices=rt.devices,
+        host=rt.host, pid=rt.pid, schema=rt.schema, device_kind="gpu" if has_gpu else "cpu",
+        comm_source=comm_source, step_source=source, steps=windows,
+        values={c: (v if v is not None else [None] * len(windows)) for c, v in rows.items()},
+        collectives=coll, notes=notes, n_events=rt.n_events,
+    )
+
+
+def _host_collectives(sp: Spans) -> Spans:
+    keep = [i for i, n in enumerate(sp.names) if n.startswith(HOST_COLLECTIVE_PREFIXES)]
+    return Spans(sp.start[keep], sp.end[keep], [sp.names[i] for i in keep])
+
+
+def _collectives(gpu: GpuOps, comm_k: np.ndarray, host_coll: Spans, ws, we, source: str) -> Collectives:
+    from ..trace.classify import host_collective_kind
+
+    if source == "kernels":
+        idx = np.flatnonzero(comm_k)
+        start, end = gpu.start[idx], gpu.end[idx]
+        kind = [gpu.comm_kind[i] for i in idx]
+    elif source == "host annotations":
+        start, end = host_coll.start, host_coll.end
+        kind = [host_collective_kind(n) or "comm" for n in host_coll.names]
+    else:
+        return Collectives(np.empty(0, dtype=np.int32), [], np.empty(0), np.empty(0))
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], end[order]
+    kind = [kind[i] for i in order]
+    # a collective belongs to the step window it starts in
+    step = np.searchsorted(ws, start, side="right") - 1
+    ok = (step >= 0) & (start < we[np.clip(step, 0, None)]) if ws.size else np.zeros(start.size, bool)
+    keep = np.flatnonzero(ok)
+    return Collectives(step[keep].astype(np.int32), [kind[i] for i in keep], start[keep], end[keep])

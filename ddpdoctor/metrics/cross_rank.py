@@ -1,0 +1,165 @@
+"""Cross-rank stage: works only on compact :class:`RankSummary` objects.
+
+* Collectives are matched across ranks by step, kind and order.  A collective's time
+  on each rank includes waiting for late peers; the shortest duration across ranks is
+  counted as transfer and each rank's excess as synchronization wait.
+* Arrival at the first collective of each step names late ranks (stragglers).
+* Step-time spread and an imbalance score (1 − mean/max of per-rank busy time, where
+  busy = step time − sync wait) summarize how uneven the ranks are.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from statistics import median
+
+import numpy as np
+
+from ..resources import metric_params
+from .breakdown import RankSummary
+
+
+@dataclass
+class Straggler:
+    rank: int
+    late_us: float           # median over steps of (arrival − median arrival)
+    late_share: float        # of the median step time
+    steps_late: int          # steps in which this rank arrived last
+    steps: int
+
+
+@dataclass
+class CrossRank:
+    ranks: list[int]
+    matched_collectives: int = 0
+    unmatched_collectives: int = 0
+    step_time_spread_us: float | None = None          # median over steps of max − min step time
+    step_time_spread_share: float | None = None       # ... relative to the median step time
+    arrival_late_us: dict[int, float] = field(default_factory=dict)   # rank -> median lateness
+    arrival_by_step: dict[str, dict[int, float]] = field(default_factory=dict)
+    stragglers: list[Straggler] = field(default_factory=list)
+    imbalance_score: float | None = None
+    per_rank: dict[int, dict[str, float | None]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def step_key(summary: RankSummary, i: int) -> str:
+    w = summary.steps[i]
+    return str(w.number) if w.number is not None else f"#{i}"
+
+
+def analyze_cross_rank(summaries: list[RankSummary]) -> CrossRank:
+    out = CrossRank(ranks=[s.rank for s in summaries])
+    if len(summaries) < 2:
+        out.notes.append("one rank only: collectives cannot be matched across ranks "
+                         "(sync wait, transfer, late arrival and stragglers need at least two ranks)")
+        _per_rank_means(summaries, out)
+        return out
+    hosts = {s.host for s in summaries if s.host}
+    if len(hosts) > 1:
+        out.notes.append(f"ranks span {len(hosts)} hosts: arrival times assume their clocks agree")
+    _match_collectives(summaries, out)
+    _arrivals(summaries, out)
+    _spread_and_imbalance(summaries, out)
+    _per_rank_means(summaries, out)
+    return out
+
+
+def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> None:
+    groups: dict[tuple, list[tuple[RankSummary, int, float]]] = defaultdict(list)
+    for s in summaries:
+        c = s.collectives
+        seen: dict[tuple, int] = defaultdict(int)
+        dur = c.duration
+        for j in range(len(c)):
+            base = (step_key(s, int(c.step[j])), c.kind[j])
+            groups[base + (seen[base],)].append((s, int(c.step[j]), float(dur[j])))
+            seen[base] += 1
+    wait = {s.rank: np.zeros(len(s.steps)) for s in summaries}
+    transfer = {s.rank: np.zeros(len(s.steps)) for s in summaries}
+    for members in groups.values():
+        if len(members) < 2:
+            out.unmatched_collectives += 1
+            continue
+        out.matched_collectives += 1
+        shortest = min(d for _, _, d in members)
+        for s, i, d in members:
+            wait[s.rank][i] += d - shortest
+            transfer[s.rank][i] += shortest
+    if out.unmatched_collectives:
+        out.notes.append(f"{out.unmatched_collectives} collective(s) seen on one rank only were not matched")
+    for s in summaries:
+        if len(s.collectives) == 0:
+            continue
+        s.values["comm_sync_wait"] = [float(v) for v in wait[s.rank]]
+        s.values["comm_transfer"] = [float(v) for v in transfer[s.rank]]
+
+
+def _arrivals(summaries: list[RankSummary], out: CrossRank) -> None:
+    first: dict[str, dict[int, float]] = defaultdict(dict)
+    step_times: list[float] = []
+    for s in summaries:
+        c = s.collectives
+        for j in range(len(c)):
+            key = step_key(s, int(c.step[j]))
+            if s.rank not in first[key]:           # collectives are in time order
+                first[key][s.rank] = float(c.start[j])
+        step_times.extend(s.values["step_time"])
+    late: dict[int, list[float]] = defaultdict(list)
+    last_count: dict[int, int] = defaultdict(int)
+    steps = 0
+    for key, arrivals in first.items():
+        if len(arrivals) < 2:
+            continue
+        steps += 1
+        mid = median(arrivals.values())
+        out.arrival_by_step[key] = {r: t - mid for r, t in sorted(arrivals.items())}
+        for r, t in arrivals.items():
+            late[r].append(t - mid)
+        last_count[max(arrivals, key=arrivals.get)] += 1
+    if not steps:
+        return
+    out.arrival_late_us = {r: float(median(v)) for r, v in sorted(late.items())}
+    params = metric_params()["straggler"]
+    med_step = median(step_times) if step_times else 0.0
+    latest = max(out.arrival_late_us.values())
+    for r, lateness in out.arrival_late_us.items():
+        share = lateness / med_step if med_step > 0 else 0.0
+        if (lateness >= params["min_late_us"] and share >= params["min_late_share"]
+                and lateness >= params["min_share_of_latest"] * latest):
+            out.stragglers.append(Straggler(r, lateness, share, last_count.get(r, 0), steps))
+    out.stragglers.sort(key=lambda x: -x.late_us)
+
+
+def _spread_and_imbalance(summaries: list[RankSummary], out: CrossRank) -> None:
+    by_step: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in summaries:
+        waits = s.values["comm_sync_wait"]
+        for i, t in enumerate(s.values["step_time"]):
+            by_step[step_key(s, i)].append((t, waits[i] or 0.0))
+    spreads, rel, scores = [], [], []
+    for rows in by_step.values():
+        if len(rows) < 2:
+            continue
+        times = [t for t, _ in rows]
+        spreads.append(max(times) - min(times))
+        m = median(times)
+        rel.append((max(times) - min(times)) / m if m > 0 else 0.0)
+        busy = [t - w for t, w in rows]
+        if max(busy) > 0:
+            scores.append(1.0 - (sum(busy) / len(busy)) / max(busy))
+    if spreads:
+        out.step_time_spread_us = float(median(spreads))
+        out.step_time_spread_share = float(median(rel))
+    if scores:
+        out.imbalance_score = float(np.mean(scores))
+
+
+def _per_rank_means(summaries: list[RankSummary], out: CrossRank) -> None:
+    for s in summaries:
+        row = {}
+        for col in ("step_time", "compute", "comm", "comm_exposed", "comm_sync_wait", "dataloader_wait"):
+            vals = [v for v in s.values[col] if v is not None]
+            row[col] = float(np.mean(vals)) if vals else None
+        out.per_rank[s.rank] = row

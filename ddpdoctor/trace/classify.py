@@ -1,0 +1,130 @@
+"""Name-based classification of trace events: phases, DataLoader, collectives.
+
+Kept in one place so that every name pattern ddpdoctor relies on is visible and testable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from functools import lru_cache
+
+# Flags for host-side event names.
+MARKER, DATALOADER, FORWARD, BACKWARD, OPTIMIZER, COLLECTIVE = 1, 2, 4, 8, 16, 32
+
+# Communication kernels recognized by name.  Vendor libraries: NCCL (ncclKernel_*,
+# ncclDevKernel_*), RCCL (same names on ROCm, plus rccl*), DeepEP (dpsk::ep::, deep_ep::),
+# NVSHMEM-based kernels, and custom all-reduce kernels that say so in their name.
+DEFAULT_COMM_KERNEL_PATTERNS = (
+    r"nccl", r"rccl", r"\bdpsk::ep::", r"\bdeep_ep::", r"nvshmem", r"cross_device_reduce",
+    r"custom_?all_?reduce", r"\bmscclpp",
+)
+
+_FORWARD = re.compile(r"^(DistributedDataParallel|DataParallel|FullyShardedDataParallel)\.forward$"
+                      r"|^##\s*forward\s*##$")
+_BACKWARD = re.compile(r"^autograd::engine::evaluate_function: |^##\s*backward\s*##$")
+_OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)#|^##\s*optimizer\s*##$")
+
+# Host-side collective annotations and ops -> canonical kind (or "" for unknown kind).
+_HOST_COLL = re.compile(r"^(nccl|gloo|mpi|ucc|xccl|c10d)(:|::)(?P<op>[A-Za-z_]+?)_?$")
+
+_KIND_WORDS = (
+    ("reducescatter", "reduce_scatter"), ("reduce_scatter", "reduce_scatter"),
+    ("allreduce", "all_reduce"), ("all_reduce", "all_reduce"),
+    ("allgather", "all_gather"), ("all_gather", "all_gather"),
+    ("alltoall", "all_to_all"), ("all_to_all", "all_to_all"),
+    ("sendrecv", "send_recv"), ("broadcast", "broadcast"), ("barrier", "barrier"),
+    ("reduce", "reduce"), ("send", "send"), ("recv", "recv"), ("gather", "gather"), ("scatter", "scatter"),
+    ("dispatch", "ep_dispatch"), ("combine", "ep_combine"),
+)
+
+
+def comm_kernel_matcher(extra_patterns: tuple[str, ...] = ()):
+    pattern = re.compile("|".join(DEFAULT_COMM_KERNEL_PATTERNS + tuple(extra_patterns)), re.IGNORECASE)
+
+    @lru_cache(maxsize=65536)
+    def is_comm(name: str) -> bool:
+        return pattern.search(name) is not None
+
+    return is_comm
+
+
+def is_dataloader(name: str) -> bool:
+    return (name.startswith("enumerate(DataLoader)#") and name.endswith("__next__")) \
+        or name.startswith("enumerate(DataPipe)#")
+
+
+def host_collective_kind(name: str) -> str | None:
+    """``nccl:all_reduce`` -> ``all_reduce``; ``None`` when the name is not a collective."""
+    if name == "record_param_comms":
+        return ""
+    m = _HOST_COLL.match(name)
+    if not m:
+        return None
+    return _canonical(m.group("op")) or ""
+
+
+def _canonical(text: str) -> str | None:
+    low = text.lower()
+    for word, kind in _KIND_WORDS:
+        if word in low:
+            return kind
+    return None
+
+
+def collective_kind(collective_arg: str | None, kernel_name: str, parent_kind: str | None) -> str:
+    """Canonical collective kind of a communication kernel, used to match it across ranks."""
+    for source in (collective_arg, parent_kind):
+        if source:
+            kind = _canonical(source)
+            if kind:
+                return kind
+    # ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_AllGather_RING_LL, dpsk::ep::internode::dispatch<...>
+    m = re.match(r"(?:void\s+)?(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", kernel_name)
+    base = m.group(1) if m else kernel_name.split("<")[0].split("(")[0]
+    kind = _canonical(base)
+    if kind and not (m and m.group(1) == "Generic"):
+        return kind
+    return "comm"
+
+
+def name_flags_cache():
+    cache: dict[str, int] = {}
+
+    def flags(name: str) -> int:
+        f = cache.get(name)
+        if f is None:
+            f = 0
+            if name.startswith("ProfilerStep#") or name.startswith("PyTorch Profiler"):
+                f |= MARKER
+            if is_dataloader(name):
+                f |= DATALOADER
+            if _FORWARD.match(name):
+                f |= FORWARD
+            if _BACKWARD.match(name):
+                f |= BACKWARD
+            if _OPTIMIZER.match(name):
+                f |= OPTIMIZER
+            if host_collective_kind(name) is not None:
+                f |= COLLECTIVE
+            cache[name] = f
+        return f
+
+    return flags
+
+
+def busiest_thread(starts, ends, tids, pids, ann):
+    """(tid, pid) of the CPU thread with the most operator time: the training thread
+    when no ``ProfilerStep#`` annotation names it."""
+    total: dict = defaultdict(float)
+    for s, e, t, p, a in zip(starts, ends, tids, pids, ann):
+        if a == 0:
+            total[(t, p)] += e - s
+    if not total:
+        return None, None
+    return max(total.items(), key=lambda kv: kv[1])[0]
+
+
+def step_number(name: str) -> int | None:
+    m = re.search(r"#(\d+)$", name)
+    return int(m.group(1)) if m else None

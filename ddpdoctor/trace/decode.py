@@ -1,0 +1,312 @@
+"""Read one Kineto trace file into a :class:`RankTrace`: normalized numpy arrays.
+
+Only this module touches raw JSON.  Both schema generations are normalized here:
+2021 categories (``Kernel``, ``Runtime``, ``Operator``, ``Memcpy``, ``Memset``) and
+current ones (``kernel``, ``cuda_runtime``, ``cuda_driver``, ``cpu_op``,
+``user_annotation``, ``gpu_memcpy``, ``gpu_memset``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from ..errors import InputError
+from . import classify
+from .schema import EVENT_LIST_DECODER, TRACE_DECODER, Args, DeviceProperties, DistributedInfo, Event, Trace
+
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy",
+            "gpu_memset": "memset", "memset": "memset"}
+RUNTIME_CATS = {"cuda_runtime", "runtime", "cuda_driver", "hip_runtime"}
+HOST_OP_CATS = {"cpu_op", "operator", "user_annotation"}
+
+
+@dataclass
+class Spans:
+    """Host or device spans of one kind, as parallel arrays (times in µs)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    names: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, start: list, end: list, names: list | None = None) -> Spans:
+        return cls(np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64), names or [])
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+
+@dataclass
+class GpuOps:
+    start: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray          # 0 compute kernel, 1 communication kernel, 2 memcpy, 3 memset
+    correlation: np.ndarray   # int64, -1 when absent
+    comm_kind: list[str]      # collective kind for communication kernels, "" otherwise
+    comm_meta: list[tuple]    # (process group, nelems, dtype) for communication kernels
+
+    KERNEL, COMM, MEMCPY, MEMSET = 0, 1, 2, 3
+
+
+@dataclass
+class RankTrace:
+    """Everything the per-rank breakdown needs from one trace file."""
+
+    path: str
+    rank: int | None
+    rank_source: str
+    world_size: int | None
+    backend: str | None
+    devices: list[str]
+    host: str | None
+    pid: int | None
+    schema: str                      # "2021" or "current"
+    main_tid: int | str | None
+    steps: list[tuple[str, float, float]]     # ProfilerStep#N host spans on the main thread
+    dataloader: Spans                          # DataLoader __next__ spans (main thread)
+    host_ops: Spans                            # cpu ops + runtime calls, every CPU thread of the process
+    main_ops: Spans                            # cpu ops on the main thread (no annotations)
+    forward: Spans
+    backward: Spans
+    optimizer: Spans
+    host_collectives: Spans                    # gloo:* / nccl:* annotations (host side)
+    runtime_launch: Spans                      # runtime calls that carry a correlation id
+    runtime_corr: np.ndarray
+    gpu: GpuOps
+    first_ts: float
+    last_ts: float
+    n_events: int
+
+
+def read_bytes(path: Path) -> bytes:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"{path}: corrupt gzip ({exc})") from None
+    return raw
+
+
+def _decode(path: Path, raw: bytes) -> Trace:
+    head = raw[:4096].lstrip()
+    if not head:
+        raise InputError(f"{path}: empty file")
+    if head[:1] not in (b"{", b"["):
+        raise InputError(f"{path}: not JSON (a Kineto trace is a JSON object with 'traceEvents')")
+    try:
+        if head[:1] == b"[":
+            return Trace(traceEvents=EVENT_LIST_DECODER.decode(raw))
+        return TRACE_DECODER.decode(raw)
+    except msgspec.ValidationError:
+        return _decode_lenient(path, raw)
+    except msgspec.DecodeError as exc:
+        raise InputError(f"{path}: invalid or truncated JSON ({exc})") from None
+
+
+def _decode_lenient(path: Path, raw: bytes) -> Trace:
+    """Slow path for traces whose field types break the typed schema."""
+    obj = msgspec.json.decode(raw)
+    events = obj if isinstance(obj, list) else obj.get("traceEvents") if isinstance(obj, dict) else None
+    if not isinstance(events, list):
+        raise InputError(f"{path}: JSON is not a profiler trace (no 'traceEvents' list)")
+    out = []
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        try:
+            out.append(msgspec.convert(e, Event, strict=False))
+        except msgspec.ValidationError:
+            a = e.get("args") if isinstance(e.get("args"), dict) else {}
+            out.append(Event(ph=str(e.get("ph", "")), cat=str(e.get("cat", "")), name=str(e.get("name", "")),
+                             pid=_as_id(e.get("pid")), tid=_as_id(e.get("tid")),
+                             ts=_as_float(e.get("ts")), dur=_as_float(e.get("dur")),
+                             args=Args(correlation=_as_id(a.get("correlation")),
+                                       external_id=_as_id(a.get("External id")))))
+    top = obj if isinstance(obj, dict) else {}
+    trace = Trace(traceEvents=out)
+    for key, typ in (("distributedInfo", DistributedInfo), ("deviceProperties", list[DeviceProperties])):
+        try:
+            setattr(trace, key, msgspec.convert(top.get(key), typ | None, strict=False))
+        except msgspec.ValidationError:
+            pass  # metadata is optional
+    return trace
+
+
+def _as_id(v):
+    return v if isinstance(v, (int, str)) else 0
+
+
+def _as_float(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _int_or_none(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def load_rank_trace(path: Path, rank_hint: int | None = None, rank_hint_source: str = "file name",
+                    comm_patterns: tuple[str, ...] = ()) -> RankTrace:
+    raw = read_bytes(path)
+    trace = _decode(path, raw)
+    del raw
+    if not trace.traceEvents:
+        raise InputError(f"{path}: JSON is not a profiler trace (no events in 'traceEvents')")
+    return normalize(str(path), trace, rank_hint, rank_hint_source, comm_patterns)
+
+
+def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: str,
+              comm_patterns: tuple[str, ...] = ()) -> RankTrace:
+    is_comm_name = classify.comm_kernel_matcher(comm_patterns)
+    schema = "current"
+    k_s, k_e, k_kind, k_corr, k_ext, k_name = [], [], [], [], [], []
+    rt_s, rt_e, rt_corr = [], [], []
+    op_s, op_e, op_tid, op_name, op_ext, op_pid, op_ann = [], [], [], [], [], [], []
+    first, last = np.inf, -np.inf
+    n = 0
+    for ev in trace.traceEvents:
+        if ev.ph != "X":
+            continue
+        n += 1
+        cat = ev.cat
+        low = cat.lower()
+        ts = ev.ts
+        end = ts + (ev.dur if ev.dur > 0 else 0.0)
+        if cat in ("Kernel", "Runtime", "Operator", "Memcpy", "Memset"):
+            schema = "2021"
+        gk = GPU_CATS.get(low)
+        args = ev.args
+        if gk is not None:
+            k_s.append(ts)
+            k_e.append(end)
+            k_kind.append(gk)
+            k_corr.append(args.correlation if args else None)
+            ext = (args.external_id if args.external_id is not None else args.external_id_2021) if args else None
+            k_ext.append(ext)
+            k_name.append((ev.name, args))
+        elif low in RUNTIME_CATS:
+            rt_s.append(ts)
+            rt_e.append(end)
+            rt_corr.append(args.correlation if args else None)
+            op_s.append(ts), op_e.append(end), op_tid.append(ev.tid), op_name.append(ev.name)
+            op_ext.append(None), op_pid.append(ev.pid), op_ann.append(2)
+        elif low in HOST_OP_CATS:
+            ext = (args.external_id if args.external_id is not None else args.external_id_2021) if args else None
+            op_s.append(ts), op_e.append(end), op_tid.append(ev.tid), op_name.append(ev.name)
+            op_ext.append(ext), op_pid.append(ev.pid), op_ann.append(1 if low == "user_annotation" else 0)
+        else:
+            continue
+        if ts < first:
+            first = ts
+        if end > last:
+            last = end
+
+    # --- host side -------------------------------------------------------------------
+    flags_of = classify.name_flags_cache()
+    steps_idx = [i for i, nm in enumerate(op_name) if op_ann[i] != 2 and nm.startswith("ProfilerStep#")]
+    if steps_idx:
+        main_tid, main_pid = op_tid[steps_idx[0]], op_pid[steps_idx[0]]
+    else:
+        main_tid, main_pid = classify.busiest_thread(op_s, op_e, op_tid, op_pid, op_ann)
+    steps = sorted(((op_name[i], op_s[i], op_e[i]) for i in steps_idx
+                    if op_tid[i] == main_tid and op_pid[i] == main_pid), key=lambda x: x[1])
+    buckets: dict[str, list[int]] = {k: [] for k in ("host", "main", "dl", "fwd", "bwd", "opt", "coll")}
+    F = classify
+    ext_to_coll: dict = {}
+    for i, nm in enumerate(op_name):
+        if op_pid[i] != main_pid:
+            continue
+        f = flags_of(nm)
+        if f & F.MARKER:
+            continue
+        buckets["host"].append(i)
+        if op_ann[i] == 2:
+            continue
+        if op_ann[i] == 0 and op_tid[i] == main_tid:
+            buckets["main"].append(i)
+        if f & F.DATALOADER:
+            buckets["dl"].append(i)
+        if f & F.FORWARD:
+            buckets["fwd"].append(i)
+        if f & F.BACKWARD:
+            buckets["bwd"].append(i)
+        if f & F.OPTIMIZER:
+            buckets["opt"].append(i)
+        if f & F.COLLECTIVE:
+            buckets["coll"].append(i)
+            if op_ext[i] is not None:
+                ext_to_coll[op_ext[i]] = classify.host_collective_kind(nm)
+
+    def spans(key: str) -> Spans:
+        sel = buckets[key]
+        return Spans.build([op_s[i] for i in sel], [op_e[i] for i in sel], [op_name[i] for i in sel])
+
+    host_ops, main_ops, dataloader = spans("host"), spans("main"), spans("dl")
+    forward, backward, optimizer, host_coll = spans("fwd"), spans("bwd"), spans("opt"), spans("coll")
+
+    # --- device side -----------------------------------------------------------------
+    kinds = np.empty(len(k_s), dtype=np.int8)
+    comm_kind: list[str] = []
+    comm_meta: list[tuple] = []
+    for j, (name, args) in enumerate(k_name):
+        if k_kind[j] == "memcpy":
+            kinds[j] = GpuOps.MEMCPY
+        elif k_kind[j] == "memset":
+            kinds[j] = GpuOps.MEMSET
+        else:
+            marked = args is not None and args.collective
+            parent = ext_to_coll.get(k_ext[j]) if k_ext[j] is not None else None
+            if marked or parent or is_comm_name(name):
+                kinds[j] = GpuOps.COMM
+                ck = classify.collective_kind(args.collective if marked else None, name, parent)
+                comm_kind.append(ck)
+                comm_meta.append((args.pg_name if args else None, args.in_nelems if args else None,
+                                  args.dtype if args else None))
+                continue
+            kinds[j] = GpuOps.KERNEL
+        comm_kind.append("")
+        comm_meta.append(())
+    gpu = GpuOps(np.asarray(k_s, dtype=np.float64), np.asarray(k_e, dtype=np.float64), kinds,
+                 np.asarray([_corr(c) for c in k_corr], dtype=np.int64), comm_kind, comm_meta)
+    rt_keep = [i for i, c in enumerate(rt_corr) if _corr(c) >= 0]
+
+    dist = trace.distributedInfo
+    rank = _int_or_none(dist.rank) if dist else None
+    rank_source = "distributedInfo" if rank is not None else (rank_hint_source if rank_hint is not None else "none")
+    if rank is None:
+        rank = rank_hint
+    return RankTrace(
+        path=path, rank=rank, rank_source=rank_source,
+        world_size=_int_or_none(dist.world_size) if dist else None,
+        backend=dist.backend if dist else None,
+        devices=[d.name for d in (trace.deviceProperties or []) if d.name],
+        host=trace.host_name, pid=main_pid if isinstance(main_pid, int) else None,
+        schema=schema, main_tid=main_tid, steps=steps,
+        dataloader=dataloader, host_ops=host_ops, main_ops=main_ops,
+        forward=forward, backward=backward, optimizer=optimizer, host_collectives=host_coll,
+        runtime_launch=Spans.build([rt_s[i] for i in rt_keep], [rt_e[i] for i in rt_keep]),
+        runtime_corr=np.asarray([_corr(rt_corr[i]) for i in rt_keep], dtype=np.int64),
+        gpu=gpu, first_ts=float(first) if n else 0.0, last_ts=float(last) if n else 0.0, n_events=n,
+    )
+
+
+def _corr(c) -> int:
+    try:
+        return int(c)
+    except (TypeError, ValueError):
+        return -1

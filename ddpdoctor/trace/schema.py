@@ -1,0 +1,75 @@
+"""Typed msgspec structs for the few Kineto trace fields ddpdoctor reads.
+
+Decoding into these structs skips every other field in C, which is what makes the
+decode fast (≈ 800 MB/s on one core for a 450 MB trace, against ≈ 60 MB/s for
+``json``/``orjson`` into dicts).  Types are kept lenient (``int | str``) where real
+traces disagree; a trace that still does not fit is decoded by the slow lenient path
+in :mod:`ddpdoctor.trace.decode`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Args(msgspec.Struct, gc=False, omit_defaults=True):
+    correlation: int | str | None = None
+    external_id: int | str | None = msgspec.field(default=None, name="External id")
+    external_id_2021: int | str | None = msgspec.field(default=None, name="external id")
+    stream: int | str | None = None
+    device: int | str | None = None
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    in_nelems: int | str | None = msgspec.field(default=None, name="In msg nelems")
+    dtype: str | None = None
+    pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: str | list | None = msgspec.field(default=None, name="Process Group Ranks")
+    seq: int | str | None = msgspec.field(default=None, name="Seq")
+    name: str | None = None  # thread_name / process_name metadata events
+    labels: str | None = None
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: Args | None = None
+
+
+class DistributedInfo(msgspec.Struct, gc=False):
+    backend: str | None = None
+    rank: int | str | None = None
+    world_size: int | str | None = None
+    pg_count: int | None = None
+    nccl_version: str | None = None
+
+
+class DeviceProperties(msgspec.Struct, gc=False):
+    id: int | str | None = None
+    name: str | None = None
+    totalGlobalMem: int | None = None
+
+
+class Trace(msgspec.Struct, gc=False):
+    traceEvents: list[Event] = []
+    distributedInfo: DistributedInfo | None = None
+    deviceProperties: list[DeviceProperties] | None = None
+    traceName: str | None = None
+    schemaVersion: int | str | None = None
+    baseTimeNanoseconds: int | None = None
+    host_name: str | None = None
+
+
+class Header(msgspec.Struct, gc=False):
+    """Only the top-level metadata: used to identify a file's rank cheaply."""
+
+    distributedInfo: DistributedInfo | None = None
+    traceName: str | None = None
+
+
+TRACE_DECODER = msgspec.json.Decoder(Trace)
+EVENT_LIST_DECODER = msgspec.json.Decoder(list[Event])
