@@ -149,15 +149,18 @@ def discover(paths: list[str], all_windows: bool = False) -> Discovery:
         raise InputError(f"no trace files (*.json, *.json.gz) under {', '.join(paths)}")
     warnings: list[str] = []
     described: list[TraceFile] = []
+    errors: list[str] = []
     for f in files:
         try:
             described.append(describe(f))
         except InputError as exc:
             if f.resolve() in explicit:
                 raise
-            warnings.append(f"skipped {exc}")
+            errors.append(str(exc))
     if not described:
-        raise InputError(f"no readable profiler traces under {', '.join(paths)} ({len(files)} JSON file(s) skipped)")
+        more = f" (and {len(errors) - 1} more unreadable file(s))" if len(errors) > 1 else ""
+        raise InputError(f"no readable profiler trace: {errors[0]}{more}")
+    warnings.extend(f"skipped {e}" for e in errors)
     unranked = [t for t in described if t.rank is None]
     if unranked:
         if len(described) == 1:

@@ -1,0 +1,101 @@
+import pytest
+
+from ddpdoctor.metrics.breakdown import summarize
+from ddpdoctor.metrics.columns import PARTITION_GPU
+from ddpdoctor.trace.decode import load_rank_trace
+from tracebuilder import TraceBuilder, gpu_step_trace
+
+EXPECTED = {"step_time": 1000, "dataloader_wait": 300, "compute": 300, "comm": 300, "comm_exposed": 200,
+            "memcpy": 50, "gpu_busy": 550, "host_idle": 100, "other": 50, "forward": 100, "backward": 80,
+            "optimizer": 100}
+
+
+def summary_of(builder, tmp_path, name="rank0.json", **kw):
+    path = builder.write(tmp_path / name, gz=kw.pop("gz", False))
+    rt = load_rank_trace(path, **kw)
+    return summarize(rt, rt.rank if rt.rank is not None else 0)
+
+
+@pytest.mark.parametrize("schema", ["current", "2021"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_every_column_of_a_known_gpu_step(tmp_path, schema, gz):
+    s = summary_of(gpu_step_trace(schema=schema), tmp_path, gz=gz)
+    assert s.device_kind == "gpu" and s.step_source == "ProfilerStep"
+    for col, want in EXPECTED.items():
+        assert s.values[col][0] == pytest.approx(want, abs=1e-6), col
+    assert sum(s.values[c][0] for c in PARTITION_GPU) == pytest.approx(1000)
+    assert s.values["comm_sync_wait"] == [None] and s.values["comm_transfer"] == [None]
+    assert s.collectives.kind == ["all_reduce"]
+
+
+@pytest.mark.parametrize("name,extra,parent", [
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", None, "aten::mm"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", None, "aten::mm"),
+    ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", None, "nccl:all_reduce"),   # RCCL on ROCm
+    ("void dpsk::ep::internode::dispatch<false, 8>(int)", None, "aten::mm"),                 # DeepEP
+    ("my_fused_kernel", {"Collective name": "allreduce"}, "aten::mm"),                        # marked by args
+    ("my_fused_kernel", None, "record_param_comms"),                                          # marked by parent op
+    ("rcclKernel_Broadcast", None, "aten::mm"),
+])
+def test_communication_kernels_are_recognized(tmp_path, name, extra, parent):
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.kernel(name, 10, 60, launch_at=2, stream=20, parent=parent, extra_args=extra)
+    s = summary_of(b, tmp_path)
+    assert s.values["comm"][0] == pytest.approx(50) and s.values["compute"][0] == 0
+    assert s.comm_source == "kernels"
+
+
+def test_user_pattern_marks_custom_comm_kernels(tmp_path):
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.kernel("two_shot_all_reduce_kernel", 10, 60, launch_at=2)
+    path = b.write(tmp_path / "rank0.json")
+    assert summarize(load_rank_trace(path), 0).values["comm"][0] == 0
+    s = summarize(load_rank_trace(path, comm_patterns=(r"two_shot",)), 0)
+    assert s.values["comm"][0] == pytest.approx(50)
+
+
+def test_step_extends_to_gpu_work_it_launched(tmp_path):
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.step(2, 100, 200)
+    b.kernel("gemm", 90, 150, launch_at=50)     # launched in step 1, runs past its host end
+    b.kernel("gemm", 150, 180, launch_at=120)
+    s = summary_of(b, tmp_path)
+    assert [(w.start, w.end) for w in s.steps] == [(b.base, b.base + 150), (b.base + 150, b.base + 200)]
+
+
+def test_no_profiler_step_falls_back_to_optimizer_steps_then_span(tmp_path):
+    b = TraceBuilder()
+    for i in range(3):
+        b.annotation(f"Optimizer.step#SGD.step", 100 * i + 80, 100 * i + 100)
+        b.kernel("gemm", 100 * i + 10, 100 * i + 70)
+    s = summary_of(b, tmp_path)
+    assert s.step_source == "optimizer steps" and len(s.steps) == 2
+    assert any("Optimizer.step" in n for n in s.notes)
+    b2 = TraceBuilder()
+    b2.kernel("gemm", 10, 70)
+    s2 = summary_of(b2, tmp_path, name="x.json")
+    assert s2.step_source == "activity span" and len(s2.steps) == 1
+    assert any("span of activity" in n for n in s2.notes)
+
+
+def test_cpu_gloo_trace_fills_host_columns_and_leaves_gpu_columns_empty(tmp_path):
+    b = TraceBuilder(backend="gloo", world_size=2)
+    b.step(1, 0, 1000)
+    b.dataloader(0, 200)
+    b.op("aten::linear", 200, 500)                      # forward compute on the training thread
+    b.op("autograd::engine::evaluate_function: AddmmBackward0", 500, 700)
+    b.annotation("gloo:all_reduce", 600, 900, tid=b.tid + 7)   # on gloo's worker thread
+    b.op("aten::add_", 900, 950)                        # optimizer after the training thread waited 700-900
+    s = summary_of(b, tmp_path)
+    assert s.device_kind == "cpu" and s.comm_source == "host annotations"
+    v = {k: x[0] for k, x in s.values.items()}
+    assert v["gpu_busy"] is None and v["memcpy"] is None and v["host_idle"] is None
+    assert v["dataloader_wait"] == pytest.approx(200)
+    assert v["compute"] == pytest.approx(550)
+    assert v["comm"] == pytest.approx(300)
+    assert v["comm_exposed"] == pytest.approx(200)      # 700-900: the training thread is blocked
+    assert v["other"] == pytest.approx(50)
+    assert s.collectives.kind == ["all_reduce"]

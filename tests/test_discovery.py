@@ -1,0 +1,56 @@
+import pytest
+
+from ddpdoctor.bundle.discover import discover, rank_from_name
+from ddpdoctor.errors import InputError
+from tracebuilder import gpu_step_trace
+
+
+@pytest.mark.parametrize("name,rank", [
+    ("rank-3.Jul_15.pt.trace.json.gz", 3), ("rank3.json", 3), ("rank_12.json", 12), ("worker7.123.pt.trace.json", 7),
+    ("node1_rank5.json", 5), ("trace_8_rank_1.json", 1), ("worker0.1623143089861.pt.trace.json.gz", 0),
+    ("train.json", None), ("resnet_kineto.json.gz", None), ("framework3.json", None),
+])
+def test_rank_from_file_name(name, rank, tmp_path):
+    assert rank_from_name(tmp_path / name) == rank
+
+
+def test_distributed_info_wins_over_the_file_name(tmp_path):
+    gpu_step_trace(rank=4, world_size=8).write(tmp_path / "rank0.json")
+    d = discover([str(tmp_path)])
+    assert d.ranks == [4] and d.by_rank[4][0].rank_source == "distributedInfo"
+
+
+def test_lone_unranked_trace_is_rank_0(tmp_path):
+    gpu_step_trace(rank=None).write(tmp_path / "train.json")
+    d = discover([str(tmp_path)])
+    assert d.ranks == [0] and d.by_rank[0][0].rank_source == "single trace"
+
+
+def test_latest_window_by_default_all_on_request(tmp_path):
+    for t in ("1623143089861", "1623143566756"):
+        gpu_step_trace(rank=None).write(tmp_path / f"worker0.{t}.pt.trace.json")
+    d = discover([str(tmp_path)])
+    assert [f.path.name for f in d.by_rank[0]] == ["worker0.1623143566756.pt.trace.json"]
+    assert len(d.skipped_windows[0]) == 1
+    assert len(discover([str(tmp_path)], all_windows=True).by_rank[0]) == 2
+
+
+def test_nested_folders_and_several_paths(tmp_path):
+    (tmp_path / "node0" / "deep").mkdir(parents=True)
+    (tmp_path / "node1").mkdir()
+    gpu_step_trace(rank=0, world_size=2).write(tmp_path / "node0" / "deep" / "a.json", gz=True)
+    gpu_step_trace(rank=1, world_size=2).write(tmp_path / "node1" / "b.json")
+    d = discover([str(tmp_path / "node0"), str(tmp_path / "node1")])
+    assert d.ranks == [0, 1] and not d.warnings
+
+
+def test_same_file_twice_counts_once(tmp_path):
+    p = gpu_step_trace(rank=0).write(tmp_path / "rank0.json")
+    assert discover([str(p), str(tmp_path)]).ranks == [0]
+
+
+def test_unranked_among_several_is_an_error(tmp_path):
+    gpu_step_trace(rank=0, world_size=2).write(tmp_path / "rank0.json")
+    gpu_step_trace(rank=None).write(tmp_path / "mystery.json")
+    with pytest.raises(InputError, match="mystery.json: cannot tell which rank"):
+        discover([str(tmp_path)])
