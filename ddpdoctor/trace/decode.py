@@ -271,7 +271,7 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
         else:
             marked = args is not None and args.collective
             parent = ext_to_coll.get(k_ext[j]) if k_ext[j] is not None else None
-            if marked or parent or is_comm_name(name):
+            if marked or parent is not None or is_comm_name(name):
                 kinds[j] = GpuOps.COMM
                 ck = classify.collective_kind(args.collective if marked else None, name, parent)
                 comm_kind.append(ck)
