@@ -23,7 +23,7 @@ from .breakdown import RankSummary
 @dataclass
 class Straggler:
     rank: int
-    late_us: float           # median over steps of (arrival − median arrival)
+    late_us: float           # median over steps of (arrival − median arrival of the other ranks)
     late_share: float        # of the median step time
     steps_late: int          # steps in which this rank arrived last
     steps: int
@@ -36,7 +36,7 @@ class CrossRank:
     unmatched_collectives: int = 0
     step_time_spread_us: float | None = None          # median over steps of max − min step time
     step_time_spread_share: float | None = None       # ... relative to the median step time
-    arrival_late_us: dict[int, float] = field(default_factory=dict)   # rank -> median lateness
+    arrival_late_us: dict[int, float] = field(default_factory=dict)   # rank -> median lateness vs the others
     arrival_by_step: dict[str, dict[int, float]] = field(default_factory=dict)
     stragglers: list[Straggler] = field(default_factory=list)
     imbalance_score: float | None = None
@@ -113,10 +113,10 @@ def _arrivals(summaries: list[RankSummary], out: CrossRank) -> None:
         if len(arrivals) < 2:
             continue
         steps += 1
-        mid = median(arrivals.values())
-        out.arrival_by_step[key] = {r: t - mid for r, t in sorted(arrivals.items())}
-        for r, t in arrivals.items():
-            late[r].append(t - mid)
+        rel = {r: t - median(t2 for r2, t2 in arrivals.items() if r2 != r) for r, t in sorted(arrivals.items())}
+        out.arrival_by_step[key] = rel
+        for r, v in rel.items():
+            late[r].append(v)
         last_count[max(arrivals, key=arrivals.get)] += 1
     if not steps:
         return

@@ -84,12 +84,12 @@ def render(a: Analysis, console: Console | None = None) -> None:
                   f"{cr.matched_collectives} collectives matched")
     if any(v > 0 for v in cr.arrival_late_us.values()):
         late = sorted(((r, v) for r, v in cr.arrival_late_us.items() if v > 0), key=lambda kv: -kv[1])[:5]
-        con.print("Late arrival at the first collective (vs the median rank): "
+        con.print("Late arrival at the first collective (vs the median of the other ranks): "
                   + ", ".join(f"rank {r} {v / 1000:+.2f} ms" for r, v in late))
     if cr.stragglers:
         for st in cr.stragglers[:5]:
             con.print(f"[bold red]Straggler:[/bold red] rank {st.rank} reaches the first collective "
-                      f"{st.late_us / 1000:.2f} ms after the median rank ({_pct(st.late_share)} of a step; "
+                      f"{st.late_us / 1000:.2f} ms after the median of the other ranks ({_pct(st.late_share)} of a step; "
                       f"last to arrive in {st.steps_late} of {st.steps} step(s))")
     elif cr.arrival_late_us:
         con.print("No straggler: no rank arrives late beyond the thresholds in rules/metrics.toml")
