@@ -30,6 +30,9 @@ class _Group(click.Group):
             raise
         except KeyboardInterrupt:
             _fail("interrupted", 130)
+        except BrokenPipeError:            # `ddpdoctor analyze … | head`: the reader left, not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
             if os.environ.get("DDPDOCTOR_DEBUG"):
                 traceback.print_exc()
