@@ -53,7 +53,7 @@ def xs(trace: dict, cat: str | None = None) -> list[dict]:
 def ulen(spans, lo: float, hi: float) -> float:
     total, cur = 0.0, lo
     for s, e in sorted((max(s, lo), min(e, hi)) for s, e in spans):
-        if e > cur:
+        if e > cur and e > s:
             total += e - max(s, cur)
             cur = e
     return total
@@ -221,8 +221,6 @@ def test_truth_matches_recount_of_written_events(small):
     for r, t in traces.items():
         steps = recount(t)
         assert len(steps) == truth.steps == 3
-        for s in steps:   # steps are contiguous and the CPU span already covers the GPU work
-            assert s["cpu_span_end"] == pytest.approx(s["cpu_span_end"] - s["step_time"] + s["step_time"])
         for k in ("step_time", "compute", "comm", "comm_exposed", "memcpy", "gpu_busy", "dataloader_wait",
                   "host_idle", "forward", "backward", "optimizer"):
             mean = statistics.fmean(s[k] for s in steps)
@@ -309,7 +307,8 @@ def test_jobs_write_identical_files(tmp_path):
     t2 = generate(sc, tmp_path / "b", gzip=False, jobs=2)
     for r in range(2):
         name = f"rank{r}.pt.trace.json"
-        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+        a, b = ((tmp_path / d / name).read_text() for d in "ab")
+        assert a.replace(str(tmp_path / "a"), "") == b.replace(str(tmp_path / "b"), "")  # traceName differs
     assert t1.per_rank == t2.per_rank
 
 

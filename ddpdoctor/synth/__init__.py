@@ -188,7 +188,7 @@ def generate(sc: Scenario, out_dir: str | Path, gzip: bool = True, jobs: int = 1
 
         d = sc.to_dict()
         groups = [ranks[i::jobs] for i in range(jobs)]
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as ex:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as ex:
             parts = list(ex.map(_work, [(d, str(out), g, gzip, compresslevel) for g in groups]))
     n = sc.steps
     per_rank, per_rank_us, bytes_ = {}, {}, {}

@@ -2,4 +2,5 @@
 
 from . import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # guarded: --jobs workers (spawn) import this module again
+    raise SystemExit(main())
