@@ -47,9 +47,9 @@ class Analysis:
 
     @property
     def partial(self) -> bool:
+        """True when some ranks of the job are missing or were skipped."""
         world = self.discovery.world_size
-        return bool(self.warnings) and (world is None or len(self.summaries) < world or
-                                        any("skipped" in w for w in self.warnings))
+        return (world is not None and len(self.summaries) < world) or any(w.startswith("skipped") for w in self.warnings)
 
     def rank_share(self, s: RankSummary) -> dict[str, float | None]:
         """Mean share of step time of each column: column total / step-time total."""

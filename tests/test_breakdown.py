@@ -99,3 +99,36 @@ def test_cpu_gloo_trace_fills_host_columns_and_leaves_gpu_columns_empty(tmp_path
     assert v["comm_exposed"] == pytest.approx(200)      # 700-900: the training thread is blocked
     assert v["other"] == pytest.approx(50)
     assert s.collectives.kind == ["all_reduce"]
+
+
+def test_odd_field_types_take_the_lenient_path(tmp_path):
+    d = gpu_step_trace().to_dict()
+    for ev in d["traceEvents"]:
+        if ev.get("cat") == "kernel":
+            ev["args"]["stream"] = 7.0          # a float where every real trace has an int
+            ev["args"]["grid"] = {"odd": True}
+    d["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "weird", "pid": 4242, "tid": 4242,
+                             "ts": "not-a-number", "dur": None})
+    import json
+    p = tmp_path / "rank0.json"
+    p.write_text(json.dumps(d))
+    s = summarize(load_rank_trace(p), 0)
+    assert s.values["compute"][0] == pytest.approx(300) and s.values["dataloader_wait"][0] == pytest.approx(300)
+
+
+def test_bare_event_array_is_read(tmp_path):
+    import json
+    p = tmp_path / "rank0.json"
+    p.write_text(json.dumps(gpu_step_trace().events))
+    s = summarize(load_rank_trace(p, rank_hint=0), 0)
+    assert s.values["comm_exposed"][0] == pytest.approx(200)
+
+
+def test_step_table_dataframe(tmp_path):
+    from ddpdoctor.analysis import AnalyzeOptions, analyze
+
+    for r in range(2):
+        gpu_step_trace(rank=r, world_size=2, pid=10 + r).write(tmp_path / f"rank{r}.json")
+    df = analyze([str(tmp_path)], AnalyzeOptions(jobs=1)).table()
+    assert len(df) == 2 and list(df["rank"]) == [0, 1]
+    assert df.loc[0, "dataloader_wait"] == pytest.approx(300) and df.loc[1, "comm_sync_wait"] == pytest.approx(0)
