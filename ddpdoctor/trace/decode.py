@@ -20,10 +20,20 @@ from ..errors import InputError
 from . import classify
 from .schema import EVENT_LIST_DECODER, TRACE_DECODER, Args, DeviceProperties, DistributedInfo, Event, Trace
 
-GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy",
-            "gpu_memset": "memset", "memset": "memset"}
-RUNTIME_CATS = {"cuda_runtime", "runtime", "cuda_driver", "hip_runtime"}
-HOST_OP_CATS = {"cpu_op", "operator", "user_annotation"}
+# category (lower case) -> code: 1 kernel, 2 memcpy, 3 memset, 4 runtime, 5 operator, 6 annotation
+CATEGORY_CODES = {"kernel": 1, "gpu_memcpy": 2, "memcpy": 2, "gpu_memset": 3, "memset": 3,
+                  "cuda_runtime": 4, "runtime": 4, "cuda_driver": 4, "hip_runtime": 4,
+                  "cpu_op": 5, "operator": 5, "user_annotation": 6}
+LEGACY_CATS = ("Kernel", "Runtime", "Operator", "Memcpy", "Memset")
+
+
+def _category_code(cat: str) -> int:
+    return CATEGORY_CODES.get(cat.lower(), 0)
+
+
+def _columns(rows: list[tuple], width: int) -> list[list]:
+    """Transpose row tuples into ``width`` column lists."""
+    return [list(c) for c in zip(*rows)] if rows else [[] for _ in range(width)]
 
 
 @dataclass
@@ -173,48 +183,41 @@ def load_rank_trace(path: Path, rank_hint: int | None = None, rank_hint_source: 
 def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: str,
               comm_patterns: tuple[str, ...] = ()) -> RankTrace:
     is_comm_name = classify.comm_kernel_matcher(comm_patterns)
-    schema = "current"
-    k_s, k_e, k_kind, k_corr, k_ext, k_name = [], [], [], [], [], []
-    rt_s, rt_e, rt_corr = [], [], []
-    op_s, op_e, op_tid, op_name, op_ext, op_pid, op_ann = [], [], [], [], [], [], []
-    first, last = np.inf, -np.inf
+    # One pass, one append per event: category strings repeat, so their meaning is cached.
+    codes: dict[str, int] = {}
+    gpu_rows: list[tuple] = []     # (ts, end, kind, name, args)
+    op_rows: list[tuple] = []      # (ts, end, tid, name, ext, pid, ann)  ann: 0 op, 1 annotation, 2 runtime
+    rt_rows: list[tuple] = []      # (ts, end, correlation)
     n = 0
     for ev in trace.traceEvents:
         if ev.ph != "X":
             continue
         n += 1
-        cat = ev.cat
-        low = cat.lower()
-        ts = ev.ts
-        end = ts + (ev.dur if ev.dur > 0 else 0.0)
-        if cat in ("Kernel", "Runtime", "Operator", "Memcpy", "Memset"):
-            schema = "2021"
-        gk = GPU_CATS.get(low)
-        args = ev.args
-        if gk is not None:
-            k_s.append(ts)
-            k_e.append(end)
-            k_kind.append(gk)
-            k_corr.append(args.correlation if args else None)
-            ext = (args.external_id if args.external_id is not None else args.external_id_2021) if args else None
-            k_ext.append(ext)
-            k_name.append((ev.name, args))
-        elif low in RUNTIME_CATS:
-            rt_s.append(ts)
-            rt_e.append(end)
-            rt_corr.append(args.correlation if args else None)
-            op_s.append(ts), op_e.append(end), op_tid.append(ev.tid), op_name.append(ev.name)
-            op_ext.append(None), op_pid.append(ev.pid), op_ann.append(2)
-        elif low in HOST_OP_CATS:
-            ext = (args.external_id if args.external_id is not None else args.external_id_2021) if args else None
-            op_s.append(ts), op_e.append(end), op_tid.append(ev.tid), op_name.append(ev.name)
-            op_ext.append(ext), op_pid.append(ev.pid), op_ann.append(1 if low == "user_annotation" else 0)
-        else:
+        code = codes.get(ev.cat)
+        if code is None:
+            code = codes[ev.cat] = _category_code(ev.cat)
+        if not code:
             continue
-        if ts < first:
-            first = ts
-        if end > last:
-            last = end
+        ts = ev.ts
+        dur = ev.dur
+        end = ts + dur if dur > 0 else ts
+        args = ev.args
+        if code <= 3:
+            gpu_rows.append((ts, end, code, ev.name, args))
+        elif code == 4:
+            rt_rows.append((ts, end, args.correlation if args else None))
+            op_rows.append((ts, end, ev.tid, ev.name, None, ev.pid, 2))
+        else:
+            ext = (args.external_id if args.external_id is not None else args.external_id_2021) if args else None
+            op_rows.append((ts, end, ev.tid, ev.name, ext, ev.pid, code - 5))
+    schema = "2021" if any(c in codes for c in LEGACY_CATS) else "current"
+    k_s, k_e, k_code, k_names, k_args = _columns(gpu_rows, 5)
+    rt_s, rt_e, rt_corr = _columns(rt_rows, 3)
+    op_s, op_e, op_tid, op_name, op_ext, op_pid, op_ann = _columns(op_rows, 7)
+    del gpu_rows, op_rows, rt_rows
+    starts = [min(x) for x in (k_s, op_s) if x]
+    ends = [max(x) for x in (k_e, op_e) if x]
+    first, last = (min(starts), max(ends)) if starts else (0.0, 0.0)
 
     # --- host side -------------------------------------------------------------------
     flags_of = classify.name_flags_cache()
@@ -263,14 +266,17 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     kinds = np.empty(len(k_s), dtype=np.int8)
     comm_kind: list[str] = []
     comm_meta: list[tuple] = []
-    for j, (name, args) in enumerate(k_name):
-        if k_kind[j] == "memcpy":
+    k_corr = []
+    for j, (name, args) in enumerate(zip(k_names, k_args)):
+        k_corr.append(args.correlation if args else None)
+        if k_code[j] == 2:
             kinds[j] = GpuOps.MEMCPY
-        elif k_kind[j] == "memset":
+        elif k_code[j] == 3:
             kinds[j] = GpuOps.MEMSET
         else:
             marked = args is not None and args.collective
-            parent = ext_to_coll.get(k_ext[j]) if k_ext[j] is not None else None
+            ext = (args.external_id if args.external_id is not None else args.external_id_2021) if args else None
+            parent = ext_to_coll.get(ext) if ext is not None else None
             if marked or parent is not None or is_comm_name(name):
                 kinds[j] = GpuOps.COMM
                 ck = classify.collective_kind(args.collective if marked else None, name, parent)
