@@ -59,7 +59,6 @@ class GpuOps:
     kind: np.ndarray          # 0 compute kernel, 1 communication kernel, 2 memcpy, 3 memset
     correlation: np.ndarray   # int64, -1 when absent
     comm_kind: list[str]      # collective kind for communication kernels, "" otherwise
-    comm_meta: list[tuple]    # (process group, nelems, dtype) for communication kernels
 
     KERNEL, COMM, MEMCPY, MEMSET = 0, 1, 2, 3
 
@@ -265,7 +264,6 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     # --- device side -----------------------------------------------------------------
     kinds = np.empty(len(k_s), dtype=np.int8)
     comm_kind: list[str] = []
-    comm_meta: list[tuple] = []
     k_corr = []
     for j, (name, args) in enumerate(zip(k_names, k_args)):
         k_corr.append(args.correlation if args else None)
@@ -281,14 +279,11 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
                 kinds[j] = GpuOps.COMM
                 ck = classify.collective_kind(args.collective if marked else None, name, parent)
                 comm_kind.append(ck)
-                comm_meta.append((args.pg_name if args else None, args.in_nelems if args else None,
-                                  args.dtype if args else None))
                 continue
             kinds[j] = GpuOps.KERNEL
         comm_kind.append("")
-        comm_meta.append(())
     gpu = GpuOps(np.asarray(k_s, dtype=np.float64), np.asarray(k_e, dtype=np.float64), kinds,
-                 np.asarray([_corr(c) for c in k_corr], dtype=np.int64), comm_kind, comm_meta)
+                 np.asarray([_corr(c) for c in k_corr], dtype=np.int64), comm_kind)
     rt_keep = [i for i, c in enumerate(rt_corr) if _corr(c) >= 0]
 
     dist = trace.distributedInfo

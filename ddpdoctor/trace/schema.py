@@ -13,20 +13,12 @@ import msgspec
 
 
 class Args(msgspec.Struct, gc=False, omit_defaults=True):
+    """Per-event args: only what links kernels to launches and marks collectives."""
+
     correlation: int | str | None = None
     external_id: int | str | None = msgspec.field(default=None, name="External id")
     external_id_2021: int | str | None = msgspec.field(default=None, name="external id")
-    stream: int | str | None = None
-    device: int | str | None = None
     collective: str | None = msgspec.field(default=None, name="Collective name")
-    in_nelems: int | str | None = msgspec.field(default=None, name="In msg nelems")
-    dtype: str | None = None
-    pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: str | list | None = msgspec.field(default=None, name="Process Group Ranks")
-    seq: int | str | None = msgspec.field(default=None, name="Seq")
-    name: str | None = None  # thread_name / process_name metadata events
-    labels: str | None = None
 
 
 class Event(msgspec.Struct, gc=False):
