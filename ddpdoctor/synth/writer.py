@@ -93,6 +93,13 @@ _FWD, _BWD, _OPT = _prep(FORWARD), _prep(BACKWARD), _prep(OPTIMIZER)
 _ACC = _prep([ACCUMULATE])[0]
 
 
+
+def _complete(cat: str, name: str, pid: int, tid: int, s: int, d: int, args: str) -> str:
+    """One complete ("X") event as Kineto writes it; times in integer ns, printed as µs."""
+    return (f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {pid}, "tid": {tid},'
+            f'\n    "ts": {s // 1000}.{s % 1000:03d}, "dur": {d // 1000}.{d % 1000:03d},\n    "args": {{'
+            f'\n      {args}\n    }}\n  }},\n')
+
 class RankTraceWriter:
     """Writes one rank's trace file, one :class:`RankStep` at a time."""
 
@@ -177,10 +184,8 @@ class RankTraceWriter:
         self.ext += 1
         self.ev += 1
         d = e - s
-        self.buf.append(
-            f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {self.pid}, "tid": {tid},'
-            f'\n    "ts": {s // 1000}.{s % 1000:03d}, "dur": {d // 1000}.{d % 1000:03d},\n    "args": {{'
-            f'\n      "External id": {self.ext},"Record function id": 0, "Ev Idx": {self.ev}{extra}\n    }}\n  }},\n')
+        self.buf.append(_complete(cat, name, self.pid, tid, s, d,
+                                  f'"External id": {self.ext},"Record function id": 0, "Ev Idx": {self.ev}{extra}'))
         return self.ext
 
     def launch(self, tid: int, ext: int, ls: int, le: int, gs: int, gd: int, name: str, tail: str,
@@ -190,15 +195,13 @@ class RankTraceWriter:
         self.corr += 1
         c, pid, rd = self.corr, self.pid, le - ls
         self.buf.append(
-            f'  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "{rt}", "pid": {pid}, "tid": {tid},'
-            f'\n    "ts": {ls // 1000}.{ls % 1000:03d}, "dur": {rd // 1000}.{rd % 1000:03d},\n    "args": {{'
-            f'\n      "External id": {ext},\n      "cbid": {cbid}, "correlation": {c}\n    }}\n  }},\n'
+            _complete("cuda_runtime", rt, pid, tid, ls, rd,
+                      f'"External id": {ext},\n      "cbid": {cbid}, "correlation": {c}') +
             f'  {{\n    "ph": "s", "id": {c}, "pid": {pid}, "tid": {tid}, "ts": {ls // 1000}.{ls % 1000:03d},'
             f'\n    "cat": "ac2g", "name": "ac2g"\n  }},\n'
-            f'  {{\n    "ph": "X", "cat": "{gcat}", "name": "{name}", "pid": {GPU_PID}, "tid": {stream},'
-            f'\n    "ts": {gs // 1000}.{gs % 1000:03d}, "dur": {gd // 1000}.{gd % 1000:03d},\n    "args": {{'
-            f'\n      "External id": {ext},\n      "queued": 0, "device": 0, "context": 1,'
-            f'\n      "stream": {stream}, "correlation": {c}{tail}\n    }}\n  }},\n'
+            + _complete(gcat, name, GPU_PID, stream, gs, gd,
+                        f'"External id": {ext},\n      "queued": 0, "device": 0, "context": 1,'
+                        f'\n      "stream": {stream}, "correlation": {c}{tail}') +
             f'  {{\n    "ph": "f", "id": {c}, "pid": {GPU_PID}, "tid": {stream}, "ts": {gs // 1000}.{gs % 1000:03d},'
             f'\n    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }},\n')
 
@@ -265,10 +268,8 @@ class RankTraceWriter:
         s, e = rs.sync
         self.corr += 1
         d = e - s
-        self.buf.append(
-            f'  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": {self.pid},'
-            f' "tid": {main},\n    "ts": {s // 1000}.{s % 1000:03d}, "dur": {d // 1000}.{d % 1000:03d},'
-            f'\n    "args": {{\n      "External id": 0,\n      "cbid": 165, "correlation": {self.corr}\n    }}\n  }},\n')
+        self.buf.append(_complete("cuda_runtime", "cudaDeviceSynchronize", self.pid, main, s, d,
+                                  f'"External id": 0,\n      "cbid": 165, "correlation": {self.corr}'))
         self._flush()
 
     def _allreduce(self, rs: RankStep, j: int, nelems: int) -> None:
