@@ -1,0 +1,285 @@
+"""Events → one flat dict of facts (``failure.*``), ordered by causality.
+
+The root cause is chosen in this order (the first that applies):
+  1. a CUDA OOM (earliest)                       kind "oom"
+  2. a rank killed by a signal other than the launcher's SIGTERM, or a native crash
+                                                 kind "killed" / "crash"
+  3. a Python error on a rank that is not itself a collective symptom
+                                                 kind "exception"
+  4. TORCH_DISTRIBUTED_DEBUG=DETAIL mismatch     kind "mismatch"
+  5. a rank that stopped issuing collectives while others waited   kind "stopped"
+  6. ranks timed out at different sequence numbers (the lowest is behind)   kind "seq_behind"
+  7. Flight Recorder: a rank behind or a mismatched collective     kind "flight_recorder"
+  8. a watchdog / gloo timeout                   kind "timeout"
+  9. a peer closed the connection / ncclRemoteError                kind "remote_error"
+ 10. a non-zero exit reported by torchrun       kind "exit"
+Everything on the other ranks is then a symptom.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections import Counter
+
+from .model import LogEvent
+
+WAITING = {"nccl_timeout", "gloo_timeout", "work_state", "dump_signal", "peer_error"}
+LAUNCHER_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP"}
+
+
+def time_str(t: float | None) -> str:
+    if t is None:
+        return "an unlogged time"
+    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.gmtime(t)) + " UTC"
+
+
+def _first(evs: list[LogEvent]) -> LogEvent | None:
+    """Earliest event: by time where both are known, else by position (events come in file order)."""
+    if not evs:
+        return None
+    timed = [e for e in evs if e.time is not None]
+    return min(timed, key=lambda e: e.time) if timed else evs[0]
+
+
+def _ranks(evs) -> list[int]:
+    return sorted({e.rank for e in evs if e.rank is not None})
+
+
+def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | None) -> dict:
+    by = {}
+    for e in events:
+        by.setdefault(e.kind, []).append(e)
+    g = lambda k: by.get(k, [])  # noqa: E731
+    f: dict = {}
+    known = {e.rank for e in events if e.rank is not None}
+
+    # ------------------------------------------------------------------ progress
+    last_step: dict[int, int] = {}
+    for e in g("progress"):
+        if e.rank is not None:
+            last_step[e.rank] = max(e.data["step"], last_step.get(e.rank, -1))
+    f["failure.progress.last_step"] = {str(r): s for r, s in sorted(last_step.items())}
+    f["failure.progress.max_step"] = max(last_step.values()) if last_step else None
+
+    # ------------------------------------------------------------------ OOM
+    ooms = [e for e in g("oom")]
+    o = _first([e for e in ooms if e.rank is not None]) or _first(ooms)
+    f.update({"failure.oom.present": bool(ooms), "failure.oom.ranks": _ranks(ooms),
+              "failure.oom.first_rank": o.rank if o else None, "failure.oom.first_time": o.time if o else None,
+              "failure.oom.tried": o.data.get("tried") if o else None, "failure.oom.text": o.text[:300] if o else None})
+
+    # ------------------------------------------------------------------ signals, crashes, exits
+    kills = [e for e in g("killed") if e.data.get("signal") not in LAUNCHER_SIGNALS]
+    term = [e for e in g("killed") if e.data.get("signal") in LAUNCHER_SIGNALS]
+    k = _first([e for e in kills if e.rank is not None and e.data.get("root")]) or \
+        _first([e for e in kills if e.rank is not None]) or _first(kills)
+    f.update({"failure.killed.present": bool(kills), "failure.killed.ranks": _ranks(kills),
+              "failure.killed.rank": k.rank if k else None, "failure.killed.signal": k.data.get("signal") if k else None,
+              "failure.killed.exitcode": k.data.get("exitcode") if k else None,
+              "failure.killed.terminated_ranks": _ranks(term)})
+    crashes = g("crash")
+    f["failure.crash.ranks"] = _ranks(crashes)
+
+    # ------------------------------------------------------------------ exceptions
+    excs = g("exception")
+    own_exc = [e for e in excs if e.data.get("category") == "other" and e.rank is not None
+               and "ChildFailedError" not in (e.data.get("exc_type") or "")]
+    x = _first(own_exc)
+    f.update({"failure.exception.ranks": _ranks(excs), "failure.exception.own_ranks": _ranks(own_exc),
+              "failure.exception.first_rank": x.rank if x else None,
+              "failure.exception.type": x.data.get("exc_type") if x else None,
+              "failure.exception.message": (x.data.get("message") or "")[:300] if x else None})
+
+    # ------------------------------------------------------------------ timeouts
+    tos = g("nccl_timeout") + g("gloo_timeout") + [e for e in excs if e.data.get("category") == "timeout"]
+    nto = g("nccl_timeout")
+    seq_by_rank: dict[int, int] = {}
+    op_by_rank: dict[int, str] = {}
+    pgs = Counter(e.data.get("pg", 0) for e in nto)
+    main_pg = pgs.most_common(1)[0][0] if pgs else 0
+    for e in nto:
+        if e.rank is None or e.data.get("pg", 0) != main_pg or "seq" not in e.data:
+            continue
+        if e.rank not in seq_by_rank or e.data["seq"] < seq_by_rank[e.rank]:
+            seq_by_rank[e.rank], op_by_rank[e.rank] = e.data["seq"], e.data.get("op")
+    states = [e for e in g("work_state") if e.rank is not None]
+    for e in states:
+        if e.rank not in seq_by_rank and e.data.get("pg") in (None, main_pg):
+            seq_by_rank[e.rank] = e.data["at"]
+    t0 = _first(nto) or _first(tos)
+    ops = Counter(e.data.get("op") for e in nto if e.data.get("op"))
+    waiting = _ranks(tos + g("work_state") + g("dump_signal") + g("peer_error")
+                     + [e for e in excs if e.data.get("category") == "peer"])
+    f.update({
+        "failure.timeout.present": bool(tos), "failure.timeout.ranks": _ranks(tos),
+        "failure.timeout.backend": "nccl" if nto else ("gloo" if tos else None),
+        "failure.timeout.op": ops.most_common(1)[0][0] if ops else (t0.data.get("op") if t0 else None),
+        "failure.timeout.seq": min(seq_by_rank.values()) if seq_by_rank else (t0.data.get("seq") if t0 else None),
+        "failure.timeout.seq_by_rank": {str(r): s for r, s in sorted(seq_by_rank.items())},
+        "failure.timeout.op_by_rank": {str(r): s for r, s in sorted(op_by_rank.items())},
+        "failure.timeout.seqs": sorted({e.data["seq"] for e in nto if "seq" in e.data}),
+        "failure.timeout.timeout_ms": next((e.data.get("timeout_ms") for e in tos if e.data.get("timeout_ms")), None),
+        "failure.timeout.ran_ms": max((e.data.get("ran_ms", 0) for e in nto), default=None) or None,
+        "failure.timeout.numel": next((e.data.get("numel_in") for e in nto if e.data.get("numel_in")), None),
+        "failure.timeout.pg": main_pg if nto else None,
+        "failure.timeout.last_enqueued": {str(e.rank): e.data["enqueued"] for e in states},
+        "failure.timeout.last_completed": {str(e.rank): e.data["completed"] for e in states},
+        "failure.timeout.enqueued_ahead": max((e.data["enqueued"] - e.data["at"] for e in states), default=None),
+        "failure.timeout.first_rank": t0.rank if t0 else None,
+        "failure.timeout.dump_from_rank": next((e.data.get("from_rank") for e in g("dump_signal")
+                                                 if e.data.get("from_rank") is not None), None),
+        "failure.timeout.silent_ranks": (sorted(set(range(world_size)) - set(waiting))
+                                         if world_size and waiting else []),
+    })
+    f["failure.timeout.timeout_s"] = (f["failure.timeout.timeout_ms"] / 1000.0
+                                      if f["failure.timeout.timeout_ms"] else None)
+
+    # ------------------------------------------------------------------ sequence skew
+    f.update({"failure.seq_behind.rank": None, "failure.seq_behind.by": None, "failure.seq_behind.seq": None,
+              "failure.seq_behind.max_seq": None, "failure.seq_behind.ranks": []})
+    if len(seq_by_rank) > 1 and max(seq_by_rank.values()) > min(seq_by_rank.values()):
+        low = min(seq_by_rank.values())
+        behind = sorted(r for r, s in seq_by_rank.items() if s == low)
+        f.update({"failure.seq_behind.rank": behind[0], "failure.seq_behind.ranks": behind,
+                  "failure.seq_behind.seq": low, "failure.seq_behind.max_seq": max(seq_by_rank.values()),
+                  "failure.seq_behind.by": max(seq_by_rank.values()) - low})
+
+    # ------------------------------------------------------------------ mismatch
+    mm = g("mismatch")
+    m = _first(mm)
+    f["failure.mismatch.present"] = bool(mm)
+    for key in ("rank_a", "rank_b", "op_a", "op_b", "seq_a", "seq_b", "shape_a", "shape_b", "dtype_a", "dtype_b",
+                "behind_rank", "text"):
+        f[f"failure.mismatch.{key}"] = None
+    f["failure.mismatch.ranks"], f["failure.mismatch.aspects"] = [], []
+    if m:
+        a, b = m.data["a"], m.data["b"]
+        sa, sb = _int(a.get("SequenceNumber")), _int(b.get("SequenceNumber"))
+        aspects = [n for n, key in (("op", "OpType"), ("sequence", "SequenceNumber"),
+                                    ("shape", "TensorShape"), ("dtype", "TensorDtypes"))
+                   if a.get(key) != b.get(key)]
+        behind = (m.data["rank_a"] if sa < sb else m.data["rank_b"]) if sa is not None and sb is not None and sa != sb \
+            else m.data["rank_b"]
+        f.update({"failure.mismatch.rank_a": m.data["rank_a"], "failure.mismatch.rank_b": m.data["rank_b"],
+                  "failure.mismatch.ranks": sorted({m.data["rank_a"], m.data["rank_b"]}),
+                  "failure.mismatch.op_a": a.get("OpType"), "failure.mismatch.op_b": b.get("OpType"),
+                  "failure.mismatch.seq_a": sa, "failure.mismatch.seq_b": sb,
+                  "failure.mismatch.shape_a": a.get("TensorShape"), "failure.mismatch.shape_b": b.get("TensorShape"),
+                  "failure.mismatch.dtype_a": a.get("TensorDtypes"), "failure.mismatch.dtype_b": b.get("TensorDtypes"),
+                  "failure.mismatch.aspects": aspects, "failure.mismatch.behind_rank": behind,
+                  "failure.mismatch.text": m.text[:400]})
+
+    # ------------------------------------------------------------------ remote errors
+    peers = g("peer_error") + [e for e in excs if e.data.get("category") == "peer"]
+    p = _first(peers)
+    f.update({"failure.remote_error.present": bool(peers), "failure.remote_error.ranks": _ranks(peers),
+              "failure.remote_error.count": len(peers),
+              "failure.remote_error.peer": next((e.data.get("peer") for e in peers if e.data.get("peer")), None),
+              "failure.remote_error.peer_rank": next((e.data.get("peer_rank") for e in peers
+                                                      if e.data.get("peer_rank") is not None), None),
+              "failure.remote_error.text": p.text[:300] if p else None,
+              "failure.remote_error.nccl": any(e.data.get("nccl") for e in peers),
+              "failure.nccl_error.codes": sorted({e.data["code"] for e in g("nccl_error") if e.data.get("code")})})
+
+    # ------------------------------------------------------------------ torchrun
+    roots = g("torchrun_root")
+    r = _first(roots)
+    f.update({"failure.torchrun_named_rank": r.rank if r else None,
+              "failure.torchrun_exitcode": r.data.get("exitcode") if r else None,
+              "failure.torchrun_signal": r.data.get("signal") if r else None,
+              "failure.torchrun_failed_ranks": _ranks(roots + g("torchrun_failure") + g("exit"))})
+
+    # ------------------------------------------------------------------ stopped ranks
+    own_fail = set(_ranks(ooms + kills + crashes + own_exc + mm))
+    stopped: list[int] = []
+    if waiting:
+        stopped = sorted(known - set(waiting) - own_fail)
+    if len(last_step) > 1 and (tos or peers):
+        top = max(last_step.values())
+        stopped = sorted(set(stopped) | {rk for rk, s in last_step.items() if s < top and rk not in own_fail
+                                         and rk not in waiting})
+    st = stopped[0] if stopped else None
+    f.update({"failure.stopped.ranks": stopped, "failure.stopped.rank": st,
+              "failure.stopped.last_step": last_step.get(st) if st is not None else None,
+              "failure.stopped.waiting_ranks": waiting})
+
+    # ------------------------------------------------------------------ flight recorder
+    fr = fr or {}
+    f["failure.flight_recorder.present"] = bool(fr.get("present"))
+    for key in ("ranks", "missing_ranks", "behind_rank", "behind_by", "last_seq", "last_completed", "stuck",
+                "mismatch", "torch_analyzer"):
+        f[f"failure.flight_recorder.{key}"] = fr.get(key)
+    frm = fr.get("mismatch") or {}
+    f["failure.flight_recorder.mismatch_seq"] = frm.get("seq")
+    f["failure.flight_recorder.mismatch_ranks"] = frm.get("odd_ranks") or []
+    f["failure.flight_recorder.mismatch_aspects"] = frm.get("aspects") or []
+
+    # ------------------------------------------------------------------ root cause
+    root = _root(f, o, k, crashes, x, m, st, t0, p, r, fr)
+    kind, rank, ev = root
+    f["failure.root_cause.kind"] = kind
+    f["failure.root_cause.rank"] = rank
+    f["failure.root_cause.time"] = ev.time if ev else None
+    f["failure.root_cause.time_str"] = time_str(ev.time if ev else None)
+    f["failure.root_cause.text"] = ev.text[:400] if ev else None
+    f["failure.root_cause.file"] = ev.file if ev else None
+    f["failure.root_cause.line_no"] = ev.line_no if ev else None
+    f["failure.root_cause.step"] = _step_before(g("progress"), ev, rank) if rank is not None else None
+    failing = set(_ranks(ooms + kills + crashes + excs + tos + peers + mm + g("work_state") + term + roots
+                         + g("torchrun_failure") + g("exit") + g("nccl_error")))
+    f["failure.ranks"] = sorted(failing)
+    f["failure.symptom_ranks"] = sorted(failing - {rank}) if rank is not None else sorted(failing)
+    f["failure.present"] = kind is not None
+    named = f["failure.torchrun_named_rank"]
+    f["failure.torchrun_misleading"] = bool(named is not None and rank is not None and named != rank)
+    return f
+
+
+def _step_before(progress: list[LogEvent], ev: LogEvent | None, rank: int) -> int | None:
+    """The last step the rank logged before the root-cause line (same file), else its last step."""
+    mine = [e.data["step"] for e in progress if e.rank == rank]
+    if ev is not None:
+        before = [e.data["step"] for e in progress if e.rank == rank and e.file == ev.file and e.line_no < ev.line_no]
+        if before:
+            return max(before)
+    return max(mine) if mine else None
+
+
+def _int(v) -> int | None:
+    try:
+        return int(str(v).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def _root(f, o, k, crashes, x, m, st, t0, p, r, fr):
+    if o is not None:
+        return "oom", o.rank, o
+    if k is not None:
+        return "killed", k.rank, k
+    c = _first(crashes)
+    if c is not None:
+        return "crash", c.rank, c
+    if x is not None:
+        return "exception", x.rank, x
+    if m is not None:
+        return "mismatch", f["failure.mismatch.behind_rank"], m
+    if st is not None:
+        return "stopped", st, t0 or p
+    if f["failure.seq_behind.rank"] is not None:
+        return "seq_behind", f["failure.seq_behind.rank"], t0
+    if fr.get("mismatch") or fr.get("behind_rank") is not None or fr.get("missing_ranks"):
+        mm = fr.get("mismatch") or {}
+        rk = (mm.get("odd_ranks") or [None])[0] if mm else fr.get("behind_rank")
+        if rk is None and fr.get("missing_ranks"):
+            rk = fr["missing_ranks"][0]
+        return "flight_recorder", rk, None
+    if t0 is not None:
+        ranks = f["failure.timeout.ranks"]
+        first = f["failure.timeout.dump_from_rank"]
+        return "timeout", first if first is not None else (ranks[0] if len(ranks) == 1 else None), t0
+    if p is not None:                      # the culprit is the peer, not the rank that logged it
+        return "remote_error", f["failure.remote_error.peer_rank"], p
+    if r is not None and (r.data.get("exitcode") or 0) != 0:
+        return "exit", r.rank, r
+    return None, None, None

@@ -1,0 +1,128 @@
+"""Find log files (and Flight Recorder dumps) under the user's paths and tell their rank.
+
+Rank from the path: ``rank3``, ``rank-3``, ``worker3`` in a name, torchrun's ``--log-dir``
+layout ``attempt_0/<local_rank>/stdout.log``, or a folder named only by a number
+(``logs/3/train.log``).  Lines can still override this (``[rank3]:`` prefixes, NCCL pids).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
+SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "venv"}
+MAX_LOG_BYTES = 256 * 1024 * 1024
+_RANK_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker|proc)[-_.]?(\d+)(?!\d)", re.IGNORECASE)
+_FR_NAME = re.compile(r"(?:nccl_trace_rank_|fr_trace|flight_?recorder|_trace_rank_?)\D*?(\d+)(?:\.pkl|\.pickle|\.json)?$",
+                      re.IGNORECASE)
+_PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+_ATTEMPT = re.compile(r"^attempt_(\d+)$")
+
+
+@dataclass
+class LogFile:
+    path: Path
+    kind: str                  # "text", "events" (events.jsonl), "flight_recorder"
+    rank: int | None           # rank from the path, None when unknown
+    rank_source: str           # "name", "log-dir", "folder", "none"
+    local: bool = False        # True when the path rank is a local rank (torchrun log-dir)
+    attempt: int | None = None
+
+
+def _is_pickle(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) in _PICKLE_MAGIC
+    except OSError:
+        return False
+
+
+def classify(path: Path) -> str | None:
+    name = path.name.lower()
+    if name.endswith(".jsonl") and ("event" in name or "ddpdoctor" in name):
+        return "events"
+    if _FR_NAME.search(path.name) and (_is_pickle(path) or name.endswith(".json")):
+        return "flight_recorder"
+    if name.endswith(LOG_SUFFIXES) or (name.startswith("nccl") and ".log" in name):
+        return "text"
+    if name in ("stdout", "stderr", "output", "log"):
+        return "text"
+    return None
+
+
+def rank_from_path(path: Path) -> tuple[int | None, str, bool, int | None]:
+    """(rank, source, is_local_rank, attempt) from a log file's path."""
+    parts = path.parts
+    attempt = None
+    for i, part in enumerate(parts[:-1]):
+        m = _ATTEMPT.match(part)
+        if m and i + 1 < len(parts) - 1 and parts[i + 1].isdigit():
+            attempt = int(m.group(1))
+            return int(parts[i + 1]), "log-dir", True, attempt
+    m = None
+    for m in _RANK_NAME.finditer(path.name):
+        pass
+    if m:
+        return int(m.group(1)), "name", False, None
+    fr = _FR_NAME.search(path.name)
+    if fr:
+        return int(fr.group(1)), "name", False, None
+    parent = path.parent.name
+    if parent.isdigit() and len(parent) <= 5:
+        return int(parent), "folder", False, None
+    for m in _RANK_NAME.finditer(parent):
+        pass
+    if m:
+        return int(m.group(1)), "folder", False, None
+    return None, "none", False, None
+
+
+def describe(path: Path, kind: str) -> LogFile:
+    rank, source, local, attempt = rank_from_path(path)
+    return LogFile(path, kind, rank, source, local, attempt)
+
+
+def find_log_files(paths: list[str]) -> list[Path]:
+    """Log files, events.jsonl files and Flight Recorder dumps under ``paths`` (files given
+    explicitly are always taken)."""
+    return [f.path for f in find_logs(paths)]
+
+
+def find_logs(paths: list[str]) -> list[LogFile]:
+    found: list[LogFile] = []
+    for p in paths:
+        path = Path(p)
+        if not path.exists():
+            raise InputError(f"{p}: no such file or directory")
+        if path.is_file():
+            kind = classify(path)
+            if kind is None and not path.name.lower().endswith((".json", ".json.gz", ".gz")):
+                kind = "text"
+            if kind is not None:
+                found.append(describe(path, kind))
+            continue
+        for root, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+            for name in sorted(files):
+                f = Path(root) / name
+                kind = classify(f)
+                if kind is None:
+                    continue
+                try:
+                    if f.stat().st_size > MAX_LOG_BYTES:
+                        continue
+                except OSError:
+                    continue
+                found.append(describe(f, kind))
+    seen, unique = set(), []
+    for f in found:
+        key = f.path.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique

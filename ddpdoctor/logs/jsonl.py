@@ -1,0 +1,95 @@
+"""``events.jsonl`` written per rank by ``ddpdoctor run``: one JSON object per line.
+
+Accepted keys (several spellings, so older and newer capture versions read the same):
+``rank``; ``time`` | ``ts`` | ``timestamp`` (seconds since the epoch, or ISO text);
+``kind`` | ``type`` | ``event`` (``step``/``step_end``/``progress``, ``exception``/``error``,
+``oom``, ``exit``, ``signal``…); ``step`` | ``steps_completed`` | ``last_step``;
+``message`` | ``msg`` | ``text`` | ``error``; ``exc_type`` | ``exception``;
+``exitcode`` | ``exit_code`` | ``code``; ``signal``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from . import patterns as P
+from .model import LogEvent
+
+
+def _first(d: dict, *keys):
+    for k in keys:
+        if k in d and d[k] is not None:
+            return d[k]
+    return None
+
+
+def _time(v) -> float | None:
+    if isinstance(v, (int, float)):
+        return float(v) / 1e9 if v > 1e14 else float(v)
+    if isinstance(v, str):
+        try:
+            dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+            return dt.timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_events(text: str, file: str, path_rank: int | None) -> tuple[list[LogEvent], list[tuple]]:
+    events, lines = [], []
+    for no, raw in enumerate(text.splitlines(), 1):
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            d = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(d, dict):
+            continue
+        rank = _int(_first(d, "rank", "global_rank"))
+        rank = path_rank if rank is None else rank
+        t = _time(_first(d, "time", "ts", "timestamp", "t"))
+        kind = str(_first(d, "kind", "type", "event", "name") or "").lower()
+        msg = str(_first(d, "message", "msg", "text", "error", "detail") or "")
+        etype = _first(d, "exc_type", "exception", "exception_type", "error_type")
+        step = _int(_first(d, "step", "steps_completed", "last_step", "iteration"))
+        lines.append((no, raw, rank, None, None, t))
+        base = dict(source="events.jsonl")
+        if kind in ("oom", "out_of_memory", "cuda_oom") or P.OOM.search(msg) or (etype and "OutOfMemory" in str(etype)):
+            events.append(LogEvent(rank, t, "oom", msg or str(etype), file, no, dict(base, step=step, exc_type=etype)))
+            continue
+        if kind in ("exception", "error", "crash") or etype:
+            cat = ("timeout" if P.GLOO_TIMEOUT.search(msg) or P.WATCHDOG.search(msg) else
+                   "peer" if P.PEER.search(msg) else "other")
+            events.append(LogEvent(rank, t, "exception", f"{etype or 'Exception'}: {msg}", file, no,
+                                   dict(base, exc_type=etype, message=msg, category=cat, step=step)))
+            continue
+        if kind in ("exit", "end", "finish", "status", "signal"):
+            code = _int(_first(d, "exitcode", "exit_code", "code", "returncode"))
+            sig = _first(d, "signal", "signal_name")
+            if isinstance(sig, int):
+                sig = P.SIGNALS.get(sig, f"signal {sig}")
+            if sig is None and code is not None and code < 0:
+                sig = P.SIGNALS.get(-code)
+            if sig is None and code is not None and code > 128:
+                sig = P.SIGNALS.get(code - 128)
+            if step is not None:
+                events.append(LogEvent(rank, t, "progress", f"steps completed {step}", file, no, dict(base, step=step)))
+            if code is not None or sig:
+                events.append(LogEvent(rank, t, "exit", f"exit code {code}" + (f" ({sig})" if sig else ""), file, no,
+                                       dict(base, exitcode=code, signal=sig)))
+                if sig:
+                    events.append(LogEvent(rank, t, "killed", f"killed by {sig}", file, no, dict(base, signal=sig)))
+            continue
+        if step is not None and kind in ("", "step", "step_end", "step_begin", "progress", "iteration", "optimizer_step"):
+            events.append(LogEvent(rank, t, "progress", f"step {step}", file, no, dict(base, step=step)))
+    return events, lines

@@ -1,0 +1,280 @@
+"""Turn one text log file into LogEvents (and keep its lines for pattern search).
+
+Lines are attributed to a rank in this order: a ``[rankN]:`` prefix; the rank of the
+torchrun failure-summary entry the line belongs to; ``[Rank N]`` inside a c10d message;
+the NCCL process (``host:pid``, resolved later from ``comm … rank R``); a torchrun
+``[defaultN]:`` prefix (a local rank, resolved later); the file's path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import patterns as P
+from .discover import LogFile
+from .model import LogEvent, norm
+from .nccl import NcclCollector
+from .prefix import epoch, split, split_nccl_segments
+
+
+@dataclass
+class Parsed:
+    events: list[LogEvent] = field(default_factory=list)
+    # (provisional event-like record per line for search): (line_no, text, rank, local, pidkey, time)
+    lines: list[tuple] = field(default_factory=list)
+    local_map: dict[tuple[str, int], int] = field(default_factory=dict)   # (host, local) -> global, torchrun
+    hosts: set = field(default_factory=set)
+
+
+def parse_fingerprint(s: str) -> dict:
+    out, keys = {}, list(P.FP_KEYS.finditer(s))
+    for i, m in enumerate(keys):
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(s)
+        out[m.group(1)] = s[m.end():end].strip().rstrip(",").strip()
+    return out
+
+
+def parse_work(args: str) -> dict:
+    d = {}
+    for k, v in P.WORK_ARG.findall(args):
+        v = v.strip()
+        key = {"SeqNum": "seq", "OpType": "op", "NumelIn": "numel_in", "NumelOut": "numel_out",
+               "Timeout(ms)": "timeout_ms", "TensorShape": "shape", "DataType": "dtype"}[k]
+        d[key] = int(v) if v.lstrip("-").isdigit() else v
+    return d
+
+
+class FileParser:
+    def __init__(self, lf: LogFile, default_year: int, nccl: NcclCollector):
+        self.lf = lf
+        self.file = str(lf.path)
+        self.year = default_year
+        self.nccl = nccl
+        self.out = Parsed()
+        self.tb_open: set = set()            # streams inside a Python traceback
+        self.section = None                  # torchrun summary: "root" | "failures" | None
+        self.entry: dict | None = None
+        self.last_time: float | None = None
+
+    # ---------------------------------------------------------------- events
+    def _event(self, kind, text, line_no, ctx, time=None, **data) -> LogEvent:
+        rank = ctx.get("rank")
+        ev = LogEvent(rank, time if time is not None else ctx.get("time"), kind, norm(text)[:2000], self.file,
+                      line_no, data)
+        if rank is None:
+            if ctx.get("pidkey"):
+                ev.data["_pidkey"] = ctx["pidkey"]
+            if ctx.get("local") is not None:
+                ev.data["_local"] = ctx["local"]
+            elif self.lf.rank is not None:
+                if self.lf.local:
+                    ev.data["_local"] = self.lf.rank
+                else:
+                    ev.rank = self.lf.rank
+        self.out.events.append(ev)
+        return ev
+
+    # ---------------------------------------------------------------- lines
+    def parse(self, text: str) -> Parsed:
+        for no, raw in enumerate(text.splitlines(), 1):
+            if not raw.strip():
+                continue
+            parts = P.GLUED.split(raw) if ("[E" in raw or "[rank" in raw) else [raw]
+            for part in parts:
+                self._line(no, part)
+        self._close_entry()
+        return self.out
+
+    def _line(self, no: int, raw: str) -> None:
+        ln = split(raw, self.year)
+        if ln.time is not None:
+            self.last_time = ln.time
+        ctx = {"rank": ln.rank, "local": ln.local, "time": ln.time, "pidkey": None}
+        msg = ln.msg
+        if self._summary(no, msg, ctx):
+            self.out.lines.append((no, msg, ctx["rank"], ctx["local"], None, ctx["time"]))
+            return
+        if ln.nccl is not None:
+            for hdr, seg in split_nccl_segments(msg) or [(ln.nccl, msg)]:
+                key = f"{hdr['host']}:{hdr['pid']}"
+                self.out.hosts.add(hdr["host"])
+                c = dict(ctx, pidkey=key if ctx["rank"] is None else None)
+                self.nccl.feed(hdr, seg, self.lf.rank if not self.lf.local else None)
+                self.out.lines.append((no, seg, c["rank"], c["local"], c["pidkey"], c["time"]))
+                self._classify(no, seg, c, nccl=True)
+            return
+        if ln.rank is None:
+            m = P.RANK_IN_MSG.search(msg)
+            if m and ("Watchdog" in msg or "NCCL" in msg or "ProcessGroup" in msg or "PG " in msg):
+                ctx["rank"] = int(m.group("rank"))
+        self.out.lines.append((no, msg, ctx["rank"], ctx["local"], None, ctx["time"]))
+        self._classify(no, msg, ctx)
+
+    # ---------------------------------------------------------------- torchrun summary
+    def _summary(self, no: int, msg: str, ctx: dict) -> bool:
+        if P.TR_ROOT.match(msg):
+            self._close_entry()
+            self.section = "root"
+            return True
+        if P.TR_FAILURES.match(msg):
+            self._close_entry()
+            self.section = "failures"
+            return True
+        if self.section is None:
+            return False
+        if P.TR_RULE.match(msg) or msg.strip().startswith("-----"):
+            self._close_entry()
+            if P.TR_RULE.match(msg):
+                self.section = None
+            return True
+        m = P.TR_ENTRY.match(msg)
+        if m:
+            self._close_entry()
+            self.entry = {"line_no": no, "section": self.section, "tb": []}
+            return True
+        if self.entry is None:
+            return msg.strip() == "<NO_OTHER_FAILURES>"
+        f = P.TR_FIELD.match(msg)
+        if f and not self.entry.get("tb_started"):
+            key, val = f.group(1), f.group(2).strip()
+            if key == "rank":
+                r = P.TR_RANK.match(val)
+                if r:
+                    self.entry["rank"], self.entry["local"] = int(r.group(1)), int(r.group(2))
+            elif key == "exitcode":
+                e = P.TR_EXIT.match(val)
+                if e:
+                    self.entry["exitcode"], self.entry["pid"] = int(e.group(1)), int(e.group(2))
+                    if e.group(3):
+                        self.entry["signal"] = e.group(3)
+            elif key == "time":
+                t = P.TR_TIME.search(val)
+                if t:
+                    self.entry["time"] = epoch(*(int(g) for g in t.groups()))
+            elif key == "traceback":
+                self.entry["tb_started"] = True
+                self.entry["tb"].append(val)
+            else:
+                self.entry[key] = val
+            return True
+        # traceback continuation inside the entry: classify it with the entry's rank
+        self.entry["tb"].append(msg.strip())
+        c = dict(ctx, rank=self.entry.get("rank"), time=self.entry.get("time"))
+        self._classify(no, msg, c, in_summary=True)
+        return True
+
+    def _close_entry(self) -> None:
+        e, self.entry = self.entry, None
+        if not e or "rank" not in e:
+            return
+        host = e.get("host") or "?"
+        if e.get("local") is not None:
+            self.out.local_map[(host, e["local"])] = e["rank"]
+        code = e.get("exitcode")
+        sig = e.get("signal")
+        tb = " ".join(e["tb"])
+        s = P.SIGNAL.search(tb)
+        if s and s.group("name"):
+            sig = s.group("name")
+        if sig is None and code is not None and code < 0:
+            sig = P.SIGNALS.get(-code)
+        kind = "torchrun_root" if e["section"] == "root" else "torchrun_failure"
+        text = f"torchrun: rank {e['rank']} (local {e.get('local')}) on {host} exit code {code}" + (f" ({sig})" if sig else "")
+        ctx = {"rank": e["rank"], "time": e.get("time")}
+        self._event(kind, text, e["line_no"], ctx, exitcode=code, signal=sig, host=host, pid=e.get("pid"),
+                    error_file=e.get("error_file"), traceback=tb[:500])
+        if sig in ("SIGKILL", "SIGTERM", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGINT", "SIGHUP"):
+            self._event("killed", text, e["line_no"], ctx, signal=sig, exitcode=code, source="torchrun",
+                        root=e["section"] == "root")
+
+    # ---------------------------------------------------------------- classification
+    def _classify(self, no: int, msg: str, ctx: dict, nccl: bool = False, in_summary: bool = False) -> None:
+        stream = (ctx.get("rank"), ctx.get("local"), ctx.get("pidkey"))
+        if P.TRACEBACK.match(msg):
+            self.tb_open.add(stream)
+            return
+        if stream in self.tb_open and not in_summary and msg[:1].isspace():
+            return                                   # a frame or source line of a traceback
+        exc = None if nccl else P.EXC_LINE.match(msg)
+        if exc and (stream in self.tb_open or in_summary or "." in exc.group("type") or exc.group("msg")):
+            self.tb_open.discard(stream)
+            etype, emsg = exc.group("type"), (exc.group("msg") or "").strip()
+            cat = ("oom" if P.OOM.search(msg) else "mismatch" if P.MISMATCH.search(emsg) else
+                   "timeout" if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) else
+                   "peer" if P.PEER.search(msg) else "other")
+            self._event("exception", f"{etype}: {emsg}", no, ctx, exc_type=etype, message=emsg[:1000], category=cat)
+        if P.OOM.search(msg) and not P.TEARDOWN.search(msg):
+            a, g = P.OOM_ALLOC.search(msg), P.OOM_GPU.search(msg)
+            self._event("oom", msg, no, ctx, tried=a.group(1) if a else None, gpu=int(g.group(1)) if g else None,
+                        capacity=g.group(2) if g else None, source="nccl" if nccl else "python")
+            return
+        m = P.WATCHDOG.search(msg)
+        if m:
+            d = parse_work(m.group("args"))
+            if m.group("ran"):
+                d["ran_ms"] = int(m.group("ran"))
+            r = P.RANK_IN_MSG.search(msg)
+            if r and r.group("pg"):
+                d["pg"] = int(r.group("pg"))
+            d["terminated"] = "thread terminated" in msg
+            self._event("nccl_timeout", msg, no, ctx, **d)
+            return
+        m = P.WORK_STATE.search(msg)
+        if m:
+            r = P.RANK_IN_MSG.search(msg)
+            self._event("work_state", msg, no, ctx, at=int(m.group("at")), enqueued=int(m.group("enq")),
+                        completed=int(m.group("done")), pg=int(r.group("pg")) if r and r.group("pg") else None)
+            return
+        m = P.DUMP_SIGNAL.search(msg)
+        if m:
+            self._event("dump_signal", msg, no, ctx, from_rank=int(m.group("rank")) if m.group("rank") else ctx.get("rank"))
+            return
+        m = P.MISMATCH.search(msg)
+        if m:
+            f1, f2 = parse_fingerprint(m.group("f1")), parse_fingerprint(m.group("f2"))
+            self._event("mismatch", msg, no, ctx, rank_a=int(m.group("r1")), rank_b=int(m.group("r2")),
+                        a=f1, b=f2, differ=(m.group("diff") or "").strip()[:300])
+            return
+        m = P.GLOO_TIMEOUT.search(msg)
+        if m:
+            self._event("gloo_timeout", msg, no, ctx, timeout_ms=int(m.group("ms")) if m.group("ms") else None,
+                        op=m.group("op") if m.group("op") else None)
+            return
+        m = P.PEER.search(msg)
+        if m:
+            a = P.PEER_ADDR.search(msg)
+            pr = P.PEER_RANK.search(msg)
+            self._event("peer_error", msg, no, ctx, peer=a.group(1) if a else None,
+                        peer_rank=int(pr.group(1)) if pr else None, detail=m.group(0), nccl=nccl)
+            return
+        m = P.NCCL_ERR.search(msg)
+        if m:
+            self._event("nccl_error", msg, no, ctx, code=m.group(1))
+            return
+        m = P.TR_FAILED.search(msg)
+        if m:
+            code = int(m.group("code"))
+            c = dict(ctx, local=int(m.group("local")), rank=None)
+            self._event("exit", msg, no, c, exitcode=code, pid=int(m.group("pid")),
+                        signal=P.SIGNALS.get(-code) if code < 0 else None)
+            return
+        m = P.SIGNAL.search(msg)
+        if m and not in_summary:
+            name = m.group("name") or m.group("name2") or m.group("name3")
+            if not name and m.group("code"):
+                name = P.SIGNALS.get(int(m.group("code")) - 128)
+            self._event("killed", msg, no, ctx, signal=name or "SIGKILL", source="log")
+            return
+        if P.CRASH.search(msg):
+            self._event("crash", msg, no, ctx)
+            return
+        if nccl and " NCCL WARN " in f" {msg} ":
+            self._event("nccl_warn", msg, no, ctx)
+            return
+        if stream in self.tb_open or in_summary:
+            return
+        for rx in P.PROGRESS:
+            m = rx.search(msg)
+            if m:
+                self._event("progress", msg, no, ctx, step=int(m.group("step")))
+                return
