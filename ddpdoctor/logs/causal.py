@@ -65,7 +65,8 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     ooms = [e for e in g("oom")]
     o = _first([e for e in ooms if e.rank is not None]) or _first(ooms)
     f.update({"failure.oom.present": bool(ooms), "failure.oom.ranks": _ranks(ooms),
-              "failure.oom.first_rank": o.rank if o else None, "failure.oom.first_time": o.time if o else None,
+              "failure.oom.first_rank": o.rank if o else None,
+              "failure.oom.gpus": sorted({e.data["gpu"] for e in ooms if e.data.get("gpu") is not None}), "failure.oom.first_time": o.time if o else None,
               "failure.oom.tried": o.data.get("tried") if o else None, "failure.oom.text": o.text[:300] if o else None})
 
     # ------------------------------------------------------------------ signals, crashes, exits
@@ -95,14 +96,14 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     nto = g("nccl_timeout")
     seq_by_rank: dict[int, int] = {}
     op_by_rank: dict[int, str] = {}
-    pgs = Counter(e.data.get("pg", 0) for e in nto)
-    main_pg = pgs.most_common(1)[0][0] if pgs else 0
+    states = [e for e in g("work_state") if e.rank is not None]
+    pgs = Counter(e.data.get("pg") for e in nto + states if e.data.get("pg") is not None)
+    main_pg = pgs.most_common(1)[0][0] if pgs else None
     for e in nto:
-        if e.rank is None or e.data.get("pg", 0) != main_pg or "seq" not in e.data:
+        if e.rank is None or e.data.get("pg") not in (None, main_pg) or "seq" not in e.data:
             continue
         if e.rank not in seq_by_rank or e.data["seq"] < seq_by_rank[e.rank]:
             seq_by_rank[e.rank], op_by_rank[e.rank] = e.data["seq"], e.data.get("op")
-    states = [e for e in g("work_state") if e.rank is not None]
     for e in states:
         if e.rank not in seq_by_rank and e.data.get("pg") in (None, main_pg):
             seq_by_rank[e.rank] = e.data["at"]
@@ -121,7 +122,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
         "failure.timeout.timeout_ms": next((e.data.get("timeout_ms") for e in tos if e.data.get("timeout_ms")), None),
         "failure.timeout.ran_ms": max((e.data.get("ran_ms", 0) for e in nto), default=None) or None,
         "failure.timeout.numel": next((e.data.get("numel_in") for e in nto if e.data.get("numel_in")), None),
-        "failure.timeout.pg": main_pg if nto else None,
+        "failure.timeout.pg": main_pg if main_pg is not None else (0 if nto else None),
         "failure.timeout.last_enqueued": {str(e.rank): e.data["enqueued"] for e in states},
         "failure.timeout.last_completed": {str(e.rank): e.data["completed"] for e in states},
         "failure.timeout.enqueued_ahead": max((e.data["enqueued"] - e.data["at"] for e in states), default=None),
@@ -278,8 +279,8 @@ def _root(f, o, k, crashes, x, m, st, t0, p, r, fr):
         ranks = f["failure.timeout.ranks"]
         first = f["failure.timeout.dump_from_rank"]
         return "timeout", first if first is not None else (ranks[0] if len(ranks) == 1 else None), t0
-    if p is not None:                      # the culprit is the peer, not the rank that logged it
-        return "remote_error", f["failure.remote_error.peer_rank"], p
+    if p is not None:                      # the culprit is the peer, not the rank that logged the error
+        return "remote_error", None, p       # failure.remote_error.peer / peer_rank hint at it
     if r is not None and (r.data.get("exitcode") or 0) != 0:
         return "exit", r.rank, r
     return None, None, None

@@ -16,7 +16,7 @@ from .model import NcclFacts
 
 _VERSION = re.compile(r"NCCL version (\S+)")
 _SOCK_USING = re.compile(r"NET/Socket : Using (.*)$")
-_NET_USING_OLD = re.compile(r"^NET : Using interface ([\w.\-:]+?):([\w.:%\-]+)<")
+_NET_USING_OLD = re.compile(r"\bNET : Using interface ([\w.\-:]+?):([\w.:%\-]+)<")
 _BOOT = re.compile(r"Bootstrap : Using (.*)$")
 _IFACE = re.compile(r"(?:\[\d+\])?([A-Za-z][\w.\-]*?):([0-9a-fA-F.:%]+[0-9a-fA-F])<\d+>")
 _IB_NONE = re.compile(r"NET/IB ?: No device found", re.I)

@@ -92,7 +92,7 @@ def nccl_facts(n: NcclFacts, known: dict) -> dict:
         "nccl.ifnames_by_host": by_host, "nccl.ifnames_differ": differ, "nccl.bad_ifnames": bad,
         "nccl.only_bad_ifnames": bool(chosen) and len(bad) == len(chosen), "nccl.ifname_problem": problem,
         "nccl.suggested_ifname": suggestion, "nccl.addrs_by_ifname": dict(n.addrs_by_ifname),
-        "nccl.hosts": list(n.hosts), "nccl.nnodes": n.nnodes or (len(n.hosts) if n.hosts else None),
+        "nccl.hosts": list(n.hosts), "nccl.nnodes": n.nnodes, "nccl.hosts_seen": len(n.hosts),
         "nccl.nranks": n.nranks,
         "nccl.socket_with_ib": transport == "Socket" and ib_known,
         "nccl.socket_without_ib": transport == "Socket" and not ib_known,

@@ -77,7 +77,7 @@ class FileParser:
     # ---------------------------------------------------------------- lines
     def parse(self, text: str) -> Parsed:
         for no, raw in enumerate(text.splitlines(), 1):
-            if not raw.strip():
+            if not raw.strip() or raw.startswith("# "):    # blank, or a comment/heading of a pasted ticket
                 continue
             parts = P.GLUED.split(raw) if ("[E" in raw or "[rank" in raw) else [raw]
             for part in parts:
@@ -203,7 +203,8 @@ class FileParser:
                    "timeout" if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) else
                    "peer" if P.PEER.search(msg) else "other")
             self._event("exception", f"{etype}: {emsg}", no, ctx, exc_type=etype, message=emsg[:1000], category=cat)
-        if P.OOM.search(msg) and not P.TEARDOWN.search(msg):
+        loggy = bool(nccl or exc or in_summary or P.LOGGY.search(msg))
+        if P.OOM.search(msg) and loggy and not P.TEARDOWN.search(msg):
             a, g = P.OOM_ALLOC.search(msg), P.OOM_GPU.search(msg)
             self._event("oom", msg, no, ctx, tried=a.group(1) if a else None, gpu=int(g.group(1)) if g else None,
                         capacity=g.group(2) if g else None, source="nccl" if nccl else "python")
@@ -232,22 +233,23 @@ class FileParser:
         m = P.MISMATCH.search(msg)
         if m:
             f1, f2 = parse_fingerprint(m.group("f1")), parse_fingerprint(m.group("f2"))
+            d = P.DIFFER.search(m.group("rest"))
             self._event("mismatch", msg, no, ctx, rank_a=int(m.group("r1")), rank_b=int(m.group("r2")),
-                        a=f1, b=f2, differ=(m.group("diff") or "").strip()[:300])
+                        a=f1, b=f2, differ=d.group(1).strip()[:300] if d else "")
             return
         m = P.GLOO_TIMEOUT.search(msg)
         if m:
             self._event("gloo_timeout", msg, no, ctx, timeout_ms=int(m.group("ms")) if m.group("ms") else None,
                         op=m.group("op") if m.group("op") else None)
             return
-        m = P.PEER.search(msg)
+        m = P.PEER.search(msg) if loggy else None
         if m:
             a = P.PEER_ADDR.search(msg)
             pr = P.PEER_RANK.search(msg)
             self._event("peer_error", msg, no, ctx, peer=a.group(1) if a else None,
                         peer_rank=int(pr.group(1)) if pr else None, detail=m.group(0), nccl=nccl)
             return
-        m = P.NCCL_ERR.search(msg)
+        m = P.NCCL_ERR.search(msg) if loggy else None
         if m:
             self._event("nccl_error", msg, no, ctx, code=m.group(1))
             return

@@ -31,7 +31,11 @@ NCCL_ERR = re.compile(r"\b(ncclSystemError|ncclInternalError|ncclUnhandledCudaEr
 
 MISMATCH = re.compile(r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
                       r"CollectiveFingerPrint\((?P<f1>.*?)\),? but Rank (?P<r2>\d+) is running collective: "
-                      r"CollectiveFingerPrint\((?P<f2>.*?)\)\.?(?:\s*Collectives differ in the following aspects:(?P<diff>.*))?$")
+                      r"CollectiveFingerPrint\((?P<f2>[^()]*(?:\([^()]*\)[^()]*)*)\)(?P<rest>.*)$")
+DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(.*)$")
+# a line that looks like program output rather than prose pasted around it in a ticket
+LOGGY = re.compile(r"\w*(?:Error|Exception)\s*:|\b(?:WARN|ERROR|FATAL)\b|\.(?:cc|cpp|h|hpp):\d+|ProcessGroup|"
+                   r"\[Rank \d+\]|\bNCCL\b.*\b(?:failed|error)\b|^\s*CUDA (?:error: )?out of memory")
 FP_KEYS = re.compile(r"(SequenceNumber|OpType|TensorShape|TensorShapes|TensorDtypes|TensorDeviceTypes|NumTensors)=")
 
 EXC_LINE = re.compile(r"^\s*(?!raise\b|File\b|return\b)(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))"
