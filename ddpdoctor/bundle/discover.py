@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..errors import InputError
+from ..errors import InputError, NoTracesError
 from ..trace.schema import DistributedInfo
 
 PEEK_BYTES = 256 * 1024
@@ -26,6 +26,7 @@ _DIST_INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*(?:\{[^{}]*\}[^{}]*)
 _PID = re.compile(rb'"pid"\s*:\s*(\d+)')
 _BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 # ddpdoctor's own metadata files that live beside traces (bundles, synthetic sets): not traces
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
 OWN_FILES = {"manifest.json", "truth.json", "facts.json", "report.json", "analysis.json"}
 NAMING_HELP = ("name each file after its rank (e.g. rank3.pt.trace.json or worker3.json) or record with "
                "torch.distributed initialized so the trace carries distributedInfo")
@@ -65,7 +66,8 @@ def find_trace_files(paths: list[str]) -> list[Path]:
         if not path.exists():
             raise InputError(f"{p}: no such file or directory")
         if path.is_file():
-            found.append(path)
+            if path.name.endswith((".json", ".json.gz")) or not path.name.endswith(LOG_SUFFIXES):
+                found.append(path)
             continue
         for root, _dirs, files in os.walk(path):
             for name in sorted(files):
@@ -148,7 +150,7 @@ def discover(paths: list[str], all_windows: bool = False) -> Discovery:
     files = find_trace_files(paths)
     explicit = {Path(p).resolve() for p in paths if Path(p).is_file()}
     if not files:
-        raise InputError(f"no trace files (*.json, *.json.gz) under {', '.join(paths)}")
+        raise NoTracesError(f"no trace files (*.json, *.json.gz) under {', '.join(paths)}")
     warnings: list[str] = []
     described: list[TraceFile] = []
     errors: list[str] = []
@@ -161,7 +163,7 @@ def discover(paths: list[str], all_windows: bool = False) -> Discovery:
             errors.append(str(exc))
     if not described:
         more = f" (and {len(errors) - 1} more unreadable file(s))" if len(errors) > 1 else ""
-        raise InputError(f"no readable profiler trace: {errors[0]}{more}")
+        raise NoTracesError(f"no readable profiler trace: {errors[0]}{more}")
     warnings.extend(f"skipped {e}" for e in errors)
     unranked = [t for t in described if t.rank is None]
     if unranked:

@@ -54,6 +54,7 @@ class RankSummary:
     collectives: Collectives
     notes: list[str] = field(default_factory=list)
     n_events: int = 0
+    extras: dict[str, float | None] = field(default_factory=dict)   # per-rank scalars, see _extras
 
 
 def _union(sp: Spans) -> iv.Intervals:
@@ -122,14 +123,54 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
         notes.append("no communication kernels: communication taken from host-side collective annotations")
 
     coll = _collectives(gpu, comm_k, host_coll, ws, we, comm_source)
+    extras = _extras(gpu, kernels, coll, ws, we) if has_gpu else {"collectives_per_step": _per_step(len(coll), ws)}
+    extras["dataloader_single_process"] = _single_process_loader(rt.dataloader.names)
     rows = {c: (None if values[c] is None else [float(v) for v in values[c]]) for c in COLUMNS}
     return RankSummary(
         rank=rank, paths=[rt.path], world_size=rt.world_size, backend=rt.backend, devices=rt.devices,
         host=rt.host, pid=rt.pid, schema=rt.schema, device_kind="gpu" if has_gpu else "cpu",
         comm_source=comm_source, step_source=source, steps=windows,
         values={c: (v if v is not None else [None] * len(windows)) for c, v in rows.items()},
-        collectives=coll, notes=notes, n_events=rt.n_events,
+        collectives=coll, notes=notes, n_events=rt.n_events, extras=extras,
     )
+
+
+def _single_process_loader(names: list[str]) -> float | None:
+    """1.0 when the DataLoader iterator is the single-process one (num_workers=0), 0.0 when it
+    is the multi-process one, None when the trace shows no DataLoader."""
+    single = sum("_SingleProcessDataLoaderIter" in n for n in names)
+    multi = sum("_MultiProcessingDataLoaderIter" in n for n in names)
+    if not single and not multi:
+        return None
+    return 1.0 if single >= multi else 0.0
+
+
+def _per_step(count: float, ws: np.ndarray) -> float | None:
+    return float(count) / ws.size if ws.size else None
+
+
+def _extras(gpu: GpuOps, kernels: np.ndarray, coll: Collectives, ws, we) -> dict[str, float | None]:
+    """Per-rank facts for the rules: kernel counts and sizes, pageable host-to-device copies."""
+    if not ws.size:
+        return {}
+    inside = np.zeros(gpu.start.size, dtype=bool)
+    step = np.searchsorted(ws, gpu.start, side="right") - 1
+    ok = step >= 0
+    inside[ok] = gpu.start[ok] < we[step[ok]]
+    k = kernels & inside
+    dur = gpu.end - gpu.start
+    copies = (gpu.kind == GpuOps.MEMCPY) & inside
+    pageable = copies & (gpu.pageable_h2d if gpu.pageable_h2d is not None else np.zeros_like(copies))
+    total = float(np.sum(we - ws))
+    return {
+        "kernels_per_step": _per_step(int(k.sum()), ws),
+        "kernel_median_us": float(np.median(dur[k])) if k.any() else None,
+        "small_kernel_fraction": float(np.mean(dur[k] < 10.0)) if k.any() else None,
+        "collectives_per_step": _per_step(len(coll), ws),
+        "h2d_pageable_us_per_step": float(dur[pageable].sum()) / ws.size,
+        "h2d_pageable_share": float(dur[pageable].sum()) / total if total > 0 else None,
+        "memcpy_count_per_step": _per_step(int(copies.sum()), ws),
+    }
 
 
 def _host_collectives(sp: Spans) -> Spans:

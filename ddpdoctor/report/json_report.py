@@ -1,18 +1,21 @@
-"""The analysis as JSON (``"schema": "ddpdoctor.analysis/1"``): the stable interface later
-stages (rules, reports) and other tools read."""
+"""The diagnosis as JSON (``"schema": "ddpdoctor.diagnosis/1"``): verdict, findings with
+fixes, the facts the rules read, and the per-(rank, step) analysis under ``analysis``.
+It is the stable interface that reports, ``compare`` and other tools read."""
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 
 from .. import __version__
 from ..analysis import Analysis
 from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
 from .summary import biggest_cost
 
-SCHEMA = "ddpdoctor.analysis/1"
+SCHEMA = "ddpdoctor.diagnosis/1"
+ANALYSIS_SCHEMA = "ddpdoctor.analysis/1"
+MAX_LOG_EVENTS = 2000
 
 
 def _clean(x):
@@ -25,7 +28,7 @@ def _clean(x):
     return x
 
 
-def to_dict(a: Analysis) -> dict:
+def analysis_dict(a: Analysis) -> dict:
     table = []
     ranks = {}
     for s in a.summaries:
@@ -46,8 +49,7 @@ def to_dict(a: Analysis) -> dict:
     cross = asdict(a.cross)
     cost = biggest_cost(a)
     return _clean({
-        "schema": SCHEMA,
-        "ddpdoctor_version": __version__,
+        "schema": ANALYSIS_SCHEMA,
         "inputs": a.inputs,
         "world_size": a.discovery.world_size,
         "ranks_present": [s.rank for s in a.summaries],
@@ -64,7 +66,59 @@ def to_dict(a: Analysis) -> dict:
     })
 
 
-def write_json(a: Analysis, path: str) -> None:
+def _plain_facts(facts: dict) -> dict:
+    """The facts rules read, without per-step vectors; per-rank vectors as {rank: value}."""
+    from ..rules_engine.engine import _plain
+    from ..rules_engine.expr import Vec
+
+    out = {}
+    for k, v in sorted(facts.items()):
+        if k.startswith("step."):
+            continue
+        if isinstance(v, Vec) and v.values.dtype == object:
+            continue
+        out[k] = _plain(v)
+    return out
+
+
+def _finding_dict(f) -> dict:
+    d = asdict(f)
+    d["fixes"] = [asdict(x) for x in f.fixes]
+    return d
+
+
+def _logs_dict(logs) -> dict | None:
+    if logs is None:
+        return None
+    events = []
+    for e in list(getattr(logs, "events", []))[:MAX_LOG_EVENTS]:
+        events.append(asdict(e) if is_dataclass(e) else dict(e))
+    return {"files": [str(f) for f in getattr(logs, "files", [])], "ranks": list(getattr(logs, "ranks", [])),
+            "events": events, "events_truncated": len(getattr(logs, "events", [])) > MAX_LOG_EVENTS}
+
+
+def to_dict(report) -> dict:
+    d = report.diagnosis
+    return _clean({
+        "schema": SCHEMA,
+        "ddpdoctor_version": __version__,
+        "inputs": report.inputs,
+        "partial": report.partial,
+        "warnings": report.warnings,
+        "verdict": asdict(d.verdict),
+        "findings": [_finding_dict(f) for f in d.findings],
+        "abstained": d.abstained,
+        "rule_errors": d.errors,
+        "rules_evaluated": d.rules_evaluated,
+        "rule_notes": d.notes,
+        "facts": _plain_facts(report.facts),
+        "analysis": analysis_dict(report.analysis) if report.analysis is not None else None,
+        "logs": _logs_dict(report.logs),
+        "timing": {"seconds": report.seconds},
+    })
+
+
+def write_json(report, path: str) -> None:
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump(to_dict(a), fh, indent=1, allow_nan=False)
+        json.dump(to_dict(report), fh, indent=1, allow_nan=False, default=str)
         fh.write("\n")

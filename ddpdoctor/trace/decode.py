@@ -59,6 +59,7 @@ class GpuOps:
     kind: np.ndarray          # 0 compute kernel, 1 communication kernel, 2 memcpy, 3 memset
     correlation: np.ndarray   # int64, -1 when absent
     comm_kind: list[str]      # collective kind for communication kernels, "" otherwise
+    pageable_h2d: np.ndarray | None = None   # bool: host-to-device copy from pageable memory
 
     KERNEL, COMM, MEMCPY, MEMSET = 0, 1, 2, 3
 
@@ -263,12 +264,14 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
 
     # --- device side -----------------------------------------------------------------
     kinds = np.empty(len(k_s), dtype=np.int8)
+    pageable = np.zeros(len(k_s), dtype=bool)
     comm_kind: list[str] = []
     k_corr = []
     for j, (name, args) in enumerate(zip(k_names, k_args)):
         k_corr.append(args.correlation if args else None)
         if k_code[j] == 2:
             kinds[j] = GpuOps.MEMCPY
+            pageable[j] = "HtoD" in name and "Pageable" in name
         elif k_code[j] == 3:
             kinds[j] = GpuOps.MEMSET
         else:
@@ -283,7 +286,7 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
             kinds[j] = GpuOps.KERNEL
         comm_kind.append("")
     gpu = GpuOps(np.asarray(k_s, dtype=np.float64), np.asarray(k_e, dtype=np.float64), kinds,
-                 np.asarray([_corr(c) for c in k_corr], dtype=np.int64), comm_kind)
+                 np.asarray([_corr(c) for c in k_corr], dtype=np.int64), comm_kind, pageable)
     rt_keep = [i for i, c in enumerate(rt_corr) if _corr(c) >= 0]
 
     dist = trace.distributedInfo

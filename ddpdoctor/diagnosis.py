@@ -1,0 +1,88 @@
+"""``analyze`` end to end: traces → breakdown, bundle settings and logs → facts → rules →
+a :class:`Report` (the data object every renderer reads).
+
+Each input is optional on its own: a folder of traces from a ticket has no settings or
+logs; a folder of logs pulled off a failed job has no traces.  Only a folder with
+neither is an error.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .analysis import Analysis, AnalyzeOptions, analyze
+from .errors import InputError, NoTracesError
+from .rules_engine.facts import merge_facts, trace_facts
+from .rules_engine.registry import RuleSet, build_ruleset
+from .rules_engine.verdict import Diagnosis, diagnose
+
+
+@dataclass
+class Report:
+    inputs: list[str]
+    analysis: Analysis | None
+    diagnosis: Diagnosis
+    facts: dict
+    logs: object | None = None                 # ddpdoctor.logs.LogAnalysis when logs were found
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.analysis is None or self.analysis.partial
+                    or self.facts.get("run.status") in ("partial", "failed"))
+
+
+def _bundle_facts(paths: list[str], warnings: list[str]) -> dict:
+    try:
+        from .bundle.settings import load_bundle_facts
+    except ImportError:
+        return {}
+    try:
+        return load_bundle_facts(paths) or {}
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - settings are a bonus; a bad file must not stop the analysis
+        warnings.append(f"bundle settings not read: {type(exc).__name__}: {exc}")
+        return {}
+
+
+def _logs(paths: list[str], known: dict, warnings: list[str]):
+    try:
+        from .logs import analyze_logs
+    except ImportError:
+        return None
+    try:
+        return analyze_logs(paths, known_facts=known)
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a log we cannot parse must not hide the trace analysis
+        warnings.append(f"logs not analyzed: {type(exc).__name__}: {exc}")
+        return None
+
+
+def run_analyze(paths: list[str], opts: AnalyzeOptions | None = None, ruleset: RuleSet | None = None,
+                progress=None) -> Report:
+    t0 = time.perf_counter()
+    warnings: list[str] = []
+    analysis = None
+    no_traces: NoTracesError | None = None
+    try:
+        analysis = analyze(paths, opts, progress=progress)
+    except NoTracesError as exc:
+        no_traces = exc
+    bundle = _bundle_facts(paths, warnings)
+    tfacts = trace_facts(analysis) if analysis is not None else {"trace.present": False}
+    logs = _logs(paths, merge_facts(tfacts, bundle), warnings)
+    if analysis is None and logs is None:
+        raise InputError(f"{no_traces}; no log files either (*.log, *.txt, *.out, *.err, NCCL debug files): "
+                         "nothing to analyze")
+    if analysis is None:
+        warnings.append(f"no traces ({no_traces}): performance not assessed, logs only")
+    facts = merge_facts(tfacts, bundle, getattr(logs, "facts", None))
+    rs = ruleset or build_ruleset()
+    diag = diagnose(facts, rs, log_search=getattr(logs, "search", None))
+    return Report(inputs=list(paths), analysis=analysis, diagnosis=diag, facts=facts, logs=logs,
+                  warnings=warnings + (analysis.warnings if analysis else []),
+                  seconds=time.perf_counter() - t0)

@@ -1,0 +1,163 @@
+"""Evaluate rules against a run's facts: each rule fires, stays quiet or abstains.
+
+The facts are one flat dict of dotted names (see ddpdoctor/rules_engine/facts.py and
+docs/RULES.md).  Inside a rule, a bare name is looked up first among the rule's evidence
+(computed in file order), then its params, then ``match.*`` (its log patterns), then the
+facts.  A name found nowhere is Missing: a condition that needs it makes the rule abstain
+and the report says which facts were missing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .expr import ExprError, Missing, Vec, _speedup
+from .model import Rule
+
+
+@dataclass
+class FixOut:
+    title: str
+    change: str
+    kind: str
+    not_recorded: list[str] = field(default_factory=list)   # values the fix needed but the run did not record
+
+
+@dataclass
+class Finding:
+    rule: str
+    name: str
+    category: str
+    severity: str
+    title: str
+    summary: str
+    ranks: list[int]
+    evidence: dict
+    fixes: list[FixOut]
+    why: str = ""
+    references: list[str] = field(default_factory=list)
+    cost: float | None = None                 # share of step time (0..1)
+    expected_speedup: float | None = None     # upper bound if the cost were removed
+    agreement: float | None = None
+    confidence: float | None = None
+    not_recorded: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    rule: str
+    status: str                  # "fire", "quiet", "abstain" or "error"
+    finding: Finding | None = None
+    missing: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def _plain(v):
+    """A JSON-able version of an evaluated value."""
+    if isinstance(v, Vec):
+        return {int(r): _plain(x) for r, x in zip(v.ranks, v.values)} if len(set(v.ranks.tolist())) == len(v) \
+            else [_plain(x) for x in v.values]
+    if isinstance(v, (np.floating, np.integer, np.bool_)):
+        v = v.item()
+    if isinstance(v, float):
+        return None if np.isnan(v) else round(v, 6)
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return v
+
+
+class _Lookup:
+    def __init__(self, rule: Rule, facts: dict, params: dict, match: dict | None):
+        self.values: dict = {}
+        self.params = params
+        self.facts = facts
+        self.match = match or {}
+
+    def __call__(self, name: str):
+        if name in self.values:
+            return self.values[name]
+        if name in self.params:
+            return self.params[name]
+        if name.startswith("match.") and name[6:] in self.match:
+            return self.match[name[6:]]
+        if name in self.facts:
+            return self.facts[name]
+        return Missing(frozenset({name}))
+
+
+def _single(v, what: str, rule: Rule):
+    if isinstance(v, Vec):
+        raise ExprError(f"{what} gives one value per rank; wrap it in any(), all(), count(), median() …")
+    return v
+
+
+def evaluate(rule: Rule, facts: dict, params: dict | None = None, log_search=None) -> Outcome:
+    """Evaluate one rule.  ``log_search(patterns) -> dict`` serves rules with log patterns."""
+    match = None
+    if rule.log_patterns:
+        if log_search is None:
+            return Outcome(rule.id, "abstain", missing=["logs"])
+        match = log_search(rule.log_patterns)
+    look = _Lookup(rule, facts, rule.param_values(params), match)
+    try:
+        for name, e in rule.evidence.items():
+            look.values[name] = e(look)
+        cond = _single(rule.when(look), "the condition", rule)
+        if isinstance(cond, Missing):
+            return Outcome(rule.id, "abstain", missing=sorted(cond.names))
+        if not cond:
+            return Outcome(rule.id, "quiet")
+        return Outcome(rule.id, "fire", finding=_finding(rule, look))
+    except ExprError as exc:
+        return Outcome(rule.id, "error", error=f"rule {rule.id} ({rule.path}): {exc}")
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+        return Outcome(rule.id, "error", error=f"rule {rule.id} ({rule.path}): {type(exc).__name__}: {exc}")
+
+
+def _number(v) -> float | None:
+    if isinstance(v, Missing) or v is None or isinstance(v, (list, dict, str, Vec)):
+        return None
+    f = float(v)
+    return None if np.isnan(f) else f
+
+
+def _finding(rule: Rule, look: _Lookup) -> Finding:
+    summary, missing = rule.summary.render(look)
+    ranks: list[int] = []
+    if rule.ranks is not None:
+        r = rule.ranks(look)
+        if isinstance(r, Vec):
+            r = [int(x) for x in r.ranks]
+        if isinstance(r, (list, tuple)):
+            ranks = sorted({int(x) for x in r if x is not None and not isinstance(x, Missing)})
+        elif isinstance(r, (int, float)) and not isinstance(r, bool):
+            ranks = [int(r)]
+    cost = _number(rule.cost(look)) if rule.cost is not None else None
+    if cost is not None:
+        cost = min(max(cost, 0.0), 1.0)
+    agreement = _number(rule.agreement(look)) if rule.agreement is not None else None
+    confidence = _number(rule.confidence(look)) if rule.confidence is not None else None
+    fixes = []
+    for fx in rule.fixes:
+        assumed: set[str] = set()
+        if fx.applies_if is not None:
+            ok = _single(fx.applies_if(look), "applies_if", rule)
+            if isinstance(ok, Missing):
+                assumed |= set(ok.names)       # cannot tell: keep the fix and say what was not known
+            elif not ok:
+                continue
+        title, m1 = fx.title.render(look)
+        change, m2 = fx.change.render(look)
+        fixes.append(FixOut(title.strip(), change.strip("\n"), fx.kind, sorted(assumed | m1 | m2)))
+    evidence = {k: _plain(v) for k, v in look.values.items() if not isinstance(v, Missing)}
+    return Finding(
+        rule=rule.id, name=rule.name, category=rule.category, severity=rule.severity, title=rule.title,
+        summary=re.sub(r"\s+", " ", summary).strip(), ranks=ranks, evidence=evidence, fixes=fixes,
+        why=rule.why, references=rule.references, cost=cost,
+        expected_speedup=_speedup(cost) if cost is not None else None,
+        agreement=agreement, confidence=confidence, not_recorded=sorted(missing))

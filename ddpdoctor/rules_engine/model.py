@@ -1,0 +1,243 @@
+"""Rule files: one TOML file per rule, loaded and checked into :class:`Rule` objects.
+
+The format is documented in docs/RULES.md and described for editors by
+rules/rule.schema.json.  Every problem in a rule file is reported as
+``<file>:<line>: <what is wrong>`` (a :class:`RuleError`, which is an InputError: exit 2).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+from .expr import Expr, ExprError, compile_expr
+from .template import Template, compile_template
+
+CATEGORIES = ("failure", "network", "dataloader", "communication", "compute", "imbalance",
+              "config", "memory", "info")
+VERDICT_CATEGORIES = ("dataloader", "communication", "compute", "imbalance")
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+FIX_KINDS = ("code", "setting", "env", "command")
+ID_PATTERN = re.compile(r"^[A-Z]{2,4}[0-9]{3}$")
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
+# first part of every fact name a rule may read (params and evidence names are bare words)
+FACT_ROOTS = ("rank", "step", "run", "cross", "straggler", "trace", "config", "host", "memory",
+              "failure", "nccl", "logs", "match", "flight_recorder")
+TOP_KEYS = {"id", "name", "category", "severity", "title", "why", "references", "when", "cost",
+            "agreement", "confidence", "ranks", "summary", "params", "evidence", "log", "fix", "test"}
+
+
+class RuleError(InputError):
+    """A rule file is malformed (names the file and line)."""
+
+
+@dataclass
+class Param:
+    name: str
+    default: object
+    help: str = ""
+
+
+@dataclass
+class Fix:
+    title: Template
+    change: Template
+    kind: str = "code"
+    applies_if: Expr | None = None
+
+
+@dataclass
+class RuleCase:
+    name: str
+    expect: str                  # "fire", "quiet" or "abstain"
+    facts: dict
+    params: dict = field(default_factory=dict)
+    log: list[dict] = field(default_factory=list)
+    summary_contains: list[str] = field(default_factory=list)
+    ranks: list[int] | None = None
+    fixes_contain: list[str] = field(default_factory=list)     # each must appear in some fix
+    fixes_exclude: list[str] = field(default_factory=list)     # none may appear in any fix
+
+
+@dataclass
+class Rule:
+    id: str
+    name: str
+    category: str
+    severity: str
+    title: str
+    why: str
+    references: list[str]
+    params: dict[str, Param]
+    evidence: dict[str, Expr]
+    when: Expr
+    summary: Template
+    cost: Expr | None = None          # share of step time this finding costs (0..1)
+    agreement: Expr | None = None     # share of ranks/steps that agree (0..1)
+    confidence: Expr | None = None    # overrides the engine's confidence (0..1)
+    ranks: Expr | None = None
+    fixes: list[Fix] = field(default_factory=list)
+    tests: list[RuleCase] = field(default_factory=list)
+    log_patterns: list[str] = field(default_factory=list)
+    path: str = ""
+    origin: str = "built-in"          # "built-in" or "user"
+
+    def param_values(self, overrides: dict | None = None) -> dict:
+        vals = {k: p.default for k, p in self.params.items()}
+        vals.update(overrides or {})
+        return vals
+
+
+def _line_of(text: str, key: str, after: int = 0) -> int:
+    """1-based line of the first ``key =`` (or ``[key]``) at or after line ``after``."""
+    pat = re.compile(rf"^\s*(\"?{re.escape(key)}\"?\s*=|\[\[?{re.escape(key)}\]?\])")
+    lines = text.splitlines()
+    for i in range(after, len(lines)):
+        if pat.match(lines[i]):
+            return i + 1
+    return 1
+
+
+class _Ctx:
+    def __init__(self, path: Path, text: str):
+        self.path, self.text = path, text
+
+    def fail(self, key: str, message: str, after: int = 0):
+        raise RuleError(f"{self.path}:{_line_of(self.text, key, after)}: {message}")
+
+    def expr(self, key: str, source, allow_names: set[str]) -> Expr:
+        try:
+            e = compile_expr(source)
+        except ExprError as exc:
+            self.fail(key, f"{key}: {exc}")
+        self._check_names(key, e.names, allow_names)
+        return e
+
+    def template(self, key: str, source, allow_names: set[str]) -> Template:
+        try:
+            t = compile_template(source)
+        except ExprError as exc:
+            self.fail(key, f"{key}: {exc}")
+        self._check_names(key, t.names, allow_names)
+        return t
+
+    def _check_names(self, key: str, names, allow: set[str]) -> None:
+        for n in names:
+            root = n.split(".", 1)[0]
+            if n in allow or root in FACT_ROOTS:
+                continue
+            self.fail(key, f"{key}: unknown name {n!r} (not a param, an evidence name, "
+                           f"or a fact under {', '.join(FACT_ROOTS)})")
+
+
+def load_rule_file(path: Path, origin: str = "built-in") -> Rule:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError(f"{path}: cannot read rule file ({exc})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        where = f"{path}:{m.group(1)}" if m else str(path)
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        raise RuleError(f"{where}: not valid TOML: {msg}") from None
+    return parse_rule(data, path, text, origin)
+
+
+def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> Rule:
+    c = _Ctx(path, text)
+    for key in data:
+        if key not in TOP_KEYS:
+            c.fail(key, f"unknown key {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})")
+    for key in ("id", "name", "category", "severity", "title", "when", "summary"):
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            c.fail(key if key in data else "id", f"missing or empty required key {key!r}")
+    rid = data["id"]
+    if not ID_PATTERN.match(rid):
+        c.fail("id", f"id {rid!r} must be 2-4 capital letters and 3 digits, e.g. DL001")
+    if not NAME_PATTERN.match(data["name"]):
+        c.fail("name", f"name {data['name']!r} must be dotted lower case, e.g. dataloader.wait")
+    if data["category"] not in CATEGORIES:
+        c.fail("category", f"category {data['category']!r} is not one of {', '.join(CATEGORIES)}")
+    if data["severity"] not in SEVERITIES:
+        c.fail("severity", f"severity {data['severity']!r} is not one of {', '.join(SEVERITIES)}")
+
+    params: dict[str, Param] = {}
+    raw_params = data.get("params", {})
+    if not isinstance(raw_params, dict):
+        c.fail("params", "[params] must be a table")
+    for name, spec in raw_params.items():
+        if not re.match(r"^[a-z_][a-z0-9_]*$", name):
+            c.fail(name, f"param name {name!r} must be a lower-case identifier")
+        if isinstance(spec, dict):
+            if "default" not in spec:
+                c.fail(name, f"param {name!r} needs a default")
+            params[name] = Param(name, spec["default"], str(spec.get("help", "")))
+        else:
+            params[name] = Param(name, spec)
+    allow = set(params)
+
+    evidence: dict[str, Expr] = {}
+    raw_ev = data.get("evidence", {})
+    if not isinstance(raw_ev, dict):
+        c.fail("evidence", "[evidence] must be a table of name = \"expression\"")
+    for name, src in raw_ev.items():
+        if name in params:
+            c.fail(name, f"evidence {name!r} has the name of a param")
+        evidence[name] = c.expr(name, src, allow)
+        allow.add(name)
+
+    log_patterns: list[str] = []
+    if "log" in data:
+        pats = data["log"].get("patterns") if isinstance(data["log"], dict) else None
+        if not isinstance(pats, list) or not pats or not all(isinstance(p, str) for p in pats):
+            c.fail("log", "[log] needs patterns = [\"regex\", …]")
+        for p in pats:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                c.fail("patterns", f"log pattern {p!r} is not a valid regular expression ({exc})")
+        log_patterns = pats
+
+    def opt_expr(key):
+        return c.expr(key, data[key], allow) if key in data else None
+
+    rule = Rule(
+        id=rid, name=data["name"], category=data["category"], severity=data["severity"],
+        title=data["title"].strip(), why=str(data.get("why", "")).strip(),
+        references=list(data.get("references", [])), params=params, evidence=evidence,
+        when=c.expr("when", data["when"], allow), summary=c.template("summary", data["summary"], allow),
+        cost=opt_expr("cost"), agreement=opt_expr("agreement"), confidence=opt_expr("confidence"),
+        ranks=opt_expr("ranks"), log_patterns=log_patterns, path=str(path), origin=origin,
+    )
+    fixes = data.get("fix", [])
+    if not isinstance(fixes, list):
+        c.fail("fix", "fixes are written as [[fix]] tables")
+    for i, fx in enumerate(fixes):
+        after = _line_of(text, "fix") - 1
+        for key in ("title", "change"):
+            if not isinstance(fx.get(key), str):
+                c.fail("fix", f"fix #{i + 1} needs a {key!r} string", after)
+        kind = fx.get("kind", "code")
+        if kind not in FIX_KINDS:
+            c.fail("kind", f"fix kind {kind!r} is not one of {', '.join(FIX_KINDS)}", after)
+        rule.fixes.append(Fix(
+            title=c.template("title", fx["title"], allow), change=c.template("change", fx["change"], allow),
+            kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow) if "applies_if" in fx else None))
+    for i, tc in enumerate(data.get("test", [])):
+        if tc.get("expect") not in ("fire", "quiet", "abstain"):
+            c.fail("test", f"test #{i + 1} needs expect = \"fire\", \"quiet\" or \"abstain\"")
+        unknown_params = set(tc.get("params", {})) - set(params)
+        if unknown_params:
+            c.fail("test", f"test #{i + 1} sets unknown params {sorted(unknown_params)}")
+        rule.tests.append(RuleCase(
+            name=str(tc.get("name", f"case {i + 1}")), expect=tc["expect"], facts=dict(tc.get("facts", {})),
+            params=dict(tc.get("params", {})), log=list(tc.get("log", [])),
+            summary_contains=list(tc.get("summary_contains", [])), ranks=tc.get("ranks"),
+            fixes_contain=list(tc.get("fixes_contain", [])), fixes_exclude=list(tc.get("fixes_exclude", []))))
+    return rule

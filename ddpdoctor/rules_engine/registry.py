@@ -1,0 +1,151 @@
+"""The set of rules in force for a run: built-in rules, the user's rule folders, and
+threshold overrides from ``--set``, ``ddpdoctor.toml`` or ``[tool.ddpdoctor]`` in
+``pyproject.toml``.
+
+Precedence (later wins): rule defaults < pyproject.toml < ddpdoctor.toml < ``--set``.
+A user rule with the id of a built-in rule replaces it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+from ..resources import rules_dir
+from .model import Rule, RuleError, load_rule_file
+
+NOT_RULES = {"metrics.toml"}
+
+
+@dataclass
+class RuleSet:
+    rules: dict[str, Rule]
+    params: dict[str, dict] = field(default_factory=dict)      # rule id -> param overrides
+    disabled: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+    config_files: list[str] = field(default_factory=list)
+
+    def active(self) -> list[Rule]:
+        return [r for rid, r in sorted(self.rules.items()) if rid not in self.disabled]
+
+    def get(self, rule_id: str) -> Rule:
+        key = rule_id.upper()
+        if key in self.rules:
+            return self.rules[key]
+        by_name = [r for r in self.rules.values() if r.name == rule_id]
+        if by_name:
+            return by_name[0]
+        raise InputError(f"no rule {rule_id!r} (see `ddpdoctor rules list`)")
+
+
+def _rule_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.toml") if p.name not in NOT_RULES and not p.name.startswith("."))
+
+
+def _load_folder(folder: Path, origin: str) -> dict[str, Rule]:
+    out: dict[str, Rule] = {}
+    for f in _rule_files(folder):
+        rule = load_rule_file(f, origin)
+        if rule.id in out:
+            raise RuleError(f"{f}:1: rule id {rule.id} is also used by {out[rule.id].path}")
+        out[rule.id] = rule
+    return out
+
+
+def load_rules(user_dirs: list[str] | None = None) -> RuleSet:
+    rules = _load_folder(rules_dir(), "built-in")
+    notes = []
+    for d in user_dirs or []:
+        folder = Path(d)
+        if not folder.is_dir():
+            raise InputError(f"--rules {d}: not a folder")
+        user = _load_folder(folder, "user")
+        if not user:
+            raise InputError(f"--rules {d}: no rule files (*.toml) in this folder")
+        for rid, rule in user.items():
+            if rid in rules:
+                notes.append(f"rule {rid} replaced by {rule.path}")
+            rules[rid] = rule
+    return RuleSet(rules=rules, notes=notes)
+
+
+def parse_value(text: str):
+    """A --set value: a TOML literal (0.1, 4, true, "x"), else the text itself."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _apply_param(rs: RuleSet, key: str, value, source: str) -> None:
+    rid, sep, pname = key.partition(".")
+    if not sep or not pname:
+        raise InputError(f"{source}: {key!r} must be RULE.param, e.g. DL001.min_wait_share")
+    rule = rs.get(rid)
+    if pname not in rule.params:
+        raise InputError(f"{source}: rule {rule.id} has no param {pname!r} "
+                         f"(it has: {', '.join(rule.params) or 'none'})")
+    default = rule.params[pname].default
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and \
+            (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise InputError(f"{source}: {key} must be a number (default {default}), not {value!r}")
+    rs.params.setdefault(rule.id, {})[pname] = value
+
+
+def _apply_table(rs: RuleSet, table: dict, source: str) -> None:
+    params = table.get("params", {})
+    for key, value in params.items():
+        if isinstance(value, dict):            # [tool.ddpdoctor.params.DL001] min_wait_share = 0.1
+            for pname, v in value.items():
+                _apply_param(rs, f"{key}.{pname}", v, source)
+        else:                                   # "DL001.min_wait_share" = 0.1
+            _apply_param(rs, key, value, source)
+    for rid in table.get("disable", []):
+        rs.disabled.add(rs.get(rid).id)
+    unknown = set(table) - {"params", "disable", "rules"}
+    if unknown:
+        raise InputError(f"{source}: unknown keys {sorted(unknown)} (allowed: params, disable, rules)")
+
+
+def find_config(start: Path | None = None) -> list[tuple[Path, dict]]:
+    """ddpdoctor settings from the nearest pyproject.toml / ddpdoctor.toml (cwd, then parents)."""
+    here = (start or Path.cwd()).resolve()
+    found: list[tuple[Path, dict]] = []
+    for folder in (here, *here.parents):
+        for name in ("pyproject.toml", "ddpdoctor.toml"):
+            f = folder / name
+            if not f.is_file():
+                continue
+            try:
+                data = tomllib.loads(f.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+                raise InputError(f"{f}: cannot read ({exc})") from None
+            table = data.get("tool", {}).get("ddpdoctor") if name == "pyproject.toml" else data
+            if table:
+                found.append((f, table))
+        if found or (folder / ".git").exists():
+            break
+    return found
+
+
+def build_ruleset(user_dirs: list[str] | None = None, sets: list[str] | None = None,
+                  config_start: Path | None = None, use_config: bool = True) -> RuleSet:
+    config = find_config(config_start) if use_config else []
+    dirs = list(user_dirs or [])
+    for f, table in config:
+        extra = table.get("rules")
+        if extra:
+            for d in ([extra] if isinstance(extra, str) else extra):
+                dirs.append(str((f.parent / d)))
+    rs = load_rules(dirs)
+    for f, table in config:
+        _apply_table(rs, table, str(f))
+        rs.config_files.append(str(f))
+    for item in sets or []:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise InputError(f"--set {item!r} must be RULE.param=value, e.g. DL001.min_wait_share=0.1")
+        _apply_param(rs, key.strip(), parse_value(value.strip()), f"--set {item}")
+    return rs

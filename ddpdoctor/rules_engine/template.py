@@ -1,0 +1,120 @@
+"""Text templates of rules: ``{expr}`` or ``{expr:format_spec}``; ``{{`` and ``}}`` are braces.
+
+Each ``{…}`` is an expression of :mod:`.expr` (so ``{config.dataloader.num_workers}``,
+``{pct(wait_share)}`` and ``{wait_share:.0%}`` all work).  A value the run did not record
+renders as ``(not recorded)`` and its name is reported, so a fix can say which of its
+numbers are the run's own and which are not.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .expr import Expr, ExprError, Missing, Vec, compile_expr
+
+NOT_RECORDED = "(not recorded)"
+_FIELD = re.compile(r"\{\{|\}\}|\{([^{}]+)\}")
+
+
+@dataclass
+class Template:
+    source: str
+    parts: list            # str or (Expr, spec)
+
+    @property
+    def names(self) -> frozenset:
+        out = set()
+        for p in self.parts:
+            if not isinstance(p, str):
+                out |= p[0].names
+        return frozenset(out)
+
+    def render(self, lookup) -> tuple[str, set[str]]:
+        out, missing = [], set()
+        for p in self.parts:
+            if isinstance(p, str):
+                out.append(p)
+                continue
+            expr, spec = p
+            value = expr(lookup)
+            if isinstance(value, Missing):
+                missing |= set(value.names)
+                out.append(NOT_RECORDED)
+                continue
+            out.append(format_value(value, spec))
+        return "".join(out), missing
+
+
+def _split_spec(body: str) -> tuple[str, str]:
+    """'x:.0%' -> ('x', '.0%'); a ':' inside quotes or brackets is not a separator."""
+    depth, quote = 0, None
+    for i, ch in enumerate(body):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == ":" and depth == 0:
+            return body[:i], body[i + 1:]
+    return body, ""
+
+
+def compile_template(source: str) -> Template:
+    if not isinstance(source, str):
+        raise ExprError("a template must be a string")
+    parts: list = []
+    pos = 0
+    for m in _FIELD.finditer(source):
+        parts.append(source[pos:m.start()])
+        tok = m.group(0)
+        if tok == "{{":
+            parts.append("{")
+        elif tok == "}}":
+            parts.append("}")
+        else:
+            body, spec = _split_spec(m.group(1))
+            expr: Expr = compile_expr(body)
+            if spec:
+                try:
+                    format(0.5, spec) if any(c in spec for c in "%feEgG") else None
+                except ValueError as exc:
+                    raise ExprError(f"bad format spec {spec!r} in {{{m.group(1)}}}: {exc}") from None
+            parts.append((expr, spec))
+        pos = m.end()
+    rest = source[pos:]
+    if "{" in rest or "}" in rest:
+        raise ExprError(f"unbalanced brace in template {source[:60]!r}")
+    parts.append(rest)
+    return Template(source, [p for p in parts if p != ""])
+
+
+def format_value(value, spec: str = "") -> str:
+    if isinstance(value, Vec):
+        value = [float(v) for v in value.values]
+    if isinstance(value, (list, tuple)):
+        return ", ".join(format_value(v, spec) for v in value) if value else "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {format_value(v, spec)}" for k, v in value.items())
+    if isinstance(value, (np.floating, np.integer)):
+        value = value.item()
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if spec:
+        try:
+            return format(value, spec)
+        except (ValueError, TypeError):
+            return str(value)
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
