@@ -127,6 +127,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
         "failure.timeout.last_completed": {str(e.rank): e.data["completed"] for e in states},
         "failure.timeout.enqueued_ahead": max((e.data["enqueued"] - e.data["at"] for e in states), default=None),
         "failure.timeout.first_rank": t0.rank if t0 else None,
+        "failure.timeout.first_time": t0.time if t0 else None,
         "failure.timeout.dump_from_rank": next((e.data.get("from_rank") for e in g("dump_signal")
                                                  if e.data.get("from_rank") is not None), None),
         "failure.timeout.silent_ranks": (sorted(set(range(world_size)) - set(waiting))

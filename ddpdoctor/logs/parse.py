@@ -54,13 +54,15 @@ class FileParser:
         self.tb_open: set = set()            # streams inside a Python traceback
         self.section = None                  # torchrun summary: "root" | "failures" | None
         self.entry: dict | None = None
-        self.last_time: float | None = None
+        self.stream_time: dict = {}          # last timestamp seen per (rank, local) stream of this file
 
     # ---------------------------------------------------------------- events
     def _event(self, kind, text, line_no, ctx, time=None, **data) -> LogEvent:
         rank = ctx.get("rank")
-        ev = LogEvent(rank, time if time is not None else ctx.get("time"), kind, norm(text)[:2000], self.file,
-                      line_no, data)
+        t = time if time is not None else ctx.get("time")
+        if t is None and ctx.get("after") is not None:       # a line without time in a timed stream
+            t, data["time_inferred"] = ctx["after"], True
+        ev = LogEvent(rank, t, kind, norm(text)[:2000], self.file, line_no, data)
         if rank is None:
             if ctx.get("pidkey"):
                 ev.data["_pidkey"] = ctx["pidkey"]
@@ -87,9 +89,11 @@ class FileParser:
 
     def _line(self, no: int, raw: str) -> None:
         ln = split(raw, self.year)
+        skey = (ln.rank, ln.local)
         if ln.time is not None:
-            self.last_time = ln.time
-        ctx = {"rank": ln.rank, "local": ln.local, "time": ln.time, "pidkey": None}
+            self.stream_time[skey] = ln.time
+        ctx = {"rank": ln.rank, "local": ln.local, "time": ln.time, "pidkey": None,
+               "after": self.stream_time.get(skey) if ln.time is None and skey != (None, None) else None}
         msg = ln.msg
         if self._summary(no, msg, ctx):
             self.out.lines.append((no, msg, ctx["rank"], ctx["local"], None, ctx["time"]))
@@ -103,6 +107,8 @@ class FileParser:
                 self.out.lines.append((no, seg, c["rank"], c["local"], c["pidkey"], c["time"]))
                 self._classify(no, seg, c, nccl=True)
             return
+        if "NCCL version" in msg:
+            self.nccl.feed_plain(msg)
         if ln.rank is None:
             m = P.RANK_IN_MSG.search(msg)
             if m and ("Watchdog" in msg or "NCCL" in msg or "ProcessGroup" in msg or "PG " in msg):

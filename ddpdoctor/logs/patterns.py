@@ -69,4 +69,4 @@ SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11
 SIGNUM = {v: k for k, v in SIGNALS.items()}
 
 # a glued second message inside one line (a tqdm bar without newline followed by a c10d error)
-GLUED = re.compile(r"(?<=\S)(?=\[[IWEF]\d* ?[\d:. ]*[\w.]+\.(?:cpp|hpp|cc|h):\d+\])|(?<=\S)(?=\[rank\d+\]:\[)")
+GLUED = re.compile(r"(?<=[^\s:])(?=\[[IWEF]\d* ?[\d:. ]*[\w.]+\.(?:cpp|hpp|cc|h):\d+\])|(?<=\S)(?=\[rank\d+\]:\[)")
