@@ -299,3 +299,17 @@ def test_flight_recorder_refuses_code_in_pickles(tmp_path):
     p = tmp_path / "nccl_trace_rank_0"
     p.write_bytes(pickle.dumps({"version": "2.4", "entries": [Evil()]}))
     assert load_dump(p) is None
+
+
+def test_every_fact_is_documented(tmp_path):
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "FACTS_LOGS.md").read_text()
+    f = facts_of(tmp_path, {"job.log": OOM_THEN_TIMEOUT})
+    undocumented = []
+    for name in f:
+        head, _, last = name.rpartition(".")
+        if f"`{name}`" in doc:
+            continue
+        if (f"`{head}." in doc) and (f".{last}`" in doc or f"/{last}`" in doc or f"{last}/" in doc):
+            continue
+        undocumented.append(name)
+    assert not undocumented
