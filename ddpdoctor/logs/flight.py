@@ -120,9 +120,11 @@ def analyze_dumps(dumps: dict[int, dict], world_size: int | None = None) -> dict
 
 def torch_analyzer(dumps: dict[int, dict]) -> dict | None:
     """Run torch's Flight Recorder analyzer on the (safely loaded) dumps; None when unavailable."""
+    sink = io.StringIO()
     try:
-        from torch.distributed.flight_recorder.components.builder import build_db  # noqa: PLC0415
-        from torch.distributed.flight_recorder.components.config_manager import JobConfig  # noqa: PLC0415
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):   # it prints at import
+            from torch.distributed.flight_recorder.components.builder import build_db  # noqa: PLC0415
+            from torch.distributed.flight_recorder.components.config_manager import JobConfig  # noqa: PLC0415
     except Exception:  # noqa: BLE001 - torch absent or a version without the analyzer
         return None
     details = {f"rank{r}": {"host_name": f"host_rank{r}", "rank": r, "entries": d["entries"],
@@ -134,7 +136,6 @@ def torch_analyzer(dumps: dict[int, dict]) -> dict | None:
         quiet = logging.getLogger("Flight Recorder")
         old = quiet.level
         quiet.setLevel(logging.CRITICAL)
-        sink = io.StringIO()
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             db = build_db(details, args, version)
         quiet.setLevel(old)
