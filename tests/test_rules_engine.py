@@ -192,3 +192,20 @@ def test_a_rule_error_at_run_time_is_reported_not_raised(tmp_path):
     rule = load_rule_file(_write(tmp_path, "US001.toml", bad))
     out = evaluate(rule, case_facts(rule.tests[0]))
     assert out.status == "error" and "one value per rank" in out.error
+
+
+def test_rule_files_match_the_editor_schema():
+    import json
+    import tomllib
+
+    import jsonschema
+
+    from ddpdoctor.resources import rules_dir
+    from ddpdoctor.rules_engine.model import TOP_KEYS
+
+    schema = json.loads((rules_dir() / "rule.schema.json").read_text())
+    assert set(schema["properties"]) == TOP_KEYS
+    for rule in BUILTIN.active():
+        jsonschema.validate(tomllib.loads(Path(rule.path).read_text()), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**tomllib.loads(RULE), "severity": "dire"}, schema)
