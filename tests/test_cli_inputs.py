@@ -92,7 +92,7 @@ def test_missing_ranks_warn_and_give_partial_results(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "world_size is 8 but traces cover 6 rank(s); missing: 6-7" in res.stdout
     data = json.loads(out.read_text())
-    assert data["partial"] is True and data["ranks_present"] == list(range(6))
+    assert data["partial"] is True and data["analysis"]["ranks_present"] == list(range(6))
 
 
 def test_a_bad_file_inside_a_folder_is_skipped_with_a_warning(tmp_path):

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from ddpdoctor.analysis import AnalyzeOptions, analyze
-from ddpdoctor.report.json_report import SCHEMA, to_dict
+from ddpdoctor.report.json_report import ANALYSIS_SCHEMA as SCHEMA, analysis_dict as to_dict
 from tracebuilder import TraceBuilder
 
 

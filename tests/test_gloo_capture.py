@@ -26,7 +26,7 @@ def test_gloo_run_is_analyzed_from_the_host_side(gloo_traces, tmp_path):
     res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(gloo_traces), "--json", str(js)],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    d = json.loads(js.read_text())
+    d = json.loads(js.read_text())["analysis"]
     assert d["ranks_present"] == [0, 1] and d["world_size"] == 2
     for r in ("0", "1"):
         rank = d["ranks"][r]

@@ -84,7 +84,7 @@ def test_every_real_folder_finishes_without_a_traceback(real_traces, tmp_path):
             p for p in folder.rglob("*.json") if not p.name.startswith("expected"))
         if has_traces:
             assert res.returncode == 0, (folder, res.stderr)
-            assert json.loads(out.read_text())["schema"] == "ddpdoctor.analysis/1"
+            assert json.loads(out.read_text())["schema"] == "ddpdoctor.diagnosis/1"
         else:
             assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (folder, res.stderr)
 

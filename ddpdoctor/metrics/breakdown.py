@@ -124,6 +124,10 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
 
     coll = _collectives(gpu, comm_k, host_coll, ws, we, comm_source)
     extras = _extras(gpu, kernels, coll, ws, we) if has_gpu else {"collectives_per_step": _per_step(len(coll), ws)}
+    if has_gpu and ws.size:
+        total = float(np.sum(step_time))
+        extras["alloc_share"] = float(np.sum(m(_union(rt.runtime_alloc)))) / total if total > 0 else None
+        extras["sync_share"] = float(np.sum(m(_union(rt.runtime_sync)))) / total if total > 0 else None
     extras["dataloader_single_process"] = _single_process_loader(rt.dataloader.names)
     rows = {c: (None if values[c] is None else [float(v) for v in values[c]]) for c in COLUMNS}
     return RankSummary(
@@ -162,7 +166,21 @@ def _extras(gpu: GpuOps, kernels: np.ndarray, coll: Collectives, ws, we) -> dict
     copies = (gpu.kind == GpuOps.MEMCPY) & inside
     pageable = copies & (gpu.pageable_h2d if gpu.pageable_h2d is not None else np.zeros_like(copies))
     total = float(np.sum(we - ws))
+    traits = gpu.traits if gpu.traits is not None else np.zeros(gpu.start.size, dtype=np.int8)
+    kdur = float(dur[k].sum())
+
+    def trait_share(bit: int) -> float | None:
+        return float(dur[k & ((traits & bit) != 0)].sum()) / kdur if kdur > 0 else None
+
+    from ..trace.classify import TRAIT_CONV, TRAIT_FP8, TRAIT_LOWP, TRAIT_NHWC
+    conv = trait_share(TRAIT_CONV)
+    nhwc = float(dur[k & ((traits & TRAIT_CONV) != 0) & ((traits & TRAIT_NHWC) != 0)].sum())
+    conv_time = float(dur[k & ((traits & TRAIT_CONV) != 0)].sum())
     return {
+        "lowp_kernel_share": trait_share(TRAIT_LOWP),
+        "fp8_kernel_share": trait_share(TRAIT_FP8),
+        "conv_kernel_share": conv,
+        "nhwc_conv_share": nhwc / conv_time if conv_time > 0 else None,
         "kernels_per_step": _per_step(int(k.sum()), ws),
         "kernel_median_us": float(np.median(dur[k])) if k.any() else None,
         "small_kernel_fraction": float(np.mean(dur[k] < 10.0)) if k.any() else None,

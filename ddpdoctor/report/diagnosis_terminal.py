@@ -25,13 +25,13 @@ def render_report(report, console: Console | None = None, show_table: bool = Tru
     head = "[bold]Verdict:[/bold] "
     if v.bottleneck:
         conf = f" (confidence {v.confidence_label}, {v.confidence:.2f})" if v.confidence is not None else ""
-        head += f"[bold]{escape(v.bottleneck)}-bound[/bold]{conf}"
+        head += f"[bold]{escape(v.label or v.bottleneck + '-bound')}[/bold]{conf}"
     else:
         head += "[bold]no performance verdict[/bold]"
     if v.failed:
         head += " — [bold red]the run failed (see below)[/bold red]"
     con.print(head)
-    con.print(f"  {escape(v.summary)}")
+    con.print(f"  {escape(v.summary.split(': ', 1)[1] if v.label and v.summary.startswith(v.label + ': ') else v.summary)}")
     if report.partial:
         con.print("[yellow]  partial result: some ranks, steps or files are missing (see warnings)[/yellow]")
     for w in report.warnings:

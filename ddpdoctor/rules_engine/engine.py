@@ -44,6 +44,7 @@ class Finding:
     agreement: float | None = None
     confidence: float | None = None
     not_recorded: list[str] = field(default_factory=list)
+    label: str = ""
 
 
 @dataclass
@@ -160,4 +161,5 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         summary=re.sub(r"\s+", " ", summary).strip(), ranks=ranks, evidence=evidence, fixes=fixes,
         why=rule.why, references=rule.references, cost=cost,
         expected_speedup=_speedup(cost) if cost is not None else None,
-        agreement=agreement, confidence=confidence, not_recorded=sorted(missing))
+        agreement=agreement, confidence=confidence, not_recorded=sorted(missing),
+        label=rule.label or f"{rule.category}-bound")

@@ -393,7 +393,13 @@ def _eval(node, lookup):
         if miss is not None:
             return miss
         try:
-            return FUNCTIONS[fname](*args)
+            result = FUNCTIONS[fname](*args)
+            if isinstance(result, Missing):        # e.g. median() of values the trace cannot show
+                names = {dotted(n) for a in node.args for n in ast.walk(a) if isinstance(n, (ast.Name, ast.Attribute))}
+                names = {n for n in names if n and n not in ALL_FUNCTIONS and n not in _CONSTANTS}
+                names = {n for n in names if not any(o != n and o.startswith(n + ".") for o in names)}
+                return Missing(frozenset(names) or result.names)
+            return result
         except ExprError:
             raise
         except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:

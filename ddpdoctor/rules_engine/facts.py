@@ -143,6 +143,35 @@ def merge_facts(*sources: dict | None) -> dict:
         if is_single and "config.dataloader.num_workers" not in out:
             out["config.dataloader.num_workers"] = 0
             out["config.dataloader.num_workers_source"] = "trace (_SingleProcessDataLoaderIter)"
+    _infer_precision(out)
     if "config.dataloader.num_workers" in out:
         out.setdefault("config.dataloader.num_workers_source", "recorded by ddpdoctor run")
     return out
+
+
+def _median_of(facts: dict, name: str) -> float | None:
+    v = facts.get(name)
+    if not isinstance(v, Vec):
+        return None
+    arr = v.values.astype(float)
+    arr = arr[~np.isnan(arr)]
+    return float(np.median(arr)) if arr.size else None
+
+
+def _infer_precision(out: dict) -> None:
+    """Mixed precision as the GPU kernel names show it, when the bundle did not record it."""
+    if "config.mixed_precision" in out:
+        return
+    fp8, lowp = _median_of(out, "rank.fp8_kernel_share"), _median_of(out, "rank.lowp_kernel_share")
+    if fp8 is None or lowp is None:
+        return
+    if fp8 >= 0.2:
+        value = "fp8"
+    elif lowp >= 0.3:
+        value = "16-bit"
+    elif fp8 + lowp <= 0.05:
+        value = "none"
+    else:
+        return
+    out["config.mixed_precision"] = value
+    out["config.mixed_precision_source"] = "trace (kernel names)"

@@ -26,7 +26,7 @@ NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
 # first part of every fact name a rule may read (params and evidence names are bare words)
 FACT_ROOTS = ("rank", "step", "run", "cross", "straggler", "trace", "config", "host", "memory",
               "failure", "nccl", "logs", "match", "flight_recorder")
-TOP_KEYS = {"id", "name", "category", "severity", "title", "why", "references", "when", "cost",
+TOP_KEYS = {"id", "name", "category", "severity", "title", "label", "why", "references", "when", "cost",
             "agreement", "confidence", "ranks", "summary", "params", "evidence", "log", "fix", "test"}
 
 
@@ -84,6 +84,7 @@ class Rule:
     log_patterns: list[str] = field(default_factory=list)
     path: str = ""
     origin: str = "built-in"          # "built-in" or "user"
+    label: str = ""                   # how the verdict names this bottleneck (default: "<category>-bound")
 
     def param_values(self, overrides: dict | None = None) -> dict:
         vals = {k: p.default for k, p in self.params.items()}
@@ -214,6 +215,7 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         when=c.expr("when", data["when"], allow), summary=c.template("summary", data["summary"], allow),
         cost=opt_expr("cost"), agreement=opt_expr("agreement"), confidence=opt_expr("confidence"),
         ranks=opt_expr("ranks"), log_patterns=log_patterns, path=str(path), origin=origin,
+        label=str(data.get("label", "")).strip(),
     )
     fixes = data.get("fix", [])
     if not isinstance(fixes, list):

@@ -32,6 +32,7 @@ class Verdict:
     summary: str
     rule: str | None = None
     failed: bool = False              # a failure finding was made (it comes first in every output)
+    label: str | None = None          # e.g. "dataloader-bound", "host-bound (the GPU waits for the CPU)"
 
 
 @dataclass
@@ -71,18 +72,18 @@ def decide(findings: list[Finding], facts: dict) -> Verdict:
             margin = (top.cost - runner) / top.cost if top.cost > 0 else 0.0
             agreement = top.agreement if top.agreement is not None else 0.5
             top.confidence = round(0.5 * margin + 0.5 * agreement, 3)
-        summary = f"{top.category}-bound: {top.summary}"
+        summary = f"{top.label}: {top.summary}"
         if top.expected_speedup:
             summary += f" Removing it: up to {top.expected_speedup:.2f}x faster steps."
         return Verdict(top.category, top.confidence, _label(top.confidence), top.expected_speedup,
-                       summary, top.rule, failed)
+                       summary, top.rule, failed, top.label)
     compute = [f for f in findings if f.category == "compute" and f.cost is None]
     if compute:
         top = compute[0]
         if top.confidence is None:
             top.confidence = top.agreement if top.agreement is not None else 0.5
         return Verdict("compute", top.confidence, _label(top.confidence), None,
-                       f"compute-bound: {top.summary}", top.rule, failed)
+                       f"{top.label}: {top.summary}", top.rule, failed, top.label)
     if not facts.get("trace.present"):
         failures = [f for f in findings if f.category in FIRST]
         summary = (failures[0].summary if failures else "no traces: only logs were analyzed, and they show no failure")

@@ -128,3 +128,49 @@ def busiest_thread(starts, ends, tids, pids, ann):
 def step_number(name: str) -> int | None:
     m = re.search(r"#(\d+)$", name)
     return int(m.group(1)) if m else None
+
+
+# --- runtime calls and kernel-name traits (facts for the rules) --------------------------
+
+_RUNTIME_ALLOC = re.compile(r"^(cuda|hip)(Malloc|Free)")
+_RUNTIME_SYNC = re.compile(r"^(cuda|hip)(Device|Stream|Event)Synchronize$")
+
+
+def runtime_kind(name: str) -> str | None:
+    """'alloc' for device allocator calls, 'sync' for blocking synchronizations, else None."""
+    if _RUNTIME_ALLOC.match(name):
+        return "alloc"
+    if _RUNTIME_SYNC.match(name):
+        return "sync"
+    return None
+
+
+TRAIT_LOWP, TRAIT_FP8, TRAIT_CONV, TRAIT_NHWC = 1, 2, 4, 8
+_LOWP = re.compile(r"bf16|fp16|f16|half|bfloat16|h884|h1688|h16816|hmma", re.I)
+_FP8 = re.compile(r"e4m3|e5m2|fp8", re.I)
+_CONV = re.compile(r"conv|cudnn|implicit_?gemm|wgrad|dgrad|fprop|miopen", re.I)
+_NHWC = re.compile(r"nhwc|channels_?last", re.I)
+
+
+def kernel_traits(name: str) -> int:
+    t = 0
+    if _LOWP.search(name):
+        t |= TRAIT_LOWP
+    if _FP8.search(name):
+        t |= TRAIT_FP8
+    if _CONV.search(name):
+        t |= TRAIT_CONV
+    if _NHWC.search(name):
+        t |= TRAIT_NHWC
+    return t
+
+
+def kernel_traits_cache():
+    cache: dict[str, int] = {}
+
+    def get(name: str) -> int:
+        t = cache.get(name)
+        if t is None:
+            t = cache[name] = kernel_traits(name)
+        return t
+    return get

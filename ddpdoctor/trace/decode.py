@@ -60,6 +60,7 @@ class GpuOps:
     correlation: np.ndarray   # int64, -1 when absent
     comm_kind: list[str]      # collective kind for communication kernels, "" otherwise
     pageable_h2d: np.ndarray | None = None   # bool: host-to-device copy from pageable memory
+    traits: np.ndarray | None = None         # int8 bit set of kernel-name traits (classify.KERNEL_TRAITS)
 
     KERNEL, COMM, MEMCPY, MEMSET = 0, 1, 2, 3
 
@@ -92,6 +93,8 @@ class RankTrace:
     first_ts: float
     last_ts: float
     n_events: int
+    runtime_alloc: Spans = field(default_factory=lambda: Spans.build([], []))   # cudaMalloc/Free, hipMalloc/Free
+    runtime_sync: Spans = field(default_factory=lambda: Spans.build([], []))    # device/stream/event synchronize
 
 
 def read_bytes(path: Path) -> bytes:
@@ -228,7 +231,8 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
         main_tid, main_pid = classify.busiest_thread(op_s, op_e, op_tid, op_pid, op_ann)
     steps = sorted(((op_name[i], op_s[i], op_e[i]) for i in steps_idx
                     if op_tid[i] == main_tid and op_pid[i] == main_pid), key=lambda x: x[1])
-    buckets: dict[str, list[int]] = {k: [] for k in ("host", "main", "dl", "fwd", "bwd", "opt", "coll")}
+    buckets: dict[str, list[int]] = {k: [] for k in ("host", "main", "dl", "fwd", "bwd", "opt", "coll",
+                                                      "alloc", "sync")}
     F = classify
     ext_to_coll: dict = {}
     for i, nm in enumerate(op_name):
@@ -239,6 +243,9 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
             continue
         buckets["host"].append(i)
         if op_ann[i] == 2:
+            rk = classify.runtime_kind(nm)
+            if rk:
+                buckets[rk].append(i)
             continue
         if op_ann[i] == 0 and op_tid[i] == main_tid:
             buckets["main"].append(i)
@@ -261,10 +268,13 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
 
     host_ops, main_ops, dataloader = spans("host"), spans("main"), spans("dl")
     forward, backward, optimizer, host_coll = spans("fwd"), spans("bwd"), spans("opt"), spans("coll")
+    rt_alloc, rt_sync = spans("alloc"), spans("sync")
 
     # --- device side -----------------------------------------------------------------
     kinds = np.empty(len(k_s), dtype=np.int8)
     pageable = np.zeros(len(k_s), dtype=bool)
+    traits = np.zeros(len(k_s), dtype=np.int8)
+    trait_of = classify.kernel_traits_cache()
     comm_kind: list[str] = []
     k_corr = []
     for j, (name, args) in enumerate(zip(k_names, k_args)):
@@ -284,9 +294,10 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
                 comm_kind.append(ck)
                 continue
             kinds[j] = GpuOps.KERNEL
+            traits[j] = trait_of(name)
         comm_kind.append("")
     gpu = GpuOps(np.asarray(k_s, dtype=np.float64), np.asarray(k_e, dtype=np.float64), kinds,
-                 np.asarray([_corr(c) for c in k_corr], dtype=np.int64), comm_kind, pageable)
+                 np.asarray([_corr(c) for c in k_corr], dtype=np.int64), comm_kind, pageable, traits)
     rt_keep = [i for i, c in enumerate(rt_corr) if _corr(c) >= 0]
 
     dist = trace.distributedInfo
@@ -306,6 +317,7 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
         runtime_launch=Spans.build([rt_s[i] for i in rt_keep], [rt_e[i] for i in rt_keep]),
         runtime_corr=np.asarray([_corr(rt_corr[i]) for i in rt_keep], dtype=np.int64),
         gpu=gpu, first_ts=float(first) if n else 0.0, last_ts=float(last) if n else 0.0, n_events=n,
+        runtime_alloc=rt_alloc, runtime_sync=rt_sync,
     )
 
 

@@ -1,0 +1,211 @@
+"""The rule engine: every stored rule case, the expression language's safety, templates,
+rule-file errors with file and line, and overrides."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ddpdoctor.errors import InputError
+from ddpdoctor.rules_engine.engine import evaluate
+from ddpdoctor.rules_engine.expr import ExprError, Missing, Vec, compile_expr
+from ddpdoctor.rules_engine.model import RuleError, load_rule_file
+from ddpdoctor.rules_engine.registry import build_ruleset, load_rules
+from ddpdoctor.rules_engine.selftest import case_facts, run_case
+from ddpdoctor.rules_engine.template import compile_template
+
+BUILTIN = load_rules()
+CASES = [(r, c) for r in BUILTIN.active() for c in r.tests]
+
+
+@pytest.mark.parametrize("rule,case", CASES, ids=[f"{r.id}-{c.name}" for r, c in CASES])
+def test_stored_rule_case(rule, case):
+    assert run_case(rule, case) == []
+
+
+@pytest.mark.parametrize("rule", BUILTIN.active(), ids=lambda r: r.id)
+def test_every_rule_has_firing_and_quiet_cases_and_one_at_each_threshold(rule):
+    expects = {c.expect for c in rule.tests}
+    assert "fire" in expects and ({"quiet", "abstain"} & expects), rule.id
+    thresholds = [p for p in rule.params if p in rule.when.source]
+    if thresholds:
+        assert any("exactly at the threshold" in c.name for c in rule.tests), rule.id
+    assert rule.why and rule.references and rule.fixes, rule.id
+
+
+def _lookup(facts):
+    return lambda n: facts.get(n, Missing(frozenset({n})))
+
+
+@pytest.mark.parametrize("source", [
+    "__import__('os').system('true')", "().__class__", "(lambda: 1)()", "[x for x in y]",
+    "a[0]", "open('/etc/passwd')", "f(x).y", "a.b(1)", "a if b else c.__dict__()", "x := 1",
+    "{'a': 1}", "b'bytes'", "print(1)", "eval('1')", "getattr(a, 'b')",
+])
+def test_expressions_outside_the_whitelist_are_refused(source):
+    with pytest.raises(ExprError):
+        compile_expr(source)
+
+
+def test_three_valued_logic_and_per_rank_values():
+    v = Vec(np.array([0.1, 0.3, 0.2]), np.array([4, 5, 6]))
+    f = {"rank.share.x": v, "a": 2}
+    ev = lambda s: compile_expr(s)(_lookup(f))  # noqa: E731
+    assert ev("median(rank.share.x)") == pytest.approx(0.2)
+    assert ev("argmax(rank.share.x)") == 5 and ev("argmin(rank.share.x)") == 4
+    assert ev("ranks_where(rank.share.x >= 0.2)") == [5, 6]
+    assert ev("frac(rank.share.x > 0.15)") == pytest.approx(2 / 3)
+    assert ev("count(rank.share.x * 2 > 0.5)") == 1
+    assert isinstance(ev("missing > 1 and a > 1"), Missing)
+    assert ev("missing > 1 and a > 5") is False          # False wins over unknown
+    assert ev("missing > 1 or a > 1") is True            # True wins over unknown
+    assert ev("known(missing)") is False and ev("default(missing, 3) * 2") == 6
+    assert ev("'x' in ['x', 'y'] and 'Dist' not in 'RandomSampler'") is True
+    assert ev("none == None and true") is True
+    m = ev("median(rank.share.gpu) > 1")
+    assert isinstance(m, Missing) and m.names == {"rank.share.gpu"}
+
+
+def test_all_nan_values_are_missing_not_zero():
+    f = {"rank.share.host_idle": Vec(np.array([np.nan, np.nan]), np.array([0, 1]))}
+    out = compile_expr("median(rank.share.host_idle) >= 0.1")(_lookup(f))
+    assert isinstance(out, Missing) and out.names == {"rank.share.host_idle"}
+
+
+def test_templates_format_values_and_mark_what_was_not_recorded():
+    t = compile_template("wait {pct(w)} ({w:.1%}), workers={config.dataloader.num_workers}, {{literal}}, {human_us(u)}")
+    text, missing = t.render(_lookup({"w": 0.314, "u": 1450.0}))
+    assert text == "wait 31 % (31.4%), workers=(not recorded), {literal}, 1.4 ms"
+    assert missing == {"config.dataloader.num_workers"}
+    with pytest.raises(ExprError):
+        compile_template("unbalanced {x")
+    with pytest.raises(ExprError):
+        compile_template("{x.__class__()}")
+
+
+RULE = """\
+id = "US001"
+name = "user.slow_thing"
+category = "dataloader"
+severity = "high"
+title = "A user rule"
+when = "median(rank.share.dataloader_wait) >= limit"
+cost = "median(rank.share.dataloader_wait)"
+summary = "user rule fired at {pct(median(rank.share.dataloader_wait))} (limit {pct(limit)})"
+why = "because"
+references = ["https://example.org"]
+
+[params]
+limit = { default = 0.5, help = "a limit" }
+
+[[fix]]
+title = "do it"
+change = "x = {limit}"
+
+[[test]]
+name = "fires"
+expect = "fire"
+[test.facts]
+"rank.share.dataloader_wait" = [0.6]
+"""
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / name
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("mutation,line,message", [
+    (lambda s: s.replace('severity = "high"', 'severity = "urgent"'), 4, "severity 'urgent'"),
+    (lambda s: s.replace("when = \"median(rank.share.dataloader_wait) >= limit\"", "when = \"limit >= (\""), 6, "syntax error"),
+    (lambda s: s.replace("when = \"median(rank.share.dataloader_wait) >= limit\"", "when = \"os.system('x')\""), 6, "unknown function"),
+    (lambda s: s.replace("when = \"median(rank.share.dataloader_wait) >= limit\"", "when = \"limt > 1\""), 6, "unknown name 'limt'"),
+    (lambda s: s.replace('title = "A user rule"', 'title = "A user rule\n'), 5, "not valid TOML"),
+    (lambda s: s.replace('id = "US001"', 'id = "us-1"'), 1, "must be 2-4 capital letters"),
+    (lambda s: s.replace('why = "because"', 'why = "because"\ncolour = "red"'), 10, "unknown key 'colour'"),
+    (lambda s: s.replace('change = "x = {limit}"', 'change = "x = {limit"'), 17, "unbalanced brace"),
+])
+def test_a_malformed_rule_names_file_and_line(tmp_path, mutation, line, message):
+    p = _write(tmp_path, "US001.toml", mutation(RULE))
+    with pytest.raises(RuleError) as exc:
+        load_rule_file(p)
+    assert str(exc.value).startswith(f"{p}:{line}: "), str(exc.value)
+    assert message in str(exc.value)
+
+
+def test_user_rules_add_and_override_and_settings_change_the_result(tmp_path):
+    user = tmp_path / "myrules"
+    _write(user, "US001.toml", RULE)
+    dl001 = Path(BUILTIN.rules["DL001"].path).read_text()
+    _write(user, "DL001.toml", dl001.replace("default = 0.10", "default = 0.40", 1))
+    rs = build_ruleset([str(user)], use_config=False)
+    assert rs.rules["US001"].origin == "user" and rs.rules["DL001"].params["min_wait_share"].default == 0.40
+    assert any("DL001 replaced" in n for n in rs.notes)
+    facts = case_facts(BUILTIN.rules["DL001"].tests[0])          # DataLoader wait ~31 %
+    assert evaluate(BUILTIN.rules["DL001"], facts).status == "fire"
+    assert evaluate(rs.rules["DL001"], facts).status == "quiet"   # threshold raised to 40 %
+    rs2 = build_ruleset([str(user)], ["US001.limit=0.2", "DL001.min_wait_share=0.3"], use_config=False)
+    out = evaluate(rs2.rules["US001"], facts, rs2.params["US001"])
+    assert out.status == "fire" and "limit 20 %" in out.finding.summary
+    assert evaluate(rs2.rules["DL001"], facts, rs2.params["DL001"]).status == "fire"
+
+
+@pytest.mark.parametrize("setting,message", [
+    ("DL001.nope=1", "has no param 'nope'"), ("XX999.a=1", "no rule 'XX999'"),
+    ("DL001.min_wait_share=abc", "must be a number"), ("DL001", "must be RULE.param=value"),
+])
+def test_bad_settings_are_clear_errors(setting, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        build_ruleset(sets=[setting], use_config=False)
+
+
+def test_pyproject_and_ddpdoctor_toml_settings(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent("""
+        [project]
+        name = "x"
+        [tool.ddpdoctor]
+        disable = ["CP001"]
+        [tool.ddpdoctor.params.DL001]
+        min_wait_share = 0.25
+    """))
+    rs = build_ruleset(config_start=tmp_path)
+    assert rs.params["DL001"]["min_wait_share"] == 0.25 and "CP001" in rs.disabled
+    (tmp_path / "ddpdoctor.toml").write_text('[params]\n"DL001.min_wait_share" = 0.35\n')
+    rs = build_ruleset(config_start=tmp_path)           # ddpdoctor.toml comes after pyproject.toml
+    assert rs.params["DL001"]["min_wait_share"] == 0.35
+    rs = build_ruleset(sets=["DL001.min_wait_share=0.05"], config_start=tmp_path)   # --set wins
+    assert rs.params["DL001"]["min_wait_share"] == 0.05
+    (tmp_path / "ddpdoctor.toml").write_text('[params]\n"DL001.bogus" = 1\n')
+    with pytest.raises(InputError, match="ddpdoctor.toml: rule DL001 has no param 'bogus'"):
+        build_ruleset(config_start=tmp_path)
+
+
+def test_a_rule_error_at_run_time_is_reported_not_raised(tmp_path):
+    bad = RULE.replace('when = "median(rank.share.dataloader_wait) >= limit"', 'when = "rank.share.dataloader_wait >= limit"')
+    rule = load_rule_file(_write(tmp_path, "US001.toml", bad))
+    out = evaluate(rule, case_facts(rule.tests[0]))
+    assert out.status == "error" and "one value per rank" in out.error
+
+
+def test_rule_files_match_the_editor_schema():
+    import json
+    import tomllib
+
+    import jsonschema
+
+    from ddpdoctor.resources import rules_dir
+    from ddpdoctor.rules_engine.model import TOP_KEYS
+
+    schema = json.loads((rules_dir() / "rule.schema.json").read_text())
+    assert set(schema["properties"]) == TOP_KEYS
+    for rule in BUILTIN.active():
+        jsonschema.validate(tomllib.loads(Path(rule.path).read_text()), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**tomllib.loads(RULE), "severity": "dire"}, schema)

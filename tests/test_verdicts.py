@@ -1,0 +1,164 @@
+"""Verdicts end to end: real traces with a documented label, synthetic runs with an
+injected bottleneck, and the CLI around the rules (JSON schema, --set, --rules)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.analysis import AnalyzeOptions
+from ddpdoctor.diagnosis import run_analyze
+from ddpdoctor.rules_engine.registry import build_ruleset
+from ddpdoctor.synth import generate, scenario_from_shares
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_traces"
+OPTS = AnalyzeOptions(jobs=1, hta="off")
+
+
+def diagnose(path, sets=()):
+    return run_analyze([str(path)], OPTS, build_ruleset(sets=list(sets), use_config=False))
+
+
+def fired(report) -> dict:
+    return {f.rule: f for f in report.diagnosis.findings}
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "ddpdoctor", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+def test_tbplugin_num_workers_0_is_dataloader_bound_with_a_num_workers_fix(real_traces):
+    r = diagnose(real_traces / "kineto_tbplugin_resnet50_num_workers_0")
+    assert r.diagnosis.verdict.bottleneck == "dataloader"
+    dl = fired(r)["DL001"]
+    assert r.facts["config.dataloader.num_workers"] == 0            # read off _SingleProcessDataLoaderIter
+    assert any("num_workers=workers" in f.change or "num_workers=" in f.title for f in dl.fixes)
+    assert "num_workers=0" in dl.summary
+    assert 1.2 < r.diagnosis.verdict.expected_speedup < 1.6
+
+
+def test_tbplugin_num_workers_4_is_not_dataloader_bound(real_traces):
+    r = diagnose(real_traces / "kineto_tbplugin_resnet50_num_workers_4")
+    assert r.diagnosis.verdict.bottleneck != "dataloader"
+    assert "DL001" not in fired(r)
+
+
+def test_deepseek_is_neither_communication_nor_imbalance_bound(real_traces):
+    r = diagnose(real_traces / "deepseek_v3_train_ep64_H800_rank0")
+    assert r.diagnosis.verdict.bottleneck not in ("communication", "imbalance")
+    assert not {"CM001", "IM001", "IM002"} & set(fired(r))
+    assert r.facts["config.mixed_precision"] == "fp8"               # FP8 GEMM kernels: no autocast advice
+    assert all("autocast" not in f.title for f in fired(r).get("CP001").fixes)
+    missing = {m for a in r.diagnosis.abstained if a["category"] == "imbalance" for m in a["missing"]}
+    assert missing, "one rank of 64: imbalance must abstain, not pass"
+
+
+def test_tracelens_no_pool_trace_names_the_allocator(real_traces):
+    r = diagnose(real_traces / "tracelens_resnet18_no_pool_1xMI300X")
+    cp = fired(r)["CP002"]
+    assert r.diagnosis.verdict.rule == "CP002"
+    assert any("expandable_segments" in f.change for f in cp.fixes)
+
+
+SCENARIOS = {
+    "dataloader": dict(dataloader=0.30, comm=0.30, comm_exposed=0.03),
+    "communication": dict(dataloader=0.02, comm=0.50, comm_exposed=0.35),
+    "compute": dict(dataloader=0.02, comm=0.30, comm_exposed=0.03),
+    "host": dict(dataloader=0.02, comm=0.20, comm_exposed=0.03, host_idle=0.30),
+    "imbalance": dict(dataloader=0.02, comm=0.45, comm_exposed=0.25, straggler_rank=2, straggler_extra_us=20000.0),
+}
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    out = {}
+    for name, shares in SCENARIOS.items():
+        folder = tmp_path_factory.mktemp(name)
+        generate(scenario_from_shares(world_size=4, steps=3, kernel_us=400.0, **shares), folder)
+        out[name] = diagnose(folder)
+    return out
+
+
+@pytest.mark.parametrize("name,bottleneck,rule", [
+    ("dataloader", "dataloader", "DL001"), ("communication", "communication", "CM001"),
+    ("compute", "compute", "CP001"), ("host", "compute", "CP002"), ("imbalance", "imbalance", "IM001"),
+])
+def test_synthetic_runs_get_the_injected_verdict(synthetic, name, bottleneck, rule):
+    v = synthetic[name].diagnosis.verdict
+    assert (v.bottleneck, v.rule) == (bottleneck, rule), v.summary
+    assert v.confidence is not None and 0.0 <= v.confidence <= 1.0
+
+
+def test_a_straggler_is_named_and_the_waiting_ranks_are_not_blamed(synthetic):
+    r = synthetic["imbalance"]
+    f = fired(r)
+    assert f["IM001"].ranks == [2] and "Rank 2 is a straggler" in f["IM001"].summary
+    assert "20.0 ms" in f["IM001"].summary
+    # ranks 0, 1, 3 spend the straggler's 20 ms inside their all-reduce: that is not "communication-bound"
+    assert "CM001" not in f or f["CM001"].cost < f["IM001"].cost
+
+
+def test_nothing_costs_much_says_compute_bound_with_gpu_busy(synthetic):
+    v = synthetic["compute"].diagnosis.verdict
+    assert v.expected_speedup is None and "GPU busy" in v.summary
+
+
+@pytest.mark.parametrize("sample,bottleneck,straggler", [
+    ("synthetic_gpu_4ranks_dataloader_bound", "dataloader", None),
+    ("synthetic_gpu_8ranks_straggler_rank3", "imbalance", 3),
+    ("gloo_cpu_2ranks_slow_loader_straggler", "dataloader", 1),
+])
+def test_bundled_samples_keep_their_verdict(sample, bottleneck, straggler):
+    r = diagnose(SAMPLES / sample)
+    assert r.diagnosis.verdict.bottleneck == bottleneck
+    if straggler is not None:
+        assert fired(r)["IM001"].ranks == [straggler]
+
+
+def test_json_carries_verdict_and_findings(tmp_path):
+    out = tmp_path / "d.json"
+    res = run_cli("analyze", SAMPLES / "gloo_cpu_2ranks_slow_loader_straggler", "--json", out, "-q", "--no-config")
+    assert res.returncode == 0, res.stderr
+    d = json.loads(out.read_text())
+    assert d["schema"] == "ddpdoctor.diagnosis/1"
+    assert {"bottleneck", "confidence", "expected_speedup", "summary"} <= set(d["verdict"])
+    f = d["findings"][0]
+    assert {"rule", "category", "severity", "ranks", "summary", "evidence", "fixes"} <= set(f)
+    assert {"title", "change"} <= set(f["fixes"][0])
+    assert d["analysis"]["schema"] == "ddpdoctor.analysis/1" and d["facts"]["run.ranks_analyzed"] == 2
+
+
+def test_set_and_user_rules_change_the_cli_result(tmp_path):
+    sample = SAMPLES / "gloo_cpu_2ranks_slow_loader_straggler"
+    res = run_cli("analyze", sample, "--set", "DL001.min_wait_share=0.5", "--hta", "off", "--no-config")
+    assert res.returncode == 0, res.stderr
+    assert "Verdict: imbalance-bound" in res.stdout
+    user = tmp_path / "rules"
+    user.mkdir()
+    src = Path(build_ruleset(use_config=False).rules["IM001"].path).read_text()
+    (user / "IM001.toml").write_text(src.replace("default = 0.05", "default = 0.9", 1))
+    res = run_cli("analyze", sample, "--rules", user, "--set", "DL001.min_wait_share=0.5", "--hta", "off", "--no-config")
+    assert res.returncode == 0 and "IM001" not in res.stdout.split("ddpdoctor analyze —")[0]
+    (user / "IM001.toml").write_text(src.replace('severity = "high"', 'severity = "dire"'))
+    res = run_cli("analyze", sample, "--rules", user)
+    assert res.returncode == 2 and res.stderr.startswith(f"ddpdoctor: error: {user / 'IM001.toml'}:4: ")
+    assert "Traceback" not in res.stderr
+
+
+def test_rules_commands():
+    res = run_cli("rules", "list", "--no-config")
+    assert res.returncode == 0 and "DL001" in res.stdout and "CM001" in res.stdout
+    res = run_cli("rules", "explain", "DL001", "--no-config")
+    assert res.returncode == 0
+    for text in ("dataloader.wait", "min_wait_share = 0.1", "Why it matters", "Fixes", "num_workers", "References"):
+        assert text in res.stdout
+    res = run_cli("rules", "explain", "XX123", "--no-config")
+    assert res.returncode == 2 and "no rule 'XX123'" in res.stderr
+    res = run_cli("rules", "test", "--no-config")
+    assert res.returncode == 0 and "rule test cases passed" in res.stdout
