@@ -313,3 +313,23 @@ def test_every_fact_is_documented(tmp_path):
             continue
         undocumented.append(name)
     assert not undocumented
+
+
+def test_watchdog_abort_is_not_a_root_cause(tmp_path):
+    text = ("[rank0]:[E1 00:00:10.0 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=1000) ran for 1001 milliseconds "
+            "before timing out.\n"
+            "E0101 00:00:11.000000 1 torch/distributed/elastic/multiprocessing/api.py:1] failed (exitcode: -6) "
+            "local_rank: 0 (pid: 12) of binary: python\n"
+            "Root Cause (first observed failure):\n[0]:\n  time      : 2025-01-01_00:00:11\n  host      : h\n"
+            "  rank      : 0 (local_rank: 0)\n  exitcode  : -6 (pid: 12)\n  error_file: <N/A>\n"
+            "  traceback : Signal 6 (SIGABRT) received by PID 12\n" + "=" * 40 + "\n")
+    f = facts_of(tmp_path, {"torchrun.log": text})
+    assert f["failure.killed.present"] is False and f["failure.killed.terminated_ranks"] == [0]
+    assert f["failure.root_cause.kind"] == "timeout" and f["failure.timeout.seq"] == 7
+
+
+def test_exit_code_minus_9_line_is_a_kill(tmp_path):
+    f = facts_of(tmp_path, {"torchrun.log": "E0101 00:00:11.000000 1 api.py:1] failed (exitcode: -9) local_rank: 3 "
+                                            "(pid: 12) of binary: python\n"})
+    assert f["failure.killed.rank"] == 3 and f["failure.root_cause.kind"] == "killed"

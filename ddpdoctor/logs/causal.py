@@ -70,8 +70,12 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
               "failure.oom.tried": o.data.get("tried") if o else None, "failure.oom.text": o.text[:300] if o else None})
 
     # ------------------------------------------------------------------ signals, crashes, exits
-    kills = [e for e in g("killed") if e.data.get("signal") not in LAUNCHER_SIGNALS]
-    term = [e for e in g("killed") if e.data.get("signal") in LAUNCHER_SIGNALS]
+    # ranks that were waiting in a collective: their SIGABRT is the watchdog's tear-down, not a cause
+    waited = {e.rank for e in g("nccl_timeout") + g("gloo_timeout") + g("work_state") + g("peer_error")
+              + g("nccl_error") + [x for x in g("exception") if x.data.get("category") in ("timeout", "peer")]}
+    teardown = [e for e in g("killed") if e.data.get("signal") == "SIGABRT" and e.rank in waited]
+    kills = [e for e in g("killed") if e.data.get("signal") not in LAUNCHER_SIGNALS and e not in teardown]
+    term = [e for e in g("killed") if e.data.get("signal") in LAUNCHER_SIGNALS or e in teardown]
     k = _first([e for e in kills if e.rank is not None and e.data.get("root")]) or \
         _first([e for e in kills if e.rank is not None]) or _first(kills)
     f.update({"failure.killed.present": bool(kills), "failure.killed.ranks": _ranks(kills),

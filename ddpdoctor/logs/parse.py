@@ -263,8 +263,10 @@ class FileParser:
         if m:
             code = int(m.group("code"))
             c = dict(ctx, local=int(m.group("local")), rank=None)
-            self._event("exit", msg, no, c, exitcode=code, pid=int(m.group("pid")),
-                        signal=P.SIGNALS.get(-code) if code < 0 else None)
+            sig = P.SIGNALS.get(-code) if code < 0 else None
+            self._event("exit", msg, no, c, exitcode=code, pid=int(m.group("pid")), signal=sig)
+            if sig == "SIGKILL":
+                self._event("killed", msg, no, c, signal=sig, exitcode=code, source="torchrun")
             return
         m = P.SIGNAL.search(msg)
         if m and not in_summary:
