@@ -333,3 +333,14 @@ def test_exit_code_minus_9_line_is_a_kill(tmp_path):
     f = facts_of(tmp_path, {"torchrun.log": "E0101 00:00:11.000000 1 api.py:1] failed (exitcode: -9) local_rank: 3 "
                                             "(pid: 12) of binary: python\n"})
     assert f["failure.killed.rank"] == 3 and f["failure.root_cause.kind"] == "killed"
+
+
+def test_torchrun_error_file(tmp_path):
+    err = {"message": {"message": "ValueError: label 12 out of range", "extraInfo": {
+        "py_callstack": "Traceback (most recent call last): ...", "timestamp": "1700000000"}}}
+    f = facts_of(tmp_path, {"logs/run_x/attempt_0/1/error.json": json.dumps(err),
+                            "logs/run_x/attempt_0/0/stderr.log": "RuntimeError: [gloo] Connection closed by peer "
+                                                                  "[127.0.0.1]:1234\n"})
+    assert f["failure.root_cause.kind"] == "exception" and f["failure.root_cause.rank"] == 1
+    assert f["failure.exception.type"] == "ValueError" and f["failure.root_cause.time"] == 1700000000.0
+    assert f["failure.symptom_ranks"] == [0]

@@ -10,7 +10,7 @@ from pathlib import Path
 from .causal import failure_facts
 from .discover import LogFile, find_logs
 from .flight import analyze_dumps, load_dump, torch_analyzer
-from .jsonl import parse_events
+from .jsonl import parse_error_file, parse_events
 from .model import LogEvent, NcclFacts
 from .netfacts import nccl_facts
 from .nccl import NcclCollector
@@ -152,6 +152,9 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None) -> LogAnalys
             warnings.append(f"{lf.path}: unreadable ({exc.strerror})")
             continue
         read.append(str(lf.path))
+        if lf.kind == "error_file":
+            events.extend(parse_error_file(text, str(lf.path), lf.rank, lf.local))
+            continue
         if lf.kind == "events":
             evs, lns = parse_events(text, str(lf.path), lf.rank)
             events.extend(evs)

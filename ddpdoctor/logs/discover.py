@@ -46,6 +46,8 @@ def classify(path: Path) -> str | None:
     name = path.name.lower()
     if name.endswith(".jsonl") and ("event" in name or "ddpdoctor" in name):
         return "events"
+    if name == "error.json" and any(_ATTEMPT.match(p) for p in path.parts):
+        return "error_file"            # torchrun's per-rank error file (@record)
     if _FR_NAME.search(path.name) and (_is_pickle(path) or name.endswith(".json")):
         return "flight_recorder"
     if name.endswith(LOG_SUFFIXES) or (name.startswith("nccl") and ".log" in name):

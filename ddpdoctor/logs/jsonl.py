@@ -93,3 +93,30 @@ def parse_events(text: str, file: str, path_rank: int | None) -> tuple[list[LogE
         if step is not None and kind in ("", "step", "step_end", "step_begin", "progress", "iteration", "optimizer_step"):
             events.append(LogEvent(rank, t, "progress", f"step {step}", file, no, dict(base, step=step)))
     return events, lines
+
+
+def parse_error_file(text: str, file: str, path_rank: int | None, local: bool) -> list[LogEvent]:
+    """torchrun's ``error.json`` of a rank (written by ``@record``): the exception and its time."""
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return []
+    m = d.get("message") if isinstance(d, dict) else None
+    if isinstance(m, str):
+        m = {"message": m}
+    if not isinstance(m, dict) or not isinstance(m.get("message"), str):
+        return []
+    msg = m["message"]
+    extra = m.get("extraInfo") if isinstance(m.get("extraInfo"), dict) else {}
+    t = _time(_int(extra.get("timestamp")))
+    etype, _, rest = msg.partition(": ")
+    data = {"source": "error.json", "exc_type": etype, "message": rest[:1000]}
+    if local:
+        data["_local"] = path_rank
+    rank = None if local else path_rank
+    cat = ("oom" if P.OOM.search(msg) else "timeout" if P.GLOO_TIMEOUT.search(msg) or P.WATCHDOG.search(msg) else
+           "peer" if P.PEER.search(msg) else "mismatch" if "Detected mismatch between collectives" in msg else "other")
+    events = [LogEvent(rank, t, "exception", msg[:2000], file, 1, dict(data, category=cat))]
+    if cat == "oom":
+        events.append(LogEvent(rank, t, "oom", msg[:2000], file, 1, dict(data)))
+    return events
