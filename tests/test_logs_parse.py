@@ -344,3 +344,12 @@ def test_torchrun_error_file(tmp_path):
     assert f["failure.root_cause.kind"] == "exception" and f["failure.root_cause.rank"] == 1
     assert f["failure.exception.type"] == "ValueError" and f["failure.root_cause.time"] == 1700000000.0
     assert f["failure.symptom_ranks"] == [0]
+
+
+def test_step_of_the_root_cause_by_time_and_by_line(tmp_path):
+    timed = "\n".join(f"[2025-01-01 00:00:{s:02d}] step {s}" for s in range(5))
+    timed += "\n[2025-01-01 00:00:02,500] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\n"
+    f = facts_of(tmp_path / "a", {"rank3.log": timed})
+    assert f["failure.root_cause.rank"] == 3 and f["failure.root_cause.step"] == 2
+    f = facts_of(tmp_path / "b", {"rank2.log": "step 0\nstep 1\nRuntimeError: CUDA out of memory. Tried to allocate 2 GiB\n"})
+    assert f["failure.root_cause.rank"] == 2 and f["failure.root_cause.step"] == 1

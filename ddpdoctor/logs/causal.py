@@ -230,7 +230,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f["failure.root_cause.text"] = ev.text[:400] if ev else None
     f["failure.root_cause.file"] = ev.file if ev else None
     f["failure.root_cause.line_no"] = ev.line_no if ev else None
-    f["failure.root_cause.step"] = _step_before(g("progress"), ev, rank) if rank is not None else None
+    f["failure.root_cause.step"] = _step_before(g("progress"), ev, rank, kind) if rank is not None else None
     failing = set(_ranks(ooms + kills + crashes + excs + tos + peers + mm + g("work_state") + term + roots
                          + g("torchrun_failure") + g("exit") + g("nccl_error")))
     f["failure.ranks"] = sorted(failing)
@@ -241,14 +241,23 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     return f
 
 
-def _step_before(progress: list[LogEvent], ev: LogEvent | None, rank: int) -> int | None:
-    """The last step the rank logged before the root-cause line (same file), else its last step."""
-    mine = [e.data["step"] for e in progress if e.rank == rank]
-    if ev is not None:
-        before = [e.data["step"] for e in progress if e.rank == rank and e.file == ev.file and e.line_no < ev.line_no]
-        if before:
-            return max(before)
-    return max(mine) if mine else None
+def _step_before(progress: list[LogEvent], ev: LogEvent | None, rank: int, kind: str | None) -> int | None:
+    """The last step the rank logged before the root-cause line: by time when both carry one, else by
+    line order in the same file (not in a torchrun console copy, whose stdout/stderr order is not
+    reliable); for a rank that ended there (killed, crashed, stopped) its last step.  Else None."""
+    mine = [e for e in progress if e.rank == rank]
+    if ev is not None and mine:
+        if ev.time is not None and not ev.data.get("time_inferred") and all(e.time is not None for e in mine):
+            before = [e.data["step"] for e in mine if e.time <= ev.time]
+            return max(before) if before else None
+        if "local_rank" not in ev.data:
+            same = [e.data["step"] for e in mine if e.file == ev.file and "local_rank" not in e.data]
+            if same:
+                before = [e.data["step"] for e in mine if e.file == ev.file and e.line_no < ev.line_no]
+                return max(before) if before else None
+    if kind in ("killed", "crash", "stopped") and mine:
+        return max(e.data["step"] for e in mine)
+    return None
 
 
 def _int(v) -> int | None:
