@@ -186,7 +186,7 @@ def test_events_jsonl_stopped_rank(tmp_path):
     r1 = "\n".join(json.dumps({"time": 1000.0 + s, "kind": "step", "step": s}) for s in range(7))
     r1 += "\n" + json.dumps({"time": 1008.0, "kind": "exit", "exitcode": 0, "steps_completed": 7})
     f = facts_of(tmp_path, {"rank0/events.jsonl": r0, "rank1/events.jsonl": r1})
-    assert f["failure.stopped.rank"] == 1 and f["failure.stopped.last_step"] == 7
+    assert f["failure.stopped.rank"] == 1 and f["failure.stopped.last_step"] == 6     # steps 0..6 completed
     assert f["failure.root_cause.kind"] == "stopped"
     assert f["failure.timeout.ranks"] == [0]
 
@@ -353,3 +353,21 @@ def test_step_of_the_root_cause_by_time_and_by_line(tmp_path):
     assert f["failure.root_cause.rank"] == 3 and f["failure.root_cause.step"] == 2
     f = facts_of(tmp_path / "b", {"rank2.log": "step 0\nstep 1\nRuntimeError: CUDA out of memory. Tried to allocate 2 GiB\n"})
     assert f["failure.root_cause.rank"] == 2 and f["failure.root_cause.step"] == 1
+
+
+def test_ddpdoctor_run_events_layout(tmp_path):
+    """events.jsonl as `ddpdoctor run` writes it (ranks/rankN/events.jsonl, kind + type fields)."""
+    def ev(rank, t, kind, **kw):
+        return json.dumps(dict({"time": 1000.0 + t, "rank": rank, "kind": kind}, **kw))
+    r0 = [ev(0, 0, "start", pid=1), ev(0, 1, "step", step=0), ev(0, 2, "step", step=1), ev(0, 3, "step", step=2),
+          ev(0, 20, "exception", step=3, type="builtins.RuntimeError", message="[gloo] Connection closed by peer "
+             "[127.0.0.1]:1", oom=False, uncaught=True), ev(0, 21, "exit", code=1, reason="exception", steps_completed=3)]
+    r1 = [ev(1, 0, "start", pid=2), ev(1, 1, "step", step=0), ev(1, 2, "step", step=1),
+          ev(1, 2.5, "oom", step=2, type="OutOfMemoryError", message="CUDA out of memory. Tried to allocate 2.00 GiB",
+             caught=None), ev(1, 3, "step", step=3), ev(1, 4, "exit", code=0, reason="done", steps_completed=4)]
+    f = facts_of(tmp_path, {"ranks/rank0/events.jsonl": "\n".join(r0), "ranks/rank1/events.jsonl": "\n".join(r1)})
+    assert f["failure.root_cause.kind"] == "oom" and f["failure.root_cause.rank"] == 1
+    assert f["failure.root_cause.step"] == 1                        # by time: the OOM came after step 1
+    assert f["failure.exception.type"] is None                      # rank 0's error is a peer symptom
+    assert f["failure.remote_error.ranks"] == [0] and f["failure.symptom_ranks"] == [0]
+    assert f["failure.progress.last_step"] == {"0": 2, "1": 3}

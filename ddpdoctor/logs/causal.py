@@ -71,7 +71,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
 
     # ------------------------------------------------------------------ signals, crashes, exits
     # ranks that were waiting in a collective: their SIGABRT is the watchdog's tear-down, not a cause
-    waited = {e.rank for e in g("nccl_timeout") + g("gloo_timeout") + g("work_state") + g("peer_error")
+    waited = {e.rank for e in g("nccl_timeout") + g("gloo_timeout") + g("work_state") + g("peer_error") + g("stuck")
               + g("nccl_error") + [x for x in g("exception") if x.data.get("category") in ("timeout", "peer")]}
     teardown = [e for e in g("killed") if e.data.get("signal") == "SIGABRT" and e.rank in waited]
     kills = [e for e in g("killed") if e.data.get("signal") not in LAUNCHER_SIGNALS and e not in teardown]
@@ -113,7 +113,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
             seq_by_rank[e.rank] = e.data["at"]
     t0 = _first(nto) or _first(tos)
     ops = Counter(e.data.get("op") for e in nto if e.data.get("op"))
-    waiting = _ranks(tos + g("work_state") + g("dump_signal") + g("peer_error")
+    waiting = _ranks(tos + g("work_state") + g("dump_signal") + g("peer_error") + g("stuck")
                      + [e for e in excs if e.data.get("category") == "peer"])
     f.update({
         "failure.timeout.present": bool(tos), "failure.timeout.ranks": _ranks(tos),
@@ -189,11 +189,12 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
 
     # ------------------------------------------------------------------ torchrun
     roots = g("torchrun_root")
+    bad_exits = [e for e in g("exit") if e.data.get("exitcode") not in (0, None)]
     r = _first(roots)
     f.update({"failure.torchrun_named_rank": r.rank if r else None,
               "failure.torchrun_exitcode": r.data.get("exitcode") if r else None,
               "failure.torchrun_signal": r.data.get("signal") if r else None,
-              "failure.torchrun_failed_ranks": _ranks(roots + g("torchrun_failure") + g("exit"))})
+              "failure.torchrun_failed_ranks": _ranks(roots + g("torchrun_failure") + bad_exits)})
 
     # ------------------------------------------------------------------ stopped ranks
     own_fail = set(_ranks(ooms + kills + crashes + own_exc + mm))
@@ -232,7 +233,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f["failure.root_cause.line_no"] = ev.line_no if ev else None
     f["failure.root_cause.step"] = _step_before(g("progress"), ev, rank, kind) if rank is not None else None
     failing = set(_ranks(ooms + kills + crashes + excs + tos + peers + mm + g("work_state") + term + roots
-                         + g("torchrun_failure") + g("exit") + g("nccl_error")))
+                         + g("torchrun_failure") + bad_exits + g("nccl_error") + g("stuck")))
     f["failure.ranks"] = sorted(failing)
     f["failure.symptom_ranks"] = sorted(failing - {rank}) if rank is not None else sorted(failing)
     f["failure.present"] = kind is not None

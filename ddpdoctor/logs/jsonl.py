@@ -61,13 +61,23 @@ def parse_events(text: str, file: str, path_rank: int | None) -> tuple[list[LogE
         kind = str(_first(d, "kind", "type", "event", "name") or "").lower()
         msg = str(_first(d, "message", "msg", "text", "error", "detail") or "")
         etype = _first(d, "exc_type", "exception", "exception_type", "error_type")
-        step = _int(_first(d, "step", "steps_completed", "last_step", "iteration"))
+        if etype is None and "kind" in d:               # ddpdoctor run: kind = event, type = exception type
+            etype = d.get("type")
+        if isinstance(etype, str) and etype.startswith("builtins."):
+            etype = etype[len("builtins."):]
+        step = _int(_first(d, "step", "last_step", "iteration"))
+        if step is None and _int(d.get("steps_completed")) is not None:
+            step = _int(d["steps_completed"]) - 1       # a count of steps: the last step index is one less
         lines.append((no, raw, rank, None, None, t))
         base = dict(source="events.jsonl")
         if kind in ("oom", "out_of_memory", "cuda_oom") or P.OOM.search(msg) or (etype and "OutOfMemory" in str(etype)):
             events.append(LogEvent(rank, t, "oom", msg or str(etype), file, no, dict(base, step=step, exc_type=etype)))
             continue
-        if kind in ("exception", "error", "crash") or etype:
+        if kind in ("stuck_after_peer_stop", "stuck", "hang"):
+            events.append(LogEvent(rank, t, "stuck", msg or "no progress while a peer has stopped", file, no,
+                                   dict(base, step=step, peers_done=d.get("peers_done"))))
+            continue
+        if kind in ("exception", "error", "crash") or (etype and kind not in ("exit", "signal", "step")):
             cat = ("timeout" if P.GLOO_TIMEOUT.search(msg) or P.WATCHDOG.search(msg) else
                    "peer" if P.PEER.search(msg) else "other")
             events.append(LogEvent(rank, t, "exception", f"{etype or 'Exception'}: {msg}", file, no,
@@ -82,8 +92,8 @@ def parse_events(text: str, file: str, path_rank: int | None) -> tuple[list[LogE
                 sig = P.SIGNALS.get(-code)
             if sig is None and code is not None and code > 128:
                 sig = P.SIGNALS.get(code - 128)
-            if step is not None:
-                events.append(LogEvent(rank, t, "progress", f"steps completed {step}", file, no, dict(base, step=step)))
+            if step is not None and step >= 0:
+                events.append(LogEvent(rank, t, "progress", f"step {step}", file, no, dict(base, step=step)))
             if code is not None or sig:
                 events.append(LogEvent(rank, t, "exit", f"exit code {code}" + (f" ({sig})" if sig else ""), file, no,
                                        dict(base, exitcode=code, signal=sig)))

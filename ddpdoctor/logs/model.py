@@ -39,6 +39,7 @@ KINDS = {
     "nccl_error": "an NCCL error code (ncclSystemError, ncclInternalError, ncclUnhandledCudaError, …)",
     "torchrun_root": "torchrun's 'Root Cause (first observed failure)' entry",
     "torchrun_failure": "another entry of torchrun's failure summary",
+    "stuck": "ddpdoctor run: no step progress while a peer rank has stopped",
     "progress": "a training progress line (step N, iter N, a tqdm bar) or an events.jsonl step",
 }
 
