@@ -371,3 +371,8 @@ def test_ddpdoctor_run_events_layout(tmp_path):
     assert f["failure.exception.type"] is None                      # rank 0's error is a peer symptom
     assert f["failure.remote_error.ranks"] == [0] and f["failure.symptom_ranks"] == [0]
     assert f["failure.progress.last_step"] == {"0": 2, "1": 3}
+
+
+def test_json_data_in_a_txt_file_is_not_a_log(tmp_path):
+    write(tmp_path, "result_check_file.txt", '{"steps": {"columns": [1, 2]}}\n{"x": 1}\n')
+    assert analyze_logs([str(tmp_path)]) is None

@@ -82,7 +82,8 @@ def test_every_real_folder_finishes_without_a_traceback(real_traces, tmp_path):
         assert "Traceback" not in res.stderr + res.stdout, folder
         has_traces = any(folder.rglob("*.json.gz")) or any(
             p for p in folder.rglob("*.json") if not p.name.startswith("expected"))
-        if has_traces:
+        has_logs = folder.name == "logs_from_github_issues"         # analyzed as logs only (issue #5)
+        if has_traces or has_logs:
             assert res.returncode == 0, (folder, res.stderr)
             assert json.loads(out.read_text())["schema"] == "ddpdoctor.diagnosis/1"
         else:

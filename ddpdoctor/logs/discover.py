@@ -42,6 +42,19 @@ def _is_pickle(path: Path) -> bool:
         return False
 
 
+def _is_json_data(path: Path) -> bool:
+    """A .txt/.out file that holds JSON data (e.g. expected test outputs) is not a log."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096).lstrip()
+    except OSError:
+        return False
+    if head[:1] not in (b"{", b"["):
+        return False
+    first = head.split(b"\n", 1)[0].strip()
+    return first.endswith((b"}", b"]")) or len(first) >= 4000 or b'": ' in first[:200]
+
+
 def classify(path: Path) -> str | None:
     name = path.name.lower()
     if name.endswith(".jsonl") and ("event" in name or "ddpdoctor" in name):
@@ -50,10 +63,9 @@ def classify(path: Path) -> str | None:
         return "error_file"            # torchrun's per-rank error file (@record)
     if _FR_NAME.search(path.name) and (_is_pickle(path) or name.endswith(".json")):
         return "flight_recorder"
-    if name.endswith(LOG_SUFFIXES) or (name.startswith("nccl") and ".log" in name):
-        return "text"
-    if name in ("stdout", "stderr", "output", "log"):
-        return "text"
+    if name.endswith(LOG_SUFFIXES) or (name.startswith("nccl") and ".log" in name) or \
+            name in ("stdout", "stderr", "output", "log"):
+        return None if _is_json_data(path) else "text"
     return None
 
 
