@@ -44,6 +44,10 @@ def parse_work(args: str) -> dict:
     return d
 
 
+_PEER_WORDS = ("peer", "pipe", "remote", "retcode 6", "aborted", "refused", "processgroupgloo")
+_CRASH_WORDS = ("segmentation", "sig", "fatal", "core dumped", "terminate called")
+
+
 class FileParser:
     def __init__(self, lf: LogFile, default_year: int, nccl: NcclCollector):
         self.lf = lf
@@ -195,6 +199,8 @@ class FileParser:
 
     # ---------------------------------------------------------------- classification
     def _classify(self, no: int, msg: str, ctx: dict, nccl: bool = False, in_summary: bool = False) -> None:
+        if not P.ANY.search(msg):
+            return
         stream = (ctx.get("rank"), ctx.get("local"), ctx.get("pidkey"))
         if P.TRACEBACK.match(msg):
             self.tb_open.add(stream)
@@ -209,13 +215,14 @@ class FileParser:
                    "timeout" if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) else
                    "peer" if P.PEER.search(msg) else "other")
             self._event("exception", f"{etype}: {emsg}", no, ctx, exc_type=etype, message=emsg[:1000], category=cat)
+        low = msg.lower()
         loggy = bool(nccl or exc or in_summary or P.LOGGY.search(msg))
-        if P.OOM.search(msg) and loggy and not P.TEARDOWN.search(msg):
+        if ("memory" in low or "outofmemory" in low) and P.OOM.search(msg) and loggy and not P.TEARDOWN.search(msg):
             a, g = P.OOM_ALLOC.search(msg), P.OOM_GPU.search(msg)
             self._event("oom", msg, no, ctx, tried=a.group(1) if a else None, gpu=int(g.group(1)) if g else None,
                         capacity=g.group(2) if g else None, source="nccl" if nccl else "python")
             return
-        m = P.WATCHDOG.search(msg)
+        m = P.WATCHDOG.search(msg) if "Watchdog" in msg else None
         if m:
             d = parse_work(m.group("args"))
             if m.group("ran"):
@@ -226,40 +233,40 @@ class FileParser:
             d["terminated"] = "thread terminated" in msg
             self._event("nccl_timeout", msg, no, ctx, **d)
             return
-        m = P.WORK_STATE.search(msg)
+        m = P.WORK_STATE.search(msg) if "NCCL work" in msg else None
         if m:
             r = P.RANK_IN_MSG.search(msg)
             self._event("work_state", msg, no, ctx, at=int(m.group("at")), enqueued=int(m.group("enq")),
                         completed=int(m.group("done")), pg=int(r.group("pg")) if r and r.group("pg") else None)
             return
-        m = P.DUMP_SIGNAL.search(msg)
+        m = P.DUMP_SIGNAL.search(msg) if "dump signal" in low else None
         if m:
             self._event("dump_signal", msg, no, ctx, from_rank=int(m.group("rank")) if m.group("rank") else ctx.get("rank"))
             return
-        m = P.MISMATCH.search(msg)
+        m = P.MISMATCH.search(msg) if "mismatch" in msg else None
         if m:
             f1, f2 = parse_fingerprint(m.group("f1")), parse_fingerprint(m.group("f2"))
             d = P.DIFFER.search(m.group("rest"))
             self._event("mismatch", msg, no, ctx, rank_a=int(m.group("r1")), rank_b=int(m.group("r2")),
                         a=f1, b=f2, differ=d.group(1).strip()[:300] if d else "")
             return
-        m = P.GLOO_TIMEOUT.search(msg)
+        m = P.GLOO_TIMEOUT.search(msg) if "timed out" in low or "timeout" in low else None
         if m:
             self._event("gloo_timeout", msg, no, ctx, timeout_ms=int(m.group("ms")) if m.group("ms") else None,
                         op=m.group("op") if m.group("op") else None)
             return
-        m = P.PEER.search(msg) if loggy else None
+        m = P.PEER.search(msg) if loggy and any(w in low for w in _PEER_WORDS) else None
         if m:
             a = P.PEER_ADDR.search(msg)
             pr = P.PEER_RANK.search(msg)
             self._event("peer_error", msg, no, ctx, peer=a.group(1) if a else None,
                         peer_rank=int(pr.group(1)) if pr else None, detail=m.group(0), nccl=nccl)
             return
-        m = P.NCCL_ERR.search(msg) if loggy else None
+        m = P.NCCL_ERR.search(msg) if loggy and "nccl" in low else None
         if m:
             self._event("nccl_error", msg, no, ctx, code=m.group(1))
             return
-        m = P.TR_FAILED.search(msg)
+        m = P.TR_FAILED.search(msg) if "exitcode" in msg else None
         if m:
             code = int(m.group("code"))
             c = dict(ctx, local=int(m.group("local")), rank=None)
@@ -268,14 +275,14 @@ class FileParser:
             if sig == "SIGKILL":
                 self._event("killed", msg, no, c, signal=sig, exitcode=code, source="torchrun")
             return
-        m = P.SIGNAL.search(msg)
+        m = P.SIGNAL.search(msg) if ("sig" in low or "kill" in low or "exit" in low) else None
         if m and not in_summary:
             name = m.group("name") or m.group("name2") or m.group("name3")
             if not name and m.group("code"):
                 name = P.SIGNALS.get(int(m.group("code")) - 128)
             self._event("killed", msg, no, ctx, signal=name or "SIGKILL", source="log")
             return
-        if P.CRASH.search(msg):
+        if any(w in low for w in _CRASH_WORDS) and P.CRASH.search(msg):
             self._event("crash", msg, no, ctx)
             return
         if nccl and " NCCL WARN " in f" {msg} ":

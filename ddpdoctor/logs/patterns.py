@@ -69,4 +69,8 @@ SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11
 SIGNUM = {v: k for k, v in SIGNALS.items()}
 
 # a glued second message inside one line (a tqdm bar without newline followed by a c10d error)
-GLUED = re.compile(r"(?<=[^\s:])(?=\[[IWEF]\d* ?[\d:. ]*[\w.]+\.(?:cpp|hpp|cc|h):\d+\])|(?<=\S)(?=\[rank\d+\]:\[)")
+GLUED = re.compile(r"(?<=[^\s:])(?=\[[IWEF]\d* ?[\d:. ]*[\w.]+\.(?:cpp|hpp|cc|h):\d+\])|(?<=[^\s:])(?=\[rank\d+\]:\[)")
+# one cheap search that every line worth classifying matches (a superset of the patterns above)
+ANY = re.compile(r"memory|Watchdog|work|dump signal|mismatch|Timed out|timeout|peer|pipe|nccl|exitcode|Signal|Kill|"
+                 r"Segmentation|SIG|Traceback|Error|Exception|Interrupt|Exit|Failure|Fatal|core dumped|terminate|"
+                 r"step|iter|epoch|batch|\bit\b|\d+/\d+ \[|retcode", I)

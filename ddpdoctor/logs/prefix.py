@@ -52,6 +52,13 @@ def epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: float = 0.0) -
 def split(raw: str, default_year: int) -> Line:
     s = raw.rstrip("\r\n")
     ln = Line(s)
+    c = s.lstrip()[:1]
+    if not (c == "[" or c.isdigit() or c in "IWEF"):     # no prefix can start here: only NCCL headers
+        m = NCCL_HDR.search(s) if " NCCL " in s else None
+        if m:
+            ln.nccl = {"host": m.group("host"), "pid": int(m.group("pid")), "tid": int(m.group("tid")),
+                       "dev": int(m.group("dev"))}
+        return ln
     for _ in range(6):                     # prefixes can come in any order; a few rounds suffice
         before = s
         s = s.lstrip() if ln.rank is None and ln.local is None and _ISO.match(s.lstrip()) else s
