@@ -376,3 +376,16 @@ def test_ddpdoctor_run_events_layout(tmp_path):
 def test_json_data_in_a_txt_file_is_not_a_log(tmp_path):
     write(tmp_path, "result_check_file.txt", '{"steps": {"columns": [1, 2]}}\n{"x": 1}\n')
     assert analyze_logs([str(tmp_path)]) is None
+
+
+def test_watchdog_aborts_of_ranks_without_logs_are_not_causes(tmp_path):
+    entry = ("[{i}]:\n  time      : 2025-01-01_00:00:11\n  host      : h\n  rank      : {r} (local_rank: {r})\n"
+             "  exitcode  : -6 (pid: 1{r})\n  error_file: <N/A>\n  traceback : Signal 6 (SIGABRT) received by PID 1{r}\n")
+    text = ("[rank0]:[E1 00:00:10.0 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=1000) ran for 1001 milliseconds "
+            "before timing out.\n" + "=" * 40 + "\ntrain.py FAILED\n" + "-" * 40 + "\nFailures:\n"
+            + entry.format(i=1, r=1) + entry.format(i=2, r=2) + "-" * 40 + "\nRoot Cause (first observed failure):\n"
+            + entry.format(i=0, r=0) + "=" * 40 + "\n")
+    f = facts_of(tmp_path, {"torchrun.log": text})
+    assert f["failure.killed.present"] is False and f["failure.stopped.rank"] is None
+    assert f["failure.root_cause.kind"] == "timeout" and f["failure.torchrun_failed_ranks"] == [0, 1, 2]

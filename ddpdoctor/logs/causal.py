@@ -73,7 +73,8 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     # ranks that were waiting in a collective: their SIGABRT is the watchdog's tear-down, not a cause
     waited = {e.rank for e in g("nccl_timeout") + g("gloo_timeout") + g("work_state") + g("peer_error") + g("stuck")
               + g("nccl_error") + [x for x in g("exception") if x.data.get("category") in ("timeout", "peer")]}
-    teardown = [e for e in g("killed") if e.data.get("signal") == "SIGABRT" and e.rank in waited]
+    # (once any rank waited in a collective, every SIGABRT is taken as that tear-down)
+    teardown = [e for e in g("killed") if e.data.get("signal") == "SIGABRT" and waited]
     kills = [e for e in g("killed") if e.data.get("signal") not in LAUNCHER_SIGNALS and e not in teardown]
     term = [e for e in g("killed") if e.data.get("signal") in LAUNCHER_SIGNALS or e in teardown]
     k = _first([e for e in kills if e.rank is not None and e.data.get("root")]) or \
@@ -113,7 +114,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
             seq_by_rank[e.rank] = e.data["at"]
     t0 = _first(nto) or _first(tos)
     ops = Counter(e.data.get("op") for e in nto if e.data.get("op"))
-    waiting = _ranks(tos + g("work_state") + g("dump_signal") + g("peer_error") + g("stuck")
+    waiting = _ranks(tos + g("work_state") + g("dump_signal") + g("peer_error") + g("stuck") + teardown
                      + [e for e in excs if e.data.get("category") == "peer"])
     f.update({
         "failure.timeout.present": bool(tos), "failure.timeout.ranks": _ranks(tos),
