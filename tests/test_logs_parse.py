@@ -389,3 +389,19 @@ def test_watchdog_aborts_of_ranks_without_logs_are_not_causes(tmp_path):
     f = facts_of(tmp_path, {"torchrun.log": text})
     assert f["failure.killed.present"] is False and f["failure.stopped.rank"] is None
     assert f["failure.root_cause.kind"] == "timeout" and f["failure.torchrun_failed_ranks"] == [0, 1, 2]
+
+
+def test_rendezvous_failures(tmp_path):
+    f = facts_of(tmp_path / "a", {"rank0.log": "torch.distributed.DistStoreError: Timed out after 901 seconds waiting "
+                                               "for clients. 1/2 clients joined.\n"})
+    assert f["failure.root_cause.kind"] == "rendezvous" and f["failure.root_cause.rank"] == 0
+    assert (f["failure.rendezvous.joined"], f["failure.rendezvous.expected"]) == (1, 2)
+    f = facts_of(tmp_path / "b", {"rank1.log": "torch.distributed.DistNetworkError: The client socket has timed out "
+                                               "after 900000ms while trying to connect to (10.1.80.121, 29500).\n"})
+    assert f["failure.rendezvous.addr"] == "10.1.80.121" and f["failure.rendezvous.port"] == 29500
+
+
+def test_nccl_cuda_oom_warn(tmp_path):
+    f = facts_of(tmp_path, {"nccl.log": "h:7:9 [3] NCCL INFO comm 0x1 rank 3 nranks 4 cudaDev 3 - Init COMPLETE\n"
+                                        "h:7:9 [3] enqueue.cc:100 NCCL WARN Cuda failure 'out of memory'\n"})
+    assert f["failure.oom.first_rank"] == 3 and f["failure.root_cause.kind"] == "oom"

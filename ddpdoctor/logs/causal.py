@@ -4,6 +4,7 @@ The root cause is chosen in this order (the first that applies):
   1. a CUDA OOM (earliest)                       kind "oom"
   2. a rank killed by a signal other than the launcher's SIGTERM, or a native crash
                                                  kind "killed" / "crash"
+  2b. the job could not assemble (store/rendezvous timeout, a rank never joined)   kind "rendezvous"
   3. a Python error on a rank that is not itself a collective symptom
                                                  kind "exception"
   4. TORCH_DISTRIBUTED_DEBUG=DETAIL mismatch     kind "mismatch"
@@ -89,6 +90,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     # ------------------------------------------------------------------ exceptions
     excs = g("exception")
     own_exc = [e for e in excs if e.data.get("category") == "other" and e.rank is not None
+               and not any(w in e.text for w in ("clients joined", "socket has", "Rendezvous", "store based"))
                and "ChildFailedError" not in (e.data.get("exc_type") or "")]
     x = _first(own_exc)
     f.update({"failure.exception.ranks": _ranks(excs), "failure.exception.own_ranks": _ranks(own_exc),
@@ -188,6 +190,18 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
               "failure.remote_error.nccl": any(e.data.get("nccl") for e in peers),
               "failure.nccl_error.codes": sorted({e.data["code"] for e in g("nccl_error") if e.data.get("code")})})
 
+    # ------------------------------------------------------------------ rendezvous / store
+    rz = g("rendezvous")
+    z = _first(rz)
+    zj = next((e for e in rz if e.data.get("expected")), None)
+    za = next((e for e in rz if e.data.get("addr")), None)
+    f.update({"failure.rendezvous.present": bool(rz), "failure.rendezvous.ranks": _ranks(rz),
+              "failure.rendezvous.joined": zj.data["joined"] if zj else None,
+              "failure.rendezvous.expected": zj.data["expected"] if zj else None,
+              "failure.rendezvous.addr": za.data["addr"] if za else None,
+              "failure.rendezvous.port": za.data.get("port") if za else None,
+              "failure.rendezvous.text": z.text[:300] if z else None})
+
     # ------------------------------------------------------------------ torchrun
     roots = g("torchrun_root")
     bad_exits = [e for e in g("exit") if e.data.get("exitcode") not in (0, None)]
@@ -223,7 +237,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f["failure.flight_recorder.mismatch_aspects"] = frm.get("aspects") or []
 
     # ------------------------------------------------------------------ root cause
-    root = _root(f, o, k, crashes, x, m, st, t0, p, r, fr)
+    root = _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr)
     kind, rank, ev = root
     f["failure.root_cause.kind"] = kind
     f["failure.root_cause.rank"] = rank
@@ -233,7 +247,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f["failure.root_cause.file"] = ev.file if ev else None
     f["failure.root_cause.line_no"] = ev.line_no if ev else None
     f["failure.root_cause.step"] = _step_before(g("progress"), ev, rank, kind) if rank is not None else None
-    failing = set(_ranks(ooms + kills + crashes + excs + tos + peers + mm + g("work_state") + term + roots
+    failing = set(_ranks(rz + ooms + kills + crashes + excs + tos + peers + mm + g("work_state") + term + roots
                          + g("torchrun_failure") + bad_exits + g("nccl_error") + g("stuck")))
     f["failure.ranks"] = sorted(failing)
     f["failure.symptom_ranks"] = sorted(failing - {rank}) if rank is not None else sorted(failing)
@@ -269,7 +283,7 @@ def _int(v) -> int | None:
         return None
 
 
-def _root(f, o, k, crashes, x, m, st, t0, p, r, fr):
+def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr):
     if o is not None:
         return "oom", o.rank, o
     if k is not None:
@@ -277,6 +291,9 @@ def _root(f, o, k, crashes, x, m, st, t0, p, r, fr):
     c = _first(crashes)
     if c is not None:
         return "crash", c.rank, c
+    z = _first(rz)
+    if z is not None:
+        return "rendezvous", z.rank, z
     if x is not None:
         return "exception", x.rank, x
     if m is not None:

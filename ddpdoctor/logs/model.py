@@ -30,6 +30,7 @@ KINDS = {
     "exception": "the last line of a Python traceback (exception type and message)",
     "crash": "a native crash (segmentation fault, core dump, abort)",
     "mismatch": "TORCH_DISTRIBUTED_DEBUG=DETAIL: ranks run different collectives",
+    "rendezvous": "the job could not start: store/rendezvous timeout, a rank never joined, port in use",
     "nccl_timeout": "ProcessGroupNCCL watchdog caught a collective timeout",
     "work_state": "ProcessGroupNCCL: last enqueued / completed work at the failure",
     "dump_signal": "ProcessGroupNCCL: a peer's timeout triggered a Flight Recorder dump",

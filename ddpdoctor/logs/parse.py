@@ -34,6 +34,13 @@ def parse_fingerprint(s: str) -> dict:
     return out
 
 
+def _int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
 def parse_work(args: str) -> dict:
     d = {}
     for k, v in P.WORK_ARG.findall(args):
@@ -44,6 +51,8 @@ def parse_work(args: str) -> dict:
     return d
 
 
+_RDZV_WORDS = ("clients joined", "client socket", "server socket", "already in use", "rendezvous", "store based",
+               "connection refused")
 _PEER_WORDS = ("peer", "pipe", "remote", "retcode 6", "aborted", "refused", "processgroupgloo")
 _CRASH_WORDS = ("segmentation", "sig", "fatal", "core dumped", "terminate called")
 
@@ -249,6 +258,12 @@ class FileParser:
             d = P.DIFFER.search(m.group("rest"))
             self._event("mismatch", msg, no, ctx, rank_a=int(m.group("r1")), rank_b=int(m.group("r2")),
                         a=f1, b=f2, differ=d.group(1).strip()[:300] if d else "")
+            return
+        m = P.RENDEZVOUS.search(msg) if any(w in low for w in _RDZV_WORDS) else None
+        if m:
+            self._event("rendezvous", msg, no, ctx, joined=_int(m.group("joined")), expected=_int(m.group("expected")),
+                        addr=m.group("addr"), port=_int(m.group("port")), timeout_s=_int(m.group("s")),
+                        detail=m.group(0)[:200])
             return
         m = P.GLOO_TIMEOUT.search(msg) if "timed out" in low or "timeout" in low else None
         if m:
