@@ -405,3 +405,13 @@ def test_nccl_cuda_oom_warn(tmp_path):
     f = facts_of(tmp_path, {"nccl.log": "h:7:9 [3] NCCL INFO comm 0x1 rank 3 nranks 4 cudaDev 3 - Init COMPLETE\n"
                                         "h:7:9 [3] enqueue.cc:100 NCCL WARN Cuda failure 'out of memory'\n"})
     assert f["failure.oom.first_rank"] == 3 and f["failure.root_cause.kind"] == "oom"
+
+
+def test_failure_timeline(tmp_path):
+    write(tmp_path, "job.log", "[rank1]: step 0\n[rank1]: step 1\n" + OOM_THEN_TIMEOUT)
+    a = analyze_logs([str(tmp_path)])
+    tl = a.failure_timeline()
+    kinds = [(x["rank"], x["kind"]) for x in tl]
+    assert kinds.index((1, "oom")) < kinds.index((0, "nccl_timeout")) < kinds.index((2, "nccl_timeout"))
+    assert [x for x in tl if x["kind"] == "progress"] == [x for x in tl if x["kind"] == "progress"][:1]
+    assert json.dumps(a.to_dict())

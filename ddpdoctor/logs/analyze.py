@@ -7,7 +7,7 @@ import time as _time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .causal import failure_facts
+from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
 from .flight import analyze_dumps, load_dump, torch_analyzer
 from .jsonl import parse_error_file, parse_events
@@ -18,6 +18,7 @@ from .parse import FileParser
 
 _YEAR = re.compile(rb"\b(20\d\d)-[01]\d-[0-3]\d[ T_][0-2]\d:")
 MAX_SEARCH_LINES = 2_000_000
+QUIET_KINDS = {"progress", "nccl_warn"}
 
 
 @dataclass
@@ -50,10 +51,25 @@ class LogAnalysis:
     def timeline(self, rank: int | None = None, kinds: set[str] | None = None) -> list[LogEvent]:
         return [e for e in self.events if (rank is None or e.rank == rank) and (kinds is None or e.kind in kinds)]
 
+    def failure_timeline(self, limit: int = 60) -> list[dict]:
+        """The failure-related events per rank for a report: timed ones in time order, then the rest
+        in file order; progress lines left out except each rank's last one."""
+        last_progress = {}
+        for e in self.events:
+            if e.kind == "progress" and e.rank is not None:
+                last_progress[e.rank] = e
+        keep = set(map(id, last_progress.values()))
+        out = []
+        for e in self.events:
+            if e.kind in QUIET_KINDS and id(e) not in keep:
+                continue
+            out.append({"rank": e.rank, "time": e.time, "time_str": time_str(e.time) if e.time is not None else None,
+                        "kind": e.kind, "text": e.text[:300], "file": e.file, "line_no": e.line_no})
+        return out[:limit]
+
     def to_dict(self) -> dict:
         return {"files": self.files, "ranks": self.ranks, "facts": self.facts,
-                "events": [e.to_dict() for e in self.events if e.kind != "progress"],
-                "warnings": self.warnings}
+                "timeline": self.failure_timeline(), "warnings": self.warnings}
 
 
 def _default_year(files: list[LogFile]) -> int:
