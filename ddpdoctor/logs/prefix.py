@@ -59,26 +59,37 @@ def split(raw: str, default_year: int) -> Line:
             ln.nccl = {"host": m.group("host"), "pid": int(m.group("pid")), "tid": int(m.group("tid")),
                        "dev": int(m.group("dev"))}
         return ln
+    if s[:1].isspace() and _ISO.match(s.lstrip()):
+        s = s.lstrip()
     for _ in range(6):                     # prefixes can come in any order; a few rounds suffice
-        before = s
-        s = s.lstrip() if ln.rank is None and ln.local is None and _ISO.match(s.lstrip()) else s
-        m = _TEE.match(s)
-        if m and ln.local is None:
-            ln.local = int(m.group(2))
-            s = s[m.end():]
-        m = _RANKP.match(s)
-        if m:
-            ln.rank = int(m.group(1))
-            s = s[m.end():]
-        m = _PASTE_NO.match(s)
-        if m:
-            s = s[m.end():]
-        m = _ISO.match(s)
-        if m and ln.time is None:
-            y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
-            ln.time = epoch(y, mo, d, h, mi, sec, _frac(m.group(7)))
-            s = s[m.end():]
-        m = _GLOG_BR.match(s) or _GLOG.match(s)
+        c = s[:1]
+        if c == "[":
+            m = _TEE.match(s)
+            if m and ln.local is None:
+                ln.local = int(m.group(2))
+                s = s[m.end():]
+                continue
+            m = _RANKP.match(s)
+            if m:
+                ln.rank = int(m.group(1))
+                s = s[m.end():]
+                continue
+            m = _PASTE_NO.match(s)
+            if m:
+                s = s[m.end():]
+                continue
+            m = _OLD_C10D.match(s)
+            if m:
+                ln.level, ln.source = m.group(1), m.group(2)
+                s = s[m.end():]
+                continue
+            m = _GLOG_BR.match(s)
+        elif c.isdigit():
+            m = None
+        elif c in ("I", "W", "E", "F") and s[1:2].isdigit():
+            m = _GLOG.match(s)
+        else:
+            break
         if m:
             ln.level = m.group(1)
             mo, d, h, mi, sec = (int(g) for g in m.groups()[1:6])
@@ -87,12 +98,14 @@ def split(raw: str, default_year: int) -> Line:
                 ln.time, ln.year_missing = t, True
             ln.source = m.group(8)
             s = s[m.end():]
-        m = _OLD_C10D.match(s)
-        if m:
-            ln.level, ln.source = m.group(1), m.group(2)
+            continue
+        m = _ISO.match(s) if (c == "[" or c.isdigit()) else None
+        if m and ln.time is None:
+            y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
+            ln.time = epoch(y, mo, d, h, mi, sec, _frac(m.group(7)))
             s = s[m.end():]
-        if s == before:
-            break
+            continue
+        break
     m = NCCL_HDR.search(s)
     if m:
         ln.nccl = {"host": m.group("host"), "pid": int(m.group("pid")), "tid": int(m.group("tid")),
