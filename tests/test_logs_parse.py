@@ -415,3 +415,14 @@ def test_failure_timeline(tmp_path):
     assert kinds.index((1, "oom")) < kinds.index((0, "nccl_timeout")) < kinds.index((2, "nccl_timeout"))
     assert [x for x in tl if x["kind"] == "progress"] == [x for x in tl if x["kind"] == "progress"][:1]
     assert json.dumps(a.to_dict())
+
+
+def test_log_analysis_does_not_import_torch(tmp_path):
+    import subprocess
+    import sys
+    write(tmp_path, "job.log", OOM_THEN_TIMEOUT + NCCL_2NODE)
+    code = ("import sys; from ddpdoctor.logs import analyze_logs; a = analyze_logs([sys.argv[1]]); "
+            "assert a.facts['failure.root_cause.kind'] == 'oom'; assert 'torch' not in sys.modules, 'torch imported'")
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                         env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert res.returncode == 0, res.stderr
