@@ -13,7 +13,7 @@ import html
 import re
 
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
-_LINE_START = re.compile(r"^(\s*)(\d+)?([#+\-=>.)])")
+_LINE_START = re.compile(r"^(\s*)(\d+)?([.)#+\-])(?=\s|$)")
 
 
 def h(s) -> str:
@@ -28,7 +28,7 @@ def md(s) -> str:
     s = _MD_PUNCT.sub(r"\\\1", s)
     s = re.sub(r"\s*\n\s*", " ", s).strip()
     return _LINE_START.sub(lambda m: m.group(1) + (m.group(2) or "") + "\\" + m.group(3)
-                           if m.group(2) is None or m.group(3) in ".)" else m.group(0), s)
+                           if (m.group(2) is None) != (m.group(3) in ".)") else m.group(0), s)
 
 
 def md_multiline(s) -> str:
