@@ -94,6 +94,17 @@ def _progress(quiet: bool):
     return ctx()
 
 
+def _write_text(path, text: str) -> None:
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def _print_terminal(report, d: dict, hosts) -> None:
     """The terminal summary, passed through the same redaction as every file."""
     import io
@@ -164,8 +175,7 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, comm_patterns,
     hosts = HostRedactor() if redact_hosts else None
     d = prepare(to_dict(report), redact_hosts, hosts)
     if json_path:
-        with open(json_path, "w", encoding="utf-8") as fh:
-            fh.write(dumps_json(d))
+        _write_text(json_path, dumps_json(d))
     if report_dir:
         write_report_dir(d, report_dir)
     if fmt:
@@ -196,8 +206,7 @@ def report_cmd(source, fmt, output, redact_hosts):
     d = prepare(load_diagnosis(source, analyze_ok=False), redact_hosts)
     text = render(d, fmt)
     if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        _write_text(output, text)
     else:
         sys.stdout.write(text)
 

@@ -54,7 +54,10 @@ def write_report_dir(d: dict, out: str | Path) -> list[Path]:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--report {out}: exists and is not a folder")
-    (out / "plots").mkdir(parents=True, exist_ok=True)
+    try:
+        (out / "plots").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--report {out}: cannot create the folder ({exc.strerror or exc})") from None
     plots = make_plots(d)
     written = []
     for name, _, png in plots:

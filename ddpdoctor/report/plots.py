@@ -64,7 +64,10 @@ def breakdown(d: dict) -> bytes | None:
     if many:
         ax2 = axes[1]
         data = [[((r.get("mean_us") or {}).get(c) or 0.0) / 1000 for r in a["ranks"].values()] for c in cats]
-        ax2.boxplot(data, vert=False, whis=(5, 95), widths=0.6)
+        try:
+            ax2.boxplot(data, orientation="horizontal", whis=(5, 95), widths=0.6)
+        except TypeError:      # matplotlib < 3.10
+            ax2.boxplot(data, vert=False, whis=(5, 95), widths=0.6)
         ax2.set_yticks(range(1, len(cats) + 1), [view.LABEL[c] for c in cats], fontsize=8)
         ax2.set_xlabel("ms per step")
         ax2.set_title(f"All {len(a['ranks'])} ranks (box: quartiles, whiskers: p5–p95)", fontsize=9)
