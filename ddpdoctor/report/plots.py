@@ -133,13 +133,15 @@ def failure(d: dict) -> bytes | None:
     if not events:
         return None
     timed = [e for e in events if isinstance(e.get("time"), (int, float))]
-    if timed:
+    key_untimed = [e for e in events if e["kind"] != "progress" and not isinstance(e.get("time"), (int, float))]
+    if timed and not key_untimed and len({e["time"] for e in timed}) > 1:
         t0 = min(e["time"] for e in timed)
         pts = [(e["time"] - t0, e) for e in timed]
         xlabel = "seconds since the first timestamped log event"
-    else:
-        pts = list(enumerate(events))
-        xlabel = "order in the logs (no timestamps recorded)"
+    else:                       # not every key event has a timestamp: place them by line in their log
+        timed = []
+        pts = [(e.get("line_no") or i, e) for i, e in enumerate(events)]
+        xlabel = "line in the rank's log (the logs do not timestamp every event)"
     if len(pts) > 400:           # keep every failure event, thin out the progress lines
         key = [p for p in pts if p[1]["kind"] != "progress"]
         rest = [p for p in pts if p[1]["kind"] == "progress"]
@@ -158,6 +160,7 @@ def failure(d: dict) -> bytes | None:
     labels = [f"rank {r}" for r in ranks] + (["rank ?"] if any(e.get("rank") is None for _, e in pts) else [])
     if len(labels) <= 24:
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.margins(x=0.05, y=0.25)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     missing = len(events) - len(timed) if timed else 0

@@ -37,7 +37,8 @@ def headline(d: dict) -> str:
         if v.get("confidence") is not None:
             head += f" (confidence {v.get('confidence_label')}, {v['confidence']:.2f})"
     elif v.get("failed"):
-        head = "the run failed"
+        first = next((f for f in d.get("findings") or [] if f.get("category") in ("failure", "network", "memory")), None)
+        head = "the run failed" + (f": {first['title']}" if first and first.get("title") else "")
     else:
         head = "no performance verdict"
     if v.get("failed") and v.get("bottleneck"):
@@ -116,7 +117,7 @@ def fix_lang(fx: dict) -> str:
     change = fx.get("change") or ""
     if fix_is_diff(change):
         return "diff"
-    return {"code": "python", "env": "bash", "command": "bash"}.get(fx.get("kind") or "", "")
+    return {"env": "bash", "command": "bash"}.get(fx.get("kind") or "", "")
 
 
 def findings(d: dict) -> list[dict]:
