@@ -371,3 +371,19 @@ def test_compare_reports_the_gain_and_gates_a_regression(tmp_path):
 def test_dumps_json_matches_the_report_object(cases):
     d = to_dict(cases["dataloader"])
     assert json.loads(dumps_json(prepare(d)))["findings"] == json.loads(json.dumps(d["findings"]))
+
+
+def test_readme_report_commands_run_as_shown(tmp_path, monkeypatch):
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Reports for bug tickets", 1)[1].split("\n## ", 1)[0]
+    cmds = [line.strip() for line in section.splitlines() if line.startswith("    ddpdoctor ")]
+    assert len(cmds) >= 5
+    (tmp_path / "sample_traces").symlink_to(ROOT / "sample_traces")
+    monkeypatch.chdir(tmp_path)
+    for cmd in cmds:
+        args, _, redirect = cmd.partition(" > ")
+        res = _cli(*args.split()[1:])
+        if redirect:
+            Path(redirect.strip()).write_text(res.output)
+    assert (tmp_path / "report" / "report.html").is_file() and (tmp_path / "ticket.tar.gz").is_file()
+    assert (tmp_path / "report.md").read_text().startswith("# ddpdoctor: dataloader-bound")
