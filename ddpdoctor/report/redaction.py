@@ -16,6 +16,16 @@ from __future__ import annotations
 import copy
 import re
 
+# known credential formats and URL passwords: the only patterns applied to names read from traces
+# (kernel names, paths), where the shared module's high-entropy heuristic would hide mangled
+# C++ names such as _ZN2at6native29vectorized_elementwise_kernel…
+_VALUES = [re.compile(p) for p in (r"\bhf_[A-Za-z0-9]{20,}", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}",
+                                   r"\bgh[pousr]_[A-Za-z0-9]{30,}", r"\bgithub_pat_[A-Za-z0-9_]{30,}",
+                                   r"\bglpat-[A-Za-z0-9_\-]{20,}", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b",
+                                   r"\bxox[abposr]-[A-Za-z0-9\-]{10,}", r"\bAIza[0-9A-Za-z_\-]{35}",
+                                   r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}")]
+_URLPW = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):([^@\s/]+)@")
+
 try:  # the shared implementation (branch `capture`); the fallback below until it lands
     from ..redact import REDACTED, redact_text, secret_name  # type: ignore
 except ImportError:  # pragma: no cover - exercised only before redact.py is merged
@@ -32,10 +42,6 @@ except ImportError:  # pragma: no cover - exercised only before redact.py is mer
             return True
         return any(p in upper for p in _PARTS)
 
-    _VALUES = [re.compile(p) for p in (r"\bhf_[A-Za-z0-9]{20,}", r"\bsk-[A-Za-z0-9_\-]{20,}",
-                                       r"\bgh[pousr]_[A-Za-z0-9]{30,}", r"\bAKIA[A-Z0-9]{16}\b",
-                                       r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}")]
-    _URLPW = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):([^@\s/]+)@")
     _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_\-]*(?:token|key|secret|password|passwd|auth|credential)"
                        r"[A-Za-z0-9_\-]*)=([^&;\s,]+)")
 
@@ -63,22 +69,33 @@ def redact_string(text: str) -> str:
     return redact_text(_OPTION.sub(opt, text))
 
 
-def redact_secrets(obj, _key: str | None = None):
+def redact_known(text: str) -> str:
+    """Only known credential formats and URL passwords (for names read from traces)."""
+    if not text:
+        return text
+    out = _URLPW.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+    for p in _VALUES:
+        out = p.sub(REDACTED, out)
+    return out
+
+
+def redact_secrets(obj, _key: str | None = None, lenient: bool = False):
     """A copy of a JSON-like object with secrets removed: the value of a secret-named key
-    (and everything under it) is replaced, every other string is scanned."""
+    (and everything under it) is replaced, every other string is scanned (``lenient``: for
+    known credential formats only, as for kernel names and paths from traces)."""
     if _key is not None and secret_name(_key) and obj not in (None, "", [], {}):
         if isinstance(obj, str):          # numbers under such names (token counts) are not secrets
             return REDACTED
         if isinstance(obj, list) and all(isinstance(x, str) for x in obj):
             return [REDACTED for _ in obj]
     if isinstance(obj, str):
-        return redact_string(obj)
+        return redact_known(obj) if lenient else redact_string(obj)
     if isinstance(obj, dict):
-        return {k: redact_secrets(v, str(k)) for k, v in obj.items()}
+        return {k: redact_secrets(v, str(k), lenient) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        if obj and all(isinstance(x, str) for x in obj):      # an argv: `--hf-token`, `X`
+        if not lenient and obj and all(isinstance(x, str) for x in obj):      # an argv: `--hf-token`, `X`
             return _redact_argv_list(list(obj))
-        return [redact_secrets(v) for v in obj]
+        return [redact_secrets(v, None, lenient) for v in obj]
     return obj
 
 
@@ -166,8 +183,10 @@ class HostRedactor:
 
 def redact_report(d: dict, redact_hosts: bool = False, hosts: HostRedactor | None = None) -> dict:
     """The diagnosis dict every renderer sees: secrets always removed, hosts on request.
-    The input is not modified."""
-    out = redact_secrets(copy.deepcopy(d))
+    ``analysis`` (kernel names, paths, devices read from traces) is scanned for known
+    credential formats only; everything else with every pattern.  The input is not modified."""
+    out = {k: (redact_secrets(copy.deepcopy(v), k, lenient=True) if k == "analysis" else
+               redact_secrets(copy.deepcopy(v), k)) for k, v in d.items()}
     if redact_hosts or hosts is not None:
         h = hosts or HostRedactor()
         h.collect(out)
