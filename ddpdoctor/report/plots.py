@@ -59,7 +59,7 @@ def breakdown(d: dict) -> bytes | None:
     ax.set_xlabel("rank" + (" (* straggler)" if strag & set(ranks) else ""))
     ax.set_ylabel("ms per step (mean)")
     ax.set_title("Where each rank's step time goes" + (f"\n({note})" if many else ""), fontsize=9 if many else 11)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16 if len(ranks) <= 12 else -0.3),
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14 if len(ranks) <= 12 else -0.24),
               ncol=3, frameon=False)
     if many:
         ax2 = axes[1]
@@ -98,8 +98,7 @@ def timeline(d: dict, max_ranks: int = 8) -> bytes | None:
     ax.invert_yaxis()
     ax.set_xlabel("ms from the start of the step (grey: idle, nothing attributed)")
     ax.set_title("One representative step per rank (each rank's median-duration step)", fontsize=10)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3 if len(ranks) > 3 else -0.5), ncol=6,
-              frameon=False)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     return _png(fig)
 
 
