@@ -10,10 +10,12 @@ is escaped (:mod:`ddpdoctor.report.escape`); the whole text stays under
 from __future__ import annotations
 
 import json
+import re
 
 from . import view
 from .escape import md, md_code, md_fence, md_multiline
 
+_URL = re.compile(r"https?://[^\s<>\"'`\\]+")
 MAX_CHARS = 65_536
 BUDGET = 64_000          # leave room for the truncation note
 
@@ -78,7 +80,7 @@ def finding_block(i: int, f: dict) -> str:
     why = f.get("why")
     refs = f.get("references") or []
     if why or refs:
-        body = md_multiline(why) + ("\n\n" + "\n".join(f"- <{md(r)}>" if str(r).startswith("http") else f"- {md(r)}"
+        body = md_multiline(why) + ("\n\n" + "\n".join(f"- <{r}>" if _URL.fullmatch(str(r)) else f"- {md(r)}"
                                                        for r in refs) if refs else "")
         out += ["", _fold("Why this matters", body)]
     return "\n".join(out)
