@@ -145,7 +145,7 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
     )
 
 
-MAX_SEGMENTS = 60      # per category in the representative step's timeline
+MAX_SEGMENTS = 40      # per category in the representative step's timeline
 TOP_KERNELS = 8
 
 
