@@ -188,6 +188,8 @@ def _chromium() -> str:
 
 
 def _browser(exe: str, url: str, *args: str) -> subprocess.CompletedProcess:
+    # Chromium's own command line (--dump-dom, --screenshot, console messages on stderr as
+    # ":CONSOLE" lines) is enough here: no playwright or DevTools client to install.
     cmd = [exe, "--headless", "--disable-gpu", "--enable-logging=stderr", "--v=0", "--hide-scrollbars",
            f"--user-data-dir={Path(url[7:]).parent / 'chromium-profile'}", *args, url]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
