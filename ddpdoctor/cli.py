@@ -67,10 +67,72 @@ def _with_rules_options(f):
     return f
 
 
+_redact_hosts_option = click.option(
+    "--redact-hosts", is_flag=True,
+    help="Replace host names and IP addresses by placeholders (host-1, ip-1, …), the same host by the same "
+         "placeholder in every output.")
+
+
+def _progress(quiet: bool):
+    """A progress display on stderr while ranks load, only when stderr is a terminal."""
+    import contextlib
+
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext(None)
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    prog = Progress(SpinnerColumn(), TextColumn("loading traces: {task.completed} rank(s) done"),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+
+    @contextlib.contextmanager
+    def ctx():
+        with prog:
+            task = prog.add_task("load", total=None)
+            yield lambda rank: prog.advance(task)
+
+    return ctx()
+
+
+def _write_text(path, text: str) -> None:
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _print_terminal(report, d: dict, hosts) -> None:
+    """The terminal summary, passed through the same redaction as every file."""
+    import io
+
+    from rich.console import Console
+
+    from .report import terminal
+    from .report.diagnosis_terminal import render_report
+    from .report.redaction import redact_string
+
+    real = terminal._console()
+    buf = io.StringIO()
+    con = Console(file=buf, highlight=False, width=real.width, force_terminal=real.is_terminal,
+                  no_color=real.no_color, color_system=real.color_system if real.is_terminal else None)
+    render_report(report, con)
+    text = "".join(redact_string(line) for line in buf.getvalue().splitlines(keepends=True))
+    sys.stdout.write(hosts.sub(text) if hosts is not None else text)
+    sys.stdout.flush()
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
               help="Also write the diagnosis as JSON (schema ddpdoctor.diagnosis/1) to this file.")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False),
+              help="Write report.md, report.html, report.json and plots/*.png into this folder.")
+@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default=None,
+              help="Print the report in this format on stdout (and nothing else there).")
 @click.option("--all-windows", is_flag=True,
               help="Use every profiling window of a rank, not only the latest one.")
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None,
@@ -80,8 +142,10 @@ def _with_rules_options(f):
 @click.option("--hta", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Cross-check with HolisticTraceAnalysis on GPU traces (auto: when the traces are small).")
 @_with_rules_options
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (use with --json).")
-def analyze(paths, json_path, all_windows, jobs, comm_patterns, hta, rules_dirs, sets, no_config, quiet):
+@_redact_hosts_option
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (use with --json or --report).")
+def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, comm_patterns, hta, rules_dirs, sets, no_config,
+            redact_hosts, quiet):
     """Diagnose a run: why is it slow or why did it fail, and what to change.
 
     PATHS are trace files (*.json, *.json.gz), log files, or folders searched
@@ -93,8 +157,9 @@ def analyze(paths, json_path, all_windows, jobs, comm_patterns, hta, rules_dirs,
     from .analysis import AnalyzeOptions
     from .diagnosis import run_analyze
     from .metrics import hta_adapter
-    from .report.diagnosis_terminal import render_report
-    from .report.json_report import write_json
+    from .report.files import dumps_json, prepare, render, write_report_dir
+    from .report.json_report import to_dict
+    from .report.redaction import HostRedactor
 
     for p in comm_patterns:
         try:
@@ -103,15 +168,121 @@ def analyze(paths, json_path, all_windows, jobs, comm_patterns, hta, rules_dirs,
             raise InputError(f"--comm-kernel {p!r} is not a valid regular expression ({exc})") from None
     ruleset = _ruleset(rules_dirs, sets, no_config)
     opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_patterns), hta=hta)
-    report = run_analyze(list(paths), opts, ruleset)
+    with _progress(quiet) as progress:
+        report = run_analyze(list(paths), opts, ruleset, progress=progress)
     if report.analysis is not None:
         report.analysis.hta = hta_adapter.cross_check(report.analysis, mode=hta)
+    hosts = HostRedactor() if redact_hosts else None
+    d = prepare(to_dict(report), redact_hosts, hosts)
     if json_path:
-        write_json(report, json_path)
+        _write_text(json_path, dumps_json(d))
+    if report_dir:
+        write_report_dir(d, report_dir)
+    if fmt:
+        sys.stdout.write(render(d, fmt))
+        return
     if not quiet:
-        render_report(report)
+        _print_terminal(report, d, hosts)
         if json_path:
             click.echo(f"JSON written to {json_path}")
+        if report_dir:
+            click.echo(f"Report written to {report_dir}/ (report.md, report.html, report.json, plots/)")
+
+
+@main.command("report")
+@click.argument("source", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
+              help="Write to this file instead of stdout.")
+@_redact_hosts_option
+def report_cmd(source, fmt, output, redact_hosts):
+    """Re-render a diagnosis without the traces.
+
+    SOURCE is a report.json (from `analyze --report` or `--json`), a report folder, or a
+    bundle archive from `ddpdoctor bundle`.
+    """
+    from .report.files import load_diagnosis, prepare, render
+
+    d = prepare(load_diagnosis(source, analyze_ok=False), redact_hosts)
+    text = render(d, fmt)
+    if output:
+        _write_text(output, text)
+    else:
+        sys.stdout.write(text)
+
+
+@main.command()
+@click.argument("source", type=click.Path(exists=True))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, writable=True),
+              help="The archive to write, e.g. ticket.tar.gz.")
+@click.option("--max-mb", type=click.FloatRange(min=0.1), default=25.0, show_default=True,
+              help="Size budget of the archive (GitHub accepts attachments up to 25 MB).")
+@click.option("--with-traces/--no-traces", default=True, show_default=True,
+              help="Include the trace files (as many as fit the budget).")
+@click.option("--trim-traces", is_flag=True,
+              help="Keep only the profiled steps' events of each trace.")
+@click.option("--hta", type=click.Choice(["auto", "on", "off"]), default="off", show_default=True,
+              help="HTA cross-check when SOURCE must be analyzed first.")
+@_with_rules_options
+@_redact_hosts_option
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, sets, no_config, redact_hosts, quiet):
+    """Pack a run into one archive to attach to a bug ticket.
+
+    SOURCE is a run folder (a `ddpdoctor run` bundle, traces, logs); it is analyzed
+    unless it already holds a report.json.  The archive holds the report (md, html, json,
+    plots), facts, manifest and host records, logs and (optionally trimmed) traces, with
+    secrets redacted and files that look like secrets left out.
+    """
+    from pathlib import Path
+
+    from .analysis import AnalyzeOptions
+    from .report.archive import build_bundle
+    from .report.files import load_diagnosis, prepare
+    from .report.redaction import HostRedactor
+
+    hosts = HostRedactor() if redact_hosts else None
+    with _progress(quiet) as progress:
+        raw = load_diagnosis(source, opts=AnalyzeOptions(hta=hta), ruleset=_ruleset(rules_dirs, sets, no_config),
+                             progress=progress)
+    if hosts is not None:
+        from .report.archive import _hosts_from_records, _walk
+
+        _hosts_from_records(_walk(Path(source)), hosts)
+    d = prepare(raw, redact_hosts, hosts)
+    res = build_bundle(source, output, d, max_mb=max_mb, with_traces=with_traces, trim_traces=trim_traces,
+                       hosts=hosts)
+    if not quiet:
+        click.echo(f"{res.path}: {res.size / 1024 / 1024:.2f} MiB, {len(res.members)} file(s)")
+        for x in res.left_out:
+            click.echo(f"  left out: {hosts.sub(x) if hosts else x}")
+
+
+@main.command()
+@click.argument("before", type=click.Path())
+@click.argument("after", type=click.Path())
+@click.option("--max-regression", type=float, default=None, metavar="PCT",
+              help="Exit 1 when the median step time grew by more than PCT percent.")
+@click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text", show_default=True)
+@click.option("--hta", type=click.Choice(["auto", "on", "off"]), default="off", show_default=True,
+              help="HTA cross-check when a side must be analyzed first.")
+@_with_rules_options
+def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config):
+    """Before/after: per-category step-time change, the verdict then and now.
+
+    BEFORE and AFTER are report.json files, report folders, bundle archives or run
+    folders (analyzed on the fly).  Exit code 1 when --max-regression is exceeded.
+    """
+    from .analysis import AnalyzeOptions
+    from .report import compare as cmp
+    from .report.files import load_diagnosis, prepare
+
+    rs = _ruleset(rules_dirs, sets, no_config)
+    sides = [prepare(load_diagnosis(p, opts=AnalyzeOptions(hta=hta), ruleset=rs)) for p in (before, after)]
+    c = cmp.compare(*sides, max_regression=max_regression)
+    sys.stdout.write(cmp.render(c, fmt))
+    if c["regressed"]:
+        sys.exit(1)
 
 
 @main.group()

@@ -55,6 +55,7 @@ class RankSummary:
     notes: list[str] = field(default_factory=list)
     n_events: int = 0
     extras: dict[str, float | None] = field(default_factory=dict)   # per-rank scalars, see _extras
+    timeline: dict | None = None  # the median-duration step's segments and top kernels, see _timeline
 
 
 def _union(sp: Spans) -> iv.Intervals:
@@ -106,6 +107,8 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
         values["dataloader_wait"] = m(dl_wait)
         values["host_idle"] = m(iv.difference(iv.difference(_union(rt.host_ops), busy), dl))
         partition = PARTITION_GPU
+        segs = {"compute": k, "comm_exposed": iv.difference(comm_set, k), "memcpy": iv.difference(cp, iv.merge(k, comm_set)),
+                "dataloader_wait": dl_wait, "host_idle": iv.difference(iv.difference(_union(rt.host_ops), busy), dl)}
     else:
         main = _union(rt.main_ops)
         values["compute"] = m(iv.difference(main, dl))
@@ -114,6 +117,8 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
         for col in GPU_ONLY:
             values[col] = None
         partition = PARTITION_CPU
+        segs = {"compute": iv.difference(main, dl), "comm_exposed": iv.difference(comm_set, iv.merge(main, dl)),
+                "dataloader_wait": dl}
         notes.append("CPU-only trace: GPU columns are empty; compute is training-thread operator time")
     known = sum(values[c] for c in partition if c != "other")
     values["other"] = np.clip(step_time - known, 0.0, None)
@@ -129,14 +134,55 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
         extras["alloc_share"] = float(np.sum(m(_union(rt.runtime_alloc)))) / total if total > 0 else None
         extras["sync_share"] = float(np.sum(m(_union(rt.runtime_sync)))) / total if total > 0 else None
     extras["dataloader_single_process"] = _single_process_loader(rt.dataloader.names)
+    timeline = _timeline(windows, step_time, segs, gpu, kernels | comm_k)
     rows = {c: (None if values[c] is None else [float(v) for v in values[c]]) for c in COLUMNS}
     return RankSummary(
         rank=rank, paths=[rt.path], world_size=rt.world_size, backend=rt.backend, devices=rt.devices,
         host=rt.host, pid=rt.pid, schema=rt.schema, device_kind="gpu" if has_gpu else "cpu",
         comm_source=comm_source, step_source=source, steps=windows,
         values={c: (v if v is not None else [None] * len(windows)) for c, v in rows.items()},
-        collectives=coll, notes=notes, n_events=rt.n_events, extras=extras,
+        collectives=coll, notes=notes, n_events=rt.n_events, extras=extras, timeline=timeline,
     )
+
+
+MAX_SEGMENTS = 40      # per category in the representative step's timeline
+TOP_KERNELS = 8
+
+
+def _clip(x: iv.Intervals, lo: float, hi: float, max_pieces: int) -> list[list[float]]:
+    """Pieces of ``x`` inside [lo, hi), relative to lo, the smallest gaps closed until at most
+    ``max_pieces`` remain (the timeline plot cannot show more anyway)."""
+    x = iv.intersection(x, iv.Intervals(np.array([lo]), np.array([hi])))
+    s, e = x.starts, x.ends
+    if s.size > max_pieces:
+        gaps = s[1:] - e[:-1]
+        keep = np.sort(np.argsort(gaps, kind="stable")[-(max_pieces - 1):])
+        s = np.concatenate([s[:1], s[1:][keep]])
+        e = np.concatenate([e[:-1][keep], e[-1:]])
+    return [[round(float(a - lo), 1), round(float(b - lo), 1)] for a, b in zip(s, e)]
+
+
+def _timeline(windows: list[StepWindow], step_time, segs: dict, gpu: GpuOps, device_ops) -> dict | None:
+    """The median-duration step of this rank: segments per category (µs from the step start;
+    whatever no category covers is idle) and its most expensive kernels."""
+    if not windows:
+        return None
+    i = int(np.argsort(step_time, kind="stable")[(len(windows) - 1) // 2])
+    w = windows[i]
+    out = {"step": w.name, "step_number": w.number, "duration_us": round(float(w.end - w.start), 1),
+           "segments": {c: _clip(x, w.start, w.end, MAX_SEGMENTS) for c, x in segs.items()}, "top_kernels": []}
+    if gpu.names is not None and gpu.start.size:
+        sel = np.flatnonzero(device_ops & (gpu.start >= w.start) & (gpu.start < w.end))
+        dur = gpu.end[sel] - gpu.start[sel]
+        agg: dict[str, list] = {}
+        for j, d in zip(sel.tolist(), dur.tolist()):
+            a = agg.setdefault(gpu.names[j], [0.0, 0, gpu.kind[j] == GpuOps.COMM])
+            a[0] += d
+            a[1] += 1
+        top = sorted(agg.items(), key=lambda kv: -kv[1][0])[:TOP_KERNELS]
+        out["top_kernels"] = [{"name": n[:300], "us": round(v[0], 1), "count": v[1], "comm": bool(v[2])}
+                              for n, v in top]
+    return out
 
 
 def _single_process_loader(names: list[str]) -> float | None:

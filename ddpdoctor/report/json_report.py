@@ -44,7 +44,7 @@ def analysis_dict(a: Analysis) -> dict:
             "host": s.host, "schema": s.schema, "step_source": s.step_source, "comm_source": s.comm_source,
             "steps": n, "events": s.n_events, "collectives": len(s.collectives),
             "mean_us": {c: (None if s.values[c][0] is None or not n else sum(s.values[c]) / n) for c in COLUMNS},
-            "share": a.rank_share(s), "notes": s.notes,
+            "share": a.rank_share(s), "notes": s.notes, "timeline": getattr(s, "timeline", None),
         }
     cross = asdict(a.cross)
     cost = biggest_cost(a)

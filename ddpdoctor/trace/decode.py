@@ -61,6 +61,7 @@ class GpuOps:
     comm_kind: list[str]      # collective kind for communication kernels, "" otherwise
     pageable_h2d: np.ndarray | None = None   # bool: host-to-device copy from pageable memory
     traits: np.ndarray | None = None         # int8 bit set of kernel-name traits (classify.KERNEL_TRAITS)
+    names: list[str] | None = None           # kernel / copy names (for the report's top kernels)
 
     KERNEL, COMM, MEMCPY, MEMSET = 0, 1, 2, 3
 
@@ -297,7 +298,7 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
             traits[j] = trait_of(name)
         comm_kind.append("")
     gpu = GpuOps(np.asarray(k_s, dtype=np.float64), np.asarray(k_e, dtype=np.float64), kinds,
-                 np.asarray([_corr(c) for c in k_corr], dtype=np.int64), comm_kind, pageable, traits)
+                 np.asarray([_corr(c) for c in k_corr], dtype=np.int64), comm_kind, pageable, traits, list(k_names))
     rt_keep = [i for i, c in enumerate(rt_corr) if _corr(c) >= 0]
 
     dist = trace.distributedInfo

@@ -1,0 +1,127 @@
+"""Turning a diagnosis dict into output: one format as text, a report folder, and loading a
+diagnosis back (from report.json, a report folder, a bundle archive, or by analyzing a run).
+
+Every output starts from :func:`prepare`, which applies redaction to the whole dict
+before any renderer sees it."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+from ..errors import InputError
+from .json_report import SCHEMA
+from .redaction import HostRedactor, redact_report
+
+FORMATS = ("md", "html", "json")
+
+
+def prepare(d: dict, redact_hosts: bool = False, hosts: HostRedactor | None = None) -> dict:
+    return redact_report(d, redact_hosts=redact_hosts, hosts=hosts)
+
+
+def _public(d: dict) -> dict:
+    return {k: v for k, v in d.items() if not k.startswith("_")}
+
+
+def dumps_json(d: dict) -> str:
+    return json.dumps(_public(d), indent=1, allow_nan=False, default=str) + "\n"
+
+
+def render(d: dict, fmt: str, plots=None) -> str:
+    """One format as a string (Markdown without images: it is meant to be pasted)."""
+    if fmt == "json":
+        return dumps_json(d)
+    if fmt == "md":
+        from .markdown import render_markdown
+
+        return render_markdown(d)
+    if fmt == "html":
+        from .html import render_html
+        from .plots import make_plots
+
+        return render_html(d, make_plots(d) if plots is None else plots)
+    raise InputError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+
+
+def write_report_dir(d: dict, out: str | Path) -> list[Path]:
+    """report.md, report.html, report.json and plots/*.png in ``out``; returns the files."""
+    from .html import render_html
+    from .markdown import render_markdown
+    from .plots import make_plots
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--report {out}: exists and is not a folder")
+    try:
+        (out / "plots").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--report {out}: cannot create the folder ({exc.strerror or exc})") from None
+    plots = make_plots(d)
+    written = []
+    for name, _, png in plots:
+        p = out / "plots" / f"{name}.png"
+        p.write_bytes(png)
+        written.append(p)
+    files = {"report.md": render_markdown(d, [(f"plots/{n}.png", t) for n, t, _ in plots]),
+             "report.html": render_html(d, plots), "report.json": dumps_json(d)}
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+        written.append(out / name)
+    return written
+
+
+def _check(d, where: str) -> dict:
+    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        raise InputError(f"{where}: not a ddpdoctor diagnosis (expected \"schema\": \"{SCHEMA}\")")
+    return d
+
+
+def _read_json(p: Path) -> dict:
+    try:
+        return _check(json.loads(p.read_text(encoding="utf-8")), str(p))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{p}: cannot read a diagnosis JSON ({exc})") from None
+
+
+def _from_archive(p: Path) -> dict:
+    try:
+        with tarfile.open(p, "r:*") as tf:
+            names = sorted((m for m in tf.getmembers() if m.isfile() and m.name.endswith("report.json")),
+                           key=lambda m: m.name.count("/"))
+            if not names:
+                raise InputError(f"{p}: the archive holds no report.json (make one with `ddpdoctor bundle`)")
+            fh = tf.extractfile(names[0])
+            return _check(json.loads(fh.read().decode("utf-8")), f"{p}:{names[0].name}")
+    except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+        raise InputError(f"{p}: not a readable bundle archive ({exc})") from None
+
+
+def load_diagnosis(path: str, analyze_ok: bool = True, **analyze_kw) -> dict:
+    """A diagnosis dict from report.json, a folder holding one, a bundle archive, or (when
+    ``analyze_ok``) by analyzing a folder of traces / logs."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{path}: no such file or folder")
+    if p.is_file():
+        if p.name.endswith((".tar.gz", ".tgz", ".tar")):
+            return _from_archive(p)
+        if p.suffix == ".json" and not p.name.endswith(".pt.trace.json"):
+            try:
+                head = json.loads(p.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                raise InputError(f"{p}: cannot read JSON ({exc})") from None
+            if isinstance(head, dict) and head.get("schema") == SCHEMA:
+                return head
+            if not analyze_ok:
+                _check(head, str(p))
+    elif (p / "report.json").is_file():
+        return _read_json(p / "report.json")
+    if not analyze_ok:
+        raise InputError(f"{path}: no report.json here (write one with `ddpdoctor analyze … --report DIR`)")
+    from ..diagnosis import run_analyze
+    from .json_report import to_dict
+
+    return to_dict(run_analyze([str(p)], analyze_kw.get("opts"), analyze_kw.get("ruleset"),
+                               progress=analyze_kw.get("progress")))

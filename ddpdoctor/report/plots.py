@@ -1,0 +1,189 @@
+"""Plots of a diagnosis dict as PNG bytes (matplotlib's Agg canvas: no display, no pyplot
+state; matplotlib is imported only here, and only when a plot is made).
+
+* ``breakdown``: per-rank stacked bars of the mean step-time partition; with many ranks
+  the fastest / median / slowest / stragglers, beside a box plot of every rank per category.
+* ``timeline``: one representative step (each rank's median-duration step) per shown rank.
+* ``skew``: late arrival at the first collective and compute time per rank (stragglers red).
+* ``failure``: log events per rank over time (OOM, timeouts, exceptions, exits, …).
+"""
+
+from __future__ import annotations
+
+import io
+
+from . import view
+
+DPI = 100
+EVENT_STYLE = {"oom": ("#d00000", "X"), "nccl_timeout": ("#9d0208", "s"), "gloo_timeout": ("#9d0208", "s"),
+               "exception": ("#e85d04", "D"), "crash": ("#6a040f", "X"), "killed": ("#370617", "v"),
+               "exit": ("#495057", "v"), "mismatch": ("#7209b7", "P"), "peer_error": ("#f48c06", "o"),
+               "torchrun_root": ("#000000", "*"), "progress": ("#adb5bd", ".")}
+
+
+def _fig(w: float, h: float, ncols: int = 1, width_ratios=None):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), dpi=DPI)
+    axes = fig.subplots(1, ncols, gridspec_kw={"width_ratios": width_ratios} if width_ratios else None)
+    return fig, axes
+
+
+def _png(fig) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def breakdown(d: dict) -> bytes | None:
+    a = view.analysis(d)
+    if not a:
+        return None
+    ranks, note = view.select_ranks(d)
+    cats = view.partition(d)
+    many = note is not None
+    fig, axes = _fig(10 if many else 8, 4.2, 2 if many else 1, [3, 2] if many else None)
+    ax = axes[0] if many else axes
+    x = list(range(len(ranks)))
+    bottom = [0.0] * len(ranks)
+    for c in cats:
+        vals = [((a["ranks"][r].get("mean_us") or {}).get(c) or 0.0) / 1000 for r in ranks]
+        ax.bar(x, vals, bottom=bottom, color=view.COLOR[c], label=view.LABEL[c], width=0.7)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    strag = {str(s["rank"]) for s in view.stragglers(d)}
+    ax.set_xticks(x, [f"{r}*" if r in strag else r for r in ranks], rotation=90 if len(ranks) > 12 else 0)
+    ax.set_xlabel("rank" + (" (* straggler)" if strag & set(ranks) else ""))
+    ax.set_ylabel("ms per step (mean)")
+    ax.set_title("Where each rank's step time goes" + (f"\n({note})" if many else ""), fontsize=9 if many else 11)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14 if len(ranks) <= 12 else -0.24),
+              ncol=3, frameon=False)
+    if many:
+        ax2 = axes[1]
+        data = [[((r.get("mean_us") or {}).get(c) or 0.0) / 1000 for r in a["ranks"].values()] for c in cats]
+        try:
+            ax2.boxplot(data, orientation="horizontal", whis=(5, 95), widths=0.6)
+        except TypeError:      # matplotlib < 3.10
+            ax2.boxplot(data, vert=False, whis=(5, 95), widths=0.6)
+        ax2.set_yticks(range(1, len(cats) + 1), [view.LABEL[c] for c in cats], fontsize=8)
+        ax2.set_xlabel("ms per step")
+        ax2.set_title(f"All {len(a['ranks'])} ranks (box: quartiles, whiskers: p5–p95)", fontsize=9)
+    return _png(fig)
+
+
+def timeline(d: dict, max_ranks: int = 8) -> bytes | None:
+    a = view.analysis(d)
+    if not a:
+        return None
+    ranks, _ = view.select_ranks(d, limit=max_ranks)
+    ranks = [r for r in ranks if (a["ranks"][r].get("timeline") or {}).get("segments") is not None]
+    if not ranks:
+        return None
+    fig, ax = _fig(9, 1.0 + 0.45 * len(ranks))
+    seen = set()
+    for i, r in enumerate(ranks):
+        t = a["ranks"][r]["timeline"]
+        dur = (t.get("duration_us") or 0.0) / 1000
+        ax.broken_barh([(0, dur)], (i - 0.35, 0.7), color="#e9ecef", edgecolor="#ced4da")
+        for c in view.partition(d):
+            segs = [(s / 1000, (e - s) / 1000) for s, e in (t.get("segments") or {}).get(c) or []]
+            if segs:
+                ax.broken_barh(segs, (i - 0.35, 0.7), color=view.COLOR[c],
+                               label=None if c in seen else view.LABEL[c])
+                seen.add(c)
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms from the start of the step (grey: idle, nothing attributed)")
+    ax.set_title("One representative step per rank (each rank's median-duration step)", fontsize=10)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    return _png(fig)
+
+
+def skew(d: dict) -> bytes | None:
+    a = view.analysis(d)
+    if not a or len(a["ranks"]) < 2:
+        return None
+    ids = view.rank_ids(d)
+    late = (a.get("cross_rank") or {}).get("arrival_late_us") or {}
+    strag = {str(s["rank"]) for s in view.stragglers(d)}
+    fig, axes = _fig(9, 3.4, 2)
+    for ax, vals, title in (
+            (axes[0], [(late.get(r) or 0.0) / 1000 for r in ids], "Late arrival at the first collective"),
+            (axes[1], [((a["ranks"][r].get("mean_us") or {}).get("compute") or 0.0) / 1000 for r in ids],
+             "Compute per rank")):
+        x = [int(r) for r in ids]
+        colors = ["#d00000" if r in strag else "#457b9d" for r in ids]
+        if len(ids) <= 32:
+            ax.bar(x, vals, color=colors)
+        else:
+            ax.scatter(x, vals, c=colors, s=8)
+        ax.set_title(title + (" (red: straggler)" if strag else ""), fontsize=9)
+        ax.set_xlabel("rank")
+        ax.set_ylabel("ms per step")
+        ax.axhline(0, color="#495057", linewidth=0.6)
+    return _png(fig)
+
+
+def failure(d: dict) -> bytes | None:
+    events = [e for e in view.log_events(d) if e.get("kind")]
+    if not events:
+        return None
+    timed = [e for e in events if isinstance(e.get("time"), (int, float))]
+    key_untimed = [e for e in events if e["kind"] != "progress" and not isinstance(e.get("time"), (int, float))]
+    if timed and not key_untimed and len({e["time"] for e in timed}) > 1:
+        t0 = min(e["time"] for e in timed)
+        pts = [(e["time"] - t0, e) for e in timed]
+        xlabel = "seconds since the first timestamped log event"
+    else:                       # not every key event has a timestamp: place them by line in their log
+        timed = []
+        pts = [(e.get("line_no") or i, e) for i, e in enumerate(events)]
+        xlabel = "line in the rank's log (the logs do not timestamp every event)"
+    if len(pts) > 400:           # keep every failure event, thin out the progress lines
+        key = [p for p in pts if p[1]["kind"] != "progress"]
+        rest = [p for p in pts if p[1]["kind"] == "progress"]
+        pts = key + rest[:: max(1, len(rest) // max(1, 400 - len(key)))]
+    ranks = sorted({e.get("rank") for _, e in pts if e.get("rank") is not None})
+    row = {r: i for i, r in enumerate(ranks)}
+    unknown = len(ranks)
+    fig, ax = _fig(9, 1.4 + 0.32 * min(len(ranks) + 1, 24))
+    by_kind: dict[str, list] = {}
+    for x, e in pts:
+        by_kind.setdefault(e["kind"], []).append((x, row.get(e.get("rank"), unknown)))
+    for kind, xy in sorted(by_kind.items(), key=lambda kv: kv[0] == "progress", reverse=True):
+        color, marker = EVENT_STYLE.get(kind, ("#1d3557", "o"))
+        ax.scatter([p[0] for p in xy], [p[1] for p in xy], c=color, marker=marker, s=14 if kind == "progress" else 46,
+                   label=kind, zorder=1 if kind == "progress" else 3)
+    labels = [f"rank {r}" for r in ranks] + (["rank ?"] if any(e.get("rank") is None for _, e in pts) else [])
+    if len(labels) <= 24:
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.margins(x=0.05, y=0.25)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    missing = len(events) - len(timed) if timed else 0
+    ax.set_title("Log events per rank" + (f" ({missing} without a timestamp not shown)" if missing else ""), fontsize=10)
+    ax.legend(fontsize=7, loc="best", framealpha=0.85)
+    return _png(fig)
+
+
+PLOTS = (("failure_events", "Log events per rank", failure),
+         ("breakdown", "Step-time breakdown per rank", breakdown),
+         ("timeline", "One representative step per rank", timeline),
+         ("skew", "Cross-rank skew", skew))
+
+
+def make_plots(d: dict) -> list[tuple[str, str, bytes]]:
+    """(file stem, title, PNG bytes) of every plot the diagnosis supports; a plot that fails
+    is left out with a note in ``d["_plot_notes"]`` rather than stopping the report."""
+    out = []
+    for name, title, fn in PLOTS:
+        try:
+            png = fn(d)
+        except Exception as exc:  # noqa: BLE001 - one bad plot must not lose the report
+            d.setdefault("_plot_notes", []).append(f"plot {name} not drawn: {type(exc).__name__}: {exc}")
+            continue
+        if png:
+            out.append((name, title, png))
+    return out

@@ -1,0 +1,195 @@
+"""Redaction applied to everything a report, a bundle or ``compare`` writes.
+
+* **Secrets** (always): values of secret-named keys (``HF_TOKEN``, ``MY_API_KEY``, …),
+  credentials in command lines (``--hf-token X``, ``--api-key=X``, ``--password X``), URL
+  passwords and credential-looking values.  The patterns live in :mod:`ddpdoctor.redact`
+  (shared with ``ddpdoctor run``); until that module is available a minimal fallback here
+  does the same job, over-eagerly.
+* **Hosts** (``--redact-hosts``): host names and IP addresses become ``host-1``, ``ip-1``, …
+  consistently: one :class:`HostRedactor` maps the same host to the same placeholder in
+  every file it touches (host names are numbered in sorted order, so two runs of the same
+  command on the same report agree).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+# known credential formats and URL passwords: the only patterns applied to names read from traces
+# (kernel names, paths), where the shared module's high-entropy heuristic would hide mangled
+# C++ names such as _ZN2at6native29vectorized_elementwise_kernel…
+_VALUES = [re.compile(p) for p in (r"\bhf_[A-Za-z0-9]{20,}", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}",
+                                   r"\bgh[pousr]_[A-Za-z0-9]{30,}", r"\bgithub_pat_[A-Za-z0-9_]{30,}",
+                                   r"\bglpat-[A-Za-z0-9_\-]{20,}", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b",
+                                   r"\bxox[abposr]-[A-Za-z0-9\-]{10,}", r"\bAIza[0-9A-Za-z_\-]{35}",
+                                   r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}")]
+_URLPW = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):([^@\s/]+)@")
+
+try:  # the shared implementation (branch `capture`); the fallback below until it lands
+    from ..redact import REDACTED, redact_text, secret_name  # type: ignore
+except ImportError:  # pragma: no cover - exercised only before redact.py is merged
+    REDACTED = "<redacted>"
+    _PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "AUTH", "COOKIE",
+              "PRIVATE", "SIGNATURE", "APIKEY", "BEARER", "WEBHOOK")
+    _NOT = {"PWD", "OLDPWD", "SSH_AUTH_SOCK", "KEYBOARD", "MONKEY", "NCCL_IB_PKEY"}
+
+    def secret_name(name: str) -> bool:
+        upper = name.upper().lstrip("-").replace("-", "_")
+        if upper in _NOT:
+            return False
+        if re.search(r"(?:^|_|API|ACCESS|PRIVATE|SECRET)KEYS?(?:_|$)", upper):
+            return True
+        return any(p in upper for p in _PARTS)
+
+    _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_\-]*(?:token|key|secret|password|passwd|auth|credential)"
+                       r"[A-Za-z0-9_\-]*)=([^&;\s,]+)")
+
+    def redact_text(text: str) -> str:
+        out = _URLPW.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+        out = _PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_name(m.group(1)) else m.group(0), out)
+        for p in _VALUES:
+            out = p.sub(REDACTED, out)
+        return out
+
+# `--name value` / `--name=value` inside a command line held as one string
+_OPTION = re.compile(r"(?<![\w\-])(--?[A-Za-z][A-Za-z0-9_\-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
+
+
+def redact_string(text: str) -> str:
+    """One string with credentials removed (command-line options with secret names too)."""
+    if not text:
+        return text
+
+    def opt(m: re.Match) -> str:
+        if secret_name(m.group(1).lstrip("-")) and not m.group(3).startswith("-"):
+            return f"{m.group(1)}{m.group(2)}{REDACTED}"
+        return m.group(0)
+
+    return redact_text(_OPTION.sub(opt, text))
+
+
+def redact_known(text: str) -> str:
+    """Only known credential formats and URL passwords (for names read from traces)."""
+    if not text:
+        return text
+    out = _URLPW.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+    for p in _VALUES:
+        out = p.sub(REDACTED, out)
+    return out
+
+
+def redact_secrets(obj, _key: str | None = None, lenient: bool = False):
+    """A copy of a JSON-like object with secrets removed: the value of a secret-named key
+    (and everything under it) is replaced, every other string is scanned (``lenient``: for
+    known credential formats only, as for kernel names and paths from traces)."""
+    if _key is not None and secret_name(_key) and obj not in (None, "", [], {}):
+        if isinstance(obj, str):          # numbers under such names (token counts) are not secrets
+            return REDACTED
+        if isinstance(obj, list) and all(isinstance(x, str) for x in obj):
+            return [REDACTED for _ in obj]
+    if isinstance(obj, str):
+        return redact_known(obj) if lenient else redact_string(obj)
+    if isinstance(obj, dict):
+        return {k: redact_secrets(v, str(k), lenient) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        if not lenient and obj and all(isinstance(x, str) for x in obj):      # an argv: `--hf-token`, `X`
+            return _redact_argv_list(list(obj))
+        return [redact_secrets(v, None, lenient) for v in obj]
+    return obj
+
+
+def _redact_argv_list(argv: list[str]) -> list[str]:
+    out, hide = [], False
+    for a in argv:
+        if hide:
+            out.append(REDACTED)
+            hide = False
+            continue
+        if a.startswith("-") and "=" not in a and secret_name(a.lstrip("-")) and len(a) > 2:
+            hide = True
+        out.append(redact_string(a))
+    return out
+
+
+_IPV4 = re.compile(r"(?<![\d.])(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}(?![\d.])")
+_IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
+_NOT_HOSTS = {"", "localhost", "none", "null", "unknown"}
+_KEEP_IPS = {"0.0.0.0", "127.0.0.1"}
+
+
+def _v6(s: str) -> bool:
+    return (s.count(":") >= 3 or "::" in s) and any(c.isdigit() for c in s) and s.strip(":") != ""
+
+
+class HostRedactor:
+    """Consistent placeholders for host names and IP addresses."""
+
+    def __init__(self, hosts=()):
+        self.hosts: dict[str, str] = {}
+        self.ips: dict[str, str] = {}
+        self._n = 0
+        self.add_hosts(hosts)
+
+    def add_hosts(self, names) -> None:
+        new = sorted({str(n).strip() for n in names if n and str(n).strip().lower() not in _NOT_HOSTS} - set(self.hosts))
+        for n in new:
+            self._n += 1
+            self.hosts[n] = f"host-{self._n}"
+            short = n.split(".")[0]
+            if short != n and short not in self.hosts and len(short) >= 3:
+                self.hosts[short] = self.hosts[n]
+
+    def collect(self, d: dict) -> HostRedactor:
+        """Host names a diagnosis dict knows of (trace hosts, bundle host facts)."""
+        found = []
+        facts = d.get("facts") or {}
+        for k, v in facts.items():
+            if k in ("host.hostnames", "host.hostname", "run.hostname") or k.endswith(".hostname"):
+                found.extend(v if isinstance(v, list) else [v])
+        for r in ((d.get("analysis") or {}).get("ranks") or {}).values():
+            found.append(r.get("host"))
+        self.add_hosts(found)
+        return self
+
+    def _ip(self, m: re.Match) -> str:
+        ip = m.group(0)
+        if ip in _KEEP_IPS:
+            return ip
+        if ip not in self.ips:
+            self.ips[ip] = f"ip-{len(self.ips) + 1}"
+        return self.ips[ip]
+
+    def sub(self, text: str) -> str:
+        if not text:
+            return text
+        out = _IPV4.sub(self._ip, text)
+        out = _IPV6.sub(lambda m: self._ip(m) if _v6(m.group(0)) else m.group(0), out)
+        if self.hosts:
+            pat = re.compile(r"(?<![\w\-.])(" + "|".join(re.escape(h) for h in sorted(self.hosts, key=len, reverse=True))
+                             + r")(?![\w\-])")
+            out = pat.sub(lambda m: self.hosts[m.group(1)], out)
+        return out
+
+    def apply(self, obj):
+        if isinstance(obj, str):
+            return self.sub(obj)
+        if isinstance(obj, dict):
+            return {self.sub(k) if isinstance(k, str) else k: self.apply(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self.apply(v) for v in obj]
+        return obj
+
+
+def redact_report(d: dict, redact_hosts: bool = False, hosts: HostRedactor | None = None) -> dict:
+    """The diagnosis dict every renderer sees: secrets always removed, hosts on request.
+    ``analysis`` (kernel names, paths, devices read from traces) is scanned for known
+    credential formats only; everything else with every pattern.  The input is not modified."""
+    out = {k: (redact_secrets(copy.deepcopy(v), k, lenient=True) if k == "analysis" else
+               redact_secrets(copy.deepcopy(v), k)) for k, v in d.items()}
+    if redact_hosts or hosts is not None:
+        h = hosts or HostRedactor()
+        h.collect(out)
+        out = h.apply(out)
+        out.setdefault("redaction", {})["hosts"] = True
+    return out
