@@ -8,6 +8,7 @@ from rich.markup import escape
 
 from . import terminal
 
+PERFORMANCE = ("dataloader", "communication", "compute", "imbalance", "config")
 CATEGORY_STYLE = {"failure": "bold red", "network": "red", "dataloader": "yellow", "communication": "magenta",
                   "imbalance": "cyan", "compute": "green", "config": "blue", "memory": "red", "info": "dim"}
 
@@ -32,7 +33,9 @@ def render_report(report, console: Console | None = None, show_table: bool = Tru
         head += " — [bold red]the run failed (see below)[/bold red]"
     con.print(head)
     con.print(f"  {escape(v.summary.split(': ', 1)[1] if v.label and v.summary.startswith(v.label + ': ') else v.summary)}")
-    if report.partial:
+    if report.analysis is None:
+        con.print("[yellow]  performance not assessed: no profiler traces, logs only[/yellow]")
+    elif report.partial:
         con.print("[yellow]  partial result: some ranks, steps or files are missing (see warnings)[/yellow]")
     for w in report.warnings:
         con.print(f"[yellow]warning:[/yellow] {escape(w)}")
@@ -48,9 +51,11 @@ def render_report(report, console: Console | None = None, show_table: bool = Tru
                 con.print(f"      {escape(line)}", soft_wrap=True)
             if fx.not_recorded:
                 con.print(f"      [dim](not recorded for this run: {escape(', '.join(fx.not_recorded))})[/dim]")
-    if d.abstained:
+    abstained = d.abstained if report.analysis is not None else \
+        [a for a in d.abstained if a["category"] not in PERFORMANCE]
+    if abstained:
         cats: dict[str, list] = {}
-        for a in d.abstained:
+        for a in abstained:
             cats.setdefault(a["category"], []).append(a)
         con.print("\n[dim]Not assessed (missing evidence): " + "; ".join(
             f"{escape(c)} ({', '.join(escape(a['rule']) for a in lst)}: needs "
