@@ -123,34 +123,28 @@ def _truth(v):
     return bool(v)
 
 
-def _and(vals):
-    out, miss = True, None
+def _logic(vals, is_and: bool):
+    """``and`` / ``or`` with three-valued logic: a deciding value (False for and, True for or)
+    wins over Missing; per-rank values combine element-wise."""
+    identity, combine = (True, np.logical_and) if is_and else (False, np.logical_or)
+    out, miss = identity, None
     for v in vals:
         t = _truth(v)
         if isinstance(t, Missing):
             miss = t if miss is None else miss | t
-            continue
-        if isinstance(t, Vec):
-            out = t if out is True else (out.like(np.logical_and(out.values, t.values)) if isinstance(out, Vec) else out)
-            continue
-        if not t:
-            return False
+        elif isinstance(t, Vec):
+            out = out.like(combine(out.values, t.values)) if isinstance(out, Vec) else t
+        elif bool(t) != is_and:
+            return not is_and
     return miss if miss is not None else out
+
+
+def _and(vals):
+    return _logic(vals, True)
 
 
 def _or(vals):
-    out, miss = False, None
-    for v in vals:
-        t = _truth(v)
-        if isinstance(t, Missing):
-            miss = t if miss is None else miss | t
-            continue
-        if isinstance(t, Vec):
-            out = t if out is False else (out.like(np.logical_or(out.values, t.values)) if isinstance(out, Vec) else out)
-            continue
-        if t:
-            return True
-    return miss if miss is not None else out
+    return _logic(vals, False)
 
 
 # --- functions -----------------------------------------------------------------------
