@@ -7,7 +7,6 @@ detail, plots, logs, warnings, facts."""
 from __future__ import annotations
 
 import base64
-import json
 
 from . import view
 from .escape import h
@@ -53,12 +52,7 @@ def _code(change: str, lang: str) -> str:
 
 
 def _val(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    if isinstance(v, (dict, list)):
-        s = json.dumps(v, default=str)
-        return s if len(s) <= 300 else s[:300] + " …"
-    return "" if v is None else str(v)
+    return view.evidence_value(v, 300)
 
 
 def _finding(i: int, f: dict) -> str:

@@ -20,7 +20,7 @@ MAX_LOG_EVENTS = 2000
 
 def _clean(x):
     if isinstance(x, float):
-        return None if math.isnan(x) or math.isinf(x) else round(x, 3)
+        return None if math.isnan(x) or math.isinf(x) else round(x, 6)
     if isinstance(x, dict):
         return {str(k): _clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):

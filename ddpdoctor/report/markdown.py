@@ -9,7 +9,6 @@ is escaped (:mod:`ddpdoctor.report.escape`); the whole text stays under
 
 from __future__ import annotations
 
-import json
 import re
 
 from . import view
@@ -31,12 +30,7 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def _val(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    if isinstance(v, (dict, list)):
-        s = json.dumps(v, default=str)
-        return md(s if len(s) <= 200 else s[:200] + " …")
-    return md(v)
+    return md(view.evidence_value(v, 200))
 
 
 def _ranks(ranks: list) -> str:

@@ -4,6 +4,8 @@ ranks, number formatting.  Pure Python (no matplotlib, no traces)."""
 
 from __future__ import annotations
 
+import json
+
 import statistics
 
 MAX_RANKS_SHOWN = 16
@@ -126,3 +128,13 @@ def findings(d: dict) -> list[dict]:
 
 def log_events(d: dict) -> list[dict]:
     return list((d.get("logs") or {}).get("events") or [])
+
+
+def evidence_value(v, limit: int = 300) -> str:
+    """An evidence value as short plain text (escape it for the output format afterwards)."""
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+    if isinstance(v, (dict, list)):
+        s = json.dumps(v, default=str)
+        return s if len(s) <= limit else s[:limit] + " …"
+    return "" if v is None else str(v)
