@@ -85,3 +85,6 @@ def analyze(paths, json_path, all_windows, jobs, comm_patterns, hta, quiet):
         terminal.render(result)
         if json_path:
             click.echo(f"JSON written to {json_path}")
+
+from .capture.cli import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
+main.add_command(_run_command)
