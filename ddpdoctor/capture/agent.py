@@ -609,7 +609,7 @@ class Agent:
             self.exit_reason = "window complete"
             self.exit_code = 0
             self.event("stop", step=self.steps, reason="profiled window complete; ending training (use --keep-going to continue)")
-            self._touch("window_done")
+            self._touch(".window_done")
             t = threading.Timer(float(self.env.get("DDPDOCTOR_STOP_GRACE_S", "30")), self._force_exit)
             t.daemon = True
             t.start()
@@ -637,6 +637,7 @@ class Agent:
         if torch.cuda.is_available():
             acts.append(ProfilerActivity.CUDA)
         prof = profile(activities=acts, record_shapes=True, with_stack=False, profile_memory=False)
+        prof.record_steps = True                # without a schedule profile() would not mark ProfilerStep#N
         prof.step_num = self.steps              # ProfilerStep#<number of the step being recorded>
         prof.start()
         self.prof = prof
@@ -738,7 +739,7 @@ class Agent:
                 continue
             try:
                 done = [d for d in os.listdir(peers_dir)
-                        if d != f"rank{self.rank}" and os.path.exists(os.path.join(peers_dir, d, "window_done"))]
+                        if d != f"rank{self.rank}" and os.path.exists(os.path.join(peers_dir, d, ".window_done"))]
             except OSError:
                 continue
             if not done:
@@ -790,20 +791,22 @@ class Agent:
         d["dataloader"] = dict(main, set_epoch_called=self.set_epoch_called) if main else None
         d["dataloaders"] = [info for _r, info in self.loaders]
         d["optimizer"] = self.optimizer_info
-        d["ddp"] = {"used": False}
+        # the model may be gone at exit: keep what was seen while it was alive
         ddp = self.ddp_ref() if self.ddp_ref else None
         params = []
         if ddp is not None:
             try:
-                d["ddp"] = _ddp_settings(ddp, torch)
+                self._ddp_cache = _ddp_settings(ddp, torch)
                 params = [p for p in ddp.module.parameters()]
                 mod = ddp.module
                 if type(mod).__name__ == "OptimizedModule" or hasattr(mod, "_orig_mod"):
-                    d["compiled"] = True
+                    self.compiled = True
             except Exception as exc:  # noqa: BLE001
                 self.internal_error("ddp settings", exc)
         elif self.first_optimizer is not None and self.first_optimizer() is not None:
             params = [p for g in self.first_optimizer().param_groups for p in g["params"]]
+        d["compiled"] = self.compiled
+        d["ddp"] = getattr(self, "_ddp_cache", None) or {"used": self.ddp_ref is not None}
         dist = {}
         if torch is not None:
             try:
@@ -815,7 +818,9 @@ class Agent:
             except Exception:  # noqa: BLE001
                 pass
         d["distributed"] = dist or None
-        d["precision"] = _precision(torch, params, self.autocast, self.grad_scaler)
+        if params:
+            self._param_dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+        d["precision"] = _precision(torch, getattr(self, "_param_dtypes", []), self.autocast, self.grad_scaler)
         d["memory"] = _memory(torch)
         d["nccl_version"] = _nccl_version(torch)
         return d
@@ -885,7 +890,8 @@ def _ddp_settings(ddp, torch) -> dict:
     d["param_tensors"] = len(params)
     d["trainable_param_count"] = int(sum(p.numel() for p in trainable))
     d["grad_bytes"] = int(sum(p.numel() * p.element_size() for p in trainable))
-    sizes = log.get("bucket_sizes")
+    rebuilt = log.get("has_rebuilt_buckets") and log.get("rebuilt_bucket_sizes")
+    sizes = log.get("rebuilt_bucket_sizes") if rebuilt else log.get("bucket_sizes")
     bucket_sizes = None
     if isinstance(sizes, str) and sizes.strip():
         try:
@@ -896,11 +902,13 @@ def _ddp_settings(ddp, torch) -> dict:
         bucket_sizes = [int(x) for x in sizes]
     d["bucket_sizes_bytes"] = bucket_sizes
     d["num_buckets"] = len(bucket_sizes) if bucket_sizes else None
-    d["bucket_sizes_source"] = "ddp logging data" if bucket_sizes else None
+    d["bucket_sizes_source"] = ("ddp logging data (rebuilt buckets)" if rebuilt else "ddp logging data") if bucket_sizes else None
     # unused parameters: trainable parameters without a gradient at the last optimizer step
     unused = sum(1 for p in trainable if p.grad is None)
     d["unused_parameter_count"] = unused
     d["unused_parameter_count_method"] = "trainable parameters whose .grad is None at exit/window end"
+    if "unused_parameter_size" in log:
+        d["unused_parameter_bytes"] = int(log["unused_parameter_size"])
     d["device_ids"] = [str(x) for x in (getattr(ddp, "device_ids", None) or [])]
     d["module"] = type(ddp.module).__name__
     d["logging_data"] = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in log.items()
@@ -908,8 +916,7 @@ def _ddp_settings(ddp, torch) -> dict:
     return d
 
 
-def _precision(torch, params, autocast, grad_scaler) -> dict:
-    dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params}) if params else []
+def _precision(torch, dtypes, autocast, grad_scaler) -> dict:
     ac = sorted({dt.replace("torch.", "") for _dev, dt in autocast if dt})
     mp = "none"
     if "bfloat16" in ac or ("bfloat16" in dtypes and "float32" not in dtypes):

@@ -112,11 +112,9 @@ def capture_env(base: dict[str, str], out: Path, inject_dir: Path, opts: RunOpti
         env["DDPDOCTOR_NCCL_FILE_OWNED"] = "1"
         changed["NCCL_DEBUG_FILE"] = str(out / "ranks" / "rank<R>" / "nccl.log")
     setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
-    setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", env.get("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE))   # torch < 2.5 name
     setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     fr = str(out / "flight_recorder" / "nccl_trace_rank_")
     setdefault("TORCH_FR_DUMP_TEMP_FILE", fr)
-    setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", env.get("TORCH_FR_DUMP_TEMP_FILE", fr))          # torch < 2.5 name
     pp = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(inject_dir) + (os.pathsep + pp if pp else "")
     changed["PYTHONPATH"] = f"{inject_dir} prepended (capture agent)"
