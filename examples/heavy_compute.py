@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=512)
     args = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -23,19 +23,17 @@ def main():
     torch.set_num_threads(1)                    # two ranks share the CPU cores
     # few parameters (fast all-reduce), many FLOPs per parameter: a deep narrow net on a big batch
     layers = []
-    for _ in range(6):
-        layers += [torch.nn.Linear(256, 256), torch.nn.GELU()]
-    model = DDP(torch.nn.Sequential(*layers, torch.nn.Linear(256, 10)))
+    for _ in range(8):
+        layers += [torch.nn.Linear(384, 384), torch.nn.GELU()]
+    model = DDP(torch.nn.Sequential(*layers, torch.nn.Linear(384, 10)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    data = TensorDataset(torch.randn(8192, 256), torch.randint(0, 10, (8192,)))
+    data = TensorDataset(torch.randn(16384, 384), torch.randint(0, 10, (16384,)))
     sampler = DistributedSampler(data)
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
     step = 0
     for epoch in range(100):
         sampler.set_epoch(epoch)
         for x, y in loader:
-            for _ in range(3):                  # several passes per batch: more compute per step
-                x = x + 0.0
             out = model(x)
             loss = torch.nn.functional.cross_entropy(out, y) + 1e-3 * (out ** 2).mean()
             opt.zero_grad()
