@@ -21,7 +21,7 @@ from ..errors import InputError
               help="Training steps to record with torch.profiler.")
 @click.option("--keep-going", is_flag=True, help="Do not stop training after the recorded window.")
 @click.option("--no-analyze", is_flag=True, help="Only capture; do not analyze the bundle afterwards.")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx, out, force, warmup, active, keep_going, no_analyze, command):
     """Run COMMAND (torchrun …, python -m torch.distributed.run …, python train.py …)
