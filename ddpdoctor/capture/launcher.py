@@ -256,6 +256,11 @@ def _wait_for(pids: list[int], timeout: float) -> None:
 
 
 def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interrupted: str | None) -> dict:
+    for marker in (out / "ranks").glob("rank*/.window_done"):      # the ranks' coordination markers
+        try:
+            marker.unlink()
+        except OSError:
+            pass
     settings = read_rank_settings(out)
     rank_dirs = sorted(int(p.name[4:]) for p in (out / "ranks").glob("rank*") if p.name[4:].isdigit())
     traces = sorted(r for r in rank_dirs if (out / "ranks" / f"rank{r}" / f"rank{r}.pt.trace.json.gz").is_file())
