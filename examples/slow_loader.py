@@ -2,7 +2,7 @@
 the loader runs in the training process (num_workers=0), so each step waits ~25 ms for
 data while the model needs a few ms.
 
-    torchrun --nproc_per_node=2 examples/slow_loader.py [--steps 20]
+    torchrun --nproc_per_node=2 examples/slow_loader.py [--steps 20] [--workers 0]
     ddpdoctor run -- torchrun --nproc_per_node=2 examples/slow_loader.py
 """
 
@@ -28,6 +28,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (the fix: 4 or more)")
     args = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -36,7 +37,8 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = SlowImages()
     sampler = DistributedSampler(data, shuffle=True)
-    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, num_workers=0, drop_last=True)
+    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers, drop_last=True,
+                        persistent_workers=args.workers > 0)
     step = 0
     for epoch in range(100):
         sampler.set_epoch(epoch)

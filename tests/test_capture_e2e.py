@@ -224,3 +224,14 @@ def test_sigterm_keeps_a_partial_bundle_and_leaves_no_orphans(tmp_path):
         assert (out / "ranks" / f"rank{r}" / f"rank{r}.pt.trace.json.gz").is_file()
         kinds = [json.loads(x)["kind"] for x in (out / "ranks" / f"rank{r}" / "events.jsonl").read_text().splitlines()]
         assert "signal" in kinds and kinds[-1] == "exit"
+
+
+def test_dataloader_worker_processes_are_not_ranks(example):
+    c = example("slow_loader", "--workers", "2")
+    assert_complete_bundle(c)
+    dl = c.settings(1)["dataloader"]
+    assert dl["num_workers"] == 2 and dl["persistent_workers"] is True and dl["prefetch_factor"] == 2
+    assert sorted(p.name for p in (c.out / "ranks").iterdir()) == ["rank0", "rank1"]
+    for r in (0, 1):
+        starts = [e for e in c.events(r) if e["kind"] == "start"]
+        assert len(starts) == 1                       # the workers did not activate the agent

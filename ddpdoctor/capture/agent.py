@@ -275,6 +275,8 @@ class Agent:
 
     # ---------------------------------------------------------------- basics
     def event(self, kind: str, **fields) -> None:
+        if os.getpid() != self.pid:        # a forked child (DataLoader worker) records nothing
+            return
         rec = {"time": time.time(), "rank": self.rank, "kind": kind}
         rec.update(fields)
         try:
@@ -332,6 +334,32 @@ class Agent:
             if name in sys.modules:
                 cb(sys.modules[name])
         threading.Thread(target=self._watchdog, name="ddpdoctor-watchdog", daemon=True).start()
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child (fork-start DataLoader worker, os.fork in user code) is not this
+        rank: give it back default signal handling and detach it from the rank's files."""
+        if os.getpid() == self.pid:
+            return
+        try:
+            signal.set_wakeup_fd(-1)
+        except (ValueError, OSError):
+            pass
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            try:
+                if signal.getsignal(sig) == self._on_signal:
+                    signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
+        try:
+            if sys.excepthook == self._excepthook:
+                sys.excepthook = self._orig_excepthook
+            if threading.excepthook == self._thread_excepthook:
+                threading.excepthook = self._orig_thread_hook
+            if sys.exit == self._sys_exit:
+                sys.exit = self._orig_exit
+        except Exception:  # noqa: BLE001
+            pass
 
     def _install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -396,10 +424,15 @@ class Agent:
                 os._exit(128 + signum)
 
     def _on_signal(self, signum, frame):
+        if os.getpid() != self.pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         self.signal_handled = True
         name = signal.Signals(signum).name
         self.event("signal", signal=name, step=self.steps)
         self.exit_reason = f"signal {name}"
+        self.exit_code = 130 if signum == signal.SIGINT else -signum
         self.finalize(f"signal {name}")
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
@@ -708,6 +741,8 @@ class Agent:
 
     def finalize(self, why: str) -> None:
         """Flush whatever exists: the trace of a window cut short, the settings, the exit."""
+        if os.getpid() != self.pid:
+            return
         with self.lock:
             if self.finalized:
                 return
