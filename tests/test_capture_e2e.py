@@ -235,3 +235,19 @@ def test_dataloader_worker_processes_are_not_ranks(example):
     for r in (0, 1):
         starts = [e for e in c.events(r) if e["kind"] == "start"]
         assert len(starts) == 1                       # the workers did not activate the agent
+
+
+def test_single_process_script_is_captured(tmp_path):
+    res = ddpdoctor_run(tmp_path / "b", [sys.executable, str(Path(__file__).parent / "scripts" / "single_train.py")],
+                        options=("--no-analyze", "--warmup", "2", "--active", "3"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    c = Captured(tmp_path / "b", res)
+    assert c.manifest["status"] == "complete" and c.manifest["ranks_present"] == [0]
+    s = c.settings(0)
+    assert s["steps_completed"] == 5 and s["window"]["first_step"] == 2 and s["ddp"] == {"used": False}
+    assert s["precision"]["mixed_precision"] == "bf16" and s["optimizer"]["type"] == "Adam"
+    assert s["dataloader"]["sampler"] == "RandomSampler"
+    assert "finished all" not in res.stdout                # stopped after the window
+    assert "stopped after the recorded window" in res.stderr
+    a = c.analysis()
+    assert [len(x.steps) for x in a.summaries] == [3]

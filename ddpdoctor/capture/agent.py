@@ -272,6 +272,7 @@ class Agent:
         self.last_step_time = time.time()
         self.torch = None
         self.tee_pid = None
+        self.user_profiler = False
 
     # ---------------------------------------------------------------- basics
     def event(self, kind: str, **fields) -> None:
@@ -323,6 +324,7 @@ class Agent:
             "torch.utils.data.distributed": self._on_sampler_module,
             "torch.amp.autocast_mode": self._on_autocast_module,
             "torch.amp.grad_scaler": self._on_scaler_module,
+            "torch.profiler.profiler": self._on_profiler_module,
         }))
         # modules imported before us (unusual): patch now
         for name, cb in (("torch", self._on_torch), ("torch.optim.optimizer", self._on_optimizer_module),
@@ -330,7 +332,8 @@ class Agent:
                          ("torch.utils.data.dataloader", self._on_dataloader_module),
                          ("torch.utils.data.distributed", self._on_sampler_module),
                          ("torch.amp.autocast_mode", self._on_autocast_module),
-                         ("torch.amp.grad_scaler", self._on_scaler_module)):
+                         ("torch.amp.grad_scaler", self._on_scaler_module),
+                         ("torch.profiler.profiler", self._on_profiler_module)):
             if name in sys.modules:
                 cb(sys.modules[name])
         threading.Thread(target=self._watchdog, name="ddpdoctor-watchdog", daemon=True).start()
@@ -557,6 +560,33 @@ class Agent:
         __init__.__wrapped__ = orig
         cls.__init__ = __init__
 
+    def _on_profiler_module(self, mod):
+        cls = mod._KinetoProfile
+        orig = cls.prepare_trace
+        agent = self
+
+        def prepare_trace(prof_self, *a, **k):
+            if prof_self is not agent.prof and not getattr(prof_self, "_ddpdoctor_own", False):
+                agent._user_profiler_starts()
+            return orig(prof_self, *a, **k)
+
+        prepare_trace.__wrapped__ = orig
+        cls.prepare_trace = prepare_trace
+
+    @_safe
+    def _user_profiler_starts(self):
+        """The script runs its own torch.profiler: two cannot run at once, so ddpdoctor
+        steps aside (keeps what it has recorded) and lets training run on."""
+        if self.user_profiler:
+            return
+        self.user_profiler = True
+        self.event("user_profiler", step=self.steps,
+                   message="the script starts its own torch.profiler: ddpdoctor does not record (or stops recording) "
+                           "and does not stop training; analyze the script's own traces")
+        if self.prof is not None:
+            self._stop_profiler(complete=False)
+        self.window_done = True
+
     # ---------------------------------------------------------------- recorders
     @_safe
     def _on_ddp_created(self, ddp):
@@ -614,7 +644,7 @@ class Agent:
             self.event("step", step=self.steps - 1, source=self.step_source)
             if self.stop_requested:
                 raise_exit = True
-            elif self.prof is None and not self.window_done and self.steps >= self.warmup:
+            elif self.prof is None and not self.window_done and not self.user_profiler and self.steps >= self.warmup:
                 self._start_profiler()
                 raise_exit = False
             elif self.prof is not None:
@@ -669,7 +699,16 @@ class Agent:
         acts = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             acts.append(ProfilerActivity.CUDA)
+        try:
+            import torch.autograd.profiler as ap
+
+            if getattr(ap, "_is_profiler_enabled", False):
+                self._user_profiler_starts()
+                return
+        except Exception:  # noqa: BLE001
+            pass
         prof = profile(activities=acts, record_shapes=True, with_stack=False, profile_memory=False)
+        prof._ddpdoctor_own = True
         prof.record_steps = True                # without a schedule profile() would not mark ProfilerStep#N
         prof.step_num = self.steps              # ProfilerStep#<number of the step being recorded>
         prof.start()
@@ -817,7 +856,7 @@ class Agent:
                        "first_step": self.first_step,
                        "trace": self.trace_written, "complete": self.window_done and self.recorded >= self.active},
             "exit": {"code": self.exit_code, "reason": self.exit_reason},
-            "exceptions": self.exceptions, "ooms": self.ooms,
+            "exceptions": self.exceptions, "ooms": self.ooms, "user_profiler": self.user_profiler,
             "compiled": self.compiled,
         }
         main = None

@@ -47,8 +47,14 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, command):
     ranks = m.get("ranks_present") or []
     click.echo(f"ddpdoctor: bundle {result.out} — status {result.status}, exit code {result.exit_code}, "
                f"traces from {len(ranks)} of {m.get('world_size') or '?'} rank(s)", err=True)
+    if any(((s or {}).get("exit") or {}).get("reason") == "window complete" for s in _rank_settings(result.out)):
+        click.echo("ddpdoctor: training was stopped after the recorded window (use --keep-going to let it run on)",
+                   err=True)
     if not no_analyze:
         _analyze(result.out, bool(ranks))
+    if any((s or {}).get("user_profiler") for s in _rank_settings(result.out)):
+        click.echo("ddpdoctor: the script runs its own torch.profiler, so ddpdoctor did not record (two profilers "
+                   "cannot run at once); analyze the script's traces with `ddpdoctor analyze TRACE_DIR`", err=True)
     sys.exit(result.exit_code)
 
 
@@ -64,3 +70,9 @@ def _analyze(out: Path, have_traces: bool) -> None:
                        f"the bundle is kept: ddpdoctor analyze {out}", err=True)
     except (OSError, subprocess.SubprocessError) as exc:
         click.echo(f"ddpdoctor: analysis of {out} failed ({exc}); the bundle is kept", err=True)
+
+
+def _rank_settings(out: Path):
+    from .launcher import read_rank_settings
+
+    return read_rank_settings(out).values()
