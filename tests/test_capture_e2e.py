@@ -251,3 +251,34 @@ def test_single_process_script_is_captured(tmp_path):
     assert "stopped after the recorded window" in res.stderr
     a = c.analysis()
     assert [len(x.steps) for x in a.summaries] == [3]
+
+
+def test_two_nodes_give_two_bundles_analyzed_together(tmp_path):
+    """Two `ddpdoctor run … torchrun --nnodes=2` on this host stand in for two nodes."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for n in (0, 1):
+        cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(tmp_path / f"node{n}"), "--no-analyze", "--",
+               sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", f"--node_rank={n}",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{port}", str(EXAMPLES / "slow_rank.py")]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                      env=_env()))
+    for p in procs:
+        _out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-2000:]
+    ranks = set()
+    for n in (0, 1):
+        m = json.loads((tmp_path / f"node{n}" / "manifest.json").read_text())
+        assert m["status"] == "complete" and m["world_size"] == 2 and m["nnodes"] == 2 and len(m["ranks_present"]) == 1
+        ranks.update(m["ranks_present"])
+    assert ranks == {0, 1}
+    f = load_bundle_facts([str(tmp_path / "node0"), str(tmp_path / "node1")])
+    assert f["run.status"] == "complete" and f["host.nnodes"] == 2 and f["run.ranks_present"] == [0, 1]
+    assert f["host.local_world_size"] == 1
+    a = analyze([str(tmp_path)], AnalyzeOptions(jobs=1, hta="off"))
+    assert [s.rank for s in a.summaries] == [0, 1] and not a.warnings
+    assert len(a.cross.stragglers) == 1                  # rank 1 of the job sleeps (whichever node it landed on)

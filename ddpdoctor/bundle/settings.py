@@ -156,7 +156,7 @@ def load_bundle_facts(paths: list[str]) -> dict[str, object]:
     if hosts:
         hosts.sort(key=lambda h: str(h.get("hostname")))
         h0 = hosts[0]
-        facts["host.hostnames"] = [h.get("hostname") for h in hosts]
+        facts["host.hostnames"] = list(dict.fromkeys(h.get("hostname") for h in hosts))
         cpu = h0.get("cpu") or {}
         if cpu.get("cpu_count") is not None:
             facts["host.cpu_count"] = cpu["cpu_count"]
@@ -186,10 +186,21 @@ def load_bundle_facts(paths: list[str]) -> dict[str, object]:
     # ---- run
     if mans or ranks:
         facts["run.captured"] = True
+    worlds = [m.get("world_size") for m in mans if m.get("world_size")] + \
+             [d.get("world_size") for d in ranks.values() if d.get("world_size")]
+    present = set()
+    for m in mans:
+        present.update(int(r) for r in m.get("ranks_present") or [])
+    for d in ranks.values():
+        if (d.get("window") or {}).get("trace"):
+            present.add(int(d["rank"]))
     if mans:
         statuses = [m.get("status") for m in mans]
-        facts["run.status"] = ("failed" if "failed" in statuses else "partial" if any(s != "complete" for s in statuses)
-                               else "complete")
+        status = ("failed" if "failed" in statuses else "partial" if any(s != "complete" for s in statuses)
+                  else "complete")
+        if status == "complete" and worlds and len(present) < max(worlds):
+            status = "partial"          # a node's bundle is missing
+        facts["run.status"] = status
         codes = [m.get("exit_code") for m in mans if m.get("exit_code") is not None]
         if codes:
             facts["run.exit_code"] = next((c for c in codes if c != 0), 0)
@@ -201,16 +212,8 @@ def load_bundle_facts(paths: list[str]) -> dict[str, object]:
             facts["run.active_steps"] = win["active"]
         if m0.get("command"):
             facts["run.command"] = m0["command"]
-    worlds = [m.get("world_size") for m in mans if m.get("world_size")] + \
-             [d.get("world_size") for d in ranks.values() if d.get("world_size")]
     if worlds:
         facts["run.world_size"] = max(worlds)
-    present = set()
-    for m in mans:
-        present.update(int(r) for r in m.get("ranks_present") or [])
-    for d in ranks.values():
-        if (d.get("window") or {}).get("trace"):
-            present.add(int(d["rank"]))
     if mans or ranks:
         facts["run.ranks_present"] = sorted(present)
     if ranks:

@@ -266,11 +266,16 @@ def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interru
     traces = sorted(r for r in rank_dirs if (out / "ranks" / f"rank{r}" / f"rank{r}.pt.trace.json.gz").is_file())
     world = max([s.get("world_size") or 0 for s in settings.values()] + [len(rank_dirs)]) or None
     windows_complete = bool(settings) and all((s.get("window") or {}).get("complete") for s in settings.values())
+    # ranks this node should hold: all of them, or the local ones when the job spans nodes
+    nnodes = max([s.get("nnodes") or 1 for s in settings.values()] + [1])
+    expected = world
+    if nnodes > 1:
+        expected = max([s.get("local_world_size") or 0 for s in settings.values()] + [0]) or None
     if interrupted:
         status = "partial"
     elif exit_code != 0:
         status = "failed"
-    elif world and len(traces) == world and windows_complete:
+    elif expected and len(traces) == expected and windows_complete:
         status = "complete"
     else:
         status = "partial"
@@ -280,7 +285,7 @@ def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interru
     manifest.update({
         "end_time": iso, "end_unix": t, "duration_s": round(t - manifest["start_unix"], 3),
         "status": status, "exit_code": exit_code, "interrupted_by": interrupted,
-        "world_size": world, "ranks_present": traces, "ranks_seen": rank_dirs,
+        "world_size": world, "ranks_present": traces, "ranks_seen": rank_dirs, "ranks_expected_here": expected,
         "steps_completed": {str(r): s.get("steps_completed") for r, s in sorted(settings.items())},
         "windows_complete": windows_complete,
         "flight_recorder_files": sorted(p.name for p in (out / "flight_recorder").iterdir()) if (out / "flight_recorder").is_dir() else [],
