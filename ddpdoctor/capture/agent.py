@@ -820,7 +820,7 @@ class Agent:
                 continue
             typical = sorted(self.step_times[-20:])[len(self.step_times[-20:]) // 2] if self.step_times else 1.0
             idle = time.time() - self.last_step_time
-            if idle > max(float(self.env.get("DDPDOCTOR_STUCK_S", "15")), 10 * typical):
+            if idle > max(float(self.env.get("DDPDOCTOR_STUCK_S", "15")), 10 * typical) and self._main_in_collective():
                 self.event("stuck_after_peer_stop", step=self.steps, peers_done=sorted(done), idle_s=round(idle, 1),
                            message="no step progress since a peer rank finished its profiled window: this rank waits "
                                    "for a collective the peer never joins (ranks ran different numbers of steps)")
@@ -828,6 +828,20 @@ class Agent:
                 self.exit_reason = "stuck after peer stop"
                 self.finalize("stuck")
                 os._exit(1)
+
+    @staticmethod
+    def _main_in_collective() -> bool:
+        """The main thread is inside torch.distributed / DDP / autograd's backward (where DDP
+        all-reduces), not in the script's own code (a long evaluation is not a hang)."""
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        for _ in range(3):
+            if frame is None:
+                return False
+            name = frame.f_code.co_filename.replace(os.sep, "/")
+            if "/torch/distributed/" in name or "/torch/nn/parallel/" in name or "/torch/autograd/" in name:
+                return True
+            frame = frame.f_back
+        return False
 
     # ---------------------------------------------------------------- settings
     def write_settings(self) -> None:
