@@ -63,6 +63,9 @@ def test_cli_does_not_import_torch():
     (["python", "-u", "train.py", "-m", "torch.distributed.run"], False),
     (["python", "train.py"], False),
     (["python", "-c", "print(1)"], False),
+    (["python", "/v/bin/accelerate", "launch", "train.py"], True),
+    (["python", "/v/bin/deepspeed", "train.py"], True),
+    (["python", "-m", "accelerate.commands.launch", "train.py"], True),
 ])
 def test_launcher_process_detection(argv, expected):
     assert agent.is_launcher_process(argv) is expected
@@ -144,3 +147,16 @@ def test_missing_rank_makes_a_partial_bundle(tmp_path):
     _rank(tmp_path, 0, world=4)
     m = launcher.finish_bundle(tmp_path, {"start_unix": 0.0}, {"hostname": "h"}, 0, None)
     assert m["status"] == "partial" and m["world_size"] == 4
+
+
+def test_single_process_through_a_shell_wrapper(tmp_path):
+    """`ddpdoctor run -- bash run.sh` whose script runs `python train.py`: still the top Python process."""
+    import os
+    import subprocess
+
+    script = tmp_path / "run.sh"
+    script.write_text(f"{sys.executable} -c 'import os; print(os.getppid())'\n")
+    shell_child = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True)
+    assert agent.started_by_launcher(int(shell_child.stdout), str(os.getpid())) is False   # that bash is gone
+    assert agent.started_by_launcher(os.getppid(), str(os.getppid()))
+    assert agent.started_by_launcher(os.getpid(), str(os.getppid())) is False     # pytest is not a shell

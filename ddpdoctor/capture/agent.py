@@ -31,7 +31,10 @@ import traceback
 import weakref
 
 SETTINGS_SCHEMA = "ddpdoctor.settings/1"
-_TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torch.distributed.elastic")
+_TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torch.distributed.elastic",
+                     "accelerate.commands.launch", "accelerate.commands.accelerate_cli", "deepspeed.launcher")
+_LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed")
+_SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "env", "time", "nice", "taskset", "numactl", "stdbuf", "timeout")
 
 
 # --------------------------------------------------------------------------------------
@@ -47,7 +50,34 @@ def is_launcher_process(argv: list[str]) -> bool:
             return a[2:].startswith(_TORCHRUN_MODULES)
         if not a.startswith("-"):
             base = os.path.basename(a)
-            return base in ("torchrun", "torchrun.exe") or base.startswith("torchrun-")
+            return base.split(".")[0].split("-")[0] in _LAUNCHER_SCRIPTS
+    return False
+
+
+def _proc_parent(pid: int) -> tuple[int | None, str]:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None, ""
+    comm = stat[stat.find("(") + 1:stat.rfind(")")]
+    try:
+        return int(stat[stat.rfind(")") + 2:].split()[1]), comm
+    except (IndexError, ValueError):
+        return None, comm
+
+
+def started_by_launcher(ppid: int, launcher_pid: str | None, hops: int = 4) -> bool:
+    """The parent is `ddpdoctor run`, possibly through shells and wrappers
+    (``bash run.sh`` → ``python train.py``, ``env X=1 python …``, ``numactl … python …``)."""
+    pid = ppid
+    for _ in range(hops):
+        if str(pid) == launcher_pid:
+            return True
+        parent, comm = _proc_parent(pid)
+        if parent is None or comm not in _SHELLS:
+            return False
+        pid = parent
     return False
 
 
@@ -69,7 +99,7 @@ def should_activate(env, argv: list[str], ppid: int) -> bool:
     if "RANK" in env or "LOCAL_RANK" in env:
         return True
     # a single-process run: the top Python process of the user's command
-    return str(ppid) == env.get("DDPDOCTOR_LAUNCHER_PID")
+    return started_by_launcher(ppid, env.get("DDPDOCTOR_LAUNCHER_PID"))
 
 
 def maybe_activate() -> None:
