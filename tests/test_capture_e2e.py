@@ -148,6 +148,7 @@ def test_oom_rank_and_the_collective_error_it_causes(example):
     assert c.settings(0)["exit"]["code"] == 1 and c.settings(1)["ooms"] == 1
     assert "OOM at step 4" in (c.out / "ranks" / "rank1" / "output.log").read_text()
     assert "Root Cause" in (c.out / "launcher.log").read_text()
+    assert "rank 1: out of memory at step 4 (caught" in c.res.stderr      # run names the OOM rank first
     # traces of the cut-short window were flushed on both ranks
     assert all((c.out / "ranks" / f"rank{r}" / f"rank{r}.pt.trace.json.gz").is_file() for r in (0, 1))
 

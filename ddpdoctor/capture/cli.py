@@ -11,7 +11,8 @@ import click
 from ..errors import InputError
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+               short_help="Run a training command, profile a few steps on every rank, analyze.")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="Bundle folder (default: ddpdoctor-out-YYYYmmdd-HHMMSS). Never overwritten without --force.")
 @click.option("--force", is_flag=True, help="Replace an existing bundle folder.")
@@ -47,6 +48,13 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, command):
     ranks = m.get("ranks_present") or []
     click.echo(f"ddpdoctor: bundle {result.out} — status {result.status}, exit code {result.exit_code}, "
                f"traces from {len(ranks)} of {m.get('world_size') or '?'} rank(s)", err=True)
+    from .summary import failure_timeline
+
+    timeline = failure_timeline([str(result.out)])
+    if timeline:
+        click.echo("ddpdoctor: problems seen by the ranks, in order (the first is the likely cause):", err=True)
+        for line in timeline:
+            click.echo(f"  {line}", err=True)
     if any(((s or {}).get("exit") or {}).get("reason") == "window complete" for s in _rank_settings(result.out)):
         click.echo("ddpdoctor: training was stopped after the recorded window (use --keep-going to let it run on)",
                    err=True)

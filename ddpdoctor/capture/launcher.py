@@ -89,7 +89,8 @@ def check_command(command: list[str]) -> None:
         if not os.access(exe, os.X_OK):
             raise InputError(f"{exe}: not executable")
     elif shutil.which(exe) is None:
-        raise InputError(f"{exe}: command not found")
+        hint = f" (did you mean: python {exe} …?)" if exe.endswith(".py") else ""
+        raise InputError(f"{exe}: command not found{hint}")
 
 
 def capture_env(base: dict[str, str], out: Path, inject_dir: Path, opts: RunOptions, run_id: str,
