@@ -508,10 +508,13 @@ class Agent:
         self.seen_exc.add(id(exc))
         self.ooms += 1
         msg = str(args[0]) if args else ""
-        frame = sys._getframe(3)          # 0 here, 1 _safe, 2 the patched __init__, 3 who raised
-        self.event("oom", step=self.steps, type=type(exc).__name__, message=msg[:2000],
-                   where=f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}",
-                   caught=None)
+        where = None
+        frame = sys._getframe(0)
+        for _ in range(3):                  # 0 here, 1 _safe, 2 the patched __init__, 3 who raised
+            frame = frame.f_back if frame is not None else None
+        if frame is not None:               # None when C++ code raised it outside any Python frame
+            where = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        self.event("oom", step=self.steps, type=type(exc).__name__, message=msg[:2000], where=where, caught=None)
 
     def _on_optimizer_module(self, mod):
         mod.register_optimizer_step_post_hook(self._optimizer_post_hook)
@@ -669,6 +672,7 @@ class Agent:
         try:
             now = time.time()
             self.step_times.append(now - self.last_step_time)
+            del self.step_times[:-100]
             self.last_step_time = now
             self.steps += 1
             self.event("step", step=self.steps - 1, source=self.step_source)
