@@ -671,11 +671,14 @@ class Agent:
         """One training step has just finished."""
         try:
             now = time.time()
-            self.step_times.append(now - self.last_step_time)
+            dur = now - self.last_step_time
+            self.step_times.append(dur)
             del self.step_times[:-100]
             self.last_step_time = now
             self.steps += 1
-            self.event("step", step=self.steps - 1, source=self.step_source)
+            # the first step's duration includes everything since the agent started (imports, setup)
+            self.event("step", step=self.steps - 1, source=self.step_source,
+                       duration_s=round(dur, 6) if self.steps > 1 else None)
             if self.stop_requested:
                 raise_exit = True
             elif self.prof is None and not self.window_done and not self.user_profiler and self.steps >= self.warmup:
@@ -905,6 +908,7 @@ class Agent:
                        "trace": self.trace_written, "complete": self.window_done and self.recorded >= self.active},
             "exit": {"code": self.exit_code, "reason": self.exit_reason},
             "exceptions": self.exceptions, "ooms": self.ooms, "user_profiler": self.user_profiler,
+            "step_time_s": _step_stats(self.step_times[1:] if self.steps <= 100 else self.step_times),
             "compiled": self.compiled,
         }
         main = None
@@ -1065,12 +1069,27 @@ def _memory(torch) -> dict | None:
             return None
         dev = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(dev)
-        return {"device": dev, "device_name": props.name,
-                "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(dev)),
-                "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(dev)),
-                "capacity_bytes": int(props.total_memory)}
+        out = {"device": dev, "device_name": props.name,
+               "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(dev)),
+               "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(dev)),
+               "capacity_bytes": int(props.total_memory)}
+        try:
+            stats = torch.cuda.memory_stats(dev)
+            out["num_alloc_retries"] = int(stats.get("num_alloc_retries", 0))      # cache flushes: memory pressure
+            out["num_ooms"] = int(stats.get("num_ooms", 0))
+        except Exception:  # noqa: BLE001
+            pass
+        return out
     except Exception:  # noqa: BLE001
         return None
+
+
+def _step_stats(times: list[float]) -> dict | None:
+    if not times:
+        return None
+    t = sorted(times)
+    return {"count": len(t), "median": round(t[len(t) // 2], 6), "min": round(t[0], 6), "max": round(t[-1], 6),
+            "last": round(times[-1], 6)}
 
 
 def _nccl_version(torch):
