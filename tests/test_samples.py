@@ -83,4 +83,7 @@ def test_captured_samples_keep_their_breakdown(example):
                   for r in (0, 1)}
         assert [e["step"] for e in events[1] if e["kind"] == "oom"] == [4]
         assert [e["kind"] for e in events[0]].count("exception") == 1
+        first = facts["run.first_problem"]                 # the root cause, not the rank torchrun names
+        assert (first["rank"], first["kind"], first["caught"]) == (1, "oom", True)
+        assert [(p["rank"], p["kind"]) for p in facts["run.problems"]] == [(1, "oom"), (0, "exception")]
         assert "Root Cause" in (SAMPLES / name / "launcher.log").read_text()

@@ -14,6 +14,8 @@ import json
 import os
 from pathlib import Path
 
+from .events import load_events, problem_events
+
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 HOST_SCHEMA = "ddpdoctor.host/1"
 SETTINGS_SCHEMA = "ddpdoctor.settings/1"
@@ -218,4 +220,11 @@ def load_bundle_facts(paths: list[str]) -> dict[str, object]:
         facts["run.ranks_present"] = sorted(present)
     if ranks:
         facts["run.steps_completed.per_rank"] = {r: ranks[r].get("steps_completed") for r in sorted(ranks)}
+    # extra: the problems the ranks saw, in time order (the first is the likely root cause)
+    roots = sorted({str(p.parent.parent.parent) for p in settings_files} | {str(p.parent) for p in manifests})
+    problems = problem_events(load_events(roots)) if roots else []
+    if problems:
+        keep = ("time", "rank", "kind", "step", "type", "message", "caught", "signal", "thread")
+        facts["run.problems"] = [{k: e[k] for k in keep if k in e} for e in problems[:20]]
+        facts["run.first_problem"] = facts["run.problems"][0]
     return facts

@@ -6,30 +6,7 @@ one. This orders the problem events of all ranks by time."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-PROBLEM_KINDS = ("oom", "exception", "signal", "stuck_after_peer_stop", "forced_exit", "user_profiler")
-
-
-def load_events(paths: list[str]) -> list[dict]:
-    events = []
-    for raw in paths:
-        for p in sorted(Path(raw).rglob("events.jsonl")):
-            try:
-                lines = p.read_text(errors="replace").splitlines()
-            except OSError:
-                continue
-            for line in lines:
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue                      # a line cut short by a killed process
-                if isinstance(e, dict) and "time" in e:
-                    events.append(e)
-    events.sort(key=lambda e: (e.get("time", 0), e.get("rank", 0)))
-    return events
-
+from ..bundle.events import load_events, problem_events
 
 def _one_line(e: dict) -> str:
     step = f" at step {e['step']}" if e.get("step") is not None else ""
@@ -52,19 +29,7 @@ def _one_line(e: dict) -> str:
 
 def failure_timeline(paths: list[str], limit: int = 6) -> list[str]:
     """Problem events of every rank, oldest first, one line each, with the time since the first."""
-    problems = [e for e in load_events(paths) if e.get("kind") in PROBLEM_KINDS]
-    # an OOM that ended the rank shows twice (created, then uncaught): one line, marked uncaught
-    uncaught_oom_ranks = {e.get("rank") for e in problems if e.get("kind") == "exception" and e.get("oom")}
-    out, oom_shown = [], set()
-    for e in problems:
-        r = e.get("rank")
-        if e.get("kind") == "oom":
-            if e.get("caught") is None:
-                e = dict(e, caught=r not in uncaught_oom_ranks)
-            oom_shown.add(r)
-        elif e.get("kind") == "exception" and e.get("oom") and r in oom_shown:
-            continue
-        out.append(e)
+    out = problem_events(load_events(paths))
     if not out:
         return []
     t0 = out[0]["time"]
