@@ -440,11 +440,15 @@ class Agent:
                 self.exit_reason = f"signal {name}"
                 with self.lock:
                     self.finalized = True           # the profiler cannot be stopped from this thread
+                self.exit_code = -signum
+                # the profiler cannot be stopped from here (its session belongs to the main
+                # thread; torch 2.13 finds "no active profiling session" and the process dies)
+                self.event("exit", code=-signum, reason=self.exit_reason, steps_completed=self.steps)
                 try:
-                    self.write_settings()
+                    # only what is cached: torch objects may be locked by the blocked main thread
+                    self.write_settings(lite=True)
                 except Exception:  # noqa: BLE001
                     pass
-                self.event("exit", code=-signum, reason=self.exit_reason, steps_completed=self.steps)
                 try:
                     import ctypes
 
@@ -752,6 +756,10 @@ class Agent:
         self.prof = prof
         self.first_step = self.steps
         self.event("profiler_start", step=self.steps, activities=[str(a).split(".")[-1] for a in acts])
+        try:
+            self.write_settings()        # early copy: a hang or SIGKILL later still leaves the settings
+        except Exception as exc:  # noqa: BLE001
+            self.internal_error("settings", exc)
 
     def _stop_profiler(self, complete: bool) -> None:
         prof, self.prof = self.prof, None
@@ -881,16 +889,18 @@ class Agent:
         return False
 
     # ---------------------------------------------------------------- settings
-    def write_settings(self) -> None:
-        data = self.collect_settings()
+    def write_settings(self, lite: bool = False) -> None:
+        data = self.collect_settings(lite)
         path = os.path.join(self.dir, "settings.json")
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=1, default=str)
         os.replace(tmp, path)
 
-    def collect_settings(self) -> dict:
-        torch = self.torch or sys.modules.get("torch")
+    def collect_settings(self, lite: bool = False) -> dict:
+        """Everything settings.json holds.  ``lite``: from another thread while the main
+        thread may be blocked inside torch — use only cached values, call nothing in torch."""
+        torch = None if lite else (self.torch or sys.modules.get("torch"))
         env = os.environ
         d: dict = {
             "schema": SETTINGS_SCHEMA,
@@ -918,7 +928,7 @@ class Agent:
         d["dataloaders"] = [info for _r, info in self.loaders]
         d["optimizer"] = self.optimizer_info
         # the model may be gone at exit: keep what was seen while it was alive
-        ddp = self.ddp_ref() if self.ddp_ref else None
+        ddp = self.ddp_ref() if self.ddp_ref and not lite else None
         params = []
         if ddp is not None:
             try:
@@ -929,7 +939,7 @@ class Agent:
                     self.compiled = True
             except Exception as exc:  # noqa: BLE001
                 self.internal_error("ddp settings", exc)
-        elif self.first_optimizer is not None and self.first_optimizer() is not None:
+        elif not lite and self.first_optimizer is not None and self.first_optimizer() is not None:
             params = [p for g in self.first_optimizer().param_groups for p in g["params"]]
         d["compiled"] = self.compiled
         d["ddp"] = getattr(self, "_ddp_cache", None) or {"used": self.ddp_ref is not None}
@@ -949,6 +959,14 @@ class Agent:
         d["precision"] = _precision(torch, getattr(self, "_param_dtypes", []), self.autocast, self.grad_scaler)
         d["memory"] = _memory(torch)
         d["nccl_version"] = _nccl_version(torch)
+        cache = self.__dict__.setdefault("_torch_cache", {})
+        for key in ("distributed", "memory", "nccl_version", "precision"):
+            if lite:
+                d[key] = cache.get(key, d[key])
+            elif d[key] is not None:
+                cache[key] = d[key]
+        if lite:
+            d["settings_note"] = "written by the signal watcher while the main thread was blocked: values cached earlier"
         return d
 
 
