@@ -283,3 +283,37 @@ def test_two_nodes_give_two_bundles_analyzed_together(tmp_path):
     a = analyze([str(tmp_path)], AnalyzeOptions(jobs=1, hta="off"))
     assert [s.rank for s in a.summaries] == [0, 1] and not a.warnings
     assert len(a.cross.stragglers) == 1                  # rank 1 of the job sleeps (whichever node it landed on)
+
+
+def test_sigterm_reaches_a_rank_blocked_in_a_collective(tmp_path):
+    """Python runs signal handlers only between bytecodes; a rank blocked in C++ must still
+    die on SIGTERM (within the watcher's 2 s) and leave its exit event and settings."""
+    out = tmp_path / "b"
+    cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--warmup", "3",
+           "--active", "50", "--", *TORCHRUN, str(Path(__file__).parent / "scripts" / "blocked_rank.py")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=_env())
+    ev = out / "ranks" / "rank0" / "events.jsonl"
+    try:
+        deadline = time.time() + 120
+        while not (ev.exists() and '"step": 6' in ev.read_text()):
+            assert time.time() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        time.sleep(1.5)                                   # rank 0 is now waiting for rank 1 in the all-reduce
+        pid = json.loads(ev.read_text().splitlines()[0])["pid"]
+        t0 = time.time()
+        os.kill(pid, signal.SIGTERM)
+        while Path(f"/proc/{pid}").exists() and ") Z" not in Path(f"/proc/{pid}/stat").read_text():
+            assert time.time() - t0 < 15, "the blocked rank did not die on SIGTERM"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    events = [json.loads(x) for x in ev.read_text().splitlines()]
+    sig = [e for e in events if e["kind"] == "signal"]
+    assert sig and sig[0].get("handled_by", "").startswith("watcher")
+    assert events[-1]["kind"] == "exit" and events[-1]["code"] == -signal.SIGTERM
+    settings = json.loads((out / "ranks" / "rank0" / "settings.json").read_text())
+    assert settings["ddp"]["used"] and settings["exit"]["code"] == -signal.SIGTERM
+    assert json.loads((out / "manifest.json").read_text())["status"] == "partial"
