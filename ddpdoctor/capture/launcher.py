@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import InputError
-from ..redact import join_argv
+from ..redact import join_argv, redact_argv
 from . import hostinfo
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
@@ -345,14 +346,25 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path, echo) -> RunRe
     env, changed = capture_env(dict(os.environ), out, inject, opts, run_id, term_out, term_err)
 
     start_unix, start_iso = _now()
-    host = hostinfo.collect(opts.command, dict(os.environ))
-    hostname = hostinfo.safe_hostname(host["hostname"])
+    raw_hostname = socket.gethostname()
+    hostname = hostinfo.safe_hostname(raw_hostname)
     host_path = out / "hosts" / f"{hostname}.json"
-    _write_json(host_path, host)
+    host: dict = {}
+
+    def collect_host():                 # in parallel with the training: nvidia-smi can take a second
+        try:
+            host.update(hostinfo.collect(opts.command, dict(os.environ)))
+            _write_json(host_path, host)
+        except Exception as exc:  # noqa: BLE001
+            host.setdefault("schema", hostinfo.HOST_SCHEMA)
+            host.update(hostname=raw_hostname, error=f"{type(exc).__name__}: {exc}")
+
+    host_thread = threading.Thread(target=collect_host, daemon=True)
+    host_thread.start()
     manifest = {
-        "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "torch_version": host.get("torch_version"),
-        "command": join_argv(opts.command), "argv": host["argv"], "cwd": os.getcwd(),
-        "hostname": host["hostname"], "hosts": [hostname], "host_files": [f"hosts/{hostname}.json"],
+        "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "torch_version": hostinfo.torch_version(),
+        "command": join_argv(opts.command), "argv": redact_argv(opts.command), "cwd": os.getcwd(),
+        "hostname": raw_hostname, "hosts": [hostname], "host_files": [f"hosts/{hostname}.json"],
         "step_window": {"warmup": opts.warmup, "active": opts.active, "keep_going": opts.keep_going},
         "start_time": start_iso, "start_unix": start_unix, "end_time": None,
         "status": "partial", "exit_code": None, "world_size": None, "ranks_present": [],
@@ -434,6 +446,7 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path, echo) -> RunRe
     for p in pumps:
         p.join(timeout=5)
     launcher_log.close()
+    host_thread.join(timeout=30)
     manifest = finish_bundle(out, manifest, host, exit_code, interrupted[0] if interrupted else None)
     if reaped:
         manifest["orphans_killed"] = reaped
