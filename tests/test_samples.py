@@ -72,7 +72,7 @@ def test_captured_samples_keep_their_breakdown(example):
         assert facts["config.optimizer"] == "AdamW"
     elif example == "slow_rank":
         assert stragglers == [1] and a.cross.stragglers[0].late_us == pytest.approx(41_400, abs=3000)
-        assert a.rank_share(a.summaries[0])["comm_sync_wait"] == pytest.approx(0.87, abs=0.05)
+        assert a.rank_share(a.summaries[0])["comm_sync_wait"] == pytest.approx(0.80, abs=0.05)
     elif example == "comm_heavy":
         assert mean_share(a, "comm") == pytest.approx(0.60, abs=0.05)
         assert mean_share(a, "comm_exposed") == pytest.approx(0.35, abs=0.05)
