@@ -284,7 +284,6 @@ class Agent:
         self.trace_written = None
         self.stop_requested = False
         self.ddp_ref = None
-        self.ddp_static = None
         self.loaders = []                 # [(weakref, info dict)]
         self.set_epoch_called = False
         self.autocast = set()             # (device_type, dtype)

@@ -45,7 +45,6 @@ class RunOptions:
     warmup: int = 5
     active: int = 5
     keep_going: bool = False
-    quiet_launcher_echo: bool = False
 
 
 @dataclass
@@ -323,19 +322,19 @@ def _int(v):
         return None
 
 
-def run_capture(opts: RunOptions, echo=print) -> RunResult:
+def run_capture(opts: RunOptions) -> RunResult:
     check_command(opts.command)
     out = (opts.out or default_out_dir()).absolute()
     prepare_out_dir(out, opts.force)
     run_id = uuid.uuid4().hex
     private = Path(tempfile.mkdtemp(prefix="ddpdoctor-run-"))
     try:
-        return _run(opts, out, run_id, private, echo)
+        return _run(opts, out, run_id, private)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _run(opts: RunOptions, out: Path, run_id: str, private: Path, echo) -> RunResult:
+def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     inject = private / "inject"
     inject.mkdir()
     shutil.copy(INJECT_DIR / "sitecustomize.py", inject / "sitecustomize.py")
