@@ -82,6 +82,15 @@ def test_activation_rules():
     assert not act({**base, "RANK": "0"}, ["python", "-c", "from multiprocessing.spawn import spawn_main; "
                                            "spawn_main()", "--multiprocessing-fork"], 7)     # DataLoader worker
     assert not act({"RANK": "0"}, ["python", "train.py"], 1)                                  # not under ddpdoctor
+    assert act({**base, "SLURM_PROCID": "5"}, ["python", "train.py"], 9)                     # srun / MPI tasks
+    assert act({**base, "OMPI_COMM_WORLD_RANK": "1"}, ["python", "train.py"], 9)
+
+
+def test_rank_identity_from_torchrun_then_slurm_or_mpi():
+    a = agent.Agent({"DDPDOCTOR_BUNDLE": "/b", "SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8"})
+    assert (a.rank, a.local_rank, a.world_size) == (5, 1, 8) and a.dir.endswith("ranks/rank5")
+    a = agent.Agent({"DDPDOCTOR_BUNDLE": "/b", "RANK": "2", "SLURM_PROCID": "0", "WORLD_SIZE": "4"})
+    assert (a.rank, a.world_size) == (2, 4)
 
 
 def test_existing_output_folder_needs_force(tmp_path):

@@ -34,6 +34,11 @@ SETTINGS_SCHEMA = "ddpdoctor.settings/1"
 _TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torch.distributed.elastic",
                      "accelerate.commands.launch", "accelerate.commands.accelerate_cli", "deepspeed.launcher")
 _LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed")
+# where a rank finds its global rank, local rank and world size: torchrun, then Slurm tasks and
+# MPI launchers (`srun … ddpdoctor run --out DIR/task$SLURM_PROCID -- python train.py`)
+_LAUNCHER_RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+_LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+_WORLD_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 _SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "env", "time", "nice", "taskset", "numactl", "stdbuf", "timeout")
 
 
@@ -96,7 +101,7 @@ def should_activate(env, argv: list[str], ppid: int) -> bool:
         return False
     if is_launcher_process(argv) or is_helper_process(argv):
         return False
-    if "RANK" in env or "LOCAL_RANK" in env:
+    if any(k in env for k in _LAUNCHER_RANK_VARS + _LOCAL_RANK_VARS):
         return True
     # a single-process run: the top Python process of the user's command
     return started_by_launcher(ppid, env.get("DDPDOCTOR_LAUNCHER_PID"))
@@ -251,6 +256,14 @@ def _safe(fn):
     return wrapper
 
 
+def _first_int(env, names, default):
+    for n in names:
+        v = _env_int(env, n)
+        if v is not None:
+            return v
+    return default
+
+
 def _env_int(env, name, default=None):
     try:
         return int(env[name])
@@ -262,9 +275,9 @@ class Agent:
     def __init__(self, env):
         self.env = env
         self.bundle = env["DDPDOCTOR_BUNDLE"]
-        self.rank = _env_int(env, "RANK", 0)
-        self.local_rank = _env_int(env, "LOCAL_RANK", 0)
-        self.world_size = _env_int(env, "WORLD_SIZE", 1)
+        self.rank = _first_int(env, _LAUNCHER_RANK_VARS, 0)
+        self.local_rank = _first_int(env, _LOCAL_RANK_VARS, 0)
+        self.world_size = _first_int(env, _WORLD_VARS, 1)
         self.warmup = max(0, _env_int(env, "DDPDOCTOR_WARMUP", 5))
         self.active = max(1, _env_int(env, "DDPDOCTOR_ACTIVE", 5))
         self.keep_going = env.get("DDPDOCTOR_KEEP_GOING") == "1"
