@@ -96,3 +96,13 @@ def test_bundle_json_files_are_not_traces(tmp_path):
     trace = tmp_path / "ranks" / "rank0" / "rank0.pt.trace.json.gz"
     trace.write_bytes(b"")
     assert find_trace_files([str(tmp_path)]) == [trace]
+
+
+def test_per_task_bundles_that_together_hold_every_rank_are_complete(tmp_path):
+    for r in range(4):      # `srun … ddpdoctor run --out run/task$SLURM_PROCID`: each bundle sees 1 of 4 ranks
+        write_node(tmp_path / f"task{r}", f"node{r // 2}", [r], status="partial")
+        m = json.loads((tmp_path / f"task{r}" / "manifest.json").read_text())
+        m.update(windows_complete=True, interrupted_by=None, ranks_present=[r])
+        (tmp_path / f"task{r}" / "manifest.json").write_text(json.dumps(m))
+    assert load_bundle_facts([str(tmp_path)])["run.status"] == "complete"
+    assert load_bundle_facts([str(tmp_path / "task0"), str(tmp_path / "task1")])["run.status"] == "partial"

@@ -202,6 +202,10 @@ def load_bundle_facts(paths: list[str]) -> dict[str, object]:
                   else "complete")
         if status == "complete" and worlds and len(present) < max(worlds):
             status = "partial"          # a node's bundle is missing
+        elif (status == "partial" and worlds and len(present) >= max(worlds)
+              and all(m.get("windows_complete") and not m.get("interrupted_by") and m.get("exit_code") == 0
+                      for m in mans)):
+            status = "complete"         # per-node/per-task bundles that together hold every rank
         facts["run.status"] = status
         codes = [m.get("exit_code") for m in mans if m.get("exit_code") is not None]
         if codes:
