@@ -125,6 +125,9 @@ def test_environment_keeps_what_the_user_set(tmp_path):
     assert env["TORCH_FR_DUMP_TEMP_FILE"].startswith(str(tmp_path / "flight_recorder"))
     assert env["PYTHONPATH"] == f"{tmp_path / 'inj'}:/mine" and env["HF_TOKEN"] == "t"
     assert env["DDPDOCTOR_WARMUP"] == "3" and env["DDPDOCTOR_ACTIVE"] == "4"
+    old, _ = launcher.capture_env({}, tmp_path, tmp_path, opts, "r", "a", "b", torch_version="2.4.1+cu121")
+    assert old["TORCH_NCCL_TRACE_BUFFER_SIZE"] and "TORCH_FR_BUFFER_SIZE" not in old     # the names torch 2.4 reads
+    assert old["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].startswith(str(tmp_path / "flight_recorder"))
     env2, _ = launcher.capture_env({"NCCL_DEBUG_FILE": "/my/file"}, tmp_path, tmp_path, opts, "r", "a", "b")
     assert env2["NCCL_DEBUG_FILE"] == "/my/file" and "DDPDOCTOR_NCCL_FILE_OWNED" not in env2
 

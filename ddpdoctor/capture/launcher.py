@@ -93,8 +93,16 @@ def check_command(command: list[str]) -> None:
         raise InputError(f"{exe}: command not found{hint}")
 
 
+def _torch_before(version: str | None, limit: tuple[int, int]) -> bool:
+    try:
+        major, minor = (int(x) for x in (version or "").split("+")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) < limit
+
+
 def capture_env(base: dict[str, str], out: Path, inject_dir: Path, opts: RunOptions, run_id: str,
-                term_out: str, term_err: str) -> tuple[dict[str, str], dict[str, str]]:
+                term_out: str, term_err: str, torch_version: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """The environment for the user's command, and the subset of user-visible variables
     ddpdoctor set (recorded in the manifest).  Nothing is changed that the user set."""
     env = dict(base)
@@ -112,10 +120,15 @@ def capture_env(base: dict[str, str], out: Path, inject_dir: Path, opts: RunOpti
         env["NCCL_DEBUG_FILE"] = str(out / "ranks" / "nccl.%h.%p.log")
         env["DDPDOCTOR_NCCL_FILE_OWNED"] = "1"
         changed["NCCL_DEBUG_FILE"] = str(out / "ranks" / "rank<R>" / "nccl.log")
-    setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
-    setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     fr = str(out / "flight_recorder" / "nccl_trace_rank_")
-    setdefault("TORCH_FR_DUMP_TEMP_FILE", fr)
+    if _torch_before(torch_version, (2, 5)):
+        # the names torch < 2.5 reads (newer torch warns that they are deprecated)
+        setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", FR_BUFFER_SIZE)
+        setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", fr)
+    else:
+        setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
+        setdefault("TORCH_FR_DUMP_TEMP_FILE", fr)
+    setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     pp = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(inject_dir) + (os.pathsep + pp if pp else "")
     changed["PYTHONPATH"] = f"{inject_dir} prepended (capture agent)"
@@ -342,7 +355,8 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     term_out, term_err = str(private / "term.out"), str(private / "term.err")
     os.mkfifo(term_out)
     os.mkfifo(term_err)
-    env, changed = capture_env(dict(os.environ), out, inject, opts, run_id, term_out, term_err)
+    env, changed = capture_env(dict(os.environ), out, inject, opts, run_id, term_out, term_err,
+                               hostinfo.torch_version())
 
     start_unix, start_iso = _now()
     raw_hostname = socket.gethostname()
