@@ -107,8 +107,19 @@ def should_activate(env, argv: list[str], ppid: int) -> bool:
     return started_by_launcher(ppid, env.get("DDPDOCTOR_LAUNCHER_PID"))
 
 
+def _process_argv() -> list[str]:
+    """The interpreter's full command line (sys.argv is incomplete while site runs)."""
+    if hasattr(sys, "orig_argv"):                       # Python >= 3.10
+        return list(sys.orig_argv)
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return [sys.executable, *sys.argv]
+
+
 def maybe_activate() -> None:
-    argv = list(getattr(sys, "orig_argv", sys.argv))
+    argv = _process_argv()
     if should_activate(os.environ, argv, os.getppid()):
         global AGENT
         AGENT = Agent(os.environ)
