@@ -186,7 +186,7 @@ def test_plain_python_exit_code_propagates(tmp_path):
     assert m["status"] == "failed" and m["exit_code"] == 3
     events = [json.loads(x) for x in (tmp_path / "b" / "ranks" / "rank0" / "events.jsonl").read_text().splitlines()]
     assert events[-1]["kind"] == "exit" and events[-1]["code"] == 3
-    assert "no trace was recorded" in res.stderr
+    assert "no trace was recorded: no training step was seen" in res.stderr
 
 
 def test_existing_out_is_refused_without_force(tmp_path):

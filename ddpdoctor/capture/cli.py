@@ -46,8 +46,9 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, command):
     result = run_capture(opts)
     m = result.manifest
     ranks = m.get("ranks_present") or []
-    click.echo(f"ddpdoctor: bundle {result.out} — status {result.status}, exit code {result.exit_code}, "
-               f"traces from {len(ranks)} of {m.get('world_size') or '?'} rank(s)", err=True)
+    settings = list(_rank_settings(result.out))
+    if not no_analyze:
+        _analyze(result.out, bool(ranks), settings, opts.warmup)
     from .summary import failure_timeline
 
     timeline = failure_timeline([str(result.out)])
@@ -55,21 +56,29 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, command):
         click.echo("ddpdoctor: problems seen by the ranks, in order (the first is the likely cause):", err=True)
         for line in timeline:
             click.echo(f"  {line}", err=True)
-    if any(((s or {}).get("exit") or {}).get("reason") == "window complete" for s in _rank_settings(result.out)):
+    if any(((s or {}).get("exit") or {}).get("reason") == "window complete" for s in settings):
         click.echo("ddpdoctor: training was stopped after the recorded window (use --keep-going to let it run on)",
                    err=True)
-    if not no_analyze:
-        _analyze(result.out, bool(ranks))
-    if any((s or {}).get("user_profiler") for s in _rank_settings(result.out)):
+    if any((s or {}).get("user_profiler") for s in settings):
         click.echo("ddpdoctor: the script runs its own torch.profiler, so ddpdoctor did not record (two profilers "
                    "cannot run at once); analyze the script's traces with `ddpdoctor analyze TRACE_DIR`", err=True)
+    click.echo(f"ddpdoctor: bundle {result.out} — status {result.status}, exit code {result.exit_code}, "
+               f"traces from {len(ranks)} of {m.get('world_size') or '?'} rank(s)", err=True)
     sys.exit(result.exit_code)
 
 
-def _analyze(out: Path, have_traces: bool) -> None:
+def _analyze(out: Path, have_traces: bool, settings: list, warmup: int) -> None:
     if not have_traces:
-        click.echo("ddpdoctor: no trace was recorded (training ended before the window?); see the bundle's "
-                   "launcher.log and ranks/*/output.log, events.jsonl", err=True)
+        steps = [s.get("steps_completed") for s in settings if s and s.get("steps_completed") is not None]
+        if settings and not any(steps):
+            why = "no training step was seen (no torch.optim optimizer step and no DDP forward)"
+        elif steps and max(steps) <= warmup:
+            why = (f"training ended after {max(steps)} step(s), before the window (--warmup {warmup}); "
+                   f"use a smaller --warmup")
+        else:
+            why = "no rank recorded a trace"
+        click.echo(f"ddpdoctor: no trace was recorded: {why}; see the bundle's launcher.log and "
+                   f"ranks/*/output.log, events.jsonl", err=True)
         return
     try:
         res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out)], timeout=1800)
