@@ -317,3 +317,23 @@ def test_sigterm_reaches_a_rank_blocked_in_a_collective(tmp_path):
     settings = json.loads((out / "ranks" / "rank0" / "settings.json").read_text())
     assert settings["ddp"]["used"] and settings["exit"]["code"] == -signal.SIGTERM
     assert json.loads((out / "manifest.json").read_text())["status"] == "partial"
+
+
+def test_secrets_never_reach_the_bundle_and_sitecustomize_is_chained(tmp_path):
+    secret = "hf_" + "Zq8RtY2uVw4XkL9mN3pB7cD5eF1gH6jJ"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "sitecustomize.py").write_text(
+        "import os\nopen(os.path.join(os.environ['ARGV_DUMP_DIR'], f'site{os.getpid()}'), 'w').close()\n")
+    res = ddpdoctor_run(tmp_path / "b", [sys.executable, str(ARGV_DUMP), "--hf-token", secret, "--password=pw123"],
+                        ARGV_DUMP_DIR=str(tmp_path), HF_TOKEN=secret, MY_DB_URL="postgres://u:pw123@db/x",
+                        PYTHONPATH=f"{mine}{os.pathsep}{ROOT}")
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "argv0.json").read_text())["argv"] == ["--hf-token", secret, "--password=pw123"]
+    assert list(tmp_path.glob("site*")), "the user's own sitecustomize did not run"
+    for f in (tmp_path / "b").rglob("*"):
+        if f.is_file() and f.name != "output.log":         # output.log is what the script printed, raw
+            text = f.read_text(errors="replace")
+            assert secret not in text and "pw123" not in text, f
+    host = json.loads(next((tmp_path / "b" / "hosts").glob("*.json")).read_text())
+    assert host["env"]["HF_TOKEN"] == "<redacted>" and host["env"]["MY_DB_URL"] == "postgres://u:<redacted>@db/x"
