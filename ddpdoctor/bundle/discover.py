@@ -72,7 +72,7 @@ def find_trace_files(paths: list[str]) -> list[Path]:
         for root, _dirs, files in os.walk(path):
             for name in sorted(files):
                 if (name.endswith((".json", ".json.gz")) and name not in OWN_FILES
-                        and Path(root).name not in OWN_DIRS):
+                        and not _in_own_dir(Path(root))):
                     found.append(Path(root) / name)
     # the same file reached through two paths counts once
     seen, unique = set(), []
@@ -82,6 +82,11 @@ def find_trace_files(paths: list[str]) -> list[Path]:
             seen.add(key)
             unique.append(f)
     return unique
+
+
+def _in_own_dir(folder: Path) -> bool:
+    """hosts/ of a `ddpdoctor run` bundle (beside its manifest.json)."""
+    return folder.name in OWN_DIRS and (folder.parent / "manifest.json").is_file()
 
 
 def peek(path: Path) -> tuple[bytes, bool]:
