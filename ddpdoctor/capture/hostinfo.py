@@ -153,7 +153,6 @@ def collect(argv: list[str], env: dict[str, str]) -> dict:
     return {
         "schema": HOST_SCHEMA,
         "hostname": socket.gethostname(),
-        "fqdn": socket.getfqdn(),
         "platform": platform.platform(),
         "kernel": platform.release(),
         "python": sys.version.split()[0],
