@@ -337,3 +337,24 @@ def test_secrets_never_reach_the_bundle_and_sitecustomize_is_chained(tmp_path):
             assert secret not in text and "pw123" not in text, f
     host = json.loads(next((tmp_path / "b" / "hosts").glob("*.json")).read_text())
     assert host["env"]["HF_TOKEN"] == "<redacted>" and host["env"]["MY_DB_URL"] == "postgres://u:<redacted>@db/x"
+
+
+def test_killing_ddpdoctor_itself_stops_the_training(tmp_path):
+    """SIGKILL cannot be forwarded; the launcher's parent-death signal stops it and its ranks."""
+    out = tmp_path / "b"
+    cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--keep-going", "--",
+           *TORCHRUN, str(EXAMPLES / "slow_rank.py"), "--steps", "100000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=_env())
+    ev = out / "ranks" / "rank1" / "events.jsonl"
+    deadline = time.time() + 120
+    while not (ev.exists() and '"step": 2' in ev.read_text()):
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    run_id = json.loads((out / "manifest.json").read_text())["run_id"]
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 45
+    while _pids_of_run(run_id):
+        assert time.time() < deadline, f"processes left: {_pids_of_run(run_id)}"
+        time.sleep(0.3)
+    assert json.loads((out / "manifest.json").read_text())["status"] == "partial"    # as written at the start

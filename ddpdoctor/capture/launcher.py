@@ -179,6 +179,17 @@ class _Pump(threading.Thread):
             pass
 
 
+def _die_with_parent() -> None:
+    """In the forked child before exec: if `ddpdoctor run` itself is killed (SIGKILL), the
+    launcher gets SIGTERM and stops the ranks, instead of training on unobserved."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)    # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def _term(stream):
     return getattr(stream, "buffer", stream)
 
@@ -373,7 +384,6 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
             host.update(hostname=raw_hostname, error=f"{type(exc).__name__}: {exc}")
 
     host_thread = threading.Thread(target=collect_host, daemon=True)
-    host_thread.start()
     manifest = {
         "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "torch_version": hostinfo.torch_version(),
         "command": join_argv(opts.command), "argv": redact_argv(opts.command), "cwd": os.getcwd(),
@@ -394,7 +404,7 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     launcher_log = open(out / "launcher.log", "ab")
     try:
         proc = subprocess.Popen(opts.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent)
     except OSError as exc:
         launcher_log.close()
         for fd in fifo_r + fifo_w:
@@ -402,6 +412,7 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
         manifest.update(status="failed", exit_code=127, error=f"{type(exc).__name__}: {exc}")
         _write_json(out / "manifest.json", manifest)
         raise InputError(f"{opts.command[0]}: cannot start ({exc})") from None
+    host_thread.start()          # after the fork: preexec_fn is only safe in a single-threaded parent
     pumps = [_Pump(os.dup(proc.stdout.fileno()), _term(sys.stdout), launcher_log, log_lock),
              _Pump(os.dup(proc.stderr.fileno()), _term(sys.stderr), launcher_log, log_lock),
              _Pump(fifo_r[0], _term(sys.stdout)), _Pump(fifo_r[1], _term(sys.stderr))]
