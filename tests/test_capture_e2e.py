@@ -358,3 +358,9 @@ def test_killing_ddpdoctor_itself_stops_the_training(tmp_path):
         assert time.time() < deadline, f"processes left: {_pids_of_run(run_id)}"
         time.sleep(0.3)
     assert json.loads((out / "manifest.json").read_text())["status"] == "partial"    # as written at the start
+    # its private folder is left behind (nothing runs after SIGKILL); the next run removes it
+    from ddpdoctor.capture.launcher import _remove_stale_private_dirs
+    _remove_stale_private_dirs(min_age_s=0)
+    import tempfile
+    for d in Path(tempfile.gettempdir()).glob("ddpdoctor-run-*"):
+        assert (d / "owner.pid").read_text() != str(proc.pid)

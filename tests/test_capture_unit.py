@@ -172,3 +172,19 @@ def test_single_process_through_a_shell_wrapper(tmp_path):
     assert agent.started_by_launcher(int(shell_child.stdout), str(os.getpid())) is False   # that bash is gone
     assert agent.started_by_launcher(os.getppid(), str(os.getppid()))
     assert agent.started_by_launcher(os.getpid(), str(os.getppid())) is False     # pytest is not a shell
+
+
+def test_private_folders_of_killed_runs_are_removed(tmp_path, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setattr(launcher.tempfile, "gettempdir", lambda: str(tmp_path))
+    dead, alive, young = (tmp_path / f"ddpdoctor-run-{n}" for n in ("dead", "alive", "young"))
+    for d, pid in ((dead, 2 ** 22 + 12345), (alive, os.getpid()), (young, 2 ** 22 + 12345)):
+        d.mkdir()
+        (d / "owner.pid").write_text(str(pid))
+    old = time.time() - 3600
+    for d in (dead, alive):
+        os.utime(d, (old, old))
+    launcher._remove_stale_private_dirs()
+    assert not dead.exists() and alive.exists() and young.exists()

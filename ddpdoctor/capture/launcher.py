@@ -346,12 +346,34 @@ def _int(v):
         return None
 
 
+PRIVATE_PREFIX = "ddpdoctor-run-"
+
+
+def _remove_stale_private_dirs(min_age_s: float = 60.0) -> None:
+    """Private folders left by a `ddpdoctor run` that was killed with SIGKILL: owned by this
+    user, older than a minute, and their owner process gone."""
+    root = Path(tempfile.gettempdir())
+    for d in root.glob(PRIVATE_PREFIX + "*"):
+        try:
+            st = d.stat()
+            if st.st_uid != os.getuid() or time.time() - st.st_mtime < min_age_s:
+                continue
+            pid = int((d / "owner.pid").read_text())
+            if _alive(pid):
+                continue
+        except (OSError, ValueError):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def run_capture(opts: RunOptions) -> RunResult:
     check_command(opts.command)
     out = (opts.out or default_out_dir()).absolute()
     prepare_out_dir(out, opts.force)
     run_id = uuid.uuid4().hex
-    private = Path(tempfile.mkdtemp(prefix="ddpdoctor-run-"))
+    _remove_stale_private_dirs()
+    private = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX))
+    (private / "owner.pid").write_text(str(os.getpid()))
     try:
         return _run(opts, out, run_id, private)
     finally:
