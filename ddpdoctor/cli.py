@@ -334,3 +334,6 @@ def rules_test(rules_dirs, sets, no_config):
     click.echo(f"{total - failed if failed <= total else 0} of {total} rule test cases passed")
     if failed:
         sys.exit(1)
+
+from .capture.cli import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
+main.add_command(_run_command)

@@ -40,3 +40,50 @@ def test_synthetic_samples_match_their_truth(name):
 def test_samples_stay_small():
     total = sum(p.stat().st_size for p in SAMPLES.rglob("*") if p.is_file())
     assert total < 5 * 1024 * 1024
+
+
+# bundles recorded with `ddpdoctor run` from examples/ (see sample_traces/README.md)
+CAPTURED = ["slow_loader", "heavy_compute", "slow_rank", "comm_heavy", "oom_skip_batch"]
+
+
+def mean_share(a, col):
+    return sum(a.rank_share(s)[col] for s in a.summaries) / len(a.summaries)
+
+
+@pytest.mark.parametrize("example", CAPTURED)
+def test_captured_samples_keep_their_breakdown(example):
+    import json
+
+    from ddpdoctor.bundle.settings import load_bundle_facts
+
+    name = f"capture_gloo_2ranks_{example}"
+    a = run(name)
+    assert [s.rank for s in a.summaries] == [0, 1] and not a.warnings
+    assert all(len(s.steps) == 5 and s.device_kind == "cpu" for s in a.summaries)
+    facts = load_bundle_facts([str(SAMPLES / name)])
+    assert facts["run.world_size"] == 2 and facts["run.ranks_present"] == [0, 1] and facts["config.ddp.used"] is True
+    stragglers = [st.rank for st in a.cross.stragglers]
+    if example == "slow_loader":
+        assert mean_share(a, "dataloader_wait") == pytest.approx(0.91, abs=0.05)
+        assert facts["config.dataloader.num_workers"] == 0 and stragglers == []
+    elif example == "heavy_compute":
+        assert mean_share(a, "compute") == pytest.approx(0.78, abs=0.05)
+        assert mean_share(a, "comm_exposed") < 0.15 and stragglers == []
+        assert facts["config.optimizer"] == "AdamW"
+    elif example == "slow_rank":
+        assert stragglers == [1] and a.cross.stragglers[0].late_us == pytest.approx(41_400, abs=3000)
+        assert a.rank_share(a.summaries[0])["comm_sync_wait"] == pytest.approx(0.80, abs=0.05)
+    elif example == "comm_heavy":
+        assert mean_share(a, "comm") == pytest.approx(0.60, abs=0.05)
+        assert mean_share(a, "comm_exposed") == pytest.approx(0.35, abs=0.05)
+        assert mean_share(a, "dataloader_wait") < 0.01 and facts["config.ddp.grad_bytes"] > 50e6
+    elif example == "oom_skip_batch":
+        assert facts["run.status"] == "failed" and facts["run.exit_code"] == 1
+        events = {r: [json.loads(x) for x in (SAMPLES / name / "ranks" / f"rank{r}" / "events.jsonl").read_text().splitlines()]
+                  for r in (0, 1)}
+        assert [e["step"] for e in events[1] if e["kind"] == "oom"] == [4]
+        assert [e["kind"] for e in events[0]].count("exception") == 1
+        first = facts["run.first_problem"]                 # the root cause, not the rank torchrun names
+        assert (first["rank"], first["kind"], first["caught"]) == (1, "oom", True)
+        assert [(p["rank"], p["kind"]) for p in facts["run.problems"]] == [(1, "oom"), (0, "exception")]
+        assert "Root Cause" in (SAMPLES / name / "launcher.log").read_text()

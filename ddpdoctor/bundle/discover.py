@@ -27,7 +27,9 @@ _PID = re.compile(rb'"pid"\s*:\s*(\d+)')
 _BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 # ddpdoctor's own metadata files that live beside traces (bundles, synthetic sets): not traces
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
-OWN_FILES = {"manifest.json", "truth.json", "facts.json", "report.json", "analysis.json"}
+OWN_FILES = {"manifest.json", "truth.json", "facts.json", "report.json", "analysis.json", "settings.json"}
+# folders of a `ddpdoctor run` bundle whose JSON files are not traces (hosts/<hostname>.json)
+OWN_DIRS = {"hosts"}
 NAMING_HELP = ("name each file after its rank (e.g. rank3.pt.trace.json or worker3.json) or record with "
                "torch.distributed initialized so the trace carries distributedInfo")
 
@@ -71,7 +73,8 @@ def find_trace_files(paths: list[str]) -> list[Path]:
             continue
         for root, _dirs, files in os.walk(path):
             for name in sorted(files):
-                if name.endswith((".json", ".json.gz")) and name not in OWN_FILES:
+                if (name.endswith((".json", ".json.gz")) and name not in OWN_FILES
+                        and not _in_own_dir(Path(root))):
                     found.append(Path(root) / name)
     # the same file reached through two paths counts once
     seen, unique = set(), []
@@ -81,6 +84,11 @@ def find_trace_files(paths: list[str]) -> list[Path]:
             seen.add(key)
             unique.append(f)
     return unique
+
+
+def _in_own_dir(folder: Path) -> bool:
+    """hosts/ of a `ddpdoctor run` bundle (beside its manifest.json)."""
+    return folder.name in OWN_DIRS and (folder.parent / "manifest.json").is_file()
 
 
 def peek(path: Path) -> tuple[bytes, bool]:

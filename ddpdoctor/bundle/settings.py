@@ -1,0 +1,234 @@
+"""Facts recorded by `ddpdoctor run` (manifest, host files, per-rank settings) as one flat
+dict of dotted names, for the rule engine's conditions and fix templates.
+
+``load_bundle_facts(paths)`` searches every given path (one bundle, several node folders,
+or a folder holding them) for ``manifest.json``, ``hosts/*.json`` and
+``ranks/rank<R>/settings.json``.  A fact is absent when nothing recorded it.  When ranks
+disagree, the value of the lowest rank is used and ``<name>.per_rank`` = {rank: value}
+is added.  Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .events import load_events, problem_events
+
+MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
+HOST_SCHEMA = "ddpdoctor.host/1"
+SETTINGS_SCHEMA = "ddpdoctor.settings/1"
+
+# fact name -> path inside settings.json
+_DATALOADER = ("num_workers", "pin_memory", "batch_size", "persistent_workers", "prefetch_factor", "sampler",
+               "drop_last", "dataset_len", "set_epoch_called")
+_DDP = ("bucket_cap_mb", "find_unused_parameters", "gradient_as_bucket_view", "static_graph", "comm_hook",
+        "param_count", "grad_bytes", "num_buckets", "bucket_sizes_bytes", "unused_parameter_count",
+        "broadcast_buffers")
+_RANK_FACTS: dict[str, tuple[str, ...]] = {
+    **{f"config.dataloader.{k}": ("dataloader", k) for k in _DATALOADER},
+    **{f"config.ddp.{k}": ("ddp", k) for k in _DDP},
+    "config.ddp.used": ("ddp", "used"),
+    "config.optimizer": ("optimizer", "type"),
+    "config.mixed_precision": ("precision", "mixed_precision"),
+    "config.compiled": ("compiled",),
+    "config.tf32": ("precision", "tf32"),
+}
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def find_bundle_files(paths: list[str]) -> tuple[list[Path], list[Path], list[Path]]:
+    """(manifests, host files, settings files) under the given files or folders."""
+    manifests, hosts, settings = [], [], []
+    seen = set()
+
+    def consider(p: Path) -> None:
+        key = p.resolve()
+        if key in seen:
+            return
+        seen.add(key)
+        if p.name == "manifest.json":
+            manifests.append(p)
+        elif p.name == "settings.json":
+            settings.append(p)
+        elif p.suffix == ".json" and p.parent.name == "hosts":
+            hosts.append(p)
+
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            consider(p)
+        elif p.is_dir():
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                for name in sorted(files):
+                    if name.endswith(".json"):
+                        consider(Path(root) / name)
+    return manifests, hosts, settings
+
+
+def _get(d: dict, path: tuple[str, ...]):
+    cur = d
+    for k in path:
+        if not isinstance(cur, dict) or k not in cur:
+            return _MISSING
+        cur = cur[k]
+    return cur
+
+
+_MISSING = object()
+
+
+def _same(values: list) -> bool:
+    first = json.dumps(values[0], sort_keys=True, default=str)
+    return all(json.dumps(v, sort_keys=True, default=str) == first for v in values[1:])
+
+
+def _put_ranked(facts: dict, name: str, per_rank: dict[int, object]) -> None:
+    if not per_rank:
+        return
+    ranks = sorted(per_rank)
+    facts[name] = per_rank[ranks[0]]
+    if len(ranks) > 1 and not _same([per_rank[r] for r in ranks]):
+        facts[f"{name}.per_rank"] = {r: per_rank[r] for r in ranks}
+
+
+def load_bundle_facts(paths: list[str]) -> dict[str, object]:
+    manifests, host_files, settings_files = find_bundle_files(paths)
+    facts: dict[str, object] = {}
+    ranks: dict[int, dict] = {}
+    for p in settings_files:
+        d = _read_json(p)
+        if not d or d.get("schema") != SETTINGS_SCHEMA:
+            continue
+        try:
+            r = int(d.get("rank"))
+        except (TypeError, ValueError):
+            continue
+        ranks.setdefault(r, d)
+    mans = [m for m in (_read_json(p) for p in manifests) if m and m.get("schema") == MANIFEST_SCHEMA]
+    hosts = [h for h in (_read_json(p) for p in host_files) if h and h.get("schema") == HOST_SCHEMA]
+
+    # ---- per-rank configuration
+    for name, path in _RANK_FACTS.items():
+        per = {}
+        for r, d in ranks.items():
+            v = _get(d, path)
+            if v is _MISSING:
+                continue
+            if name == "config.tf32" and v is None:
+                continue
+            if name.startswith("config.ddp.") and name != "config.ddp.used" and not (d.get("ddp") or {}).get("used"):
+                continue
+            if name.startswith("config.dataloader.") and not d.get("dataloader"):
+                continue
+            if name == "config.optimizer" and v is None:
+                continue
+            per[r] = v
+        _put_ranked(facts, name, per)
+
+    # ---- memory
+    peaks = {}
+    caps = {}
+    for r, d in ranks.items():
+        mem = d.get("memory") or {}
+        peak = mem.get("peak_reserved_bytes", mem.get("peak_allocated_bytes"))
+        if peak is not None:
+            peaks[r] = peak
+        if mem.get("capacity_bytes") is not None:
+            caps[r] = mem["capacity_bytes"]
+    if peaks:
+        peak_rank = max(sorted(peaks), key=lambda r: peaks[r])
+        facts["memory.peak_bytes"] = peaks[peak_rank]
+        facts["memory.peak_rank"] = peak_rank
+        if len(peaks) > 1:
+            facts["memory.peak_bytes.per_rank"] = dict(sorted(peaks.items()))
+    if caps:
+        _put_ranked(facts, "memory.capacity_bytes", caps)
+
+    # ---- hosts
+    if hosts:
+        hosts.sort(key=lambda h: str(h.get("hostname")))
+        h0 = hosts[0]
+        facts["host.hostnames"] = list(dict.fromkeys(h.get("hostname") for h in hosts))
+        cpu = h0.get("cpu") or {}
+        if cpu.get("cpu_count") is not None:
+            facts["host.cpu_count"] = cpu["cpu_count"]
+        for key in ("cpus_per_local_rank", "local_world_size"):
+            if h0.get(key) is not None:
+                facts[f"host.{key}"] = h0[key]
+        gpus = h0.get("gpus") or []
+        facts["host.gpu_count"] = len(gpus)
+        if gpus:
+            facts["host.gpu_model"] = gpus[0].get("name")
+            if gpus[0].get("memory_bytes") is not None:
+                facts["host.gpu_memory_bytes"] = gpus[0]["memory_bytes"]
+        facts["host.interfaces"] = [i.get("name") for i in h0.get("interfaces") or [] if i.get("name")]
+        shm = h0.get("shm") or {}
+        if shm.get("total_bytes") is not None:
+            facts["host.shm_bytes"] = shm["total_bytes"]
+        if h0.get("nvlink") is not None:
+            facts["host.nvlink"] = h0["nvlink"]
+        facts["host.ib_devices"] = list(h0.get("ib_devices") or [])
+    nnodes = [m.get("nnodes") for m in mans if m.get("nnodes")] + [h.get("nnodes") for h in hosts if h.get("nnodes")]
+    nnodes += [d.get("nnodes") for d in ranks.values() if d.get("nnodes")]
+    if nnodes:
+        facts["host.nnodes"] = max(nnodes)
+    elif hosts or mans:
+        facts["host.nnodes"] = max(len(hosts), len(mans))
+
+    # ---- run
+    if mans or ranks:
+        facts["run.captured"] = True
+    worlds = [m.get("world_size") for m in mans if m.get("world_size")] + \
+             [d.get("world_size") for d in ranks.values() if d.get("world_size")]
+    present = set()
+    for m in mans:
+        present.update(int(r) for r in m.get("ranks_present") or [])
+    for d in ranks.values():
+        if (d.get("window") or {}).get("trace"):
+            present.add(int(d["rank"]))
+    if mans:
+        statuses = [m.get("status") for m in mans]
+        status = ("failed" if "failed" in statuses else "partial" if any(s != "complete" for s in statuses)
+                  else "complete")
+        if status == "complete" and worlds and len(present) < max(worlds):
+            status = "partial"          # a node's bundle is missing
+        elif (status == "partial" and worlds and len(present) >= max(worlds)
+              and all(m.get("windows_complete") and not m.get("interrupted_by") and m.get("exit_code") == 0
+                      for m in mans)):
+            status = "complete"         # per-node/per-task bundles that together hold every rank
+        facts["run.status"] = status
+        codes = [m.get("exit_code") for m in mans if m.get("exit_code") is not None]
+        if codes:
+            facts["run.exit_code"] = next((c for c in codes if c != 0), 0)
+        m0 = sorted(mans, key=lambda m: str(m.get("hostname")))[0]
+        win = m0.get("step_window") or {}
+        if "warmup" in win:
+            facts["run.warmup_steps"] = win["warmup"]
+        if "active" in win:
+            facts["run.active_steps"] = win["active"]
+        if m0.get("command"):
+            facts["run.command"] = m0["command"]
+    if worlds:
+        facts["run.world_size"] = max(worlds)
+    if mans or ranks:
+        facts["run.ranks_present"] = sorted(present)
+    if ranks:
+        facts["run.steps_completed.per_rank"] = {r: ranks[r].get("steps_completed") for r in sorted(ranks)}
+    # extra: the problems the ranks saw, in time order (the first is the likely root cause)
+    roots = sorted({str(p.parent.parent.parent) for p in settings_files} | {str(p.parent) for p in manifests})
+    problems = problem_events(load_events(roots)) if roots else []
+    if problems:
+        keep = ("time", "rank", "kind", "step", "type", "message", "caught", "signal", "thread")
+        facts["run.problems"] = [{k: e[k] for k in keep if k in e} for e in problems[:20]]
+        facts["run.first_problem"] = facts["run.problems"][0]
+    return facts

@@ -1,0 +1,501 @@
+"""`ddpdoctor run`: run the user's command unchanged with the capture agent injected into
+every training rank, collect the bundle, write the manifest.
+
+Process layout::
+
+    ddpdoctor run ──Popen(new session)──► launcher (torchrun agent / python train.py)
+        │  stdout/stderr pipes → terminal + launcher.log     └─► rank processes (agent active)
+        │  FIFOs term.out/term.err ◄── each rank's fd tee (also → ranks/rank<R>/output.log)
+        └─ SIGINT/SIGTERM/SIGHUP forwarded to the launcher's process group
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..errors import InputError
+from ..redact import join_argv, redact_argv
+from . import hostinfo
+
+MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
+AGENT_PATH = Path(__file__).with_name("agent.py")
+INJECT_DIR = Path(__file__).with_name("_inject")
+FR_BUFFER_SIZE = "2000"
+
+
+@dataclass
+class RunOptions:
+    command: list[str]
+    out: Path | None = None
+    force: bool = False
+    warmup: int = 5
+    active: int = 5
+    keep_going: bool = False
+
+
+@dataclass
+class RunResult:
+    out: Path
+    exit_code: int
+    status: str
+    manifest: dict = field(default_factory=dict)
+
+
+def default_out_dir(now: _dt.datetime | None = None) -> Path:
+    now = now or _dt.datetime.now()
+    return Path(f"ddpdoctor-out-{now:%Y%m%d-%H%M%S}")
+
+
+def prepare_out_dir(out: Path, force: bool) -> None:
+    """Create the bundle folder; never overwrite an existing one without --force, and even
+    with --force only replace an empty folder or an earlier ddpdoctor bundle."""
+    if out.exists():
+        if not out.is_dir():
+            raise InputError(f"{out}: exists and is not a folder")
+        entries = list(out.iterdir())
+        if entries:
+            if not force:
+                raise InputError(f"{out}: output folder already exists (use --force to replace it, or another --out)")
+            if not (out / "manifest.json").is_file():
+                raise InputError(f"{out}: exists and is not a ddpdoctor bundle (no manifest.json); "
+                                 f"refusing to delete it even with --force")
+            shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for sub in ("ranks", "hosts", "flight_recorder"):
+        (out / sub).mkdir(exist_ok=True)
+
+
+def check_command(command: list[str]) -> None:
+    if not command:
+        raise InputError("no command to run: ddpdoctor run [OPTIONS] -- torchrun --nproc_per_node=N train.py ARGS")
+    exe = command[0]
+    if os.sep in exe:
+        if not os.path.exists(exe):
+            raise InputError(f"{exe}: no such file")
+        if not os.access(exe, os.X_OK):
+            raise InputError(f"{exe}: not executable")
+    elif shutil.which(exe) is None:
+        hint = f" (did you mean: python {exe} …?)" if exe.endswith(".py") else ""
+        raise InputError(f"{exe}: command not found{hint}")
+
+
+def _torch_before(version: str | None, limit: tuple[int, int]) -> bool:
+    try:
+        major, minor = (int(x) for x in (version or "").split("+")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) < limit
+
+
+def capture_env(base: dict[str, str], out: Path, inject_dir: Path, opts: RunOptions, run_id: str,
+                term_out: str, term_err: str, torch_version: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """The environment for the user's command, and the subset of user-visible variables
+    ddpdoctor set (recorded in the manifest).  Nothing is changed that the user set."""
+    env = dict(base)
+    changed: dict[str, str] = {}
+
+    def setdefault(name, value):
+        if name not in env:
+            env[name] = value
+            changed[name] = value
+
+    setdefault("NCCL_DEBUG", "INFO")
+    if "NCCL_DEBUG_FILE" not in env:
+        # each active rank replaces this with ranks/rank<R>/nccl.log; other NCCL users
+        # (none expected) fall back to NCCL's own host/pid placeholders
+        env["NCCL_DEBUG_FILE"] = str(out / "ranks" / "nccl.%h.%p.log")
+        env["DDPDOCTOR_NCCL_FILE_OWNED"] = "1"
+        changed["NCCL_DEBUG_FILE"] = str(out / "ranks" / "rank<R>" / "nccl.log")
+    fr = str(out / "flight_recorder" / "nccl_trace_rank_")
+    if _torch_before(torch_version, (2, 5)):
+        # the names torch < 2.5 reads (newer torch warns that they are deprecated)
+        setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", FR_BUFFER_SIZE)
+        setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", fr)
+    else:
+        setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
+        setdefault("TORCH_FR_DUMP_TEMP_FILE", fr)
+    setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    pp = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(inject_dir) + (os.pathsep + pp if pp else "")
+    changed["PYTHONPATH"] = f"{inject_dir} prepended (capture agent)"
+    env.update({
+        "DDPDOCTOR_BUNDLE": str(out),
+        "DDPDOCTOR_AGENT": str(inject_dir / "ddpdoctor_capture_agent.py"),
+        "DDPDOCTOR_RUN_ID": run_id,
+        "DDPDOCTOR_LAUNCHER_PID": str(os.getpid()),
+        "DDPDOCTOR_WARMUP": str(opts.warmup),
+        "DDPDOCTOR_ACTIVE": str(opts.active),
+        "DDPDOCTOR_KEEP_GOING": "1" if opts.keep_going else "0",
+        "DDPDOCTOR_TERM_OUT": term_out,
+        "DDPDOCTOR_TERM_ERR": term_err,
+    })
+    env.pop("DDPDOCTOR_ACTIVE_PID", None)
+    return env, changed
+
+
+class _Pump(threading.Thread):
+    """Copies one stream to the terminal and, optionally, a log file."""
+
+    def __init__(self, src_fd: int, term, log_fh=None, lock=None):
+        super().__init__(daemon=True)
+        self.src_fd, self.term, self.log_fh, self.lock = src_fd, term, log_fh, lock
+
+    def run(self):
+        while True:
+            try:
+                data = os.read(self.src_fd, 65536)
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            if self.log_fh is not None:
+                with self.lock:
+                    self.log_fh.write(data)
+                    self.log_fh.flush()
+            try:
+                self.term.write(data)
+                self.term.flush()
+            except (OSError, ValueError):
+                pass
+        try:
+            os.close(self.src_fd)
+        except OSError:
+            pass
+
+
+def _die_with_parent() -> None:
+    """In the forked child before exec: if `ddpdoctor run` itself is killed (SIGKILL), the
+    launcher gets SIGTERM and stops the ranks, instead of training on unobserved."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)    # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _term(stream):
+    return getattr(stream, "buffer", stream)
+
+
+def _pids_of_run(run_id: str) -> list[int]:
+    """Live processes (other than this one) whose environment carries this run's id: every
+    descendant of the user's command, including daemonized or re-parented ones."""
+    me, found = os.getpid(), []
+    needle = f"DDPDOCTOR_RUN_ID={run_id}".encode()
+    for d in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not d.name.isdigit() or int(d.name) == me:
+            continue
+        try:
+            if needle in (d / "environ").read_bytes().split(b"\0") and _alive(int(d.name)):
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found
+
+
+def _reap_orphans(run_id: str, grace: float = 3.0, exclude: set[int] = frozenset()) -> list[int]:
+    pids = [p for p in _pids_of_run(run_id) if p not in exclude]
+    if not pids:
+        return []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.time() + grace
+        while time.time() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        if not any(_alive(p) for p in pids):
+            break
+    return pids
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _now() -> tuple[float, str]:
+    t = time.time()
+    return t, _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def read_rank_settings(out: Path) -> dict[int, dict]:
+    found = {}
+    for p in sorted((out / "ranks").glob("rank*/settings.json")):
+        try:
+            d = json.loads(p.read_text())
+            found[int(d.get("rank", p.parent.name[4:]))] = d
+        except (OSError, ValueError, TypeError):
+            continue
+    return found
+
+
+def _tee_pids(out: Path) -> list[int]:
+    pids = []
+    for ev in (out / "ranks").glob("rank*/events.jsonl"):
+        try:
+            for line in ev.read_text().splitlines():
+                if '"kind": "start"' in line:
+                    pid = json.loads(line).get("tee_pid")
+                    if pid:
+                        pids.append(int(pid))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:][:1] != "Z"
+
+
+def _wait_for(pids: list[int], timeout: float) -> None:
+    """Each rank's tee process exits once the rank and its children are gone: wait so that
+    output.log is complete before the bundle is read."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+
+
+def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interrupted: str | None) -> dict:
+    for marker in (out / "ranks").glob("rank*/.window_done"):      # the ranks' coordination markers
+        try:
+            marker.unlink()
+        except OSError:
+            pass
+    settings = read_rank_settings(out)
+    rank_dirs = sorted(int(p.name[4:]) for p in (out / "ranks").glob("rank*") if p.name[4:].isdigit())
+    traces = sorted(r for r in rank_dirs if (out / "ranks" / f"rank{r}" / f"rank{r}.pt.trace.json.gz").is_file())
+    world = max([s.get("world_size") or 0 for s in settings.values()] + [len(rank_dirs)]) or None
+    windows_complete = bool(settings) and all((s.get("window") or {}).get("complete") for s in settings.values())
+    # ranks this node should hold: all of them, or the local ones when the job spans nodes
+    nnodes = max([s.get("nnodes") or 1 for s in settings.values()] + [1])
+    expected = world
+    if nnodes > 1:
+        expected = max([s.get("local_world_size") or 0 for s in settings.values()] + [0]) or None
+    if interrupted:
+        status = "partial"
+    elif exit_code != 0:
+        status = "failed"
+    elif expected and len(traces) == expected and windows_complete:
+        status = "complete"
+    else:
+        status = "partial"
+    torch_versions = sorted({s["torch_version"] for s in settings.values() if s.get("torch_version")})
+    nccl = sorted({s["nccl_version"] for s in settings.values() if s.get("nccl_version")})
+    t, iso = _now()
+    manifest.update({
+        "end_time": iso, "end_unix": t, "duration_s": round(t - manifest["start_unix"], 3),
+        "status": status, "exit_code": exit_code, "interrupted_by": interrupted,
+        "world_size": world, "ranks_present": traces, "ranks_seen": rank_dirs, "ranks_expected_here": expected,
+        "steps_completed": {str(r): s.get("steps_completed") for r, s in sorted(settings.items())},
+        "windows_complete": windows_complete,
+        "flight_recorder_files": sorted(p.name for p in (out / "flight_recorder").iterdir()) if (out / "flight_recorder").is_dir() else [],
+    })
+    if torch_versions:
+        manifest["torch_version"] = torch_versions[0] if len(torch_versions) == 1 else torch_versions
+    # host facts the ranks know better than the launcher
+    local = [s for s in settings.values() if s.get("hostname") == host.get("hostname")] or list(settings.values())
+    if local:
+        lws = max((s.get("local_world_size") or 0) for s in local) or len(local)
+        host["local_world_size"] = lws
+        union = set()
+        for s in local:
+            union.update(s.get("cpu_affinity") or [])
+        host["rank_cpu_affinity"] = {str(s["rank"]): len(s.get("cpu_affinity") or []) for s in local}
+        host["cpus_per_local_rank"] = round(len(union) / lws, 2) if union and lws else None
+        nn = [s.get("nnodes") for s in local if s.get("nnodes")]
+        if nn:
+            host["nnodes"] = max(nn)
+        host["node_rank"] = next((s.get("node_rank") for s in local if s.get("node_rank") is not None), None)
+    if nccl:
+        host["nccl_version"] = nccl[0]
+    if torch_versions:
+        host["torch_version"] = torch_versions[0]
+    manifest["nnodes"] = host.get("nnodes") or _int(host.get("nnodes_arg"))
+    return manifest
+
+
+def _int(v):
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+PRIVATE_PREFIX = "ddpdoctor-run-"
+
+
+def _remove_stale_private_dirs(min_age_s: float = 60.0) -> None:
+    """Private folders left by a `ddpdoctor run` that was killed with SIGKILL: owned by this
+    user, older than a minute, and their owner process gone."""
+    root = Path(tempfile.gettempdir())
+    for d in root.glob(PRIVATE_PREFIX + "*"):
+        try:
+            st = d.stat()
+            if st.st_uid != os.getuid() or time.time() - st.st_mtime < min_age_s:
+                continue
+            pid = int((d / "owner.pid").read_text())
+            if _alive(pid):
+                continue
+        except (OSError, ValueError):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def run_capture(opts: RunOptions) -> RunResult:
+    check_command(opts.command)
+    out = (opts.out or default_out_dir()).absolute()
+    prepare_out_dir(out, opts.force)
+    run_id = uuid.uuid4().hex
+    _remove_stale_private_dirs()
+    private = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX))
+    (private / "owner.pid").write_text(str(os.getpid()))
+    try:
+        return _run(opts, out, run_id, private)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
+    inject = private / "inject"
+    inject.mkdir()
+    shutil.copy(INJECT_DIR / "sitecustomize.py", inject / "sitecustomize.py")
+    shutil.copy(AGENT_PATH, inject / "ddpdoctor_capture_agent.py")
+    term_out, term_err = str(private / "term.out"), str(private / "term.err")
+    os.mkfifo(term_out)
+    os.mkfifo(term_err)
+    env, changed = capture_env(dict(os.environ), out, inject, opts, run_id, term_out, term_err,
+                               hostinfo.torch_version())
+
+    start_unix, start_iso = _now()
+    raw_hostname = socket.gethostname()
+    hostname = hostinfo.safe_hostname(raw_hostname)
+    host_path = out / "hosts" / f"{hostname}.json"
+    host: dict = {}
+
+    def collect_host():                 # in parallel with the training: nvidia-smi can take a second
+        try:
+            host.update(hostinfo.collect(opts.command, dict(os.environ)))
+            _write_json(host_path, host)
+        except Exception as exc:  # noqa: BLE001
+            host.setdefault("schema", hostinfo.HOST_SCHEMA)
+            host.update(hostname=raw_hostname, error=f"{type(exc).__name__}: {exc}")
+
+    host_thread = threading.Thread(target=collect_host, daemon=True)
+    manifest = {
+        "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "torch_version": hostinfo.torch_version(),
+        "command": join_argv(opts.command), "argv": redact_argv(opts.command), "cwd": os.getcwd(),
+        "hostname": raw_hostname, "hosts": [hostname], "host_files": [f"hosts/{hostname}.json"],
+        "step_window": {"warmup": opts.warmup, "active": opts.active, "keep_going": opts.keep_going},
+        "start_time": start_iso, "start_unix": start_unix, "end_time": None,
+        "status": "partial", "exit_code": None, "world_size": None, "ranks_present": [],
+        "env_set": changed, "launcher_log": "launcher.log", "run_id": run_id,
+    }
+    _write_json(out / "manifest.json", manifest)     # a run killed with SIGKILL leaves "partial"
+
+    # FIFOs: open the read ends (non-blocking open), keep a dummy writer so EOF only comes at the end
+    fifo_r = [os.open(p, os.O_RDONLY | os.O_NONBLOCK) for p in (term_out, term_err)]
+    fifo_w = [os.open(p, os.O_WRONLY | os.O_NONBLOCK) for p in (term_out, term_err)]
+    for fd in fifo_r:
+        os.set_blocking(fd, True)
+    log_lock = threading.Lock()
+    launcher_log = open(out / "launcher.log", "ab")
+    try:
+        proc = subprocess.Popen(opts.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, preexec_fn=_die_with_parent)
+    except OSError as exc:
+        launcher_log.close()
+        for fd in fifo_r + fifo_w:
+            os.close(fd)
+        manifest.update(status="failed", exit_code=127, error=f"{type(exc).__name__}: {exc}")
+        _write_json(out / "manifest.json", manifest)
+        raise InputError(f"{opts.command[0]}: cannot start ({exc})") from None
+    host_thread.start()          # after the fork: preexec_fn is only safe in a single-threaded parent
+    pumps = [_Pump(os.dup(proc.stdout.fileno()), _term(sys.stdout), launcher_log, log_lock),
+             _Pump(os.dup(proc.stderr.fileno()), _term(sys.stderr), launcher_log, log_lock),
+             _Pump(fifo_r[0], _term(sys.stdout)), _Pump(fifo_r[1], _term(sys.stderr))]
+    proc.stdout.close()
+    proc.stderr.close()
+    for p in pumps:
+        p.start()
+
+    interrupted: list[str] = []
+
+    def forward(signum, _frame):
+        name = signal.Signals(signum).name
+        if not interrupted:
+            interrupted.append(name)
+            try:
+                sys.stderr.write(f"\nddpdoctor: {name} received; forwarding it to the training processes "
+                                 f"(again to kill them)\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            sig = signum
+        else:
+            sig = signal.SIGKILL
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            pass
+
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[s] = signal.signal(s, forward)
+        except ValueError:       # not the main thread (tests calling run_capture in a thread)
+            pass
+    try:
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except InterruptedError:
+                continue
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    exit_code = rc if rc >= 0 else 128 - rc
+    # the user's command has ended: stray descendants (ranks torchrun did not reap, daemons)
+    # are this run's orphans; end them, then let the rank tees drain
+    tees = _tee_pids(out)
+    _wait_for(tees, 3.0)
+    reaped = _reap_orphans(run_id, exclude=set(tees))
+    _wait_for(tees, 3.0)
+    reaped += _reap_orphans(run_id)
+    for fd in fifo_w:
+        os.close(fd)
+    for p in pumps:
+        p.join(timeout=5)
+    launcher_log.close()
+    host_thread.join(timeout=30)
+    manifest = finish_bundle(out, manifest, host, exit_code, interrupted[0] if interrupted else None)
+    if reaped:
+        manifest["orphans_killed"] = reaped
+    _write_json(host_path, host)
+    _write_json(out / "manifest.json", manifest)
+    return RunResult(out, exit_code, manifest["status"], manifest)

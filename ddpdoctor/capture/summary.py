@@ -1,0 +1,39 @@
+"""What went wrong in a captured run, from the ranks' events (pure Python, no torch).
+
+torchrun reports the first rank that *exited* with an error; the first rank that *had* a
+problem (an OOM it caught, an exception in another thread, a signal) is often another
+one. This orders the problem events of all ranks by time."""
+
+from __future__ import annotations
+
+from ..bundle.events import load_events, problem_events
+
+def _one_line(e: dict) -> str:
+    step = f" at step {e['step']}" if e.get("step") is not None else ""
+    kind = e.get("kind")
+    if kind == "oom":
+        caught = " (caught by the script, which went on)" if e.get("caught") else " (uncaught)"
+        return f"rank {e.get('rank')}: out of memory{step}{caught}: {str(e.get('message', ''))[:100]}"
+    if kind == "exception":
+        typ = str(e.get("type", "")).rsplit(".", 1)[-1]
+        thread = f" in thread {e['thread']}" if e.get("thread") else ""
+        return f"rank {e.get('rank')}: uncaught {typ}{thread}{step}: {str(e.get('message', '')).splitlines()[0][:140] if e.get('message') else ''}"
+    if kind == "signal":
+        return f"rank {e.get('rank')}: received {e.get('signal')}{step}"
+    if kind == "stuck_after_peer_stop":
+        return f"rank {e.get('rank')}: stuck in a collective{step} after peers stopped (ranks ran different numbers of steps)"
+    if kind == "forced_exit":
+        return f"rank {e.get('rank')}: did not exit after the window; ended by ddpdoctor"
+    return f"rank {e.get('rank')}: {kind}{step}"
+
+
+def failure_timeline(paths: list[str], limit: int = 6) -> list[str]:
+    """Problem events of every rank, oldest first, one line each, with the time since the first."""
+    out = problem_events(load_events(paths))
+    if not out:
+        return []
+    t0 = out[0]["time"]
+    lines = [f"+{e['time'] - t0:6.2f} s  {_one_line(e)}" for e in out[:limit]]
+    if len(out) > limit:
+        lines.append(f"… {len(out) - limit} more in ranks/*/events.jsonl")
+    return lines
