@@ -97,10 +97,11 @@ def _concat(parts: list[RankSummary]) -> RankSummary:
                          + ", ".join(p.paths[0] for p in parts))
     base = parts[0]
     offset = 0
-    steps, step_idx, kinds, starts, ends = [], [], [], [], []
+    steps, step_idx, kinds, starts, ends, shapes = [], [], [], [], [], []
     values = {c: [] for c in COLUMNS}
     for p in parts:
         steps.extend(p.steps)
+        shapes.extend(p.input_shapes or [None] * len(p.steps))
         for c in COLUMNS:
             values[c].extend(p.values[c])
         step_idx.append(p.collectives.step + offset)
@@ -108,7 +109,7 @@ def _concat(parts: list[RankSummary]) -> RankSummary:
         starts.append(p.collectives.start)
         ends.append(p.collectives.end)
         offset += len(p.steps)
-    base.steps, base.values = steps, values
+    base.steps, base.values, base.input_shapes = steps, values, shapes
     base.collectives = Collectives(np.concatenate(step_idx), kinds, np.concatenate(starts), np.concatenate(ends))
     base.paths = [x for p in parts for x in p.paths]
     base.n_events = sum(p.n_events for p in parts)

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--batch-size", type=int, default=256)
     args = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -23,7 +23,7 @@ def main():
     torch.set_num_threads(1)                    # two ranks share the CPU cores
     # few parameters (fast all-reduce), many FLOPs per parameter: a deep narrow net on a big batch
     layers = []
-    for _ in range(8):
+    for _ in range(16):
         layers += [torch.nn.Linear(384, 384), torch.nn.GELU()]
     model = DDP(torch.nn.Sequential(*layers, torch.nn.Linear(384, 10)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

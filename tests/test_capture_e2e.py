@@ -125,8 +125,13 @@ def test_heavy_compute_is_compute_bound(example):
 def test_comm_heavy_is_communication_bound(example):
     c = example("comm_heavy")
     a = assert_complete_bundle(c)
-    assert min(shares(a, "comm")) > 0.4
+    assert min(shares(a, "comm")) > 0.2
     assert min(shares(a, "comm_exposed")) > max(shares(a, "dataloader_wait"))
+    from ddpdoctor.analysis import AnalyzeOptions
+    from ddpdoctor.diagnosis import run_analyze
+    from ddpdoctor.rules_engine.registry import build_ruleset
+    r = run_analyze([str(c.out)], AnalyzeOptions(jobs=1, hta="off"), build_ruleset(use_config=False))
+    assert "CM001" in {f.rule for f in r.diagnosis.findings}    # the verdict may add machine noise on 2 CPUs
     assert c.settings(0)["ddp"]["grad_bytes"] > 40e6
 
 

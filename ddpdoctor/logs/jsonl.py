@@ -71,7 +71,10 @@ def parse_events(text: str, file: str, path_rank: int | None) -> tuple[list[LogE
         lines.append((no, raw, rank, None, None, t))
         base = dict(source="events.jsonl")
         if kind in ("oom", "out_of_memory", "cuda_oom") or P.OOM.search(msg) or (etype and "OutOfMemory" in str(etype)):
-            events.append(LogEvent(rank, t, "oom", msg or str(etype), file, no, dict(base, step=step, exc_type=etype)))
+            a, g = P.OOM_ALLOC.search(msg or ""), P.OOM_GPU.search(msg or "")
+            events.append(LogEvent(rank, t, "oom", msg or str(etype), file, no,
+                                   dict(base, step=step, exc_type=etype, tried=a.group(1) if a else None,
+                                        gpu=int(g.group(1)) if g else None)))
             continue
         if kind in ("stuck_after_peer_stop", "stuck", "hang"):
             events.append(LogEvent(rank, t, "stuck", msg or "no progress while a peer has stopped", file, no,

@@ -55,6 +55,7 @@ class RankSummary:
     notes: list[str] = field(default_factory=list)
     n_events: int = 0
     extras: dict[str, float | None] = field(default_factory=dict)   # per-rank scalars, see _extras
+    input_shapes: list[str | None] = field(default_factory=list)    # per step: shapes the forward received
     timeline: dict | None = None  # the median-duration step's segments and top kernels, see _timeline
 
 
@@ -141,7 +142,8 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
         host=rt.host, pid=rt.pid, schema=rt.schema, device_kind="gpu" if has_gpu else "cpu",
         comm_source=comm_source, step_source=source, steps=windows,
         values={c: (v if v is not None else [None] * len(windows)) for c, v in rows.items()},
-        collectives=coll, notes=notes, n_events=rt.n_events, extras=extras, timeline=timeline,
+        collectives=coll, notes=notes, n_events=rt.n_events, extras=extras,
+        input_shapes=_step_inputs(rt.forward_inputs, ws, we), timeline=timeline,
     )
 
 
@@ -182,6 +184,16 @@ def _timeline(windows: list[StepWindow], step_time, segs: dict, gpu: GpuOps, dev
         top = sorted(agg.items(), key=lambda kv: -kv[1][0])[:TOP_KERNELS]
         out["top_kernels"] = [{"name": n[:300], "us": round(v[0], 1), "count": v[1], "comm": bool(v[2])}
                               for n, v in top]
+    return out
+
+
+def _step_inputs(forward_inputs: list[tuple[float, str]], ws: np.ndarray, we: np.ndarray) -> list[str | None]:
+    """The input shapes of the first forward pass that starts in each step window."""
+    out: list[str | None] = [None] * ws.size
+    for start, dims in forward_inputs:
+        i = int(np.searchsorted(ws, start, side="right")) - 1
+        if 0 <= i < ws.size and start < we[i] and out[i] is None:
+            out[i] = dims
     return out
 
 

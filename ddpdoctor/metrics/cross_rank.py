@@ -1,8 +1,9 @@
 """Cross-rank stage: works only on compact :class:`RankSummary` objects.
 
 * Collectives are matched across ranks by step, kind and order.  A collective's time
-  on each rank includes waiting for late peers; the shortest duration across ranks is
-  counted as transfer and each rank's excess as synchronization wait.
+  on each rank includes waiting for late peers: the time before the last peer arrived,
+  capped by the rank's excess over the shortest duration across ranks, is synchronization
+  wait; the rest is transfer.
 * Arrival at the first collective of each step names late ranks (stragglers).
 * Step-time spread and an imbalance score (1 − mean/max of per-rank busy time, where
   busy = step time − sync wait) summarize how uneven the ranks are.
@@ -67,14 +68,14 @@ def analyze_cross_rank(summaries: list[RankSummary]) -> CrossRank:
 
 
 def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> None:
-    groups: dict[tuple, list[tuple[RankSummary, int, float]]] = defaultdict(list)
+    groups: dict[tuple, list[tuple[RankSummary, int, float, float]]] = defaultdict(list)
     for s in summaries:
         c = s.collectives
         seen: dict[tuple, int] = defaultdict(int)
         dur = c.duration
         for j in range(len(c)):
             base = (step_key(s, int(c.step[j])), c.kind[j])
-            groups[base + (seen[base],)].append((s, int(c.step[j]), float(dur[j])))
+            groups[base + (seen[base],)].append((s, int(c.step[j]), float(c.start[j]), float(dur[j])))
             seen[base] += 1
     wait = {s.rank: np.zeros(len(s.steps)) for s in summaries}
     transfer = {s.rank: np.zeros(len(s.steps)) for s in summaries}
@@ -83,10 +84,14 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> None:
             out.unmatched_collectives += 1
             continue
         out.matched_collectives += 1
-        shortest = min(d for _, _, d in members)
-        for s, i, d in members:
-            wait[s.rank][i] += d - shortest
-            transfer[s.rank][i] += shortest
+        shortest = min(d for _, _, _, d in members)
+        last_arrival = max(t for _, _, t, _ in members)
+        for s, i, t, d in members:
+            # waiting = time in the collective before the last peer arrived, and never more than
+            # this rank's excess over the quickest rank (a rank slowed by its own CPU is not waiting)
+            w = min(d - shortest, max(0.0, last_arrival - t))
+            wait[s.rank][i] += w
+            transfer[s.rank][i] += d - w
     if out.unmatched_collectives:
         out.notes.append(f"{out.unmatched_collectives} collective(s) seen on one rank only were not matched")
     for s in summaries:

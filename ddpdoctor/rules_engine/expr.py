@@ -376,11 +376,13 @@ def _eval(node, lookup):
         fname = node.func.id
         if fname == "known":
             return all(not isinstance(_eval(a, lookup), Missing) for a in node.args)
-        if fname == "default":
+        if fname == "default":                  # the first argument that is known and not None
             for a in node.args:
                 v = _eval(a, lookup)
-                if not isinstance(v, Missing):
+                if not isinstance(v, Missing) and v is not None:
                     return v
+                if v is None and a is node.args[-1]:
+                    return None
             return Missing(frozenset())
         args = [_eval(a, lookup) for a in node.args]
         miss = _missing_in(*args)

@@ -86,7 +86,20 @@ def trace_facts(analysis) -> dict:
     facts["step.top_avoidable"] = Vec(np.asarray(avoidable, dtype=object)[np.argmax(shares, axis=0)]
                                       if step_time.size else np.asarray([], dtype=object), row_ranks)
     _cross_facts(analysis, facts, ranks)
+    _input_facts(analysis, facts)
     return facts
+
+
+def _input_facts(analysis, facts: dict) -> None:
+    """Do the ranks get inputs of the same shape?  (traces recorded with record_shapes)"""
+    rows = [(s.rank, x) for s in analysis.summaries for x in (s.input_shapes or [])]
+    seen = [x for _, x in rows if x]
+    if len(seen) < 2 or len(seen) < 0.5 * len(rows):
+        return
+    distinct = list(dict.fromkeys(seen))
+    facts["cross.input_shapes"] = "constant" if len(distinct) == 1 else "varying"
+    facts["cross.input_shape_count"] = len(distinct)
+    facts["cross.input_shape_examples"] = [x if len(x) <= 80 else x[:77] + "..." for x in distinct[:3]]
 
 
 def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:

@@ -62,6 +62,19 @@ def _order(f: Finding, verdict_rule: str | None) -> tuple:
 
 
 def decide(findings: list[Finding], facts: dict) -> Verdict:
+    v = _decide(findings, facts)
+    failures = sorted((f for f in findings if f.category == "failure"), key=lambda f: SEVERITY_ORDER[f.severity])
+    if failures and v.bottleneck:
+        # the recorded steps end in (or lead to) the failure: their numbers are not a steady state
+        v.summary = (f"The run failed: {failures[0].summary} Performance of the recorded steps, which the "
+                     f"failure may distort: {v.summary}")
+        if v.confidence is not None:
+            v.confidence = min(v.confidence, 0.39)
+            v.confidence_label = _label(v.confidence)
+    return v
+
+
+def _decide(findings: list[Finding], facts: dict) -> Verdict:
     failed = any(f.category == "failure" for f in findings)
     perf = sorted((f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
                   key=lambda f: -f.cost)

@@ -8,6 +8,8 @@ current ones (``kernel``, ``cuda_runtime``, ``cuda_driver``, ``cpu_op``,
 
 from __future__ import annotations
 
+import bisect
+
 import gzip
 import zlib
 from dataclasses import dataclass, field
@@ -96,6 +98,7 @@ class RankTrace:
     n_events: int
     runtime_alloc: Spans = field(default_factory=lambda: Spans.build([], []))   # cudaMalloc/Free, hipMalloc/Free
     runtime_sync: Spans = field(default_factory=lambda: Spans.build([], []))    # device/stream/event synchronize
+    forward_inputs: list = field(default_factory=list)   # (forward start, input shapes) per forward pass
 
 
 def read_bytes(path: Path) -> bytes:
@@ -210,14 +213,15 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
             gpu_rows.append((ts, end, code, ev.name, args))
         elif code == 4:
             rt_rows.append((ts, end, args.correlation if args else None))
-            op_rows.append((ts, end, ev.tid, ev.name, None, ev.pid, 2))
+            op_rows.append((ts, end, ev.tid, ev.name, None, ev.pid, 2, None))
         else:
             ext = (args.external_id if args.external_id is not None else args.external_id_2021) if args else None
-            op_rows.append((ts, end, ev.tid, ev.name, ext, ev.pid, code - 5))
+            op_rows.append((ts, end, ev.tid, ev.name, ext, ev.pid, code - 5,
+                            args.input_dims if args is not None and args.input_dims else None))
     schema = "2021" if any(c in codes for c in LEGACY_CATS) else "current"
     k_s, k_e, k_code, k_names, k_args = _columns(gpu_rows, 5)
     rt_s, rt_e, rt_corr = _columns(rt_rows, 3)
-    op_s, op_e, op_tid, op_name, op_ext, op_pid, op_ann = _columns(op_rows, 7)
+    op_s, op_e, op_tid, op_name, op_ext, op_pid, op_ann, op_dims = _columns(op_rows, 8)
     del gpu_rows, op_rows, rt_rows
     starts = [min(x) for x in (k_s, op_s) if x]
     ends = [max(x) for x in (k_e, op_e) if x]
@@ -270,6 +274,7 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     host_ops, main_ops, dataloader = spans("host"), spans("main"), spans("dl")
     forward, backward, optimizer, host_coll = spans("fwd"), spans("bwd"), spans("opt"), spans("coll")
     rt_alloc, rt_sync = spans("alloc"), spans("sync")
+    forward_inputs = _forward_inputs(forward, buckets["main"], op_s, op_dims)
 
     # --- device side -----------------------------------------------------------------
     kinds = np.empty(len(k_s), dtype=np.int8)
@@ -318,8 +323,27 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
         runtime_launch=Spans.build([rt_s[i] for i in rt_keep], [rt_e[i] for i in rt_keep]),
         runtime_corr=np.asarray([_corr(rt_corr[i]) for i in rt_keep], dtype=np.int64),
         gpu=gpu, first_ts=float(first) if n else 0.0, last_ts=float(last) if n else 0.0, n_events=n,
-        runtime_alloc=rt_alloc, runtime_sync=rt_sync,
+        runtime_alloc=rt_alloc, runtime_sync=rt_sync, forward_inputs=forward_inputs,
     )
+
+
+def _forward_inputs(forward: Spans, main_idx: list[int], op_s: list, op_dims: list) -> list[tuple[float, str]]:
+    """(start, input shapes of the first main-thread op of the forward) for each forward span:
+    with record_shapes, this is the batch the model received (e.g. [[32, 3, 224, 224], ...])."""
+    if not len(forward):
+        return []
+    cand = sorted((op_s[i], i) for i in main_idx if op_dims[i] is not None)
+    if not cand:
+        return []
+    starts = [c[0] for c in cand]
+    out: list[tuple[float, str]] = []
+    for fs, fe in sorted(zip(forward.start.tolist(), forward.end.tolist())):
+        if out and fs < out[-1][0] + 1e-9:
+            continue
+        j = bisect.bisect_left(starts, fs)
+        if j < len(cand) and starts[j] <= fe:
+            out.append((fs, bytes(op_dims[cand[j][1]]).decode("utf-8", "replace")))
+    return out
 
 
 def _corr(c) -> int:

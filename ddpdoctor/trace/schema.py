@@ -19,6 +19,8 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     external_id: int | str | None = msgspec.field(default=None, name="External id")
     external_id_2021: int | str | None = msgspec.field(default=None, name="external id")
     collective: str | None = msgspec.field(default=None, name="Collective name")
+    # record_shapes=True: kept as raw JSON bytes (no parsing) and read only where needed
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
 
 
 class Event(msgspec.Struct, gc=False):
