@@ -61,6 +61,8 @@ def render_report(report, console: Console | None = None, show_table: bool = Tru
             f"{escape(c)} ({', '.join(escape(a['rule']) for a in lst)}: needs "
             f"{escape(', '.join(sorted({m for a in lst for m in a['missing']})))})" for c, lst in sorted(cats.items()))
             + "[/dim]")
+    for line in d.not_assessed:
+        con.print(f"[dim]Not assessed — {escape(line)}[/dim]")
     for e in d.errors:
         con.print(f"[red]rule error:[/red] {escape(e)}")
     if show_table and report.analysis is not None:

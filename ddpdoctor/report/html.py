@@ -174,6 +174,7 @@ def render_html(d: dict, plots: list[tuple[str, str, bytes]] | None = None) -> s
     gaps = [f"warning: {w}" for w in d.get("warnings") or []] + [f"rule error: {e}" for e in d.get("rule_errors") or []]
     gaps += [f"not assessed: {x.get('rule')} ({x.get('category')}) needs {', '.join(x.get('missing') or [])}"
              for x in d.get("abstained") or []] + list(d.get("_plot_notes") or [])
+    gaps += [f"not assessed: {x}" for x in d.get("not_assessed") or []]
     if gaps:
         parts.append(f"<h2>Warnings and gaps</h2><details><summary>{len(gaps)} item(s)</summary><ul>"
                      + "".join(f"<li>{h(g)}</li>" for g in gaps) + "</ul></details>")

@@ -108,6 +108,7 @@ def to_dict(report) -> dict:
         "verdict": asdict(d.verdict),
         "findings": [_finding_dict(f) for f in d.findings],
         "abstained": d.abstained,
+        "not_assessed": d.not_assessed,
         "rule_errors": d.errors,
         "rules_evaluated": d.rules_evaluated,
         "rule_notes": d.notes,

@@ -186,13 +186,14 @@ def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[
             return "## Log events\n\n" + _fold(f"{len(key)} event(s) from {len((d.get('logs') or {}).get('files') or [])} "
                                                "log file(s)", _table(["rank", "kind", "line", "where"], rows) + more)
         parts.append(("logs", logs_md))
-    if d.get("warnings") or d.get("rule_errors") or d.get("abstained") or d.get("_plot_notes"):
+    if d.get("warnings") or d.get("rule_errors") or d.get("abstained") or d.get("_plot_notes") or d.get("not_assessed"):
         def warn_md(n):
             items = [f"- warning: {md(w)}" for w in (d.get("warnings") or [])[:n]]
             items += [f"- rule error: {md(e)}" for e in d.get("rule_errors") or []]
             items += [f"- not assessed: {md(x.get('rule'))} ({md(x.get('category'))}) needs "
                       f"{md(', '.join(x.get('missing') or []))}" for x in d.get("abstained") or []]
             items += [f"- {md(x)}" for x in d.get("_plot_notes") or []]
+            items += [f"- not assessed: {md(x)}" for x in d.get("not_assessed") or []]
             return "## Warnings and gaps\n\n" + _fold(f"{len(items)} item(s)", "\n".join(items))
         parts.append(("warnings", warn_md))
     if d.get("facts"):

@@ -43,6 +43,24 @@ class Diagnosis:
     errors: list[str] = field(default_factory=list)
     rules_evaluated: int = 0
     notes: list[str] = field(default_factory=list)
+    not_assessed: list[str] = field(default_factory=list)   # whole categories without any evidence
+
+
+# categories whose evidence comes from one source: without that source, say so once
+NO_SOURCE = (
+    (("failure", "network"), "logs.present",
+     "failures: no logs found (pass the folder with the ranks' logs, or capture with `ddpdoctor run`)"),
+    (("config",), "run.captured",
+     "configuration checks (sampler, set_epoch, find_unused_parameters): need the settings a `ddpdoctor run` bundle records"),
+    (VERDICT_CATEGORIES, "trace.present", "performance: no profiler traces"),
+)
+
+
+def _source_missing(category: str, facts: dict) -> str | None:
+    for cats, fact, text in NO_SOURCE:
+        if category in cats and not facts.get(fact):
+            return text
+    return None
 
 
 def _label(c: float | None) -> str | None:
@@ -113,14 +131,19 @@ def diagnose(facts: dict, ruleset: RuleSet, log_search=None) -> Diagnosis:
     verdict = decide(findings, facts)
     findings.sort(key=lambda f: _order(f, verdict.rule))
     fired_categories = {f.category for f in findings}
-    abstained = []
+    abstained, not_assessed = [], []
     for o in outcomes:
         if o.status != "abstain":
             continue
         rule = ruleset.rules[o.rule]
         if rule.category in fired_categories:
             continue
+        why = _source_missing(rule.category, facts)
+        if why:
+            if why not in not_assessed:
+                not_assessed.append(why)
+            continue
         abstained.append({"rule": rule.id, "category": rule.category, "missing": o.missing})
     errors = [o.error for o in outcomes if o.error]
     return Diagnosis(verdict=verdict, findings=findings, abstained=abstained, errors=errors,
-                     rules_evaluated=len(outcomes), notes=list(ruleset.notes))
+                     rules_evaluated=len(outcomes), notes=list(ruleset.notes), not_assessed=not_assessed)
