@@ -24,13 +24,16 @@ def render_report(report, console: Console | None = None, show_table: bool = Tru
     d = report.diagnosis
     v = d.verdict
     head = "[bold]Verdict:[/bold] "
+    perf = ""
     if v.bottleneck:
         conf = f" (confidence {v.confidence_label}, {v.confidence:.2f})" if v.confidence is not None else ""
-        head += f"[bold]{escape(v.label or v.bottleneck + '-bound')}[/bold]{conf}"
-    else:
-        head += "[bold]no performance verdict[/bold]"
+        perf = f"[bold]{escape(v.label or v.bottleneck + '-bound')}[/bold]{conf}"
     if v.failed:
-        head += " — [bold red]the run failed (see below)[/bold red]"
+        first = next((f for f in d.findings if f.category in ("failure", "network", "memory")), None)
+        head += "[bold red]the run failed[/bold red]" + (f": {escape(first.title)}" if first else "")
+        head += f" (recorded steps: {perf})" if perf else ""
+    else:
+        head += perf or "[bold]no performance verdict[/bold]"
     con.print(head)
     con.print(f"  {escape(v.summary.split(': ', 1)[1] if v.label and v.summary.startswith(v.label + ': ') else v.summary)}")
     if report.analysis is None:

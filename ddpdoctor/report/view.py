@@ -32,20 +32,18 @@ def pct(share) -> str:
 
 
 def headline(d: dict) -> str:
-    """The verdict in one line."""
+    """The verdict in one line; a failure comes before any performance verdict."""
     v = d.get("verdict") or {}
+    perf = ""
     if v.get("bottleneck"):
-        head = v.get("label") or f"{v['bottleneck']}-bound"
+        perf = v.get("label") or f"{v['bottleneck']}-bound"
         if v.get("confidence") is not None:
-            head += f" (confidence {v.get('confidence_label')}, {v['confidence']:.2f})"
-    elif v.get("failed"):
+            perf += f" (confidence {v.get('confidence_label')}, {v['confidence']:.2f})"
+    if v.get("failed"):
         first = next((f for f in d.get("findings") or [] if f.get("category") in ("failure", "network", "memory")), None)
         head = "the run failed" + (f": {first['title']}" if first and first.get("title") else "")
-    else:
-        head = "no performance verdict"
-    if v.get("failed") and v.get("bottleneck"):
-        head += " — the run failed"
-    return head
+        return head + (f" (recorded steps: {perf})" if perf else "")
+    return perf or "no performance verdict"
 
 
 def verdict_summary(d: dict) -> str:

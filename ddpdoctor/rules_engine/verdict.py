@@ -84,11 +84,13 @@ def decide(findings: list[Finding], facts: dict) -> Verdict:
     failures = sorted((f for f in findings if f.category == "failure"), key=lambda f: SEVERITY_ORDER[f.severity])
     if failures and v.bottleneck:
         # the recorded steps end in (or lead to) the failure: their numbers are not a steady state
+        perf = v.summary.split(" Removing it: up to")[0]
         v.summary = (f"The run failed: {failures[0].summary} Performance of the recorded steps, which the "
-                     f"failure may distort: {v.summary}")
+                     f"failure may distort: {perf}")
         if v.confidence is not None:
             v.confidence = min(v.confidence, 0.39)
             v.confidence_label = _label(v.confidence)
+        v.expected_speedup = None          # no steady state to speed up: fix the failure first
     return v
 
 
