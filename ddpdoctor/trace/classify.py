@@ -11,6 +11,7 @@ from functools import lru_cache
 
 # Flags for host-side event names.
 MARKER, DATALOADER, FORWARD, BACKWARD, OPTIMIZER, COLLECTIVE = 1, 2, 4, 8, 16, 32
+RT_ALLOC, RT_SYNC = 64, 128          # runtime calls: device malloc/free, blocking synchronize
 
 # Communication kernels recognized by name.  Vendor libraries: NCCL (ncclKernel_*,
 # ncclDevKernel_*), RCCL (same names on ROCm, plus rccl*), DeepEP (dpsk::ep::, deep_ep::),
@@ -107,6 +108,9 @@ def name_flags_cache():
                 f |= OPTIMIZER
             if host_collective_kind(name) is not None:
                 f |= COLLECTIVE
+            rk = runtime_kind(name)
+            if rk:
+                f |= RT_ALLOC if rk == "alloc" else RT_SYNC
             cache[name] = f
         return f
 

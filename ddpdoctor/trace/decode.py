@@ -248,9 +248,8 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
             continue
         buckets["host"].append(i)
         if op_ann[i] == 2:
-            rk = classify.runtime_kind(nm)
-            if rk:
-                buckets[rk].append(i)
+            if f & (F.RT_ALLOC | F.RT_SYNC):
+                buckets["alloc" if f & F.RT_ALLOC else "sync"].append(i)
             continue
         if op_ann[i] == 0 and op_tid[i] == main_tid:
             buckets["main"].append(i)
