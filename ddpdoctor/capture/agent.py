@@ -14,7 +14,9 @@ What it does in a rank:
   ``events.jsonl``.
 
 This file is loaded by path (not as part of the ddpdoctor package) so the user's
-interpreter needs nothing installed.
+interpreter needs nothing installed; it loads its two parts the same way from beside itself:
+``agent_process.py`` (which processes are ranks, the fd tee) and ``agent_settings.py``
+(settings read off the user's objects).
 """
 
 from __future__ import annotations
@@ -31,91 +33,39 @@ import traceback
 import weakref
 
 SETTINGS_SCHEMA = "ddpdoctor.settings/1"
-_TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torch.distributed.elastic",
-                     "accelerate.commands.launch", "accelerate.commands.accelerate_cli", "deepspeed.launcher")
-_LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed")
-# where a rank finds its global rank, local rank and world size: torchrun, then Slurm tasks and
-# MPI launchers (`srun … ddpdoctor run --out DIR/task$SLURM_PROCID -- python train.py`)
-_LAUNCHER_RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
-_LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
-_WORLD_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-_SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "env", "time", "nice", "taskset", "numactl", "stdbuf", "timeout")
 
 
 # --------------------------------------------------------------------------------------
-# which processes are training ranks
+# the agent's parts: loaded by path from beside this file (this file is itself loaded by
+# path, as ddpdoctor_capture_agent.py in the run's private folder, or as agent.py in the package)
 # --------------------------------------------------------------------------------------
 
-def is_launcher_process(argv: list[str]) -> bool:
-    """torchrun's own agent process (``torchrun …``, ``python -m torch.distributed.run …``)."""
-    for i, a in enumerate(argv[1:], 1):
-        if a == "-m" and i + 1 < len(argv):
-            return argv[i + 1].startswith(_TORCHRUN_MODULES)
-        if a.startswith("-m") and len(a) > 2:
-            return a[2:].startswith(_TORCHRUN_MODULES)
-        if not a.startswith("-"):
-            base = os.path.basename(a)
-            return base.split(".")[0].split("-")[0] in _LAUNCHER_SCRIPTS
-    return False
+def _load_part(part: str):
+    stem = os.path.splitext(os.path.basename(__file__))[0]
+    name = f"ddpdoctor_capture_{stem}_{part}"
+    mod = sys.modules.get(name)
+    if mod is None:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{stem}_{part}.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return mod
 
 
-def _proc_parent(pid: int) -> tuple[int | None, str]:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
-        return None, ""
-    comm = stat[stat.find("(") + 1:stat.rfind(")")]
-    try:
-        return int(stat[stat.rfind(")") + 2:].split()[1]), comm
-    except (IndexError, ValueError):
-        return None, comm
-
-
-def started_by_launcher(ppid: int, launcher_pid: str | None, hops: int = 4) -> bool:
-    """The parent is `ddpdoctor run`, possibly through shells and wrappers
-    (``bash run.sh`` → ``python train.py``, ``env X=1 python …``, ``numactl … python …``)."""
-    pid = ppid
-    for _ in range(hops):
-        if str(pid) == launcher_pid:
-            return True
-        parent, comm = _proc_parent(pid)
-        if parent is None or comm not in _SHELLS:
-            return False
-        pid = parent
-    return False
-
-
-def is_helper_process(argv: list[str]) -> bool:
-    """multiprocessing children (spawn/forkserver DataLoader workers), compile workers,
-    resource trackers: never ranks."""
-    joined = " ".join(argv)
-    return ("--multiprocessing-fork" in argv or "multiprocessing.spawn" in joined or "multiprocessing.forkserver" in joined
-            or "multiprocessing.resource_tracker" in joined or "compile_worker" in joined)
-
-
-def should_activate(env, argv: list[str], ppid: int) -> bool:
-    if not env.get("DDPDOCTOR_BUNDLE"):
-        return False
-    if env.get("DDPDOCTOR_ACTIVE_PID"):          # a descendant of an active rank (workers, helpers, subprocesses)
-        return False
-    if is_launcher_process(argv) or is_helper_process(argv):
-        return False
-    if any(k in env for k in _LAUNCHER_RANK_VARS + _LOCAL_RANK_VARS):
-        return True
-    # a single-process run: the top Python process of the user's command
-    return started_by_launcher(ppid, env.get("DDPDOCTOR_LAUNCHER_PID"))
-
-
-def _process_argv() -> list[str]:
-    """The interpreter's full command line (sys.argv is incomplete while site runs)."""
-    if hasattr(sys, "orig_argv"):                       # Python >= 3.10
-        return list(sys.orig_argv)
-    try:
-        with open("/proc/self/cmdline", "rb") as fh:
-            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
-    except OSError:
-        return [sys.executable, *sys.argv]
+_process = _load_part("process")
+_settings = _load_part("settings")
+is_launcher_process, started_by_launcher = _process.is_launcher_process, _process.started_by_launcher
+is_helper_process, should_activate, start_fd_tee = _process.is_helper_process, _process.should_activate, _process.start_fd_tee
+_first_int, _env_int, _process_argv = _process.first_int, _process.env_int, _process._process_argv
+_LAUNCHER_RANK_VARS, _LOCAL_RANK_VARS, _WORLD_VARS = (_process._LAUNCHER_RANK_VARS, _process._LOCAL_RANK_VARS,
+                                                     _process._WORLD_VARS)
+_loader_settings, _optimizer_settings, _ddp_settings = (_settings._loader_settings, _settings._optimizer_settings,
+                                                        _settings._ddp_settings)
+_precision, _memory, _step_stats, _nccl_version = (_settings._precision, _settings._memory, _settings._step_stats,
+                                                   _settings._nccl_version)
 
 
 def maybe_activate() -> None:
@@ -127,87 +77,6 @@ def maybe_activate() -> None:
 
 
 AGENT = None
-
-
-# --------------------------------------------------------------------------------------
-# fd tee
-# --------------------------------------------------------------------------------------
-
-def _open_fifo(path: str | None) -> int | None:
-    if not path:
-        return None
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        os.set_blocking(fd, True)
-        return fd
-    except OSError:
-        return None
-
-
-def start_fd_tee(log_path: str, term_out: str | None, term_err: str | None) -> int | None:
-    """Redirect fds 1 and 2 into pipes read by a forked copy of this process, which writes
-    every byte to ``log_path`` and to the terminal (the launcher's FIFOs, else the original
-    fds).  The copy leaves its session so process-group signals do not cut the log short,
-    ignores SIGINT/SIGTERM, and exits when every writer has closed the pipes."""
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except Exception:  # noqa: BLE001
-        pass
-    r_out, w_out = os.pipe()
-    r_err, w_err = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the tee process
-        code = 0
-        try:
-            os.setsid()
-            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
-                signal.signal(s, signal.SIG_IGN)
-            os.close(w_out)
-            os.close(w_err)
-            log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            outs = {r_out: _open_fifo(term_out), r_err: _open_fifo(term_err)}
-            if outs[r_out] is None:
-                outs[r_out] = os.dup(1)
-            if outs[r_err] is None:
-                outs[r_err] = os.dup(2)
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):          # hold no reference to the rank's original stdio
-                os.dup2(devnull, fd)
-            import select
-
-            open_fds = [r_out, r_err]
-            while open_fds:
-                ready, _, _ = select.select(open_fds, [], [])
-                for fd in ready:
-                    try:
-                        data = os.read(fd, 65536)
-                    except InterruptedError:
-                        continue
-                    if not data:
-                        open_fds.remove(fd)
-                        continue
-                    try:
-                        os.write(log, data)
-                    except OSError:
-                        pass
-                    term = outs.get(fd)
-                    if term is not None:
-                        try:
-                            view = memoryview(data)
-                            while view:
-                                n = os.write(term, view)
-                                view = view[n:]
-                        except OSError:
-                            outs[fd] = None
-        except BaseException:  # noqa: BLE001
-            code = 1
-        os._exit(code)
-    os.dup2(w_out, 1)
-    os.dup2(w_err, 2)
-    for fd in (w_out, w_err, r_out, r_err):
-        os.close(fd)
-    return pid
 
 
 # --------------------------------------------------------------------------------------
@@ -265,21 +134,6 @@ def _safe(fn):
         except Exception as exc:  # noqa: BLE001
             self.internal_error(fn.__name__, exc)
     return wrapper
-
-
-def _first_int(env, names, default):
-    for n in names:
-        v = _env_int(env, n)
-        if v is not None:
-            return v
-    return default
-
-
-def _env_int(env, name, default=None):
-    try:
-        return int(env[name])
-    except (KeyError, ValueError):
-        return default
 
 
 class Agent:
@@ -996,150 +850,3 @@ class Agent:
 # --------------------------------------------------------------------------------------
 # settings helpers (torch objects are only touched, never imported here)
 # --------------------------------------------------------------------------------------
-
-def _loader_settings(loader) -> dict:
-    sampler = getattr(loader, "sampler", None)
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    try:
-        n = len(loader.dataset)
-    except Exception:  # noqa: BLE001
-        n = None
-    bs = loader.batch_size
-    if bs is None and batch_sampler is not None:
-        bs = getattr(batch_sampler, "batch_size", None)
-    drop_last = loader.drop_last
-    if batch_sampler is not None and hasattr(batch_sampler, "drop_last"):
-        drop_last = batch_sampler.drop_last
-    nw = loader.num_workers
-    return {
-        "num_workers": nw, "pin_memory": bool(loader.pin_memory), "batch_size": bs,
-        "persistent_workers": bool(loader.persistent_workers),
-        "prefetch_factor": loader.prefetch_factor if nw > 0 else None,
-        "sampler": type(sampler).__name__ if sampler is not None else None,
-        "batch_sampler": type(batch_sampler).__name__ if batch_sampler is not None else None,
-        "drop_last": bool(drop_last), "dataset_len": n, "dataset": type(loader.dataset).__name__,
-        "multiprocessing_context": str(getattr(loader, "multiprocessing_context", None) or "") or None,
-        "iterable_dataset": any(c.__name__ == "IterableDataset" for c in type(loader.dataset).__mro__),
-    }
-
-
-def _optimizer_settings(opt) -> dict:
-    defaults = getattr(opt, "defaults", {}) or {}
-    info = {"type": type(opt).__name__, "module": type(opt).__module__,
-            "param_groups": len(getattr(opt, "param_groups", []))}
-    for k in ("lr", "foreach", "fused", "capturable", "differentiable"):
-        if k in defaults:
-            v = defaults[k]
-            info[k] = v if isinstance(v, (bool, int, float, type(None))) else str(v)
-    return info
-
-
-def _ddp_settings(ddp, torch) -> dict:
-    d = {"used": True}
-    try:
-        log = dict(ddp._get_ddp_logging_data())
-    except Exception:  # noqa: BLE001
-        log = {}
-    cap = getattr(ddp, "bucket_bytes_cap", None)
-    d["bucket_cap_mb"] = cap / (1024 * 1024) if cap is not None else None
-    for k in ("find_unused_parameters", "gradient_as_bucket_view", "static_graph", "broadcast_buffers"):
-        v = getattr(ddp, k, None)
-        d[k] = bool(v) if v is not None else (bool(log[k]) if k in log else None)
-    hooks = getattr(ddp, "_comm_hooks", None) or []
-    hook_name = log.get("comm_hook") or None
-    if hooks:
-        h = hooks[0][0]
-        hook_name = getattr(h, "__qualname__", None) or getattr(h, "__name__", None) or str(h)
-    d["comm_hook"] = hook_name or None
-    params = [p for p in ddp.module.parameters()]
-    trainable = [p for p in params if p.requires_grad]
-    d["param_count"] = int(sum(p.numel() for p in params))
-    d["param_tensors"] = len(params)
-    d["trainable_param_count"] = int(sum(p.numel() for p in trainable))
-    d["grad_bytes"] = int(sum(p.numel() * p.element_size() for p in trainable))
-    rebuilt = log.get("has_rebuilt_buckets") and log.get("rebuilt_bucket_sizes")
-    sizes = log.get("rebuilt_bucket_sizes") if rebuilt else log.get("bucket_sizes")
-    bucket_sizes = None
-    if isinstance(sizes, str) and sizes.strip():
-        try:
-            bucket_sizes = [int(x) for x in sizes.replace(" ", "").split(",") if x]
-        except ValueError:
-            bucket_sizes = None
-    elif isinstance(sizes, (list, tuple)):
-        bucket_sizes = [int(x) for x in sizes]
-    d["bucket_sizes_bytes"] = bucket_sizes
-    d["num_buckets"] = len(bucket_sizes) if bucket_sizes else None
-    d["bucket_sizes_source"] = ("ddp logging data (rebuilt buckets)" if rebuilt else "ddp logging data") if bucket_sizes else None
-    # unused parameters: trainable parameters without a gradient at the last optimizer step
-    unused = sum(1 for p in trainable if p.grad is None)
-    d["unused_parameter_count"] = unused
-    d["unused_parameter_count_method"] = "trainable parameters whose .grad is None at exit/window end"
-    if "unused_parameter_size" in log:
-        d["unused_parameter_bytes"] = int(log["unused_parameter_size"])
-    d["device_ids"] = [str(x) for x in (getattr(ddp, "device_ids", None) or [])]
-    d["module"] = type(ddp.module).__name__
-    d["logging_data"] = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in log.items()
-                         if k not in ("master_addr", "master_port")}
-    return d
-
-
-def _precision(torch, dtypes, autocast, grad_scaler) -> dict:
-    ac = sorted({dt.replace("torch.", "") for _dev, dt in autocast if dt})
-    mp = "none"
-    if "bfloat16" in ac or ("bfloat16" in dtypes and "float32" not in dtypes):
-        mp = "bf16"
-    elif "float16" in ac or ("float16" in dtypes and "float32" not in dtypes):
-        mp = "fp16"
-    out = {"mixed_precision": mp, "autocast": [{"device": dev, "dtype": dt.replace("torch.", "")} for dev, dt in sorted(autocast)],
-           "param_dtypes": dtypes, "grad_scaler": grad_scaler, "tf32": None}
-    if torch is not None:
-        try:
-            if torch.cuda.is_available():
-                out["tf32"] = bool(torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest")
-            out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
-        except Exception:  # noqa: BLE001
-            pass
-    return out
-
-
-def _memory(torch) -> dict | None:
-    if torch is None:
-        return None
-    try:
-        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-            return None
-        dev = torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(dev)
-        out = {"device": dev, "device_name": props.name,
-               "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(dev)),
-               "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(dev)),
-               "capacity_bytes": int(props.total_memory)}
-        try:
-            stats = torch.cuda.memory_stats(dev)
-            out["num_alloc_retries"] = int(stats.get("num_alloc_retries", 0))      # cache flushes: memory pressure
-            out["num_ooms"] = int(stats.get("num_ooms", 0))
-        except Exception:  # noqa: BLE001
-            pass
-        return out
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def _step_stats(times: list[float]) -> dict | None:
-    if not times:
-        return None
-    t = sorted(times)
-    return {"count": len(t), "median": round(t[len(t) // 2], 6), "min": round(t[0], 6), "max": round(t[-1], 6),
-            "last": round(times[-1], 6)}
-
-
-def _nccl_version(torch):
-    if torch is None:
-        return None
-    try:
-        if torch.cuda.is_available():
-            v = torch.cuda.nccl.version()
-            return ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
-    except Exception:  # noqa: BLE001
-        pass
-    return None

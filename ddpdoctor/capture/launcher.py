@@ -33,6 +33,7 @@ from . import hostinfo
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 AGENT_PATH = Path(__file__).with_name("agent.py")
+AGENT_PARTS = ("process", "settings")
 INJECT_DIR = Path(__file__).with_name("_inject")
 FR_BUFFER_SIZE = "2000"
 
@@ -385,6 +386,8 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     inject.mkdir()
     shutil.copy(INJECT_DIR / "sitecustomize.py", inject / "sitecustomize.py")
     shutil.copy(AGENT_PATH, inject / "ddpdoctor_capture_agent.py")
+    for part in AGENT_PARTS:                 # the agent loads its parts from beside itself
+        shutil.copy(AGENT_PATH.with_name(f"agent_{part}.py"), inject / f"ddpdoctor_capture_agent_{part}.py")
     term_out, term_err = str(private / "term.out"), str(private / "term.err")
     os.mkfifo(term_out)
     os.mkfifo(term_err)

@@ -1,0 +1,190 @@
+"""Part of the capture agent (loaded by path beside it, like the agent itself; standard
+library only): which processes are training ranks, and the tee of file descriptors 1 and 2."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+_TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torch.distributed.elastic",
+                     "accelerate.commands.launch", "accelerate.commands.accelerate_cli", "deepspeed.launcher")
+_LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed")
+# where a rank finds its global rank, local rank and world size: torchrun, then Slurm tasks and
+# MPI launchers (`srun … ddpdoctor run --out DIR/task$SLURM_PROCID -- python train.py`)
+_LAUNCHER_RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+_LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+_WORLD_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+_SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "env", "time", "nice", "taskset", "numactl", "stdbuf", "timeout")
+
+
+# --------------------------------------------------------------------------------------
+# which processes are training ranks
+# --------------------------------------------------------------------------------------
+
+def is_launcher_process(argv: list[str]) -> bool:
+    """torchrun's own agent process (``torchrun …``, ``python -m torch.distributed.run …``)."""
+    for i, a in enumerate(argv[1:], 1):
+        if a == "-m" and i + 1 < len(argv):
+            return argv[i + 1].startswith(_TORCHRUN_MODULES)
+        if a.startswith("-m") and len(a) > 2:
+            return a[2:].startswith(_TORCHRUN_MODULES)
+        if not a.startswith("-"):
+            base = os.path.basename(a)
+            return base.split(".")[0].split("-")[0] in _LAUNCHER_SCRIPTS
+    return False
+
+
+def _proc_parent(pid: int) -> tuple[int | None, str]:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None, ""
+    comm = stat[stat.find("(") + 1:stat.rfind(")")]
+    try:
+        return int(stat[stat.rfind(")") + 2:].split()[1]), comm
+    except (IndexError, ValueError):
+        return None, comm
+
+
+def started_by_launcher(ppid: int, launcher_pid: str | None, hops: int = 4) -> bool:
+    """The parent is `ddpdoctor run`, possibly through shells and wrappers
+    (``bash run.sh`` → ``python train.py``, ``env X=1 python …``, ``numactl … python …``)."""
+    pid = ppid
+    for _ in range(hops):
+        if str(pid) == launcher_pid:
+            return True
+        parent, comm = _proc_parent(pid)
+        if parent is None or comm not in _SHELLS:
+            return False
+        pid = parent
+    return False
+
+
+def is_helper_process(argv: list[str]) -> bool:
+    """multiprocessing children (spawn/forkserver DataLoader workers), compile workers,
+    resource trackers: never ranks."""
+    joined = " ".join(argv)
+    return ("--multiprocessing-fork" in argv or "multiprocessing.spawn" in joined or "multiprocessing.forkserver" in joined
+            or "multiprocessing.resource_tracker" in joined or "compile_worker" in joined)
+
+
+def should_activate(env, argv: list[str], ppid: int) -> bool:
+    if not env.get("DDPDOCTOR_BUNDLE"):
+        return False
+    if env.get("DDPDOCTOR_ACTIVE_PID"):          # a descendant of an active rank (workers, helpers, subprocesses)
+        return False
+    if is_launcher_process(argv) or is_helper_process(argv):
+        return False
+    if any(k in env for k in _LAUNCHER_RANK_VARS + _LOCAL_RANK_VARS):
+        return True
+    # a single-process run: the top Python process of the user's command
+    return started_by_launcher(ppid, env.get("DDPDOCTOR_LAUNCHER_PID"))
+
+
+def _process_argv() -> list[str]:
+    """The interpreter's full command line (sys.argv is incomplete while site runs)."""
+    if hasattr(sys, "orig_argv"):                       # Python >= 3.10
+        return list(sys.orig_argv)
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return [sys.executable, *sys.argv]
+
+
+# --------------------------------------------------------------------------------------
+# fd tee
+# --------------------------------------------------------------------------------------
+
+def _open_fifo(path: str | None) -> int | None:
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)
+        return fd
+    except OSError:
+        return None
+
+
+def start_fd_tee(log_path: str, term_out: str | None, term_err: str | None) -> int | None:
+    """Redirect fds 1 and 2 into pipes read by a forked copy of this process, which writes
+    every byte to ``log_path`` and to the terminal (the launcher's FIFOs, else the original
+    fds).  The copy leaves its session so process-group signals do not cut the log short,
+    ignores SIGINT/SIGTERM, and exits when every writer has closed the pipes."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    r_out, w_out = os.pipe()
+    r_err, w_err = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the tee process
+        code = 0
+        try:
+            os.setsid()
+            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+                signal.signal(s, signal.SIG_IGN)
+            os.close(w_out)
+            os.close(w_err)
+            log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            outs = {r_out: _open_fifo(term_out), r_err: _open_fifo(term_err)}
+            if outs[r_out] is None:
+                outs[r_out] = os.dup(1)
+            if outs[r_err] is None:
+                outs[r_err] = os.dup(2)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):          # hold no reference to the rank's original stdio
+                os.dup2(devnull, fd)
+            import select
+
+            open_fds = [r_out, r_err]
+            while open_fds:
+                ready, _, _ = select.select(open_fds, [], [])
+                for fd in ready:
+                    try:
+                        data = os.read(fd, 65536)
+                    except InterruptedError:
+                        continue
+                    if not data:
+                        open_fds.remove(fd)
+                        continue
+                    try:
+                        os.write(log, data)
+                    except OSError:
+                        pass
+                    term = outs.get(fd)
+                    if term is not None:
+                        try:
+                            view = memoryview(data)
+                            while view:
+                                n = os.write(term, view)
+                                view = view[n:]
+                        except OSError:
+                            outs[fd] = None
+        except BaseException:  # noqa: BLE001
+            code = 1
+        os._exit(code)
+    os.dup2(w_out, 1)
+    os.dup2(w_err, 2)
+    for fd in (w_out, w_err, r_out, r_err):
+        os.close(fd)
+    return pid
+
+
+def first_int(env, names, default):
+    for n in names:
+        v = env_int(env, n)
+        if v is not None:
+            return v
+    return default
+
+
+def env_int(env, name, default=None):
+    try:
+        return int(env[name])
+    except (KeyError, ValueError):
+        return default
