@@ -209,3 +209,12 @@ def test_rule_files_match_the_editor_schema():
         jsonschema.validate(tomllib.loads(Path(rule.path).read_text()), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**tomllib.loads(RULE), "severity": "dire"}, schema)
+
+
+def test_an_error_in_a_later_fix_names_that_fix_line(tmp_path):
+    text = RULE.replace('[[test]]', '[[fix]]\ntitle = "second"\nchange = "y = {limt}"\n\n[[test]]', 1)
+    p = _write(tmp_path, "US001.toml", text)
+    with pytest.raises(RuleError) as exc:
+        load_rule_file(p)
+    line = text.splitlines().index('change = "y = {limt}"') + 1
+    assert str(exc.value).startswith(f"{p}:{line}: change: unknown name 'limt'"), str(exc.value)

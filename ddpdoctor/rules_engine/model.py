@@ -109,29 +109,24 @@ class _Ctx:
     def fail(self, key: str, message: str, after: int = 0):
         raise RuleError(f"{self.path}:{_line_of(self.text, key, after)}: {message}")
 
-    def expr(self, key: str, source, allow_names: set[str]) -> Expr:
-        try:
-            e = compile_expr(source)
-        except ExprError as exc:
-            self.fail(key, f"{key}: {exc}")
-        self._check_names(key, e.names, allow_names)
-        return e
+    def expr(self, key: str, source, allow_names: set[str], after: int = 0) -> Expr:
+        return self._compile(compile_expr, key, source, allow_names, after)
 
-    def template(self, key: str, source, allow_names: set[str]) -> Template:
-        try:
-            t = compile_template(source)
-        except ExprError as exc:
-            self.fail(key, f"{key}: {exc}")
-        self._check_names(key, t.names, allow_names)
-        return t
+    def template(self, key: str, source, allow_names: set[str], after: int = 0) -> Template:
+        return self._compile(compile_template, key, source, allow_names, after)
 
-    def _check_names(self, key: str, names, allow: set[str]) -> None:
-        for n in names:
-            root = n.split(".", 1)[0]
-            if n in allow or root in FACT_ROOTS:
-                continue
-            self.fail(key, f"{key}: unknown name {n!r} (not a param, an evidence name, "
-                           f"or a fact under {', '.join(FACT_ROOTS)})")
+    def _compile(self, compiler, key: str, source, allow: set[str], after: int):
+        """Compile an expression or template; any problem names the file and the key's line
+        (at or after line ``after``: the right [[fix]] table for a fix's keys)."""
+        try:
+            out = compiler(source)
+        except ExprError as exc:
+            self.fail(key, f"{key}: {exc}", after)
+        for n in out.names:
+            if n not in allow and n.split(".", 1)[0] not in FACT_ROOTS:
+                self.fail(key, f"{key}: unknown name {n!r} (not a param, an evidence name, "
+                               f"or a fact under {', '.join(FACT_ROOTS)})", after)
+        return out
 
 
 def load_rule_file(path: Path, origin: str = "built-in") -> Rule:
@@ -220,8 +215,9 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
     fixes = data.get("fix", [])
     if not isinstance(fixes, list):
         c.fail("fix", "fixes are written as [[fix]] tables")
+    fix_lines = [n for n, line in enumerate(text.splitlines()) if line.strip() == "[[fix]]"]
     for i, fx in enumerate(fixes):
-        after = _line_of(text, "fix") - 1
+        after = fix_lines[i] if i < len(fix_lines) else 0
         for key in ("title", "change"):
             if not isinstance(fx.get(key), str):
                 c.fail("fix", f"fix #{i + 1} needs a {key!r} string", after)
@@ -229,8 +225,8 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         if kind not in FIX_KINDS:
             c.fail("kind", f"fix kind {kind!r} is not one of {', '.join(FIX_KINDS)}", after)
         rule.fixes.append(Fix(
-            title=c.template("title", fx["title"], allow), change=c.template("change", fx["change"], allow),
-            kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow) if "applies_if" in fx else None))
+            title=c.template("title", fx["title"], allow, after), change=c.template("change", fx["change"], allow, after),
+            kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None))
     for i, tc in enumerate(data.get("test", [])):
         if tc.get("expect") not in ("fire", "quiet", "abstain"):
             c.fail("test", f"test #{i + 1} needs expect = \"fire\", \"quiet\" or \"abstain\"")
