@@ -13,6 +13,7 @@ from statistics import median
 import numpy as np
 
 from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
+from ..resources import metric_params
 from .expr import Vec
 
 # derived columns: the exposed communication split into waiting for peers and transfer
@@ -94,7 +95,7 @@ def _input_facts(analysis, facts: dict) -> None:
     """Do the ranks get inputs of the same shape?  (traces recorded with record_shapes)"""
     rows = [(s.rank, x) for s in analysis.summaries for x in (s.input_shapes or [])]
     seen = [x for _, x in rows if x]
-    if len(seen) < 2 or len(seen) < 0.5 * len(rows):
+    if len(seen) < 2 or len(seen) < metric_params()["inference"]["input_shapes_min_coverage"] * len(rows):
         return
     distinct = list(dict.fromkeys(seen))
     facts["cross.input_shapes"] = "constant" if len(distinct) == 1 else "varying"
@@ -178,11 +179,12 @@ def _infer_precision(out: dict) -> None:
     fp8, lowp = _median_of(out, "rank.fp8_kernel_share"), _median_of(out, "rank.lowp_kernel_share")
     if fp8 is None or lowp is None:
         return
-    if fp8 >= 0.2:
+    t = metric_params()["inference"]
+    if fp8 >= t["fp8_min_kernel_share"]:
         value = "fp8"
-    elif lowp >= 0.3:
+    elif lowp >= t["lowp_min_kernel_share"]:
         value = "16-bit"
-    elif fp8 + lowp <= 0.05:
+    elif fp8 + lowp <= t["fp32_max_kernel_share"]:
         value = "none"
     else:
         return

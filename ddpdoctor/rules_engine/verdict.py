@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..resources import metric_params
 from .engine import Finding, Outcome, evaluate
 from .model import VERDICT_CATEGORIES
 from .registry import RuleSet
@@ -66,7 +67,8 @@ def _source_missing(category: str, facts: dict) -> str | None:
 def _label(c: float | None) -> str | None:
     if c is None:
         return None
-    return "high" if c >= 0.7 else "medium" if c >= 0.4 else "low"
+    t = metric_params()["verdict"]
+    return "high" if c >= t["high_from"] else "medium" if c >= t["medium_from"] else "low"
 
 
 def _order(f: Finding, verdict_rule: str | None) -> tuple:
@@ -88,7 +90,7 @@ def decide(findings: list[Finding], facts: dict) -> Verdict:
         v.summary = (f"The run failed: {failures[0].summary} Performance of the recorded steps, which the "
                      f"failure may distort: {perf}")
         if v.confidence is not None:
-            v.confidence = min(v.confidence, 0.39)
+            v.confidence = min(v.confidence, metric_params()["verdict"]["failed_run_max_confidence"])
             v.confidence_label = _label(v.confidence)
         v.expected_speedup = None          # no steady state to speed up: fix the failure first
     return v
