@@ -73,7 +73,7 @@ def _plain(v):
 
 
 class _Lookup:
-    def __init__(self, rule: Rule, facts: dict, params: dict, match: dict | None):
+    def __init__(self, facts: dict, params: dict, match: dict | None):
         self.values: dict = {}
         self.params = params
         self.facts = facts
@@ -91,7 +91,7 @@ class _Lookup:
         return Missing(frozenset({name}))
 
 
-def _single(v, what: str, rule: Rule):
+def _single(v, what: str):
     if isinstance(v, Vec):
         raise ExprError(f"{what} gives one value per rank; wrap it in any(), all(), count(), median() …")
     return v
@@ -104,11 +104,11 @@ def evaluate(rule: Rule, facts: dict, params: dict | None = None, log_search=Non
         if log_search is None:
             return Outcome(rule.id, "abstain", missing=["logs"])
         match = log_search(rule.log_patterns)
-    look = _Lookup(rule, facts, rule.param_values(params), match)
+    look = _Lookup(facts, rule.param_values(params), match)
     try:
         for name, e in rule.evidence.items():
             look.values[name] = e(look)
-        cond = _single(rule.when(look), "the condition", rule)
+        cond = _single(rule.when(look), "the condition")
         if isinstance(cond, Missing):
             return Outcome(rule.id, "abstain", missing=sorted(cond.names))
         if not cond:
@@ -147,7 +147,7 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
     for fx in rule.fixes:
         assumed: set[str] = set()
         if fx.applies_if is not None:
-            ok = _single(fx.applies_if(look), "applies_if", rule)
+            ok = _single(fx.applies_if(look), "applies_if")
             if isinstance(ok, Missing):
                 assumed |= set(ok.names)       # cannot tell: keep the fix and say what was not known
             elif not ok:
