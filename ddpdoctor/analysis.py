@@ -110,6 +110,13 @@ def _concat(parts: list[RankSummary]) -> RankSummary:
         ends.append(p.collectives.end)
         offset += len(p.steps)
     base.steps, base.values, base.input_shapes = steps, values, shapes
+    # per-rank scalars (kernel sizes, shares of the step, …): step-weighted means over the windows
+    keys = {k for p in parts for k in p.extras}
+    base.extras = {}
+    for k in keys:
+        pairs = [(p.extras[k], len(p.steps)) for p in parts if p.extras.get(k) is not None and p.steps]
+        total = sum(n for _, n in pairs)
+        base.extras[k] = sum(v * n for v, n in pairs) / total if total else None
     base.collectives = Collectives(np.concatenate(step_idx), kinds, np.concatenate(starts), np.concatenate(ends))
     base.paths = [x for p in parts for x in p.paths]
     base.n_events = sum(p.n_events for p in parts)

@@ -118,3 +118,17 @@ def test_hta_adapter_never_raises(real_traces):
     res = hta_adapter.cross_check(rocm, mode="on")
     assert isinstance(res, dict)
     assert hta_adapter.cross_check(rocm, mode="off") is None
+
+
+def test_all_windows_combine_per_rank_extras(real_traces):
+    from ddpdoctor.analysis import AnalyzeOptions, analyze
+
+    folder = real_traces / "kineto_tbplugin_resnet50_num_workers_0"
+    files = sorted(folder.glob("*.pt.trace.json.gz"))
+    single = [analyze([str(f)], AnalyzeOptions(jobs=1)).summaries[0] for f in files]
+    both = analyze([str(folder)], AnalyzeOptions(jobs=1, all_windows=True)).summaries[0]
+    steps = [len(s.steps) for s in single]
+    want = sum(s.extras["kernels_per_step"] * n for s, n in zip(single, steps)) / sum(steps)
+    assert len(both.steps) == sum(steps)
+    assert both.extras["kernels_per_step"] == pytest.approx(want)
+    assert both.extras["dataloader_single_process"] == 1.0
