@@ -86,13 +86,14 @@ def decide(findings: list[Finding], facts: dict) -> Verdict:
     failures = sorted((f for f in findings if f.category == "failure"), key=lambda f: SEVERITY_ORDER[f.severity])
     if failures and v.bottleneck:
         # the recorded steps end in (or lead to) the failure: their numbers are not a steady state
-        perf = v.summary.split(" Removing it: up to")[0]
         v.summary = (f"The run failed: {failures[0].summary} Performance of the recorded steps, which the "
-                     f"failure may distort: {perf}")
+                     f"failure may distort: {v.summary}")
         if v.confidence is not None:
             v.confidence = min(v.confidence, metric_params()["verdict"]["failed_run_max_confidence"])
             v.confidence_label = _label(v.confidence)
         v.expected_speedup = None          # no steady state to speed up: fix the failure first
+    elif v.expected_speedup:
+        v.summary += f" Removing it: up to {v.expected_speedup:.2f}x faster steps."
     return v
 
 
@@ -108,8 +109,6 @@ def _decide(findings: list[Finding], facts: dict) -> Verdict:
             agreement = top.agreement if top.agreement is not None else 0.5
             top.confidence = round(0.5 * margin + 0.5 * agreement, 3)
         summary = f"{top.label}: {top.summary}"
-        if top.expected_speedup:
-            summary += f" Removing it: up to {top.expected_speedup:.2f}x faster steps."
         return Verdict(top.category, top.confidence, _label(top.confidence), top.expected_speedup,
                        summary, top.rule, failed, top.label)
     compute = [f for f in findings if f.category == "compute" and f.cost is None]
