@@ -12,7 +12,9 @@ import time
 from dataclasses import dataclass, field
 
 from .analysis import Analysis, AnalyzeOptions, analyze
+from .bundle.settings import load_bundle_facts
 from .errors import InputError, NoTracesError
+from .logs import LogAnalysis, analyze_logs
 from .rules_engine.facts import merge_facts, trace_facts
 from .rules_engine.registry import RuleSet, build_ruleset
 from .rules_engine.verdict import Diagnosis, diagnose
@@ -24,7 +26,7 @@ class Report:
     analysis: Analysis | None
     diagnosis: Diagnosis
     facts: dict
-    logs: object | None = None                 # ddpdoctor.logs.LogAnalysis when logs were found
+    logs: LogAnalysis | None = None            # when log files were found
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -36,10 +38,6 @@ class Report:
 
 def _bundle_facts(paths: list[str], warnings: list[str]) -> dict:
     try:
-        from .bundle.settings import load_bundle_facts
-    except ImportError:
-        return {}
-    try:
         return load_bundle_facts(paths) or {}
     except InputError:
         raise
@@ -49,10 +47,6 @@ def _bundle_facts(paths: list[str], warnings: list[str]) -> dict:
 
 
 def _logs(paths: list[str], known: dict, warnings: list[str]):
-    try:
-        from .logs import analyze_logs
-    except ImportError:
-        return None
     try:
         return analyze_logs(paths, known_facts=known)
     except InputError:

@@ -80,6 +80,17 @@ def looks_like_secret(value: str) -> bool:
     return False
 
 
+def redact_known_formats(text: str) -> str:
+    """Only URL passwords and known token formats: for names read from traces (kernel names,
+    paths), where the high-entropy heuristic would hide mangled C++ names."""
+    if not text:
+        return text
+    out = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+    for p in _VALUE_PATTERNS:
+        out = p.sub(REDACTED, out)
+    return out
+
+
 def redact_text(text: str) -> str:
     """Redact credential-looking parts inside a free-form string (URL passwords, known token
     formats, key=value pairs with secret names, long high-entropy tokens)."""

@@ -3,8 +3,7 @@
 * **Secrets** (always): values of secret-named keys (``HF_TOKEN``, ``MY_API_KEY``, …),
   credentials in command lines (``--hf-token X``, ``--api-key=X``, ``--password X``), URL
   passwords and credential-looking values.  The patterns live in :mod:`ddpdoctor.redact`
-  (shared with ``ddpdoctor run``); until that module is available a minimal fallback here
-  does the same job, over-eagerly.
+  (shared with ``ddpdoctor run``).
 * **Hosts** (``--redact-hosts``): host names and IP addresses become ``host-1``, ``ip-1``, …
   consistently: one :class:`HostRedactor` maps the same host to the same placeholder in
   every file it touches (host names are numbered in sorted order, so two runs of the same
@@ -16,41 +15,7 @@ from __future__ import annotations
 import copy
 import re
 
-# known credential formats and URL passwords: the only patterns applied to names read from traces
-# (kernel names, paths), where the shared module's high-entropy heuristic would hide mangled
-# C++ names such as _ZN2at6native29vectorized_elementwise_kernel…
-_VALUES = [re.compile(p) for p in (r"\bhf_[A-Za-z0-9]{20,}", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}",
-                                   r"\bgh[pousr]_[A-Za-z0-9]{30,}", r"\bgithub_pat_[A-Za-z0-9_]{30,}",
-                                   r"\bglpat-[A-Za-z0-9_\-]{20,}", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b",
-                                   r"\bxox[abposr]-[A-Za-z0-9\-]{10,}", r"\bAIza[0-9A-Za-z_\-]{35}",
-                                   r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}")]
-_URLPW = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):([^@\s/]+)@")
-
-try:  # the shared implementation (branch `capture`); the fallback below until it lands
-    from ..redact import REDACTED, redact_text, secret_name  # type: ignore
-except ImportError:  # pragma: no cover - exercised only before redact.py is merged
-    REDACTED = "<redacted>"
-    _PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "AUTH", "COOKIE",
-              "PRIVATE", "SIGNATURE", "APIKEY", "BEARER", "WEBHOOK")
-    _NOT = {"PWD", "OLDPWD", "SSH_AUTH_SOCK", "KEYBOARD", "MONKEY", "NCCL_IB_PKEY"}
-
-    def secret_name(name: str) -> bool:
-        upper = name.upper().lstrip("-").replace("-", "_")
-        if upper in _NOT:
-            return False
-        if re.search(r"(?:^|_|API|ACCESS|PRIVATE|SECRET)KEYS?(?:_|$)", upper):
-            return True
-        return any(p in upper for p in _PARTS)
-
-    _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_\-]*(?:token|key|secret|password|passwd|auth|credential)"
-                       r"[A-Za-z0-9_\-]*)=([^&;\s,]+)")
-
-    def redact_text(text: str) -> str:
-        out = _URLPW.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
-        out = _PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_name(m.group(1)) else m.group(0), out)
-        for p in _VALUES:
-            out = p.sub(REDACTED, out)
-        return out
+from ..redact import REDACTED, redact_known_formats, redact_text, secret_name
 
 # `--name value` / `--name=value` inside a command line held as one string
 _OPTION = re.compile(r"(?<![\w\-])(--?[A-Za-z][A-Za-z0-9_\-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
@@ -69,16 +34,6 @@ def redact_string(text: str) -> str:
     return redact_text(_OPTION.sub(opt, text))
 
 
-def redact_known(text: str) -> str:
-    """Only known credential formats and URL passwords (for names read from traces)."""
-    if not text:
-        return text
-    out = _URLPW.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
-    for p in _VALUES:
-        out = p.sub(REDACTED, out)
-    return out
-
-
 def redact_secrets(obj, _key: str | None = None, lenient: bool = False):
     """A copy of a JSON-like object with secrets removed: the value of a secret-named key
     (and everything under it) is replaced, every other string is scanned (``lenient``: for
@@ -89,7 +44,7 @@ def redact_secrets(obj, _key: str | None = None, lenient: bool = False):
         if isinstance(obj, list) and all(isinstance(x, str) for x in obj):
             return [REDACTED for _ in obj]
     if isinstance(obj, str):
-        return redact_known(obj) if lenient else redact_string(obj)
+        return redact_known_formats(obj) if lenient else redact_string(obj)
     if isinstance(obj, dict):
         return {k: redact_secrets(v, str(k), lenient) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

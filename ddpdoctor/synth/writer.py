@@ -234,7 +234,7 @@ class RankTraceWriter:
 
     # ------------------------------------------------------------------ a step
     def step(self, rs: RankStep, step_number: int, bucket_nelems: list[int]) -> None:
-        h, main, bwd = self.h, self.tid_main, self.tid_bwd
+        main, bwd = self.tid_main, self.tid_bwd
         if self.first_ts is None:
             self.first_ts = rs.S
         self.last_ts = max(self.last_ts, rs.E)

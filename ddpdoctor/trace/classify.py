@@ -89,32 +89,37 @@ def collective_kind(collective_arg: str | None, kernel_name: str, parent_kind: s
     return "comm"
 
 
-def name_flags_cache():
+def name_flags(name: str) -> int:
+    """Bit set of what a host event's name marks (MARKER, DATALOADER, … RT_SYNC)."""
+    f = 0
+    if name.startswith("ProfilerStep#") or name.startswith("PyTorch Profiler"):
+        f |= MARKER
+    if is_dataloader(name):
+        f |= DATALOADER
+    if _FORWARD.match(name):
+        f |= FORWARD
+    if _BACKWARD.match(name):
+        f |= BACKWARD
+    if _OPTIMIZER.match(name):
+        f |= OPTIMIZER
+    if host_collective_kind(name) is not None:
+        f |= COLLECTIVE
+    rk = runtime_kind(name)
+    if rk:
+        f |= RT_ALLOC if rk == "alloc" else RT_SYNC
+    return f
+
+
+def cached_by_name(fn):
+    """``fn`` memoized per name for one trace (event names repeat by the thousands)."""
     cache: dict[str, int] = {}
 
-    def flags(name: str) -> int:
-        f = cache.get(name)
-        if f is None:
-            f = 0
-            if name.startswith("ProfilerStep#") or name.startswith("PyTorch Profiler"):
-                f |= MARKER
-            if is_dataloader(name):
-                f |= DATALOADER
-            if _FORWARD.match(name):
-                f |= FORWARD
-            if _BACKWARD.match(name):
-                f |= BACKWARD
-            if _OPTIMIZER.match(name):
-                f |= OPTIMIZER
-            if host_collective_kind(name) is not None:
-                f |= COLLECTIVE
-            rk = runtime_kind(name)
-            if rk:
-                f |= RT_ALLOC if rk == "alloc" else RT_SYNC
-            cache[name] = f
-        return f
-
-    return flags
+    def get(name: str) -> int:
+        v = cache.get(name)
+        if v is None:
+            v = cache[name] = fn(name)
+        return v
+    return get
 
 
 def busiest_thread(starts, ends, tids, pids, ann):
@@ -167,14 +172,3 @@ def kernel_traits(name: str) -> int:
     if _NHWC.search(name):
         t |= TRAIT_NHWC
     return t
-
-
-def kernel_traits_cache():
-    cache: dict[str, int] = {}
-
-    def get(name: str) -> int:
-        t = cache.get(name)
-        if t is None:
-            t = cache[name] = kernel_traits(name)
-        return t
-    return get

@@ -228,7 +228,7 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     first, last = (min(starts), max(ends)) if starts else (0.0, 0.0)
 
     # --- host side -------------------------------------------------------------------
-    flags_of = classify.name_flags_cache()
+    flags_of = classify.cached_by_name(classify.name_flags)
     steps_idx = [i for i, nm in enumerate(op_name) if op_ann[i] != 2 and nm.startswith("ProfilerStep#")]
     if steps_idx:
         main_tid, main_pid = op_tid[steps_idx[0]], op_pid[steps_idx[0]]
@@ -279,7 +279,7 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     kinds = np.empty(len(k_s), dtype=np.int8)
     pageable = np.zeros(len(k_s), dtype=bool)
     traits = np.zeros(len(k_s), dtype=np.int8)
-    trait_of = classify.kernel_traits_cache()
+    trait_of = classify.cached_by_name(classify.kernel_traits)
     comm_kind: list[str] = []
     k_corr = []
     for j, (name, args) in enumerate(zip(k_names, k_args)):
