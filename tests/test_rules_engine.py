@@ -218,3 +218,19 @@ def test_an_error_in_a_later_fix_names_that_fix_line(tmp_path):
         load_rule_file(p)
     line = text.splitlines().index('change = "y = {limt}"') + 1
     assert str(exc.value).startswith(f"{p}:{line}: change: unknown name 'limt'"), str(exc.value)
+
+
+
+def test_fix_knob_and_value_are_rendered_and_checked(tmp_path):
+    text = RULE.replace("[[fix]]", "[[fix]]\nknob = \"dataloader.num_workers\"\nvalue = \"{limit * 8:.0f}\"", 1)
+    rule = load_rule_file(_write(tmp_path / "ok", "US001.toml", text))
+    assert rule.fixes[0].knob == "dataloader.num_workers"
+    out = evaluate(rule, {"rank.share.dataloader_wait": Vec(np.array([0.6]), np.array([0]))}, {})
+    fix = out.finding.fixes[0]
+    assert (fix.knob, fix.value) == ("dataloader.num_workers", "4")
+    for bad, message in (('knob = "Num Workers"\nvalue = "4"', "knob 'Num Workers'"),
+                         ('knob = "ddp.bucket_cap_mb"', "needs a 'value'"),
+                         ('value = "4"', "goes with a 'knob'")):
+        p = _write(tmp_path / "bad", "US001.toml", RULE.replace("[[fix]]", "[[fix]]\n" + bad, 1))
+        with pytest.raises(RuleError, match=message):
+            load_rule_file(p)

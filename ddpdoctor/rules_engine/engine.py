@@ -24,6 +24,8 @@ class FixOut:
     change: str
     kind: str
     not_recorded: list[str] = field(default_factory=list)   # values the fix needed but the run did not record
+    knob: str | None = None        # the setting the fix changes (see model.Fix)
+    value: str | None = None       # its new value, rendered
 
 
 @dataclass
@@ -154,7 +156,9 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
                 continue
         title, m1 = fx.title.render(look)
         change, m2 = fx.change.render(look)
-        fixes.append(FixOut(title.strip(), change.strip("\n"), fx.kind, sorted(assumed | m1 | m2)))
+        value, m3 = fx.value.render(look) if fx.value is not None else (None, set())
+        fixes.append(FixOut(title.strip(), change.strip("\n"), fx.kind, sorted(assumed | m1 | m2 | m3),
+                            knob=fx.knob, value=value.strip() if value is not None else None))
     evidence = {k: _plain(v) for k, v in look.values.items() if not isinstance(v, Missing)}
     return Finding(
         rule=rule.id, name=rule.name, category=rule.category, severity=rule.severity, title=rule.title,

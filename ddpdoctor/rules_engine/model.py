@@ -25,7 +25,7 @@ ID_PATTERN = re.compile(r"^[A-Z]{2,4}[0-9]{3}$")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
 # first part of every fact name a rule may read (params and evidence names are bare words)
 FACT_ROOTS = ("rank", "step", "run", "cross", "straggler", "trace", "config", "host", "memory",
-              "failure", "nccl", "logs", "match", "flight_recorder")
+              "failure", "nccl", "logs", "match", "flight_recorder", "python", "data", "train")
 TOP_KEYS = {"id", "name", "category", "severity", "title", "label", "why", "references", "when", "cost",
             "agreement", "confidence", "ranks", "summary", "params", "evidence", "log", "fix", "test"}
 
@@ -47,6 +47,10 @@ class Fix:
     change: Template
     kind: str = "code"
     applies_if: Expr | None = None
+    # the one setting this fix changes (e.g. "dataloader.num_workers", "ddp.bucket_cap_mb") and its
+    # new value, so that the fix can be phrased in the user's framework (HF Trainer, Lightning, …)
+    knob: str | None = None
+    value: Template | None = None
 
 
 @dataclass
@@ -90,6 +94,22 @@ class Rule:
         vals = {k: p.default for k, p in self.params.items()}
         vals.update(overrides or {})
         return vals
+
+
+KNOB_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
+
+
+def _knob(c, fx: dict, after: int) -> str | None:
+    knob = fx.get("knob")
+    if knob is None:
+        if "value" in fx:
+            c.fail("value", "a fix's 'value' goes with a 'knob' (the setting it is the value of)", after)
+        return None
+    if not isinstance(knob, str) or not KNOB_PATTERN.match(knob):
+        c.fail("knob", f"knob {knob!r} is not a dotted setting name such as 'dataloader.num_workers'", after)
+    if "value" not in fx:
+        c.fail("knob", f"knob {knob!r} needs a 'value' template", after)
+    return knob
 
 
 def _line_of(text: str, key: str, after: int = 0) -> int:
@@ -226,7 +246,8 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
             c.fail("kind", f"fix kind {kind!r} is not one of {', '.join(FIX_KINDS)}", after)
         rule.fixes.append(Fix(
             title=c.template("title", fx["title"], allow, after), change=c.template("change", fx["change"], allow, after),
-            kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None))
+            kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None,
+            knob=_knob(c, fx, after), value=c.template("value", fx["value"], allow, after) if "value" in fx else None))
     for i, tc in enumerate(data.get("test", [])):
         if tc.get("expect") not in ("fire", "quiet", "abstain"):
             c.fail("test", f"test #{i + 1} needs expect = \"fire\", \"quiet\" or \"abstain\"")
