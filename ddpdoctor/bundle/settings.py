@@ -14,7 +14,9 @@ import json
 import os
 from pathlib import Path
 
+from ..resources import metric_params
 from .events import load_events, problem_events
+from .evidence import evidence_facts
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 HOST_SCHEMA = "ddpdoctor.host/1"
@@ -153,6 +155,9 @@ def load_bundle_facts(paths: list[str]) -> dict[str, object]:
             facts["memory.peak_bytes.per_rank"] = dict(sorted(peaks.items()))
     if caps:
         _put_ranked(facts, "memory.capacity_bytes", caps)
+
+    # ---- window evidence: host contention, Python stack samples, batch fingerprints (bundle/evidence.py)
+    facts.update(evidence_facts(ranks, metric_params()["evidence"]))
 
     # ---- hosts
     if hosts:

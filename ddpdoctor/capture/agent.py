@@ -57,6 +57,7 @@ def _load_part(part: str):
 
 _process = _load_part("process")
 _settings = _load_part("settings")
+_evidence, _stacks = _load_part("evidence"), _load_part("stacks")     # window evidence (agent_evidence.py)
 is_launcher_process, started_by_launcher = _process.is_launcher_process, _process.started_by_launcher
 is_helper_process, should_activate, start_fd_tee = _process.is_helper_process, _process.should_activate, _process.start_fd_tee
 _first_int, _env_int, _process_argv = _process.first_int, _process.env_int, _process._process_argv
@@ -180,6 +181,7 @@ class Agent:
         self.torch = None
         self.tee_pid = None
         self.user_profiler = False
+        self.evidence = _evidence.Evidence(env, _stacks)
 
     # ---------------------------------------------------------------- basics
     def event(self, kind: str, **fields) -> None:
@@ -198,6 +200,13 @@ class Agent:
 
     def internal_error(self, where: str, exc: BaseException) -> None:
         self.event("ddpdoctor_error", where=where, error=f"{type(exc).__name__}: {exc}")
+
+    def _evidence_hook(self, name: str, *args) -> None:
+        """Window evidence (agent_evidence.py): contention, stack samples, batch fingerprints."""
+        try:
+            getattr(self.evidence, name)(*args)
+        except Exception as exc:  # noqa: BLE001
+            self.internal_error(f"evidence {name}", exc)
 
     # ---------------------------------------------------------------- install
     def install(self) -> None:
@@ -410,6 +419,7 @@ class Agent:
             agent._on_ddp_created(ddp_self)
 
         def forward(ddp_self, *args, **kwargs):
+            agent._evidence_hook("forward_entered")
             agent._on_ddp_forward(ddp_self)
             return orig_forward(ddp_self, *args, **kwargs)
 
@@ -429,7 +439,10 @@ class Agent:
             info = getattr(it_self, "_ddpdoctor_info", None)
             if info is not None:
                 info["batches"] += 1
-            return orig_next(it_self)
+            agent.evidence.phase = "loader"
+            batch = orig_next(it_self)
+            agent._evidence_hook("batch_returned", info, batch)
+            return batch
 
         __init__.__wrapped__, __next__.__wrapped__ = orig_init, orig_next
         base.__init__, base.__next__ = __init__, __next__
@@ -520,6 +533,7 @@ class Agent:
             info.update(_loader_settings(loader))
         except Exception as exc:  # noqa: BLE001
             self.internal_error("dataloader settings", exc)
+        self._evidence_hook("loader_created", info, loader)
         self.loaders.append((weakref.ref(loader), info))
         it._ddpdoctor_info = info
 
@@ -632,6 +646,7 @@ class Agent:
         prof.start()
         self.prof = prof
         self.first_step = self.steps
+        self._evidence_hook("window_start", torch, self.steps)
         self.event("profiler_start", step=self.steps, activities=[str(a).split(".")[-1] for a in acts])
         try:
             self.write_settings()        # early copy: a hang or SIGKILL later still leaves the settings
@@ -642,6 +657,7 @@ class Agent:
         prof, self.prof = self.prof, None
         if prof is None:
             return
+        self._evidence_hook("window_stop", self.recorded)
         self.window_done = True
         t0 = time.time()
         try:
@@ -835,6 +851,7 @@ class Agent:
             self._param_dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
         d["precision"] = _precision(torch, getattr(self, "_param_dtypes", []), self.autocast, self.grad_scaler)
         d["memory"] = _memory(torch)
+        d["evidence"] = self.evidence.record()
         d["nccl_version"] = _nccl_version(torch)
         cache = self.__dict__.setdefault("_torch_cache", {})
         for key in ("distributed", "memory", "nccl_version", "precision"):

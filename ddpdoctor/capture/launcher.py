@@ -33,7 +33,7 @@ from . import hostinfo
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 AGENT_PATH = Path(__file__).with_name("agent.py")
-AGENT_PARTS = ("process", "settings")
+AGENT_PARTS = ("process", "settings", "evidence", "stacks")
 INJECT_DIR = Path(__file__).with_name("_inject")
 FR_BUFFER_SIZE = "2000"
 

@@ -1,0 +1,233 @@
+"""Facts from the window evidence that `ddpdoctor run` records in each rank's settings.json
+(``evidence``: host contention and Python stack samples over the profiled window;
+``dataloader.batch_fingerprints`` / ``dataloader.sharded_by``).  Pure Python, no torch.
+
+``evidence_facts(ranks, params)``: ``ranks`` = {rank: settings dict}; ``params`` = the
+``[evidence]`` table of rules/metrics.toml.  Every fact is absent when no rank recorded
+what it needs (a plain trace, an old bundle, a probe that failed: Linux-only counters).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from statistics import median
+
+from ..redact import REDACTED, looks_like_secret
+
+
+def _num(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _evidence(d: dict) -> dict:
+    ev = d.get("evidence")
+    return ev if isinstance(ev, dict) else {}
+
+
+def _put(facts: dict, name: str, value, per_rank: dict[int, object] | None = None) -> None:
+    if value is None:
+        return
+    facts[name] = value
+    if per_rank and len(per_rank) > 1:
+        vals = [json.dumps(v, sort_keys=True) for v in per_rank.values()]
+        if len(set(vals)) > 1:
+            facts[f"{name}.per_rank"] = dict(sorted(per_rank.items()))
+
+
+_ABS_PATH = re.compile(r"(?:[A-Za-z]:)?[\\/](?:[^\s:()\\/]+[\\/])+([^\s:()\\/]+)")
+
+
+def safe_where(text) -> str | None:
+    """A sampled place for a report: absolute paths cut to the file name (the agent writes
+    none, but a bundle may be edited), credential-looking text redacted."""
+    if not isinstance(text, str) or not text:
+        return None
+    text = _ABS_PATH.sub(lambda m: m.group(1), text)[:300]
+    return REDACTED if looks_like_secret(text) else text
+
+
+# ------------------------------------------------------------------ host contention
+
+def _round(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _host_groups(ranks: dict[int, dict]) -> dict[str, list[int]]:
+    hosts: dict[str, list[int]] = {}
+    for r in sorted(ranks):
+        if _evidence(ranks[r]).get("contention"):
+            hosts.setdefault(str(ranks[r].get("hostname")), []).append(r)
+    return hosts
+
+
+def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
+    cons = {r: _evidence(ranks[r])["contention"] for r in members}
+    n_local = max([len(members)] + [int(c["local_world_size"]) for c in cons.values()
+                                    if isinstance(c.get("local_world_size"), int)])
+    out: dict = {"ranks_on_host": n_local}
+    masks = [ranks[r].get("cpu_affinity") for r in members]
+    if all(isinstance(m, list) and m for m in masks):
+        usable = len(set().union(*map(set, masks)))
+    else:
+        counts = [c.get("affinity_cpus") for c in cons.values() if isinstance(c.get("affinity_cpus"), int)]
+        usable = max(counts) if counts else None
+    if usable:
+        out["cpus_per_rank"] = usable / n_local
+        threads = [c.get("torch_threads") for c in cons.values() if isinstance(c.get("torch_threads"), int)]
+        if threads:       # ranks that recorded nothing are assumed to run as many threads as the others
+            out["threads_per_cpu"] = sum(threads) / len(threads) * n_local / usable
+    busy, steal, own, loads = [], [], [], []
+    for c in cons.values():
+        host = c.get("host") or {}
+        total, idle = _num(host.get("total_s")), _num(host.get("idle_s"))
+        if not total or total <= 0 or idle is None:
+            continue
+        busy.append(max(0.0, total - idle) / total)
+        st = _num(host.get("steal_s"))
+        steal.append(None if st is None else max(0.0, st) / total)
+        pcpu = _num(c.get("process_cpu_s"))
+        own.append(None if pcpu is None else (pcpu + (_num(c.get("children_cpu_s")) or 0.0)) / total)
+        samples = [s for s in c.get("runnable_samples") or [] if isinstance(s, int)]
+        cpus = c.get("host_cpus")
+        if samples and isinstance(cpus, int) and cpus > 0:
+            loads.append(sum(samples) / len(samples) / cpus)
+    if busy:
+        out["busy_share"] = median(busy)
+        if len(own) == n_local and None not in own:        # every rank on the host measured its own CPU time
+            out["other_busy_share"] = min(1.0, max(0.0, median(busy) - sum(own)))
+        if None not in steal:
+            out["steal_share"] = median(steal)
+    if loads:
+        out["load_per_cpu"] = median(loads)
+    return out
+
+
+def contention_facts(ranks: dict[int, dict]) -> dict:
+    facts: dict = {}
+    hosts = _host_groups(ranks)
+    if not hosts:
+        return facts
+    per_host = {h: _host_contention(ranks, m) for h, m in hosts.items()}
+    rank_host = {r: h for h, m in hosts.items() for r in m}
+    with_cpus = [h for h in per_host if "cpus_per_rank" in per_host[h]]
+    if with_cpus:
+        busiest = min(with_cpus, key=lambda h: (per_host[h]["cpus_per_rank"], -per_host[h].get("threads_per_cpu", 0)))
+        for key in ("cpus_per_rank", "threads_per_cpu"):
+            if key in per_host[busiest]:
+                _put(facts, f"host.contention.{key}", _round(per_host[busiest][key]),
+                     {r: _round(per_host[h][key]) for r, h in rank_host.items() if key in per_host[h]})
+    for key in ("other_busy_share", "load_per_cpu", "steal_share"):
+        vals = {h: per_host[h][key] for h in per_host if key in per_host[h]}
+        if vals:
+            _put(facts, f"host.contention.{key}", _round(max(vals.values())),
+                 {r: _round(vals[h]) for r, h in rank_host.items() if h in vals})
+    switches = {}
+    for r in sorted(rank_host):
+        c = _evidence(ranks[r])["contention"]
+        th, wall = c.get("thread") or {}, _num(c.get("wall_s"))
+        if isinstance(th.get("nivcsw"), (int, float)) and wall and wall > 0:
+            switches[r] = round(th["nivcsw"] / wall, 2)
+    if switches:
+        _put(facts, "host.contention.involuntary_switches_per_s", max(switches.values()), switches)
+    return facts
+
+
+# ------------------------------------------------------------------ stack samples
+
+def _stacks(d: dict) -> dict:
+    st = _evidence(d).get("stacks")
+    return st if isinstance(st, dict) else {}
+
+
+def extra_work(sampled: dict[int, dict], params: dict) -> dict | None:
+    """The rank that spends materially more time in one user function (waits for peers
+    excluded) than the median of the other ranks, or None.  Materially: the excess reaches
+    ``extra_work_min_share`` of the median step and ``extra_work_min_samples`` samples, and
+    the rank's time there is at least ``extra_work_min_ratio`` times the others' median."""
+    if len(sampled) < 2:
+        return None
+    places: dict[int, dict[tuple, dict]] = {
+        r: {(f.get("func"), f.get("file")): f for f in st.get("functions") or [] if isinstance(f, dict)}
+        for r, st in sampled.items()}
+    step_ms = median(_num(st.get("step_ms")) or 0.0 for st in sampled.values())
+    if step_ms <= 0:
+        return None
+    best = None
+    for r, mine in places.items():
+        ms_per_sample = _num(sampled[r].get("ms_per_sample")) or 0.0
+        steps = _num(sampled[r].get("steps")) or 1.0
+        for key, f in mine.items():
+            ms = _num(f.get("ms_per_step")) or 0.0
+            others = median(_num(places[o].get(key, {}).get("ms_per_step")) or 0.0 for o in places if o != r)
+            excess = ms - others
+            excess_samples = excess * steps / ms_per_sample if ms_per_sample > 0 else 0.0
+            if (excess >= params["extra_work_min_share"] * step_ms and excess_samples >= params["extra_work_min_samples"]
+                    and ms >= params["extra_work_min_ratio"] * others):
+                if best is None or excess > best["ms_per_step"]:
+                    best = {"rank": r, "where": safe_where(f.get("where")), "ms_per_step": round(excess, 3),
+                            "share": round(excess / step_ms, 4)}
+    return best
+
+
+def python_facts(ranks: dict[int, dict], params: dict) -> dict:
+    facts: dict = {}
+    recorded = {r: _stacks(d) for r, d in ranks.items() if _stacks(d)}
+    if not recorded:
+        return facts
+    sampled_flag = {r: bool(st.get("sampled")) for r, st in sorted(recorded.items())}
+    _put(facts, "python.sampled", all(sampled_flag.values()), sampled_flag)
+    sampled = {r: st for r, st in recorded.items() if st.get("sampled")}
+    found = extra_work(sampled, params)
+    if found:
+        for k, v in found.items():
+            facts[f"python.extra_work.{k}"] = v
+    inputs = {r: st["input"] for r, st in sorted(sampled.items())
+              if isinstance(st.get("input"), dict) and _num(st["input"].get("ms_per_step")) is not None}
+    if inputs:
+        ms = {r: _num(i["ms_per_step"]) for r, i in inputs.items()}
+        med = median(ms.values())
+        _put(facts, "python.input_work.ms_per_step", round(med, 3), ms)
+        step_ms = median(_num(sampled[r].get("step_ms")) or 0.0 for r in inputs)
+        if step_ms > 0:
+            _put(facts, "python.input_work.share", round(med / step_ms, 4))
+        totals: dict[str, float] = {}
+        for i in inputs.values():
+            for t in i.get("top") or []:
+                if isinstance(t, dict) and isinstance(t.get("where"), str):
+                    totals[t["where"]] = totals.get(t["where"], 0.0) + (_num(t.get("ms_per_step")) or 0.0)
+        if totals:
+            _put(facts, "python.input_work.where", safe_where(max(sorted(totals), key=lambda w: totals[w])))
+    return facts
+
+
+# ------------------------------------------------------------------ batch fingerprints
+
+def data_facts(ranks: dict[int, dict]) -> dict:
+    facts: dict = {}
+    fps, shard = {}, {}
+    for r in sorted(ranks):
+        dl = ranks[r].get("dataloader")
+        if not isinstance(dl, dict):
+            continue
+        if "sharded_by" in dl and (dl["sharded_by"] is None or isinstance(dl["sharded_by"], str)):
+            shard[r] = dl["sharded_by"]
+        got = dl.get("batch_fingerprints")
+        if isinstance(got, list) and got and all(isinstance(x, str) for x in got):
+            fps[r] = got
+    if len(fps) >= 2:
+        k = min(len(v) for v in fps.values())
+        facts["data.same_first_batches"] = len({tuple(v[:k]) for v in fps.values()}) == 1
+    named = {r: s for r, s in shard.items() if s}
+    if named:
+        _put(facts, "data.sharded_by", safe_where(named[min(named)]), shard if len(named) != len(shard) else named)
+    return facts
+
+
+def evidence_facts(ranks: dict[int, dict], params: dict) -> dict:
+    facts = contention_facts(ranks)
+    facts.update(python_facts(ranks, params))
+    facts.update(data_facts(ranks))
+    return facts
+
+
