@@ -305,6 +305,7 @@ def test_data_facts():
 def test_safe_where_never_leaks_paths_or_secrets():
     assert safe_where("save in f (/home/alice/proj/train.py:3)") == "save in f (train.py:3)"
     assert safe_where("f (C:\\Users\\bob\\x.py:1)") == "f (x.py:1)"
+    assert safe_where("forward (models/resnet.py:12)") == "forward (models/resnet.py:12)"     # relative: kept
     assert safe_where("hf_abcdefghijklmnopqrstuvwx (t.py:1)") == "<redacted>"
     assert safe_where(None) is None
 

@@ -35,7 +35,7 @@ def _put(facts: dict, name: str, value, per_rank: dict[int, object] | None = Non
             facts[f"{name}.per_rank"] = dict(sorted(per_rank.items()))
 
 
-_ABS_PATH = re.compile(r"(?:[A-Za-z]:)?[\\/](?:[^\s:()\\/]+[\\/])+([^\s:()\\/]+)")
+_ABS_PATH = re.compile(r"(?<![\w.\-])(?:[A-Za-z]:)?[\\/](?:[^\s:()\\/]+[\\/])+([^\s:()\\/]+)")
 
 
 def safe_where(text) -> str | None:

@@ -349,7 +349,9 @@ class Evidence:
                         self._loads.append(n - 1)        # minus this thread, which is running to read it
                     next_load = now + LOAD_SAMPLE_S
                 if sampler is not None:
+                    t0 = time.perf_counter()
                     sampler.sample()
+                    sampler.busy_s += time.perf_counter() - t0
                 deadline = max(deadline + interval, time.monotonic())
                 stop.wait(max(0.0, deadline - time.monotonic()))
         except Exception as exc:  # noqa: BLE001

@@ -62,7 +62,8 @@ class StackSampler:
         self.counts: dict[tuple, int] = {}
         self.samples = 0
         self.missed = 0
-        self.cpu_s = None
+        self.cpu_s = None                 # the sampler thread's CPU time over the window
+        self.busy_s = 0.0                 # time spent taking samples (holding the GIL)
         self._kinds: dict = {}            # code object -> (kind, module name)
         self._roots = _library_roots()
 
@@ -143,7 +144,8 @@ class StackSampler:
     def summary(self, wall_s: float, steps: int, forwards: int) -> dict:
         out = aggregate(self.records(), self.samples, wall_s, steps, forwards)
         out.update({"interval_s": self.interval, "missed": self.missed,
-                    "sampler_cpu_s": round(self.cpu_s, 6) if self.cpu_s is not None else None})
+                    "sampler_cpu_s": round(self.cpu_s, 6) if self.cpu_s is not None else None,
+                    "sampler_busy_s": round(self.busy_s, 6)})
         return out
 
 
