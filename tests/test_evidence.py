@@ -166,6 +166,21 @@ def test_batch_fingerprints():
     assert fp(x[:, ::2]) == fp(x[:, ::2].contiguous())            # strided views hash their values
 
 
+def test_unhashable_batch_is_recorded_once_and_left_out():
+    class Broken:
+        shape, dtype = (2,), "float32"
+
+        def data_ptr(self):
+            raise RuntimeError("no storage")
+
+    e = ev.Evidence({}, st)
+    info = {}
+    for _ in range(5):
+        e.batch_returned(info, (Broken(),))
+    assert info["batch_fingerprints"] == [None, None, None] and e.phase == "input"
+    assert data_facts({0: loader(info["batch_fingerprints"]), 1: loader(["a"])}) == {}
+
+
 class DistributedSampler:
     pass
 

@@ -305,7 +305,10 @@ class Evidence:
         if info is not None:
             fps = info.setdefault("batch_fingerprints", [])
             if len(fps) < FINGERPRINT_BATCHES:
-                fps.append(batch_fingerprint(batch))
+                try:
+                    fps.append(batch_fingerprint(batch))
+                except Exception:  # noqa: BLE001
+                    fps.append(None)          # unhashable batch: recorded once, the rank is left out of the comparison
 
     def forward_entered(self) -> None:
         self.phase = "step"
