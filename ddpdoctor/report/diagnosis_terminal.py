@@ -70,4 +70,4 @@ def render_report(report, console: Console | None = None, show_table: bool = Tru
         con.print(f"[red]rule error:[/red] {escape(e)}")
     if show_table and report.analysis is not None:
         con.print()
-        terminal.render(report.analysis, con)
+        terminal.render(report.analysis, con, costs=d.costs)

@@ -11,7 +11,6 @@ from dataclasses import asdict, is_dataclass
 from .. import __version__
 from ..analysis import Analysis
 from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
-from .summary import biggest_cost
 
 SCHEMA = "ddpdoctor.diagnosis/1"
 ANALYSIS_SCHEMA = "ddpdoctor.analysis/1"
@@ -47,7 +46,6 @@ def analysis_dict(a: Analysis) -> dict:
             "share": a.rank_share(s), "notes": s.notes, "timeline": getattr(s, "timeline", None),
         }
     cross = asdict(a.cross)
-    cost = biggest_cost(a)
     return _clean({
         "schema": ANALYSIS_SCHEMA,
         "inputs": a.inputs,
@@ -60,7 +58,6 @@ def analysis_dict(a: Analysis) -> dict:
         "table": table,
         "ranks": ranks,
         "cross_rank": cross,
-        "biggest_cost": cost,
         "hta": a.hta,
         "timing": {"seconds": a.seconds, "bytes_read": a.bytes_read},
     })
@@ -106,6 +103,7 @@ def to_dict(report) -> dict:
         "partial": report.partial,
         "warnings": report.warnings,
         "verdict": asdict(d.verdict),
+        "costs": [asdict(c) for c in getattr(d, "costs", [])],
         "findings": [_finding_dict(f) for f in d.findings],
         "abstained": d.abstained,
         "not_assessed": d.not_assessed,

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis import Analysis
-from .summary import biggest_cost, mean_shares
+from .summary import mean_shares
 
 MAX_RANK_ROWS = 16
 SHOWN = (("dataloader_wait", "dataloader"), ("compute", "compute"), ("comm", "comm"),
@@ -43,7 +43,7 @@ def _console() -> Console:
     return con
 
 
-def render(a: Analysis, console: Console | None = None) -> None:
+def render(a: Analysis, console: Console | None = None, costs: list | None = None) -> None:
     con = console or _console()
     s0 = a.summaries[0]
     kinds = sorted({s.device_kind.upper() for s in a.summaries})
@@ -70,12 +70,12 @@ def render(a: Analysis, console: Console | None = None) -> None:
     con.print(table)
     if note:
         con.print(f"  ({note})")
-    cost = biggest_cost(a)
     shares = mean_shares(a)
-    if cost:
-        con.print(f"[bold]Biggest cost:[/bold] {LABEL[cost['column']]} — {_pct(cost['share'])} of step time "
-                  f"(mean over ranks; worst rank {cost['worst_rank']} at {_pct(cost['worst_rank_share'])}); "
-                  f"compute {_pct(shares.get('compute'))}")
+    if costs:
+        # the diagnosis' ranked list of costs: the one list the verdict reads
+        con.print("[bold]Costs, ranked:[/bold] " + "; ".join(
+            f"{c.label} {_pct(c.cost)} [{c.rule}]" + ("" if c.material and c.eligible else " (not decisive)")
+            for c in costs[:4]) + f"; compute {_pct(shares.get('compute'))}")
     cr = a.cross
     if cr.step_time_spread_us is not None:
         con.print(f"[bold]Across ranks:[/bold] step-time spread {_ms(cr.step_time_spread_us)} ms "

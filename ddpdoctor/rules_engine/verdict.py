@@ -1,13 +1,15 @@
 """From rule outcomes to a diagnosis: failures first, then one verdict, then the rest.
 
-* The verdict is the fired performance finding (dataloader, communication, imbalance)
-  with the biggest cost — the share of step time that fixing it could remove.  Its
-  expected speed-up is the upper bound 1 / (1 − cost).
-* Confidence = ½·margin + ½·agreement, where margin = (cost − runner-up cost) / cost and
-  agreement is the rule's own share of ranks/steps that show the same cost (0.5 when
-  the rule gives none).  A rule may state its own confidence instead (compute-bound does).
-* When no avoidable cost passes its threshold, the compute-bound rule speaks (with the
-  GPU utilization) rather than inventing a problem.
+* Every fired performance finding with a cost goes into ONE ranked list of costs
+  (``Diagnosis.costs``); every output reads that list, nothing recomputes a "biggest cost".
+* The verdict is the first entry of that list that is *material* (its cost reaches its
+  category's materiality in rules/metrics.toml) and *eligible* (alternating imbalance on a
+  host that was recorded as contended is machine noise, not the workload).  Its expected
+  speed-up is the upper bound 1 / (1 − cost).
+* When nothing material is left, the compute-bound rule speaks (with the GPU utilization),
+  or the run has no dominant avoidable cost; small costs stay listed as findings.
+* Confidence = evidence × ranks × steps × noise × inference (docs/RULES.md#confidence), with
+  hints that say what to record to raise it.
 * A category whose rules all abstained is listed with the facts that were missing.
 """
 
@@ -15,8 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..resources import metric_params
 from .engine import Finding, Outcome, evaluate
+from .expr import Vec
 from .model import VERDICT_CATEGORIES
 from .registry import RuleSet
 
@@ -34,6 +39,19 @@ class Verdict:
     rule: str | None = None
     failed: bool = False              # a failure finding was made (it comes first in every output)
     label: str | None = None          # e.g. "dataloader-bound", "host-bound (the GPU waits for the CPU)"
+    confidence_hints: list[str] = field(default_factory=list)   # what to record to raise the confidence
+
+
+@dataclass
+class Cost:
+    """One entry of the ranked list of costs every output reads."""
+    rule: str
+    category: str
+    label: str
+    cost: float
+    material: bool                    # reaches its category's materiality
+    eligible: bool = True             # may decide the verdict (False: noise, see `why_not`)
+    why_not: str | None = None
 
 
 @dataclass
@@ -45,6 +63,7 @@ class Diagnosis:
     rules_evaluated: int = 0
     notes: list[str] = field(default_factory=list)
     not_assessed: list[str] = field(default_factory=list)   # whole categories without any evidence
+    costs: list[Cost] = field(default_factory=list)          # ranked, biggest first; the verdict reads it
 
 
 # categories whose evidence comes from one source: without that source, say so once
@@ -81,8 +100,71 @@ def _order(f: Finding, verdict_rule: str | None) -> tuple:
     return (3, SEVERITY_ORDER[f.severity], f.rule)
 
 
-def decide(findings: list[Finding], facts: dict) -> Verdict:
-    v = _decide(findings, facts)
+def ranked_costs(findings: list[Finding], facts: dict | None = None) -> list[Cost]:
+    """Every fired performance finding with a cost, biggest first, marked material / eligible."""
+    t = metric_params()["verdict"]
+    materiality = t.get("materiality", {})
+    contended = any(f.rule in t.get("contention_rules", []) for f in findings)
+    out = []
+    for f in sorted((f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
+                    key=lambda f: (-f.cost, f.rule)):
+        c = Cost(f.rule, f.category, f.label, round(float(f.cost), 6),
+                 material=f.cost >= materiality.get(f.category, 0.0))
+        if not c.material:
+            c.why_not = f"below the {f.category} materiality of {materiality.get(f.category, 0.0):.0%} of the step"
+        alternating = f.category == "imbalance" and (
+            f.rule in t.get("alternating_rules", []) or
+            (f.agreement is not None and f.agreement < t["alternating_max_agreement"]))
+        if contended and alternating:
+            c.eligible = False
+            c.why_not = "the ranks take turns being late on a contended host: machine noise, not the workload"
+        out.append(c)
+    return out
+
+
+def _step_cv(facts: dict) -> float | None:
+    """Median over ranks of the step-time coefficient of variation."""
+    v = facts.get("step.step_time")
+    if not isinstance(v, Vec) or not len(v.values):
+        return None
+    vals, ranks = v.values.astype(float), np.asarray(v.ranks)
+    cvs = []
+    for r in np.unique(ranks):
+        x = vals[(ranks == r) & ~np.isnan(vals)]
+        if x.size >= 2 and x.mean() > 0:
+            cvs.append(float(x.std() / x.mean()))
+    return float(np.median(cvs)) if cvs else None
+
+
+def calibrate(evidence: float, rule: str, facts: dict) -> tuple[float, list[str]]:
+    """Confidence from the rule's evidence, the coverage of ranks and steps, noise and inference."""
+    t = metric_params()["verdict"]
+    hints = []
+    conf = evidence
+    analyzed, world = facts.get("run.ranks_analyzed"), facts.get("run.world_size")
+    if isinstance(analyzed, int) and isinstance(world, int) and world > analyzed > 0:
+        cov = analyzed / world
+        conf *= t["ranks_floor"] + (1 - t["ranks_floor"]) * cov
+        conf = min(conf, t["partial_ranks_max"])
+        hints.append(f"only {analyzed} of {world} ranks were analyzed: record every rank "
+                     f"(ddpdoctor run records them all) to compare ranks")
+    steps = facts.get("run.steps")
+    if isinstance(steps, int) and 0 < steps < t["full_steps"]:
+        conf *= steps / t["full_steps"]
+        hints.append(f"{steps} step(s) recorded: record at least {t['full_steps']} (ddpdoctor run --active 5)")
+    cv = _step_cv(facts)
+    if cv is not None and cv > t["cv_ok"]:
+        bad = min(1.0, (cv - t["cv_ok"]) / (t["cv_bad"] - t["cv_ok"]))
+        conf *= 1 - t["noise_penalty"] * bad
+        hints.append(f"step times vary by {cv:.0%} from step to step: re-record on an idle host or record more steps")
+    if rule in t.get("inferred_rules", []):
+        conf *= t["inferred_factor"]
+        hints.append("inferred from the step pattern only: record with ddpdoctor run for the host's own evidence")
+    return round(max(0.0, min(1.0, conf)), 3), hints
+
+
+def decide(findings: list[Finding], facts: dict, costs: list[Cost] | None = None) -> Verdict:
+    v = _decide(findings, facts, ranked_costs(findings, facts) if costs is None else costs)
     failures = sorted((f for f in findings if f.category == "failure"), key=lambda f: SEVERITY_ORDER[f.severity])
     if failures and v.bottleneck:
         # the recorded steps end in (or lead to) the failure: their numbers are not a steady state
@@ -97,31 +179,40 @@ def decide(findings: list[Finding], facts: dict) -> Verdict:
     return v
 
 
-def _decide(findings: list[Finding], facts: dict) -> Verdict:
+def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
     failed = any(f.category == "failure" for f in findings)
-    perf = sorted((f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
-                  key=lambda f: -f.cost)
-    if perf:
-        top = perf[0]
-        runner = perf[1].cost if len(perf) > 1 else 0.0
+    by_rule = {f.rule: f for f in findings}
+    winners = [c for c in costs if c.material and c.eligible]
+    if winners:
+        top = by_rule[winners[0].rule]
+        runner = next((c.cost for c in costs if c.rule != top.rule and c.eligible), 0.0)
         if top.confidence is None:
             margin = (top.cost - runner) / top.cost if top.cost > 0 else 0.0
             agreement = top.agreement if top.agreement is not None else 0.5
             top.confidence = round(0.5 * margin + 0.5 * agreement, 3)
+        conf, hints = calibrate(top.confidence, top.rule, facts)
+        top.confidence = conf
         summary = f"{top.label}: {top.summary}"
-        return Verdict(top.category, top.confidence, _label(top.confidence), top.expected_speedup,
-                       summary, top.rule, failed, top.label)
+        return Verdict(top.category, conf, _label(conf), top.expected_speedup,
+                       summary, top.rule, failed, top.label, hints)
     compute = [f for f in findings if f.category == "compute" and f.cost is None]
     if compute:
         top = compute[0]
-        if top.confidence is None:
-            top.confidence = top.agreement if top.agreement is not None else 0.5
-        return Verdict("compute", top.confidence, _label(top.confidence), None,
-                       f"{top.label}: {top.summary}", top.rule, failed, top.label)
+        evidence = top.confidence if top.confidence is not None else (
+            top.agreement if top.agreement is not None else 0.5)
+        conf, hints = calibrate(evidence, top.rule, facts)
+        top.confidence = conf
+        return Verdict("compute", conf, _label(conf), None,
+                       f"{top.label}: {top.summary}", top.rule, failed, top.label, hints)
     if not facts.get("trace.present"):
         failures = [f for f in findings if f.category in FIRST]
         summary = (failures[0].summary if failures else "no traces: only logs were analyzed, and they show no failure")
         return Verdict(None, None, None, None, summary, failures[0].rule if failures else None, failed)
+    if costs:
+        small = ", ".join(f"{c.label} {c.cost:.1%}" for c in costs[:3])
+        return Verdict(None, None, None, None,
+                       f"no dominant avoidable cost: what the rules found stays small ({small}); "
+                       "no single change promises a large gain", None, failed, "no dominant avoidable cost")
     return Verdict(None, None, None, None,
                    "undetermined: no rule could classify this run (see the abstentions)", None, failed)
 
@@ -131,7 +222,8 @@ def diagnose(facts: dict, ruleset: RuleSet, log_search=None) -> Diagnosis:
     for rule in ruleset.active():
         outcomes.append(evaluate(rule, facts, ruleset.params.get(rule.id), log_search))
     findings = [o.finding for o in outcomes if o.finding is not None]
-    verdict = decide(findings, facts)
+    costs = ranked_costs(findings, facts)
+    verdict = decide(findings, facts, costs)
     findings.sort(key=lambda f: _order(f, verdict.rule))
     fired_categories = {f.category for f in findings}
     abstained, not_assessed = [], []
@@ -149,4 +241,5 @@ def diagnose(facts: dict, ruleset: RuleSet, log_search=None) -> Diagnosis:
         abstained.append({"rule": rule.id, "category": rule.category, "missing": o.missing})
     errors = [o.error for o in outcomes if o.error]
     return Diagnosis(verdict=verdict, findings=findings, abstained=abstained, errors=errors,
-                     rules_evaluated=len(outcomes), notes=list(ruleset.notes), not_assessed=not_assessed)
+                     rules_evaluated=len(outcomes), notes=list(ruleset.notes), not_assessed=not_assessed,
+                     costs=costs)
