@@ -294,7 +294,8 @@ def test_python_facts_input_work_and_absent():
              for r, ms in ((0, 30.0), (1, 40.0), (2, 50.0))}
     f = python_facts(ranks, PARAMS)
     assert f["python.sampled"] is True and "python.extra_work.rank" not in f
-    assert f["python.input_work.ms_per_step"] == 40.0 and f["python.input_work.share"] == 0.4
+    # the input work every rank does: the least of the ranks (more on one rank is that rank's extra work)
+    assert f["python.input_work.ms_per_step"] == 30.0 and f["python.input_work.share"] == 0.3
     assert f["python.input_work.where"] == "decode (train.py:30)"
     assert f["python.input_work.ms_per_step.per_rank"] == {0: 30.0, 1: 40.0, 2: 50.0}
     ranks = {0: settings(0, stacks={"sampled": False, "reason": "DDPDOCTOR_SAMPLE_HZ=0"})}
