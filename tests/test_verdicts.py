@@ -162,3 +162,22 @@ def test_rules_commands():
     assert res.returncode == 2 and "no rule 'XX123'" in res.stderr
     res = run_cli("rules", "test", "--no-config")
     assert res.returncode == 0 and "rule test cases passed" in res.stdout
+
+
+def _synthetic_matrix():
+    import tomllib
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios_synthetic.toml"
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)["scenario"]
+
+
+@pytest.mark.parametrize("entry", _synthetic_matrix(), ids=lambda e: e["name"])
+def test_synthetic_matrix_entry(entry, tmp_path):
+    """The synthetic half of the accuracy matrix (benchmarks/accuracy.py reads the same list)."""
+    from ddpdoctor.synth import scenario_from_dict
+    generate(scenario_from_dict(dict(entry["args"], name=entry["name"])), tmp_path)
+    r = diagnose(tmp_path)
+    v = r.diagnosis.verdict
+    assert (v.bottleneck, v.rule) == (entry["expected_verdict"], entry["expected_rule"]), v.summary
+    top = fired(r)[v.rule]
+    assert top.fixes and entry["expected_first_fix_contains"] in top.fixes[0].title + top.fixes[0].change
