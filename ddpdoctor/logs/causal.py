@@ -22,6 +22,7 @@ from __future__ import annotations
 import time as _time
 from collections import Counter
 
+from .failfacts import exit_facts, network_facts
 from .model import LogEvent
 
 WAITING = {"nccl_timeout", "gloo_timeout", "work_state", "dump_signal", "peer_error"}
@@ -162,15 +163,17 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
         f[f"failure.mismatch.{key}"] = None
     f["failure.mismatch.ranks"], f["failure.mismatch.aspects"] = [], []
     if m:
-        a, b = m.data["a"], m.data["b"]
+        a, b = m.data.get("a") or {}, m.data.get("b") or {}
+        ra, rb = m.data.get("rank_a"), m.data.get("rank_b")
         sa, sb = _int(a.get("SequenceNumber")), _int(b.get("SequenceNumber"))
         aspects = [n for n, key in (("op", "OpType"), ("sequence", "SequenceNumber"),
                                     ("shape", "TensorShape"), ("dtype", "TensorDtypes"))
-                   if a.get(key) != b.get(key)]
-        behind = (m.data["rank_a"] if sa < sb else m.data["rank_b"]) if sa is not None and sb is not None and sa != sb \
-            else m.data["rank_b"]
-        f.update({"failure.mismatch.rank_a": m.data["rank_a"], "failure.mismatch.rank_b": m.data["rank_b"],
-                  "failure.mismatch.ranks": sorted({m.data["rank_a"], m.data["rank_b"]}),
+                   if key in a and key in b and a.get(key) != b.get(key)]
+        if m.data.get("aspect") and m.data["aspect"] not in aspects:
+            aspects.append(m.data["aspect"])
+        behind = (ra if sa < sb else rb) if sa is not None and sb is not None and sa != sb else (rb if rb is not None else ra)
+        f.update({"failure.mismatch.rank_a": ra, "failure.mismatch.rank_b": rb,
+                  "failure.mismatch.ranks": sorted({r for r in (ra, rb) if r is not None}),
                   "failure.mismatch.op_a": a.get("OpType"), "failure.mismatch.op_b": b.get("OpType"),
                   "failure.mismatch.seq_a": sa, "failure.mismatch.seq_b": sb,
                   "failure.mismatch.shape_a": a.get("TensorShape"), "failure.mismatch.shape_b": b.get("TensorShape"),
@@ -236,8 +239,14 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f["failure.flight_recorder.mismatch_ranks"] = frm.get("odd_ranks") or []
     f["failure.flight_recorder.mismatch_aspects"] = frm.get("aspects") or []
 
+    # ------------------------------------------------------------------ network / bootstrap, exits, usage errors
+    nets = g("network") + [e for e in excs if e.data.get("category") == "network"]
+    f.update(network_facts(nets, g("net_setting"), world_size, known))
+    nw = _first(g("network")) or _first(nets)
+    f.update(exit_facts(g("exit"), g("usage_error"), known))
+
     # ------------------------------------------------------------------ root cause
-    root = _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr)
+    root = _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr, nw, g("exit"), g("usage_error"))
     kind, rank, ev = root
     f["failure.root_cause.kind"] = kind
     f["failure.root_cause.rank"] = rank
@@ -283,7 +292,7 @@ def _int(v) -> int | None:
         return None
 
 
-def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr):
+def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr, nw=None, exits=(), usage=()):
     if o is not None:
         return "oom", o.rank, o
     if k is not None:
@@ -291,9 +300,16 @@ def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr):
     c = _first(crashes)
     if c is not None:
         return "crash", c.rank, c
+    if nw is not None and f["failure.network.problem"] not in (None, "connect"):
+        return "network", (None if f["failure.network.shared"] else nw.rank), nw
     z = _first(rz)
     if z is not None:
         return "rendezvous", z.rank, z
+    if nw is not None:
+        return "network", (None if f["failure.network.shared"] else nw.rank), nw
+    u = _first(list(usage))
+    if u is not None:
+        return "exit", (None if f["failure.exit.shared"] else u.rank), u
     if x is not None:
         return "exception", x.rank, x
     if m is not None:
@@ -316,4 +332,8 @@ def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr):
         return "remote_error", None, p       # failure.remote_error.peer / peer_rank hint at it
     if r is not None and (r.data.get("exitcode") or 0) != 0:
         return "exit", r.rank, r
+    bad = [e for e in exits if (e.data.get("exitcode") or 0) != 0]
+    e = _first(bad)
+    if e is not None:
+        return "exit", (None if f["failure.exit.shared"] else e.rank), e
     return None, None, None

@@ -8,6 +8,7 @@ the NCCL process (``host:pid``, resolved later from ``comm … rank R``); a torc
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from . import patterns as P
@@ -32,6 +33,89 @@ def parse_fingerprint(s: str) -> dict:
         end = keys[i + 1].start() if i + 1 < len(keys) else len(s)
         out[m.group(1)] = s[m.end():end].strip().rstrip(",").strip()
     return out
+
+
+def _balanced(s: str, start: int) -> tuple[str, int]:
+    """The text inside the parenthesis that opens at ``s[start]`` (nested ones kept), and the index after it."""
+    depth = 0
+    for i in range(start, len(s)):
+        if s[i] == "(":
+            depth += 1
+        elif s[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return s[start + 1:i], i + 1
+    return s[start + 1:], len(s)
+
+
+_FP_RANK = re.compile(r"Rank (\d+) is running (?:collective|inconsistent collective): CollectiveFingerPrint\(")
+
+
+def mismatch_text(msg: str) -> dict | None:
+    """Every desync report PyTorch prints: ProcessGroupWrapper's fingerprints (nested parentheses such as
+    ``TensorOptions(dtype=float (default), …)``, with or without commas between fields, the
+    ``Collectives differ in the following aspects`` tail), its shape verification, and DDP's model check."""
+    if "Detected mismatch between collectives" in msg:
+        fps = []
+        for m in _FP_RANK.finditer(msg):
+            body, _end = _balanced(msg, m.end() - 1)
+            fps.append((int(m.group(1)), parse_fingerprint(body)))
+        d = P.DIFFER.search(msg)
+        out = {"differ": d.group(1).strip()[:300] if d else ""}
+        if len(fps) >= 2:
+            (ra, a), (rb, b) = fps[0], fps[1]
+        else:
+            ranks = [int(x) for x in re.findall(r"Rank (\d+)", msg)[:2]]
+            ra, rb = (ranks + [None, None])[:2]
+            a, b = (fps[0][1] if fps else {}), {}
+        if d:                                  # the diff tail gives what the fingerprints may lack
+            sq, op = P.SEQ_DIFF.search(d.group(1)), P.OP_DIFF.search(d.group(1))
+            if sq:
+                a.setdefault("SequenceNumber", sq.group("a"))
+                b.setdefault("SequenceNumber", sq.group("b"))
+            if op:
+                a.setdefault("OpType", op.group("a"))
+                b.setdefault("OpType", op.group("b"))
+        out.update(rank_a=ra, rank_b=rb, a=a, b=b)
+        return out
+    m = P.SHAPE_VERIFY.search(msg)
+    if m:
+        return {"rank_a": int(m.group("rank")), "rank_b": None, "a": {"OpType": m.group("op")}, "b": {},
+                "differ": "shape", "aspect": "shape"}
+    m = P.DDP_MODEL_MISMATCH.search(msg)
+    if m:
+        if m.group("r1"):
+            return {"rank_a": int(m.group("r1")), "rank_b": int(m.group("r2")), "a": {"params": m.group("n1")},
+                    "b": {"params": m.group("n2")}, "differ": "model", "aspect": "model"}
+        return {"rank_a": int(m.group("r0")), "rank_b": None, "a": {}, "b": {}, "differ": "model", "aspect": "model"}
+    return None
+
+
+def network_problem(msg: str) -> dict | None:
+    """A bootstrap / interface / transport fault: {"problem", "ifname", "remote", "detail"} or None."""
+    low = msg.lower()
+    if not any(w in low for w in P.NET_WORDS):
+        return None
+    m = P.NET_MISSING_IF.search(msg)
+    if m:
+        if m.group("gloo_if"):
+            return {"problem": "ifname_missing", "ifname": m.group("gloo_if"), "backend": "gloo", "detail": m.group(0)}
+        if m.group("remote"):
+            return {"problem": "subnet", "remote": m.group("remote"), "backend": "nccl", "detail": m.group(0)}
+        return {"problem": "no_interface", "backend": "nccl", "detail": m.group(0)}
+    m = P.NET_IB.search(msg) if ("ib" in low) else None
+    if m:
+        return {"problem": "ib", "remote": m.group("peer"), "ib_error": _int(m.group("err")), "backend": "nccl",
+                "detail": m.group(0)[:200]}
+    m = P.NET_BIND.search(msg) if "bind" in low else None
+    if m and "server socket" not in low:
+        return {"problem": "bind", "detail": (m.group("why") or m.group("why2") or "").strip(), "backend": None}
+    m = P.NET_CONNECT.search(msg) if "connect" in low else None
+    if m and ("nccl" in low or "bootstrap" in low or "socket" in low or "gloo" in low or "pair.cc" in low):
+        a = P.PEER_ADDR.search(msg)
+        return {"problem": "connect", "detail": m.group("why"), "remote": a.group(1) if a else None,
+                "backend": "gloo" if ("gloo" in low or "pair.cc" in low) else "nccl"}
+    return None
 
 
 def _int(v) -> int | None:
@@ -208,7 +292,7 @@ class FileParser:
 
     # ---------------------------------------------------------------- classification
     def _classify(self, no: int, msg: str, ctx: dict, nccl: bool = False, in_summary: bool = False) -> None:
-        if not P.ANY.search(msg):
+        if not P.ANY.search(msg) and not P.ANY_NET.search(msg):
             return
         stream = (ctx.get("rank"), ctx.get("local"), ctx.get("pidkey"))
         if P.TRACEBACK.match(msg):
@@ -220,12 +304,23 @@ class FileParser:
         if exc and (stream in self.tb_open or in_summary or "." in exc.group("type") or exc.group("msg")):
             self.tb_open.discard(stream)
             etype, emsg = exc.group("type"), (exc.group("msg") or "").strip()
-            cat = ("oom" if P.OOM.search(msg) else "mismatch" if P.MISMATCH.search(emsg) else
+            cat = ("oom" if P.OOM.search(msg) else "mismatch" if mismatch_text(emsg) else
                    "timeout" if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) else
+                   "network" if network_problem(msg) else
                    "peer" if P.PEER.search(msg) else "other")
             self._event("exception", f"{etype}: {emsg}", no, ctx, exc_type=etype, message=emsg[:1000], category=cat)
         low = msg.lower()
         loggy = bool(nccl or exc or in_summary or P.LOGGY.search(msg))
+        if not exc and not nccl and "error" in low:
+            u = P.USAGE_ERROR.match(msg.strip())
+            if u:
+                self._event("usage_error", msg, no, ctx, prog=u.group("prog"), message=(u.group("msg") or msg)[:300])
+                return
+        if "SOCKET_IFNAME" in msg:
+            s = P.NET_IFNAME_SET.search(msg)
+            if s:
+                self._event("net_setting", msg, no, ctx, var=f"{s.group(1)}_SOCKET_IFNAME", value=s.group("val"))
+                return
         if ("memory" in low or "outofmemory" in low) and P.OOM.search(msg) and loggy and not P.TEARDOWN.search(msg):
             a, g = P.OOM_ALLOC.search(msg), P.OOM_GPU.search(msg)
             self._event("oom", msg, no, ctx, tried=a.group(1) if a else None, gpu=int(g.group(1)) if g else None,
@@ -252,18 +347,26 @@ class FileParser:
         if m:
             self._event("dump_signal", msg, no, ctx, from_rank=int(m.group("rank")) if m.group("rank") else ctx.get("rank"))
             return
-        m = P.MISMATCH.search(msg) if "mismatch" in msg else None
+        mm = mismatch_text(msg) if ("mismatch" in msg or "DDP expects" in msg or "verifying shape" in msg
+                                    or "appears not to match" in msg) else None
+        if mm:
+            self._event("mismatch", msg, no, ctx, **mm)
+            return
+        m = P.MONITORED.search(msg) if "monitoredBarrier" in msg else None
         if m:
-            f1, f2 = parse_fingerprint(m.group("f1")), parse_fingerprint(m.group("f2"))
-            d = P.DIFFER.search(m.group("rest"))
-            self._event("mismatch", msg, no, ctx, rank_a=int(m.group("r1")), rank_b=int(m.group("r2")),
-                        a=f1, b=f2, differ=d.group(1).strip()[:300] if d else "")
+            ranks = [int(x) for x in m.group("ranks").replace(" ", "").split(",")]
+            self._event("monitored_barrier", msg, no, ctx, stuck_ranks=ranks,
+                        timeout_ms=int(m.group("ms")) if m.group("ms") else None)
             return
         m = P.RENDEZVOUS.search(msg) if any(w in low for w in _RDZV_WORDS) else None
         if m:
             self._event("rendezvous", msg, no, ctx, joined=_int(m.group("joined")), expected=_int(m.group("expected")),
                         addr=m.group("addr"), port=_int(m.group("port")), timeout_s=_int(m.group("s")),
                         detail=m.group(0)[:200])
+            return
+        net = network_problem(msg) if (loggy or nccl) else None
+        if net:
+            self._event("network", msg, no, ctx, nccl=nccl, **net)
             return
         m = P.GLOO_TIMEOUT.search(msg) if "timed out" in low or "timeout" in low else None
         if m:

@@ -79,3 +79,38 @@ GLUED = re.compile(r"(?<=[^\s:])(?=\[[IWEF]\d* ?[\d:. ]*[\w.]+\.(?:cpp|hpp|cc|h)
 ANY = re.compile(r"memory|Watchdog|work|dump signal|mismatch|Timed out|timeout|peer|pipe|nccl|exitcode|Signal|Kill|"
                  r"Segmentation|SIG|Traceback|Error|Exception|Interrupt|Exit|Failure|Fatal|core dumped|terminate|"
                  r"step|iter|epoch|batch|\bit\b|\d+/\d+ \[|retcode", I)
+
+# ---------------------------------------------------------------- network, bootstrap, transports
+# NCCL (bootstrap.cc, socket.cc, net_socket.cc, net_ib.cc), gloo (tcp/device.cc, pair.cc) and c10d (TCPStore)
+NET_IFNAME_SET = re.compile(r"(NCCL|GLOO|TP)_SOCKET_IFNAME set(?: by environment)? to (?P<val>\S+)")
+NET_MISSING_IF = re.compile(r"Unable to find (?:address|interface) for:? \[?(?P<gloo_if>[\w.\-:^,]+)\]?|"
+                            r"(?P<boot>Bootstrap|NET/Socket|NET/IB|Net|misc/socket)\s*:\s*"
+                            r"(?:no socket interface found|no (?:usable )?(?:listening )?interface found|"
+                            r"No usable listening interface found|no interface found)|"
+                            r"No interface found in the same subnet as remote address (?P<remote>\S+)|"
+                            r"(?:ncclFindInterfaces|findInterfaces?)\b.*?(?:no|0) interfaces?", I)
+NET_BIND = re.compile(r"bind failed ?: ?(?P<why>Cannot assign requested address|Address already in use|[^,;]+)|"
+                      r"Call to bind failed ?: ?(?P<why2>[^,;]+)", I)
+NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect|bootstrap\w*)\b[^\n]*?"
+                         r"(?:returned|failed|:)\s*:?\s*(?P<why>Connection refused|Connection timed out|No route to host|"
+                         r"Network is unreachable|Connection reset by peer)", I)
+NET_IB = re.compile(r"NET/IB ?: ?Got completion (?:from peer (?P<peer>\S+) )?with (?:status=)?(?:error )?(?P<err>\d+)|"
+                    r"\bibv_\w+\b.*?(?:failed|error)|(?:failed|error)\b.*?\bibv_\w+|IBV_WC_\w+|"
+                    r"NET/IB ?: ?.*?(?:async event|port .*? (?:down|error))", I)
+NET_WORDS = ("find address", "find interface", "interface found", "same subnet", "bind", "ibv_", "net/ib",
+             "ibv_wc", "connect", "socket_ifname")
+TRANSPORT_P2P = re.compile(r"via (?:P2P|direct pointer|direct shared memory|SHM|NET/\w+)", I)
+
+# TORCH_DISTRIBUTED_DEBUG=DETAIL/INFO and DDP's own model checks
+MONITORED = re.compile(r"Ranks? (?P<ranks>\d+(?:\s*,\s*\d+)*) failed to pass monitoredBarrier(?: in (?P<ms>\d+) ms)?", I)
+DDP_MODEL_MISMATCH = re.compile(r"DDP expects same model across all ranks, but Rank (?P<r1>\d+) has (?P<n1>\d+) params, "
+                                r"while rank (?P<r2>\d+) has inconsistent (?P<n2>\d+) params|"
+                                r"appears not to match (?:sizes|strides) of the same param in process (?P<r0>\d+)", I)
+SHAPE_VERIFY = re.compile(r"Error when verifying shape tensors for collective (?P<op>\w+) on rank (?P<rank>\d+)", I)
+SEQ_DIFF = re.compile(r"Sequence number: ?(?P<a>\d+) ?vs ?(?P<b>\d+)")
+OP_DIFF = re.compile(r"Op type: ?(?P<a>[A-Z_]+) ?vs ?(?P<b>[A-Z_]+)")
+
+# argparse (and click) usage errors: "prog.py: error: the following arguments are required: --mode"
+USAGE_ERROR = re.compile(r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>.+)$|^Error: (?:Missing|No such|Invalid value) .+$")
+ANY_NET = re.compile(r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|"
+                     r"connect|SOCKET_IFNAME|error:", I)

@@ -96,7 +96,7 @@ class Rule:
         return vals
 
 
-KNOB_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
+KNOB_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_]+)+$")   # env.NCCL_SOCKET_IFNAME keeps its case
 
 
 def _knob(c, fx: dict, after: int) -> str | None:

@@ -1,0 +1,88 @@
+"""``failure.network.*`` and ``failure.exit.*``: bootstrap/interface/transport faults and non-zero exits.
+
+When every rank fails alike (the same bootstrap error, the same usage error, the same exit code) the
+cause is configuration shared by all ranks, not one rank with symptoms on the others: ``shared`` is
+then True and the root-cause rank is None.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .model import LogEvent
+
+# most specific first: a named interface that does not exist beats "no interface found", …
+NET_PROBLEMS = ("ifname_missing", "no_interface", "subnet", "bind", "ib", "connect")
+
+
+def _ranks(evs) -> list[int]:
+    return sorted({e.rank for e in evs if e.rank is not None})
+
+
+def _first(evs: list[LogEvent]) -> LogEvent | None:
+    timed = [e for e in evs if e.time is not None]
+    return min(timed, key=lambda e: e.time) if timed else (evs[0] if evs else None)
+
+
+def _covers_all(ranks: list[int], known: set, world_size: int | None) -> bool:
+    """Two or more ranks, and every rank the logs (or the world size) know of."""
+    if len(ranks) < 2:
+        return False
+    everyone = set(range(world_size)) if world_size else set(known)
+    return set(ranks) >= everyone
+
+
+def network_facts(nets: list[LogEvent], settings: list[LogEvent], world_size: int | None, known: set) -> dict:
+    problems = [e.data.get("problem") for e in nets if e.data.get("problem")]
+    problem = next((p for p in NET_PROBLEMS if p in problems), None)
+    main = [e for e in nets if e.data.get("problem") == problem] if problem else nets
+    first = _first(main)
+    configured = {}
+    for e in settings:
+        configured.setdefault(e.data["var"], e.data["value"])
+    ifname = next((e.data.get("ifname") for e in main if e.data.get("ifname")), None)
+    if ifname is None and problem in ("ifname_missing", "no_interface"):
+        ifname = configured.get("NCCL_SOCKET_IFNAME") or configured.get("GLOO_SOCKET_IFNAME")
+    ranks = _ranks(main)
+    backends = Counter(e.data.get("backend") for e in main if e.data.get("backend"))
+    return {
+        "failure.network.present": bool(nets),
+        "failure.network.problem": problem,
+        "failure.network.ranks": ranks,
+        "failure.network.shared": problem in ("ifname_missing", "no_interface", "subnet", "bind")
+                                  and (_covers_all(ranks, known, world_size) or not ranks),
+        "failure.network.ifname": ifname,
+        "failure.network.configured": configured,
+        "failure.network.backend": backends.most_common(1)[0][0] if backends else None,
+        "failure.network.remote": next((e.data.get("remote") for e in main if e.data.get("remote")), None),
+        "failure.network.ib_error": next((e.data.get("ib_error") for e in main if e.data.get("ib_error") is not None), None),
+        "failure.network.detail": first.data.get("detail") if first else None,
+        "failure.network.text": first.text[:300] if first else None,
+        "failure.network.suggested_ifname": None,        # filled from host records / NCCL's list (analyze.py)
+        "failure.network.interfaces": [],
+        "failure.network.suggestion_source": None,
+    }
+
+
+def exit_facts(exits: list[LogEvent], usage: list[LogEvent], known: set) -> dict:
+    codes: dict[int, int] = {}
+    for e in exits:
+        c = e.data.get("exitcode")
+        if e.rank is not None and isinstance(c, int) and c != 0:
+            codes.setdefault(e.rank, c)
+    bad = [e for e in exits if isinstance(e.data.get("exitcode"), int) and e.data["exitcode"] != 0]
+    first = _first(bad)
+    u = _first(usage)
+    usage_ranks = _ranks(usage)
+    same_code = len(set(codes.values())) == 1 and _covers_all(sorted(codes), known, None)
+    return {
+        "failure.exit.present": bool(bad or usage),
+        "failure.exit.ranks": sorted(set(codes) | set(usage_ranks)),
+        "failure.exit.codes": {str(r): c for r, c in sorted(codes.items())},
+        "failure.exit.code": (2 if u is not None and first is None else first.data.get("exitcode") if first else None),
+        "failure.exit.signal": first.data.get("signal") if first else None,
+        "failure.exit.usage": u.data.get("message") if u else None,
+        "failure.exit.usage_ranks": usage_ranks,
+        "failure.exit.program": u.data.get("prog") if u else None,
+        "failure.exit.shared": bool(same_code or _covers_all(usage_ranks, known, None)),
+    }
