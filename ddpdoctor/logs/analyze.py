@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
+from .hang import apply_busy_root, hang_dumps, hang_facts
 from .hostrec import fill_network_suggestion, host_records
 from .flight import analyze_dumps, load_dump, torch_analyzer
 from .jsonl import parse_error_file, parse_events
@@ -201,6 +202,8 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None) -> LogAnalys
     facts["logs.event_counts"] = _counts(events)
     facts["logs.has_timestamps"] = any(e.time is not None for e in events)
     facts.update(failure_facts(events, fr, world))
+    facts.update(hang_facts(hang_dumps(paths), events, world))
+    apply_busy_root(facts)
     facts.update(nccl_facts(nccl, known))
     fill_network_suggestion(facts, host_records(paths))
     return LogAnalysis(read, ranks, events, nccl, facts, fr, warnings,
