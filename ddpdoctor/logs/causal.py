@@ -223,6 +223,10 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
         top = max(last_step.values())
         stopped = sorted(set(stopped) | {rk for rk, s in last_step.items() if s < top and rk not in own_fail
                                          and rk not in waiting})
+    mb_ranks = sorted({r for e in g("monitored_barrier") for r in e.data.get("stuck_ranks", [])} - own_fail)
+    if mb_ranks:                           # monitoredBarrier names the ranks that never arrived
+        stopped = mb_ranks + [r for r in stopped if r not in mb_ranks]
+        waiting = sorted(set(waiting) | set(_ranks(g("monitored_barrier"))))
     st = stopped[0] if stopped else None
     f.update({"failure.stopped.ranks": stopped, "failure.stopped.rank": st,
               "failure.stopped.last_step": last_step.get(st) if st is not None else None,

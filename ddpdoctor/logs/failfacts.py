@@ -12,7 +12,7 @@ from collections import Counter
 from .model import LogEvent
 
 # most specific first: a named interface that does not exist beats "no interface found", …
-NET_PROBLEMS = ("ifname_missing", "no_interface", "subnet", "bind", "ib", "connect")
+NET_PROBLEMS = ("ifname_missing", "no_interface", "subnet", "bind", "p2p", "ib", "connect")
 
 
 def _ranks(evs) -> list[int]:
@@ -86,3 +86,25 @@ def exit_facts(exits: list[LogEvent], usage: list[LogEvent], known: set) -> dict
         "failure.exit.program": u.data.get("prog") if u else None,
         "failure.exit.shared": bool(same_code or _covers_all(usage_ranks, known, None)),
     }
+
+
+def suspect_p2p(f: dict) -> None:
+    """A hang where every rank waits in the same collective (no rank behind, none failed on its own), or an
+    illegal memory access, while NCCL links the GPUs of one node by P2P (``via P2P/IPC``, ``P2P/CUMEM``,
+    ``P2P/direct pointer``) and P2P is not disabled: the P2P transport is the first suspect (broken
+    IOMMU/ACS/driver P2P hangs or corrupts transfers; NCCL_P2P_DISABLE=1 tells)."""
+    if not f.get("nccl.p2p_paths") or f.get("nccl.p2p_disabled") or f.get("nccl.net_paths"):
+        return
+    kind, text = f.get("failure.root_cause.kind"), str(f.get("failure.root_cause.text") or "")
+    hang = kind == "timeout" and f.get("failure.root_cause.rank") is None
+    illegal = kind in ("crash", "exception", "timeout") and "illegal memory access" in text.lower()
+    if not (hang or illegal):
+        return
+    f.update({"failure.network.present": True, "failure.network.problem": "p2p_suspected",
+              "failure.network.ranks": list(f.get("failure.timeout.ranks") or f.get("failure.ranks") or []),
+              "failure.network.shared": False, "failure.network.backend": "nccl",
+              "failure.network.detail": ("an illegal memory access" if illegal else
+                                         "every rank waited in the same collective") +
+              f" while NCCL linked the GPUs via {', '.join(f.get('nccl.p2p_via') or ['P2P'])}"})
+    f["failure.root_cause.kind"] = "network"
+    f["failure.root_cause.rank"] = None

@@ -96,7 +96,7 @@ def nccl_facts(n: NcclFacts, known: dict) -> dict:
         "nccl.nranks": n.nranks,
         "nccl.socket_with_ib": transport == "Socket" and ib_known,
         "nccl.socket_without_ib": transport == "Socket" and not ib_known,
-        "nccl.shm_paths": len(shm), "nccl.p2p_paths": len(p2p), "nccl.net_paths": len(net_paths),
+        "nccl.shm_paths": len(shm), "nccl.p2p_paths": len(p2p), "nccl.p2p_via": sorted({x["via"] for x in p2p}), "nccl.net_paths": len(net_paths),
         "nccl.net_via": sorted({p["via"] for p in net_paths}),
         "nccl.shm_instead_of_p2p": bool(shm) and not p2p, "nccl.nvlink_seen": n.nvlink_seen,
         "nccl.p2p_disabled": n.p2p_disabled, "nccl.gdr": n.gdr, "nccl.rings": n.rings, "nccl.trees": n.trees,

@@ -103,6 +103,9 @@ def network_problem(msg: str) -> dict | None:
         if m.group("remote"):
             return {"problem": "subnet", "remote": m.group("remote"), "backend": "nccl", "detail": m.group(0)}
         return {"problem": "no_interface", "backend": "nccl", "detail": m.group(0)}
+    m = P.NET_P2P.search(msg)
+    if m:
+        return {"problem": "p2p", "detail": m.group(0)[:200], "backend": "nccl"}
     m = P.NET_IB.search(msg) if ("ib" in low) else None
     if m:
         return {"problem": "ib", "remote": m.group("peer"), "ib_error": _int(m.group("err")), "backend": "nccl",
@@ -305,7 +308,7 @@ class FileParser:
             self.tb_open.discard(stream)
             etype, emsg = exc.group("type"), (exc.group("msg") or "").strip()
             cat = ("oom" if P.OOM.search(msg) else "mismatch" if mismatch_text(emsg) else
-                   "timeout" if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) else
+                   "timeout" if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) or P.MONITORED.search(msg) else
                    "network" if network_problem(msg) else
                    "peer" if P.PEER.search(msg) else "other")
             self._event("exception", f"{etype}: {emsg}", no, ctx, exc_type=etype, message=emsg[:1000], category=cat)
@@ -364,7 +367,9 @@ class FileParser:
                         addr=m.group("addr"), port=_int(m.group("port")), timeout_s=_int(m.group("s")),
                         detail=m.group(0)[:200])
             return
-        net = network_problem(msg) if (loggy or nccl) else None
+        net = network_problem(msg)
+        if net and not (loggy or nccl) and net["problem"] not in ("ifname_missing", "no_interface", "subnet", "p2p"):
+            net = None                          # a vaguer phrase in a line of prose
         if net:
             self._event("network", msg, no, ctx, nccl=nccl, **net)
             return

@@ -88,7 +88,9 @@ NET_MISSING_IF = re.compile(r"Unable to find (?:address|interface) for:? \[?(?P<
                             r"(?:no socket interface found|no (?:usable )?(?:listening )?interface found|"
                             r"No usable listening interface found|no interface found)|"
                             r"No interface found in the same subnet as remote address (?P<remote>\S+)|"
-                            r"(?:ncclFindInterfaces|findInterfaces?)\b.*?(?:no|0) interfaces?", I)
+                            r"(?:ncclFindInterfaces|findInterfaces?)\b.*?(?:no|0) interfaces?|"
+                            r"no NCCL_SOCKET_IFNAME interface found|is neither AF_INET\(2\) nor AF_INET6|"
+                            r"Socket creation failed : Address family not supported", I)
 NET_BIND = re.compile(r"bind failed ?: ?(?P<why>Cannot assign requested address|Address already in use|[^,;]+)|"
                       r"Call to bind failed ?: ?(?P<why2>[^,;]+)", I)
 NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect|bootstrap\w*)\b[^\n]*?"
@@ -97,8 +99,11 @@ NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect
 NET_IB = re.compile(r"NET/IB ?: ?Got completion (?:from peer (?P<peer>\S+) )?with (?:status=)?(?:error )?(?P<err>\d+)|"
                     r"\bibv_\w+\b.*?(?:failed|error)|(?:failed|error)\b.*?\bibv_\w+|IBV_WC_\w+|"
                     r"NET/IB ?: ?.*?(?:async event|port .*? (?:down|error))", I)
+NET_P2P = re.compile(r"cu(?:da)?IpcOpenMemHandle|CUDA IPC handle|peer access is not supported|"
+                     r"peer mapping resources exhausted|P2P/(?:IPC|CUMEM)\S* .*?(?:fail|error)", I)
 NET_WORDS = ("find address", "find interface", "interface found", "same subnet", "bind", "ibv_", "net/ib",
-             "ibv_wc", "connect", "socket_ifname")
+             "ibv_wc", "connect", "socket_ifname", "af_inet", "address family", "ipc", "peer access", "peer mapping",
+             "p2p/")
 TRANSPORT_P2P = re.compile(r"via (?:P2P|direct pointer|direct shared memory|SHM|NET/\w+)", I)
 
 # TORCH_DISTRIBUTED_DEBUG=DETAIL/INFO and DDP's own model checks
@@ -113,4 +118,4 @@ OP_DIFF = re.compile(r"Op type: ?(?P<a>[A-Z_]+) ?vs ?(?P<b>[A-Z_]+)")
 # argparse (and click) usage errors: "prog.py: error: the following arguments are required: --mode"
 USAGE_ERROR = re.compile(r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>.+)$|^Error: (?:Missing|No such|Invalid value) .+$")
 ANY_NET = re.compile(r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|"
-                     r"connect|SOCKET_IFNAME|error:", I)
+                     r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/", I)

@@ -1,0 +1,98 @@
+"""The failure message families of issue #11 as NCCL, gloo and PyTorch print them (tests/data/failure_formats):
+network/bootstrap faults, desync reports in their several shapes, monitoredBarrier, DDP's model check, P2P
+channel lines with hex bus ids; each gives the right root cause and the top rule."""
+
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.diagnosis import run_analyze
+from ddpdoctor.logs import analyze_logs
+
+DATA = Path(__file__).parent / "data" / "failure_formats"
+
+
+def facts(name):
+    return analyze_logs([str(DATA / name)]).facts
+
+
+def top(name):
+    return run_analyze([str(DATA / name)]).diagnosis.findings[0]
+
+
+def test_nccl_socket_ifname_naming_a_missing_interface():
+    f = facts("nccl_ifname_missing.log")
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "no_interface"
+    assert f["failure.network.ifname"] == "eth2" and f["failure.network.configured"] == {"NCCL_SOCKET_IFNAME": "eth2"}
+    assert f["failure.network.suggested_ifname"] == "eth0"            # the interface NCCL listed
+    t = top("nccl_ifname_missing.log")
+    assert t.rule == "NET005" and any(fx.knob == "env.NCCL_SOCKET_IFNAME" and fx.value == "eth0" for fx in t.fixes)
+
+
+def test_old_nccl_bootstrap_connect_timeout():
+    f = facts("nccl_connect_timeout_old.log")
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "connect"
+    assert f["failure.network.detail"] == "Connection timed out"
+
+
+def test_ib_completion_error_is_a_network_fault_not_a_dead_peer():
+    f = facts("nccl_ib_completion_error.log")
+    assert f["failure.root_cause.kind"] == "network" and f["failure.root_cause.rank"] == 3
+    assert f["failure.network.problem"] == "ib" and f["failure.network.ib_error"] == 12
+    t = top("nccl_ib_completion_error.log")
+    assert t.rule == "NET005" and "not a dead process" in t.summary
+    assert any(fx.knob == "env.NCCL_IB_DISABLE" for fx in t.fixes)
+
+
+def test_desync_with_nested_tensor_options_names_ops_and_shapes():
+    f = facts("desync_nested_fingerprint.log")
+    assert f["failure.root_cause.kind"] == "mismatch"
+    assert (f["failure.mismatch.op_a"], f["failure.mismatch.op_b"]) == ("BROADCAST", "ALLREDUCE")
+    assert (f["failure.mismatch.shape_a"], f["failure.mismatch.shape_b"]) == ("[1]", "[20]")
+    assert f["failure.mismatch.aspects"] == ["op", "shape"] and f["failure.mismatch.ranks"] == [0, 1]
+    t = top("desync_nested_fingerprint.log")
+    assert t.rule == "FL006" and "rank 1 runs BROADCAST" in t.summary and "rank 0 runs ALLREDUCE" in t.summary
+    assert any("rank 0" in fx.change and "checkpoint" in fx.change for fx in t.fixes)
+
+
+def test_desync_without_commas_and_sequence_skew():
+    f = facts("desync_no_commas.log")
+    assert (f["failure.mismatch.op_a"], f["failure.mismatch.op_b"]) == ("BARRIER", "GATHER")
+    assert (f["failure.mismatch.seq_a"], f["failure.mismatch.seq_b"]) == (1649, 0)
+    assert f["failure.mismatch.behind_rank"] == 1 and set(f["failure.mismatch.aspects"]) == {"op", "sequence"}
+
+
+def test_monitored_barrier_names_the_ranks_that_never_arrived():
+    f = facts("monitored_barrier.log")
+    assert f["failure.root_cause.kind"] == "stopped" and f["failure.stopped.ranks"] == [1, 3]
+    assert f["failure.stopped.waiting_ranks"] == [0]
+
+
+def test_ddp_model_check_is_a_mismatch():
+    f = facts("ddp_model_mismatch.log")
+    assert f["failure.root_cause.kind"] == "mismatch" and f["failure.mismatch.aspects"] == ["model"]
+    assert f["failure.mismatch.ranks"] == [0, 1]
+
+
+def test_p2p_hang_with_hex_bus_ids():
+    f = facts("p2p_hang_hex_busids.log")
+    assert f["nccl.p2p_paths"] == 2 and f["nccl.p2p_via"] == ["P2P/IPC"]
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "p2p_suspected"
+    t = top("p2p_hang_hex_busids.log")
+    assert t.rule == "NET005" and any(fx.knob == "env.NCCL_P2P_DISABLE" and fx.value == "1" for fx in t.fixes)
+
+
+@pytest.mark.parametrize("line,via,kind", [
+    ("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "P2P/CUMEM/read", "p2p"),
+    ("h:1:2 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via direct shared memory", "direct shared memory", "shm"),
+    ("h:1:2 [0] NCCL INFO Channel 01 : 3[69000] -> 4[a2000] via P2P/direct pointer/read", "P2P/direct", "p2p"),
+    ("h:1:2 [0] NCCL INFO Channel 00/0 : 2[1d000] -> 3[1e000] via SHM/direct/direct", "SHM/direct/direct", "shm"),
+    ("h:1:2 [0] NCCL INFO Channel 00/0 : 1[1] -> 9[1] [send] via NET/IB/0/GDRDMA", "NET/IB/0/GDRDMA", "net"),
+])
+def test_transport_lines_old_and_new(line, via, kind):
+    from ddpdoctor.logs.nccl import NcclCollector
+
+    c = NcclCollector()
+    c.feed_plain(line.split("NCCL INFO ", 1)[1])
+    (path,) = c.finish().paths
+    assert (path["via"], path["type"]) == (via, kind)
