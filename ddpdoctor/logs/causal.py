@@ -192,6 +192,13 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
               "failure.remote_error.text": p.text[:300] if p else None,
               "failure.remote_error.nccl": any(e.data.get("nccl") for e in peers),
               "failure.nccl_error.codes": sorted({e.data["code"] for e in g("nccl_error") if e.data.get("code")})})
+    # did the peer's process end, or did the network drop the connection?
+    gone = set(_ranks(g("exit") + g("torchrun_failure") + g("torchrun_root") + g("killed") + g("oom") + g("crash"))) \
+        - set(f["failure.remote_error.ranks"])
+    f["failure.remote_error.exited_ranks"] = sorted(gone)
+    f["failure.remote_error.cause"] = (None if not peers else "process_exited" if gone else
+                                       "network" if (g("network") or any(e.data.get("category") == "network" for e in excs))
+                                       else "unknown")
 
     # ------------------------------------------------------------------ rendezvous / store
     rz = g("rendezvous")

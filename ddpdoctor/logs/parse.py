@@ -140,7 +140,7 @@ def parse_work(args: str) -> dict:
 
 _RDZV_WORDS = ("clients joined", "client socket", "server socket", "already in use", "rendezvous", "store based",
                "connection refused")
-_PEER_WORDS = ("peer", "pipe", "remote", "retcode 6", "aborted", "refused", "processgroupgloo")
+_PEER_WORDS = ("peer", "pipe", "remote", "retcode 6", "aborted", "refused", "processgroupgloo", "likely closed")
 _CRASH_WORDS = ("segmentation", "sig", "fatal", "core dumped", "terminate called")
 
 

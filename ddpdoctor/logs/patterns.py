@@ -27,6 +27,7 @@ RENDEZVOUS = re.compile(r"Timed out after (?P<s>\d+) seconds waiting for clients
                         r"Timed out initializing process group in store based barrier|"
                         r"RendezvousConnectionError|Connection refused.*(?:29500|MASTER_ADDR|store)", I)
 PEER = re.compile(r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|ncclRemoteError|"
+                  r"Connection was likely closed|Did the remote process exit or crash|"
                   r"remote process exited or there was a network error|retcode 6\b|Connection refused.*(?:gloo|NCCL)|"
                   r"NCCL communicator was aborted on rank (\d+)|ProcessGroupGloo.*(?:peer|closed)", I)
 PEER_ADDR = re.compile(r"(?:from |peer |\[)(\d{1,3}(?:\.\d{1,3}){3})\]?[:<](\d+)")
@@ -95,7 +96,7 @@ NET_BIND = re.compile(r"bind failed ?: ?(?P<why>Cannot assign requested address|
                       r"Call to bind failed ?: ?(?P<why2>[^,;]+)", I)
 NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect|bootstrap\w*)\b[^\n]*?"
                          r"(?:returned|failed|:)\s*:?\s*(?P<why>Connection refused|Connection timed out|No route to host|"
-                         r"Network is unreachable|Connection reset by peer)", I)
+                         r"Network is unreachable|Software caused connection abort)", I)
 NET_IB = re.compile(r"NET/IB ?: ?Got completion (?:from peer (?P<peer>\S+) )?with (?:status=)?(?:error )?(?P<err>\d+)|"
                     r"\bibv_\w+\b.*?(?:failed|error)|(?:failed|error)\b.*?\bibv_\w+|IBV_WC_\w+|"
                     r"NET/IB ?: ?.*?(?:async event|port .*? (?:down|error))", I)
