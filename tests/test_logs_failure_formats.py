@@ -96,3 +96,15 @@ def test_transport_lines_old_and_new(line, via, kind):
     c.feed_plain(line.split("NCCL INFO ", 1)[1])
     (path,) = c.finish().paths
     assert (path["via"], path["type"]) == (via, kind)
+
+
+def test_the_same_error_on_every_rank_is_shared_not_one_rank(tmp_path):
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.log").write_text(
+            "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+            f"FileNotFoundError: [Errno 2] No such file or directory: '/data/shard_{r}.bin'\n")
+    f = analyze_logs([str(tmp_path)]).facts
+    assert f["failure.root_cause.kind"] == "exception" and f["failure.exception.shared"] is True
+    assert f["failure.root_cause.rank"] is None
+    t = run_analyze([str(tmp_path)]).diagnosis.findings[0]
+    assert t.rule == "FL010" and t.summary.startswith("Every rank (0, 1) raised the same FileNotFoundError")

@@ -20,6 +20,7 @@ Everything on the other ranks is then a symptom.
 from __future__ import annotations
 
 import time as _time
+import re
 from collections import Counter
 
 from .failfacts import exit_facts, network_facts
@@ -27,6 +28,7 @@ from .model import LogEvent
 
 WAITING = {"nccl_timeout", "gloo_timeout", "work_state", "dump_signal", "peer_error"}
 LAUNCHER_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP"}
+_DIGITS = re.compile(r"\d+")
 
 
 def time_str(t: float | None) -> str:
@@ -98,6 +100,11 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
               "failure.exception.first_rank": x.rank if x else None,
               "failure.exception.type": x.data.get("exc_type") if x else None,
               "failure.exception.message": (x.data.get("message") or "")[:300] if x else None})
+    # every rank raised the same error (rank numbers aside): a shared cause, not one rank with symptoms elsewhere
+    same = {r for r in _ranks(own_exc)
+            if x is not None and any(e.rank == r and _same_error(e, x) for e in own_exc)}
+    f["failure.exception.shared"] = bool(x is not None and len(same) >= 2
+                                         and same >= (set(range(world_size)) if world_size else known))
 
     # ------------------------------------------------------------------ timeouts
     tos = g("nccl_timeout") + g("gloo_timeout") + [e for e in excs if e.data.get("category") == "timeout"]
@@ -296,6 +303,11 @@ def _step_before(progress: list[LogEvent], ev: LogEvent | None, rank: int, kind:
     return None
 
 
+def _same_error(a: LogEvent, b: LogEvent) -> bool:
+    norm = lambda e: (e.data.get("exc_type"), _DIGITS.sub("N", str(e.data.get("message") or "")))  # noqa: E731
+    return norm(a) == norm(b)
+
+
 def _int(v) -> int | None:
     try:
         return int(str(v).strip())
@@ -322,7 +334,7 @@ def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr, nw=None, exits=(), usage
     if u is not None:
         return "exit", (None if f["failure.exit.shared"] else u.rank), u
     if x is not None:
-        return "exception", x.rank, x
+        return "exception", (None if f["failure.exception.shared"] else x.rank), x
     if m is not None:
         return "mismatch", f["failure.mismatch.behind_rank"], m
     if st is not None:
