@@ -7,6 +7,7 @@ then True and the root-cause rank is None.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from .model import LogEvent
@@ -32,6 +33,18 @@ def _covers_all(ranks: list[int], known: set, world_size: int | None) -> bool:
     return set(ranks) >= everyone
 
 
+def _ifname_form(v: str | None) -> str | None:
+    """What a *_SOCKET_IFNAME value is: interface names, NCCL's ``^`` exclusion list, or an IP address
+    (gloo takes only names)."""
+    if not v:
+        return None
+    if v.startswith("^"):
+        return "exclusion"
+    if re.fullmatch(r"[\d.]+|[0-9a-fA-F:]+:[0-9a-fA-F:]*", v):
+        return "address"
+    return "name"
+
+
 def network_facts(nets: list[LogEvent], settings: list[LogEvent], world_size: int | None, known: set) -> dict:
     problems = [e.data.get("problem") for e in nets if e.data.get("problem")]
     problem = next((p for p in NET_PROBLEMS if p in problems), None)
@@ -52,6 +65,7 @@ def network_facts(nets: list[LogEvent], settings: list[LogEvent], world_size: in
         "failure.network.shared": problem in ("ifname_missing", "no_interface", "subnet", "bind")
                                   and (_covers_all(ranks, known, world_size) or not ranks),
         "failure.network.ifname": ifname,
+        "failure.network.ifname_form": _ifname_form(ifname),
         "failure.network.configured": configured,
         "failure.network.backend": backends.most_common(1)[0][0] if backends else None,
         "failure.network.remote": next((e.data.get("remote") for e in main if e.data.get("remote")), None),
