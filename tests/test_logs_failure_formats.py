@@ -108,3 +108,9 @@ def test_the_same_error_on_every_rank_is_shared_not_one_rank(tmp_path):
     assert f["failure.root_cause.rank"] is None
     t = run_analyze([str(tmp_path)]).diagnosis.findings[0]
     assert t.rule == "FL010" and t.summary.startswith("Every rank (0, 1) raised the same FileNotFoundError")
+
+
+def test_ib_completion_variants_across_versions_and_plugins():
+    f = facts("nccl_ib_completion_variants.log")
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "ib"
+    assert f["logs.event_counts"]["network"] == 3 and f["failure.network.ib_error"] == 12

@@ -97,7 +97,7 @@ NET_BIND = re.compile(r"bind failed ?: ?(?P<why>Cannot assign requested address|
 NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect|bootstrap\w*)\b[^\n]*?"
                          r"(?:returned|failed|:)\s*:?\s*(?P<why>Connection refused|Connection timed out|No route to host|"
                          r"Network is unreachable|Software caused connection abort)", I)
-NET_IB = re.compile(r"NET/IB ?: ?Got completion (?:from peer (?P<peer>\S+) )?with (?:status=)?(?:error )?(?P<err>\d+)|"
+NET_IB = re.compile(r"NET/IB\w* ?: ?Got completion (?:from peer (?P<peer>\S+) )?with (?:status=)?(?:error )?(?P<err>\d+)|"
                     r"\bibv_\w+\b.*?(?:failed|error)|(?:failed|error)\b.*?\bibv_\w+|IBV_WC_\w+|"
                     r"NET/IB ?: ?.*?(?:async event|port .*? (?:down|error))", I)
 NET_P2P = re.compile(r"cu(?:da)?IpcOpenMemHandle|CUDA IPC handle|peer access is not supported|"
