@@ -114,3 +114,17 @@ def test_ib_completion_variants_across_versions_and_plugins():
     f = facts("nccl_ib_completion_variants.log")
     assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "ib"
     assert f["logs.event_counts"]["network"] == 3 and f["failure.network.ib_error"] == 12
+
+
+def test_docker0_chosen_then_a_timeout_is_the_interface(tmp_path):
+    (tmp_path / "job.log").write_text(
+        "n1:10:10 [0] NCCL INFO Bootstrap : Using docker0:172.17.0.1<0>\n"
+        "n1:10:10 [0] NCCL INFO NET/Socket : Using [0]docker0:172.17.0.1<0>\n"
+        "n1:10:20 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 nNodes 2\n"
+        "[rank0]:[E1122 10:00:10.000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600001 "
+        "milliseconds before timing out.\n")
+    f = analyze_logs([str(tmp_path)]).facts
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "bad_interface"
+    t = run_analyze([str(tmp_path)]).diagnosis.findings[0]
+    assert t.rule == "NET005" and "docker0" in t.summary

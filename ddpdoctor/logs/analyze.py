@@ -10,7 +10,7 @@ from pathlib import Path
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
 from .hang import apply_busy_root, hang_dumps, hang_facts
-from .failfacts import suspect_p2p
+from .failfacts import promote_bad_interface, suspect_p2p
 from .hostrec import fill_network_suggestion, host_records
 from .flight import analyze_dumps, load_dump, torch_analyzer
 from .jsonl import parse_error_file, parse_events
@@ -208,6 +208,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None) -> LogAnalys
     facts.update(nccl_facts(nccl, known))
     fill_network_suggestion(facts, host_records(paths))
     suspect_p2p(facts)
+    promote_bad_interface(facts)
     return LogAnalysis(read, ranks, events, nccl, facts, fr, warnings,
                        [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines])
 

@@ -122,3 +122,28 @@ def suspect_p2p(f: dict) -> None:
               f" while NCCL linked the GPUs via {', '.join(f.get('nccl.p2p_via') or ['P2P'])}"})
     f["failure.root_cause.kind"] = "network"
     f["failure.root_cause.rank"] = None
+
+
+def promote_bad_interface(f: dict) -> None:
+    """NCCL picked a loopback/virtual interface, or each node a different one, and the job then hung, lost a
+    peer, failed inside NCCL or never assembled: that choice is the cause (NET005 names the interface to use)."""
+    problem = f.get("nccl.ifname_problem")
+    if problem not in ("only_virtual", "some_virtual", "names_differ") or f.get("failure.network.problem"):
+        return
+    kind = f.get("failure.root_cause.kind")
+    nccl_exc = kind == "exception" and "nccl" in str(f.get("failure.exception.message") or "").lower()
+    if kind not in ("timeout", "remote_error", "rendezvous", "seq_behind") and not nccl_exc:
+        return
+    bad = f.get("nccl.bad_ifnames") or []
+    f.update({"failure.network.present": True, "failure.network.problem": "bad_interface",
+              "failure.network.ranks": list(f.get("failure.ranks") or []), "failure.network.shared": True,
+              "failure.network.backend": "nccl",
+              "failure.network.ifname": ",".join(bad) if bad else None,
+              "failure.network.detail": ("NCCL uses " + ", ".join(bad) + " (loopback or virtual)") if bad else
+              "the nodes chose different interfaces (" + "; ".join(
+                  f"{h}: {', '.join(v)}" for h, v in (f.get("nccl.ifnames_by_host") or {}).items()) + ")"})
+    if not f.get("failure.network.suggested_ifname") and f.get("nccl.suggested_ifname"):
+        f["failure.network.suggested_ifname"] = f["nccl.suggested_ifname"]
+        f["failure.network.suggestion_source"] = "NCCL's interface list"
+    f["failure.root_cause.kind"] = "network"
+    f["failure.root_cause.rank"] = None
