@@ -128,3 +128,10 @@ def test_docker0_chosen_then_a_timeout_is_the_interface(tmp_path):
     assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "bad_interface"
     t = run_analyze([str(tmp_path)]).diagnosis.findings[0]
     assert t.rule == "NET005" and "docker0" in t.summary
+
+
+def test_kernel_oom_killer_is_a_kill_not_a_usage_error():
+    f = facts("slurm_oom_killer_rank3.log")
+    assert f["failure.root_cause.kind"] == "killed" and f["failure.root_cause.rank"] == 3
+    assert f["failure.killed.host_oom"] is True and f["failure.exit.usage"] is None
+    assert "OOM killer" in top("slurm_oom_killer_rank3.log").summary

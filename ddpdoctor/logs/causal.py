@@ -86,7 +86,8 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f.update({"failure.killed.present": bool(kills), "failure.killed.ranks": _ranks(kills),
               "failure.killed.rank": k.rank if k else None, "failure.killed.signal": k.data.get("signal") if k else None,
               "failure.killed.exitcode": k.data.get("exitcode") if k else None,
-              "failure.killed.terminated_ranks": _ranks(term)})
+              "failure.killed.terminated_ranks": _ranks(term),
+              "failure.killed.host_oom": any(e.data.get("host_oom") for e in kills)})
     crashes = g("crash")
     f["failure.crash.ranks"] = _ranks(crashes)
 

@@ -398,12 +398,13 @@ class FileParser:
             if sig == "SIGKILL":
                 self._event("killed", msg, no, c, signal=sig, exitcode=code, source="torchrun")
             return
-        m = P.SIGNAL.search(msg) if ("sig" in low or "kill" in low or "exit" in low) else None
+        m = P.SIGNAL.search(msg) if ("sig" in low or "kill" in low or "exit" in low or "oom" in low) else None
         if m and not in_summary:
             name = m.group("name") or m.group("name2") or m.group("name3")
             if not name and m.group("code"):
                 name = P.SIGNALS.get(int(m.group("code")) - 128)
-            self._event("killed", msg, no, ctx, signal=name or "SIGKILL", source="log")
+            self._event("killed", msg, no, ctx, signal=name or "SIGKILL", source="log",
+                        host_oom=bool(m.group("oomkill")))
             return
         if any(w in low for w in _CRASH_WORDS) and P.CRASH.search(msg):
             self._event("crash", msg, no, ctx)

@@ -50,7 +50,9 @@ TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 
 SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)|"
                     r"terminated with signal (?P<name2>SIG\w+)|died with <Signals\.(?P<name3>SIG\w+): (?P<num3>\d+)>|"
-                    r"(?:^|\s)Killed(?:\s+\S*python\S*.*)?$|exit(?:ed with)? (?:code|status) (?P<code>137|139)\b", I)
+                    r"(?:^|\s)Killed(?:\s+\S*python\S*.*)?$|exit(?:ed with)? (?:code|status) (?P<code>137|139)\b|"
+                    r"(?P<oomkill>oom_kill event|OOM Killed|Out of memory: Killed? process|oom-kill:|"
+                    r"invoked oom-killer)", I)
 CRASH = re.compile(r"Segmentation fault|SIGSEGV|Fatal Python error|core dumped|SIGABRT|terminate called after throwing", I)
 
 TR_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
@@ -117,6 +119,9 @@ SEQ_DIFF = re.compile(r"Sequence number: ?(?P<a>\d+) ?vs ?(?P<b>\d+)")
 OP_DIFF = re.compile(r"Op type: ?(?P<a>[A-Z_]+) ?vs ?(?P<b>[A-Z_]+)")
 
 # argparse (and click) usage errors: "prog.py: error: the following arguments are required: --mode"
-USAGE_ERROR = re.compile(r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>.+)$|^Error: (?:Missing|No such|Invalid value) .+$")
+USAGE_ERROR = re.compile(r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>(?:the following arguments are required|"
+                         r"unrecognized arguments|argument [^:]+: (?:invalid|expected|ambiguous|not allowed|conflicting)|"
+                         r"one of the arguments .* is required|ambiguous option|too few arguments).*)$|"
+                         r"^Error: (?:Missing (?:argument|option)|No such option|Invalid value for) .+$")
 ANY_NET = re.compile(r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|"
                      r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/", I)
