@@ -135,3 +135,11 @@ def test_kernel_oom_killer_is_a_kill_not_a_usage_error():
     assert f["failure.root_cause.kind"] == "killed" and f["failure.root_cause.rank"] == 3
     assert f["failure.killed.host_oom"] is True and f["failure.exit.usage"] is None
     assert "OOM killer" in top("slurm_oom_killer_rank3.log").summary
+
+
+@pytest.mark.parametrize("name", ["desync_wrapped_lines.log", "desync_bare_op.log"])
+def test_desync_wrapped_over_lines_or_naming_a_bare_op(name):
+    f = facts(name)
+    assert f["failure.root_cause.kind"] == "mismatch" and f["failure.mismatch.ranks"] == [0, 1]
+    assert (f["failure.mismatch.op_a"], f["failure.mismatch.op_b"]) == ("ALLREDUCE", "REDUCE")
+    assert "op" in f["failure.mismatch.aspects"]

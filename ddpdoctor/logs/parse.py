@@ -35,6 +35,26 @@ def parse_fingerprint(s: str) -> dict:
     return out
 
 
+_CONT_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?")
+
+
+def _join_wrapped(lines: list[str], i: int, limit: int = 12) -> tuple[str, int]:
+    """A desync report wrapped over several lines (pasted or logged with newlines): the joined text and the
+    1-based number of its last line."""
+    text, j = lines[i], i
+    while j + 1 < len(lines) and j - i < limit and (text.count("(") > text.count(")") or "but Rank" not in text
+                                                    or text.rstrip().endswith(("collective:", ","))):
+        nxt = lines[j + 1]
+        if not nxt.strip():
+            if "but Rank" in text:
+                break
+            j += 1                              # a blank line inside the pasted report
+            continue
+        text = text.rstrip() + " " + _CONT_PREFIX.sub("", nxt).strip()
+        j += 1
+    return text, j + 1
+
+
 def _balanced(s: str, start: int) -> tuple[str, int]:
     """The text inside the parenthesis that opens at ``s[start]`` (nested ones kept), and the index after it."""
     depth = 0
@@ -48,6 +68,7 @@ def _balanced(s: str, start: int) -> tuple[str, int]:
     return s[start + 1:], len(s)
 
 
+_BARE_OP = re.compile(r"but Rank (\d+) is running (?:inconsistent )?collective: ([A-Z_]+)\b(?!\()")
 _FP_RANK = re.compile(r"Rank (\d+) is running (?:collective|inconsistent collective): CollectiveFingerPrint\(")
 
 
@@ -62,6 +83,9 @@ def mismatch_text(msg: str) -> dict | None:
             fps.append((int(m.group(1)), parse_fingerprint(body)))
         d = P.DIFFER.search(msg)
         out = {"differ": d.group(1).strip()[:300] if d else ""}
+        bare = _BARE_OP.search(msg)                 # older: "but Rank 1 is running collective: REDUCE."
+        if len(fps) == 1 and bare and int(bare.group(1)) != fps[0][0]:
+            fps.append((int(bare.group(1)), {"OpType": bare.group(2)}))
         if len(fps) >= 2:
             (ra, a), (rb, b) = fps[0], fps[1]
         else:
@@ -178,9 +202,15 @@ class FileParser:
 
     # ---------------------------------------------------------------- lines
     def parse(self, text: str) -> Parsed:
-        for no, raw in enumerate(text.splitlines(), 1):
+        lines = text.splitlines()
+        skip_to = 0
+        for no, raw in enumerate(lines, 1):
+            if no <= skip_to:
+                continue
             if not raw.strip() or raw.startswith("# "):    # blank, or a comment/heading of a pasted ticket
                 continue
+            if "Detected mismatch between collectives" in raw:
+                raw, skip_to = _join_wrapped(lines, no - 1)
             parts = P.GLUED.split(raw) if ("[E" in raw or "[rank" in raw) else [raw]
             for part in parts:
                 self._line(no, part)
