@@ -21,7 +21,7 @@ from .parse import FileParser
 
 _YEAR = re.compile(rb"\b(20\d\d)-[01]\d-[0-3]\d[ T_][0-2]\d:")
 MAX_SEARCH_LINES = 2_000_000
-QUIET_KINDS = {"progress", "nccl_warn"}
+QUIET_KINDS = {"progress", "nccl_warn", "net_setting"}
 
 
 @dataclass
