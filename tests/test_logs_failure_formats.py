@@ -143,3 +143,10 @@ def test_desync_wrapped_over_lines_or_naming_a_bare_op(name):
     assert f["failure.root_cause.kind"] == "mismatch" and f["failure.mismatch.ranks"] == [0, 1]
     assert (f["failure.mismatch.op_a"], f["failure.mismatch.op_b"]) == ("ALLREDUCE", "REDUCE")
     assert "op" in f["failure.mismatch.aspects"]
+
+
+def test_gloo_connecting_to_a_loopback_address():
+    f = facts("gloo_connect_loopback_rank1.log")
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "connect"
+    assert f["failure.network.backend"] == "gloo" and f["failure.network.remote_loopback"] is True
+    assert "loopback address" in top("gloo_connect_loopback_rank1.log").summary

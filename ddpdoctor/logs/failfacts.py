@@ -69,6 +69,7 @@ def network_facts(nets: list[LogEvent], settings: list[LogEvent], world_size: in
         "failure.network.configured": configured,
         "failure.network.backend": backends.most_common(1)[0][0] if backends else None,
         "failure.network.remote": next((e.data.get("remote") for e in main if e.data.get("remote")), None),
+        "failure.network.remote_loopback": any(str(e.data.get("remote") or "").startswith("127.") for e in main),
         "failure.network.ib_error": next((e.data.get("ib_error") for e in main if e.data.get("ib_error") is not None), None),
         "failure.network.detail": first.data.get("detail") if first else None,
         "failure.network.text": first.text[:300] if first else None,
