@@ -150,3 +150,12 @@ def test_gloo_connecting_to_a_loopback_address():
     assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "connect"
     assert f["failure.network.backend"] == "gloo" and f["failure.network.remote_loopback"] is True
     assert "loopback address" in top("gloo_connect_loopback_rank1.log").summary
+
+
+@pytest.mark.parametrize("name,value", [("nccl_old_lo_chosen_connect_refused.log", "eth0"),
+                                        ("nccl_ifname_lo_multinode.log", "^docker0,lo")])
+def test_loopback_interface_then_connect_refused_is_the_interface(name, value):
+    f = facts(name)
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "bad_interface"
+    t = top(name)
+    assert t.rule == "NET005" and any(fx.knob == "env.NCCL_SOCKET_IFNAME" and fx.value == value for fx in t.fixes)

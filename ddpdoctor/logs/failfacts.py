@@ -129,9 +129,12 @@ def promote_bad_interface(f: dict) -> None:
     """NCCL picked a loopback/virtual interface, or each node a different one, and the job then hung, lost a
     peer, failed inside NCCL or never assembled: that choice is the cause (NET005 names the interface to use)."""
     problem = f.get("nccl.ifname_problem")
-    if problem not in ("only_virtual", "some_virtual", "names_differ") or f.get("failure.network.problem"):
-        return
+    if problem not in ("only_virtual", "some_virtual", "names_differ") or \
+            f.get("failure.network.problem") not in (None, "connect"):
+        return                                  # (a connect failure is what the wrong interface leads to)
     kind = f.get("failure.root_cause.kind")
+    if kind == "network" and f.get("failure.network.problem") == "connect":
+        kind = "timeout"                        # treat like the hang it causes
     nccl_exc = kind == "exception" and "nccl" in str(f.get("failure.exception.message") or "").lower()
     if kind not in ("timeout", "remote_error", "rendezvous", "seq_behind") and not nccl_exc:
         return
@@ -143,7 +146,8 @@ def promote_bad_interface(f: dict) -> None:
               "failure.network.detail": ("NCCL uses " + ", ".join(bad) + " (loopback or virtual)") if bad else
               "the nodes chose different interfaces (" + "; ".join(
                   f"{h}: {', '.join(v)}" for h, v in (f.get("nccl.ifnames_by_host") or {}).items()) + ")"})
-    if not f.get("failure.network.suggested_ifname") and f.get("nccl.suggested_ifname"):
+    if not f.get("failure.network.suggested_ifname") and f.get("nccl.suggested_ifname") \
+            and f.get("nccl.suggested_ifname") not in bad:
         f["failure.network.suggested_ifname"] = f["nccl.suggested_ifname"]
         f["failure.network.suggestion_source"] = "NCCL's interface list"
     f["failure.root_cause.kind"] = "network"

@@ -97,7 +97,9 @@ def fill_network_suggestion(facts: dict, records: dict[str, dict]) -> None:
     """Set ``failure.network.suggested_ifname`` (+ ``.interfaces``, ``.suggestion_source``)."""
     name, per_host = suggest_from_hosts(records) if records else (None, {})
     source = "host records" if name else None
-    if name is None and facts.get("nccl.suggested_ifname") and not str(facts["nccl.suggested_ifname"]).startswith("^"):
+    exclusion_ok = facts.get("failure.network.backend") != "gloo"      # gloo takes names only
+    if name is None and facts.get("nccl.suggested_ifname") and (
+            exclusion_ok or not str(facts["nccl.suggested_ifname"]).startswith("^")):
         name, source = facts["nccl.suggested_ifname"], "NCCL's interface list"
     if name is not None and name == facts.get("failure.network.ifname"):
         name, source = None, None                # the name that failed is no suggestion

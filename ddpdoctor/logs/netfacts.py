@@ -89,6 +89,7 @@ def nccl_facts(n: NcclFacts, known: dict) -> dict:
         "nccl.ib_present": n.ib_present, "nccl.ib_devices": list(n.ib_devices), "nccl.ib_known": ib_known,
         "nccl.ibverbs_missing": n.ibverbs_missing,
         "nccl.socket_ifnames": list(n.socket_ifnames), "nccl.bootstrap_ifnames": list(n.bootstrap_ifnames),
+        "nccl.chosen_ifnames": chosen,
         "nccl.ifnames_by_host": by_host, "nccl.ifnames_differ": differ, "nccl.bad_ifnames": bad,
         "nccl.only_bad_ifnames": bool(chosen) and len(bad) == len(chosen), "nccl.ifname_problem": problem,
         "nccl.suggested_ifname": suggestion, "nccl.addrs_by_ifname": dict(n.addrs_by_ifname),
