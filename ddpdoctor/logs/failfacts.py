@@ -76,6 +76,7 @@ def network_facts(nets: list[LogEvent], settings: list[LogEvent], world_size: in
         "failure.network.suggested_ifname": None,        # filled from host records / NCCL's list (analyze.py)
         "failure.network.interfaces": [],
         "failure.network.suggestion_source": None,
+        "failure.network.suggested_gloo_ifname": None,
     }
 
 
@@ -150,5 +151,7 @@ def promote_bad_interface(f: dict) -> None:
             and f.get("nccl.suggested_ifname") not in bad:
         f["failure.network.suggested_ifname"] = f["nccl.suggested_ifname"]
         f["failure.network.suggestion_source"] = "NCCL's interface list"
+        name = f["nccl.suggested_ifname"]
+        f["failure.network.suggested_gloo_ifname"] = None if str(name).startswith("^") else name
     f["failure.root_cause.kind"] = "network"
     f["failure.root_cause.rank"] = None

@@ -96,7 +96,7 @@ def suggest_from_hosts(records: dict[str, dict]) -> tuple[str | None, dict[str, 
 def fill_network_suggestion(facts: dict, records: dict[str, dict]) -> None:
     """Set ``failure.network.suggested_ifname`` (+ ``.interfaces``, ``.suggestion_source``)."""
     name, per_host = suggest_from_hosts(records) if records else (None, {})
-    source = "host records" if name else None
+    source = "the host records" if name else None
     exclusion_ok = facts.get("failure.network.backend") != "gloo"      # gloo takes names only
     if name is None and facts.get("nccl.suggested_ifname") and (
             exclusion_ok or not str(facts["nccl.suggested_ifname"]).startswith("^")):
@@ -106,3 +106,4 @@ def fill_network_suggestion(facts: dict, records: dict[str, dict]) -> None:
     facts["failure.network.suggested_ifname"] = name
     facts["failure.network.interfaces"] = sorted({n for v in per_host.values() for n in v})
     facts["failure.network.suggestion_source"] = source
+    facts["failure.network.suggested_gloo_ifname"] = name if name and not name.startswith("^") else None
