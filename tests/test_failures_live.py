@@ -143,3 +143,15 @@ def test_no_step_in_logs_only_folder_is_still_read(tmp_path):
                                                "train.py: error: the following arguments are required: --mode\n")
     f = analyze_logs([str(tmp_path)]).facts
     assert f["failure.root_cause.kind"] == "exit" and f["failure.exit.shared"] is True
+
+
+def test_a_failed_command_without_any_log_line_is_still_a_failed_run(tmp_path):
+    """`ddpdoctor run -- sh -c 'exit 3'`: no rank ever starts, nothing names a cause; the run still reads failed."""
+    out = tmp_path / "bundle"
+    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--",
+                        "sh", "-c", "exit 3"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 3
+    rep = run_analyze([str(out)])
+    assert rep.diagnosis.verdict.failed is True
+    first = rep.diagnosis.findings[0]
+    assert first.rule == "FL015" and "exit code 3" in first.summary
