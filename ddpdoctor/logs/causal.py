@@ -94,7 +94,8 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     # ------------------------------------------------------------------ exceptions
     excs = g("exception")
     own_exc = [e for e in excs if e.data.get("category") == "other" and e.rank is not None
-               and not any(w in e.text for w in ("clients joined", "socket has", "Rendezvous", "store based"))
+               and not any(w in e.text for w in ("clients joined", "workers joined", "socket has", "Rendezvous",
+                                                 "store based", "DistStoreError"))
                and "ChildFailedError" not in (e.data.get("exc_type") or "")]
     x = _first(own_exc)
     f.update({"failure.exception.ranks": _ranks(excs), "failure.exception.own_ranks": _ranks(own_exc),

@@ -44,8 +44,8 @@ def parse_work(args: str) -> dict:
     return d
 
 
-_RDZV_WORDS = ("clients joined", "client socket", "server socket", "already in use", "rendezvous", "store based",
-               "connection refused")
+_RDZV_WORDS = ("clients joined", "workers joined", "client socket", "server socket", "already in use", "rendezvous",
+               "store based", "connection refused", "diststoreerror")
 _PEER_WORDS = ("peer", "pipe", "remote", "retcode 6", "aborted", "refused", "processgroupgloo", "likely closed")
 _CRASH_WORDS = ("segmentation", "sig", "fatal", "core dumped", "terminate called")
 

@@ -21,7 +21,8 @@ TEARDOWN = re.compile(r"Some NCCL operations have failed or timed out|taking the
 GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation|"
                           r"Application timeout caused pair closure|"
                           r"Timed out (?:waiting|after) .*?(?:gloo|recv|send)", I)
-RENDEZVOUS = re.compile(r"Timed out after (?P<s>\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<expected>\d+) clients joined|"
+RENDEZVOUS = re.compile(r"Timed out after (?P<s>\d+) seconds waiting for (?:clients|workers)\. (?P<joined>\d+)/(?P<expected>\d+) "
+                        r"(?:clients|workers) joined|DistStoreError: (?:Socket Timeout|wait timeout after \d+ ?ms)|"
                         r"client socket has timed out after (?P<ms>\S+?) while trying to connect to \((?P<addr>[^,]+), (?P<port>\d+)\)|"
                         r"server socket has failed to (?:listen|bind)[^.]*|Address already in use|RendezvousTimeoutError|"
                         r"Timed out initializing process group in store based barrier|"
