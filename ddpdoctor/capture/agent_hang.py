@@ -49,8 +49,10 @@ def _env_float(env, name, default):
 
 
 def _is_torch(path: str) -> bool:
+    """torch's own frames (and generated code): never "where" a rank is busy.  Other libraries count, so
+    a framework's evaluation loop (transformers' ``evaluation_loop``) is named, not just the script's call."""
     p = path.replace(os.sep, "/")
-    return "/torch/" in p or "/site-packages/" in p or "/dist-packages/" in p or p.startswith("<")
+    return "/torch/" in p or p.startswith("<")
 
 
 def _is_stdlib(path: str) -> bool:
