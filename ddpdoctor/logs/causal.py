@@ -4,7 +4,10 @@ The root cause is chosen in this order (the first that applies):
   1. a CUDA OOM (earliest)                       kind "oom"
   2. a rank killed by a signal other than the launcher's SIGTERM, or a native crash
                                                  kind "killed" / "crash"
+  2a. a bootstrap/interface/transport fault (a missing interface, no interface in the peer's subnet, bind
+      failed, an IB completion error, P2P IPC failures)                            kind "network"
   2b. the job could not assemble (store/rendezvous timeout, a rank never joined)   kind "rendezvous"
+      (then a connect failure during bootstrap: "network"; an argparse/click usage error: "exit")
   3. a Python error on a rank that is not itself a collective symptom
                                                  kind "exception"
   4. TORCH_DISTRIBUTED_DEBUG=DETAIL mismatch     kind "mismatch"
@@ -13,7 +16,10 @@ The root cause is chosen in this order (the first that applies):
   7. Flight Recorder: a rank behind or a mismatched collective     kind "flight_recorder"
   8. a watchdog / gloo timeout                   kind "timeout"
   9. a peer closed the connection / ncclRemoteError                kind "remote_error"
- 10. a non-zero exit reported by torchrun       kind "exit"
+ 10. a non-zero exit reported by torchrun or events.jsonl   kind "exit"
+When every rank fails alike (the same error, exit code or bootstrap fault) the root-cause rank is None:
+the cause is shared configuration.  analyze.py then refines: a suspected P2P hang or a wrong NCCL interface
+becomes "network" (failfacts.py), a rank the stack dumps show busy while others waited becomes "busy" (hang.py).
 Everything on the other ranks is then a symptom.
 """
 
