@@ -159,3 +159,10 @@ def test_loopback_interface_then_connect_refused_is_the_interface(name, value):
     assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "bad_interface"
     t = top(name)
     assert t.rule == "NET005" and any(fx.knob == "env.NCCL_SOCKET_IFNAME" and fx.value == value for fx in t.fixes)
+
+
+def test_nccl_p2p_transport_warning_is_a_p2p_fault():
+    f = facts("nccl_p2p_warn.log")
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "p2p"
+    t = top("nccl_p2p_warn.log")
+    assert t.rule == "NET005" and any(fx.knob == "env.NCCL_P2P_DISABLE" for fx in t.fixes)

@@ -103,11 +103,11 @@ NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect
 NET_IB = re.compile(r"NET/IB\w* ?: ?Got completion (?:from peer (?P<peer>\S+) )?with (?:status=)?(?:error )?(?P<err>\d+)|"
                     r"\bibv_\w+\b.*?(?:failed|error)|(?:failed|error)\b.*?\bibv_\w+|IBV_WC_\w+|"
                     r"NET/IB ?: ?.*?(?:async event|port .*? (?:down|error))", I)
-NET_P2P = re.compile(r"cu(?:da)?IpcOpenMemHandle|CUDA IPC handle|peer access is not supported|"
+NET_P2P = re.compile(r"cu(?:da)?IpcOpenMemHandle|CUDA IPC handle|peer access is not supported|p2p\.cc:\d+ NCCL WARN|"
                      r"peer mapping resources exhausted|P2P/(?:IPC|CUMEM)\S* .*?(?:fail|error)", I)
 NET_WORDS = ("find address", "find interface", "interface found", "same subnet", "bind", "ibv_", "net/ib",
              "ibv_wc", "connect", "socket_ifname", "af_inet", "address family", "ipc", "peer access", "peer mapping",
-             "p2p/")
+             "p2p/", "p2p.cc")
 TRANSPORT_P2P = re.compile(r"via (?:P2P|direct pointer|direct shared memory|SHM|NET/\w+)", I)
 
 # TORCH_DISTRIBUTED_DEBUG=DETAIL/INFO and DDP's own model checks
