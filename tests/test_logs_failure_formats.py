@@ -166,3 +166,25 @@ def test_nccl_p2p_transport_warning_is_a_p2p_fault():
     assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "p2p"
     t = top("nccl_p2p_warn.log")
     assert t.rule == "NET005" and any(fx.knob == "env.NCCL_P2P_DISABLE" for fx in t.fixes)
+
+
+def test_no_interface_in_the_masters_subnet():
+    f = facts("nccl_subnet_bind_docker.log")
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "subnet"
+    assert f["failure.network.remote"] == "192.168.0.91<27030>" and f["failure.network.suggested_ifname"] is None
+    assert any("--network=host" in fx.change for fx in top("nccl_subnet_bind_docker.log").fixes)
+
+
+def test_interface_list_over_several_lines_and_bridges():
+    f = facts("nccl_bridges_multiline_using.log")
+    assert f["nccl.chosen_ifnames"][:2] == ["bond0", "br-05ab815fa14e"]
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "bad_interface"
+    t = top("nccl_bridges_multiline_using.log")
+    assert any(fx.knob == "env.NCCL_SOCKET_IFNAME" and fx.value == "bond0" for fx in t.fixes)
+
+
+def test_an_unattributed_error_in_a_pasted_log_still_counts(tmp_path):
+    (tmp_path / "paste.log").write_text("Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\n"
+                                        "ValueError: bad config value\n")
+    f = analyze_logs([str(tmp_path)]).facts
+    assert f["failure.root_cause.kind"] == "exception" and f["failure.exception.type"] == "ValueError"

@@ -99,10 +99,13 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
 
     # ------------------------------------------------------------------ exceptions
     excs = g("exception")
-    own_exc = [e for e in excs if e.data.get("category") == "other" and e.rank is not None
+    own_any = [e for e in excs if e.data.get("category") == "other"
                and not any(w in e.text for w in ("clients joined", "workers joined", "socket has", "Rendezvous",
                                                  "store based", "DistStoreError"))
                and "ChildFailedError" not in (e.data.get("exc_type") or "")]
+    own_exc = [e for e in own_any if e.rank is not None]
+    if not own_exc and not known:          # a single pasted log without rank marks: its error still counts
+        own_exc = [e for e in own_any if e.data.get("source") != "error.json"]
     x = _first(own_exc)
     f.update({"failure.exception.ranks": _ranks(excs), "failure.exception.own_ranks": _ranks(own_exc),
               "failure.exception.first_rank": x.rank if x else None,

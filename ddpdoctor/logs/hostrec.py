@@ -98,7 +98,8 @@ def fill_network_suggestion(facts: dict, records: dict[str, dict]) -> None:
     name, per_host = suggest_from_hosts(records) if records else (None, {})
     source = "the host records" if name else None
     exclusion_ok = facts.get("failure.network.backend") != "gloo"      # gloo takes names only
-    if name is None and facts.get("nccl.suggested_ifname") and (
+    subnet = facts.get("failure.network.problem") == "subnet"      # NCCL's own pick is what failed there
+    if name is None and not subnet and facts.get("nccl.suggested_ifname") and (
             exclusion_ok or not str(facts["nccl.suggested_ifname"]).startswith("^")):
         name, source = facts["nccl.suggested_ifname"], "NCCL's interface list"
     if name is not None and name == facts.get("failure.network.ifname"):

@@ -61,6 +61,7 @@ class FileParser:
         self.section = None                  # torchrun summary: "root" | "failures" | None
         self.entry: dict | None = None
         self.stream_time: dict = {}          # last timestamp seen per (rank, local) stream of this file
+        self.last_using = None               # ((host, pidkey), "NET/Socket : Using") awaiting its list
 
     # ---------------------------------------------------------------- events
     def _event(self, kind, text, line_no, ctx, time=None, **data) -> LogEvent:
@@ -116,11 +117,16 @@ class FileParser:
                 self.out.hosts.add(hdr["host"])
                 c = dict(ctx, pidkey=key if ctx["rank"] is None else None)
                 self.nccl.feed(hdr, seg, self.lf.rank if not self.lf.local else None)
+                u = P.USING_OPEN.search(seg)
+                self.last_using = ((hdr["host"], key), u.group(0)) if u else None
                 self.out.lines.append((no, seg, c["rank"], c["local"], c["pidkey"], c["time"]))
                 self._classify(no, seg, c, nccl=True)
             return
         if "NCCL version" in msg:
             self.nccl.feed_plain(msg)
+        if self.last_using is not None and P.IFACE_LIST.match(msg):
+            self.nccl.feed_plain(self.last_using[1] + " " + msg.strip(), *self.last_using[0])
+            return                               # an interface list NCCL printed over several lines
         if ln.rank is None:
             m = P.RANK_IN_MSG.search(msg)
             if m and ("Watchdog" in msg or "NCCL" in msg or "ProcessGroup" in msg or "PG " in msg):

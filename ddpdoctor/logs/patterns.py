@@ -88,10 +88,10 @@ ANY = re.compile(r"memory|Watchdog|work|dump signal|mismatch|Timed out|timeout|p
 # NCCL (bootstrap.cc, socket.cc, net_socket.cc, net_ib.cc), gloo (tcp/device.cc, pair.cc) and c10d (TCPStore)
 NET_IFNAME_SET = re.compile(r"(NCCL|GLOO|TP)_SOCKET_IFNAME set(?: by environment)? to (?P<val>\S+)")
 NET_MISSING_IF = re.compile(r"Unable to find (?:address|interface) for:? \[?(?P<gloo_if>[\w.\-:^,]+)\]?|"
+                            r"No interface found in the same subnet as remote address (?P<remote>\S+)|"
                             r"(?P<boot>Bootstrap|NET/Socket|NET/IB|Net|misc/socket)\s*:\s*"
                             r"(?:no socket interface found|no (?:usable )?(?:listening )?interface found|"
-                            r"No usable listening interface found|no interface found)|"
-                            r"No interface found in the same subnet as remote address (?P<remote>\S+)|"
+                            r"No usable listening interface found|no interface found)(?! in the same subnet)|"
                             r"(?:ncclFindInterfaces|findInterfaces?)\b.*?(?:no|0) interfaces?|"
                             r"no NCCL_SOCKET_IFNAME interface found|is neither AF_INET\(2\) nor AF_INET6|"
                             r"Socket creation failed : Address family not supported", I)
@@ -126,3 +126,6 @@ USAGE_ERROR = re.compile(r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>(?
                          r"^Error: (?:Missing (?:argument|option)|No such option|Invalid value for) .+$")
 ANY_NET = re.compile(r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|"
                      r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/", I)
+# "NET/Socket : Using" with the interfaces on the following lines ("[0]bond0:192.168.1.161<0>")
+USING_OPEN = re.compile(r"(?:NET/Socket|Bootstrap) : Using\s*$")
+IFACE_LIST = re.compile(r"^\s*(?:\[\d+\][A-Za-z][\w.\-]*:\S+<\d+>\s*)+$")
