@@ -188,3 +188,17 @@ def test_an_unattributed_error_in_a_pasted_log_still_counts(tmp_path):
                                         "ValueError: bad config value\n")
     f = analyze_logs([str(tmp_path)]).facts
     assert f["failure.root_cause.kind"] == "exception" and f["failure.exception.type"] == "ValueError"
+
+
+def test_old_nccl_header_and_a_log_that_stops_after_p2p_setup():
+    f = facts("nccl22_p2p_then_silence.log")
+    assert f["nccl.present"] is True and f["nccl.p2p_via"] == ["P2P/direct"]
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "p2p_suspected"
+    assert "no training step" in f["failure.network.detail"]
+
+
+def test_a_log_with_steps_and_p2p_is_not_a_hang(tmp_path):
+    (tmp_path / "ok.log").write_text("h:1:1 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC\nstep 1 loss 0.5\n"
+                                     "step 2 loss 0.4\n")
+    f = analyze_logs([str(tmp_path)]).facts
+    assert f["failure.present"] is False and f["failure.network.problem"] is None

@@ -114,13 +114,16 @@ def suspect_p2p(f: dict) -> None:
     kind, text = f.get("failure.root_cause.kind"), str(f.get("failure.root_cause.text") or "")
     hang = kind == "timeout" and f.get("failure.root_cause.rank") is None
     illegal = kind in ("crash", "exception", "timeout") and "illegal memory access" in text.lower()
-    if not (hang or illegal):
+    # a pasted log that ends once NCCL has set up its channels: no error, and not a single training step
+    silent = kind is None and f.get("failure.progress.max_step") is None and not f.get("trace.present")
+    if not (hang or illegal or silent):
         return
     f.update({"failure.network.present": True, "failure.network.problem": "p2p_suspected",
               "failure.network.ranks": list(f.get("failure.timeout.ranks") or f.get("failure.ranks") or []),
               "failure.network.shared": False, "failure.network.backend": "nccl",
               "failure.network.detail": ("an illegal memory access" if illegal else
-                                         "every rank waited in the same collective") +
+                                         "every rank waited in the same collective" if hang else
+                                         "the logs end, with no training step and no error,") +
               f" while NCCL linked the GPUs via {', '.join(f.get('nccl.p2p_via') or ['P2P'])}"})
     f["failure.root_cause.kind"] = "network"
     f["failure.root_cause.rank"] = None
