@@ -115,7 +115,7 @@ def suspect_p2p(f: dict) -> None:
     hang = kind == "timeout" and f.get("failure.root_cause.rank") is None
     illegal = kind in ("crash", "exception", "timeout") and "illegal memory access" in text.lower()
     # a pasted log that ends once NCCL has set up its channels: no error, and not a single training step
-    silent = kind is None and f.get("failure.progress.max_step") is None and not f.get("trace.present")
+    silent = kind is None and not (f.get("logs.event_counts") or {}).get("progress") and not f.get("trace.present")
     if not (hang or illegal or silent):
         return
     f.update({"failure.network.present": True, "failure.network.problem": "p2p_suspected",
