@@ -207,7 +207,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None) -> LogAnalys
     apply_busy_root(facts)
     facts.update(nccl_facts(nccl, known))
     fill_network_suggestion(facts, host_records(paths))
-    suspect_p2p(facts)
+    suspect_p2p(facts, known)
     promote_bad_interface(facts)
     return LogAnalysis(read, ranks, events, nccl, facts, fr, warnings,
                        [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines])

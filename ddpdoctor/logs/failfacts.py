@@ -104,7 +104,7 @@ def exit_facts(exits: list[LogEvent], usage: list[LogEvent], known: set) -> dict
     }
 
 
-def suspect_p2p(f: dict) -> None:
+def suspect_p2p(f: dict, known: dict | None = None) -> None:
     """A hang where every rank waits in the same collective (no rank behind, none failed on its own), or an
     illegal memory access, while NCCL links the GPUs of one node by P2P (``via P2P/IPC``, ``P2P/CUMEM``,
     ``P2P/direct pointer``) and P2P is not disabled: the P2P transport is the first suspect (broken
@@ -115,7 +115,9 @@ def suspect_p2p(f: dict) -> None:
     hang = kind == "timeout" and f.get("failure.root_cause.rank") is None
     illegal = kind in ("crash", "exception", "timeout") and "illegal memory access" in text.lower()
     # a pasted log that ends once NCCL has set up its channels: no error, and not a single training step
-    silent = kind is None and not (f.get("logs.event_counts") or {}).get("progress") and not f.get("trace.present")
+    known = known or {}
+    ran = known.get("trace.present") is True or known.get("run.status") in ("complete", "partial")
+    silent = kind is None and not (f.get("logs.event_counts") or {}).get("progress") and not ran
     if not (hang or illegal or silent):
         return
     f.update({"failure.network.present": True, "failure.network.problem": "p2p_suspected",
