@@ -96,11 +96,24 @@ def test_source_line_of_a_traceback_is_not_an_oom(tmp_path):
     assert f["failure.exception.type"] == "ValueError" and f["failure.root_cause.kind"] == "exception"
 
 
+PROSE = ("# title mentioning ncclRemoteError\n"
+         "I think sharding causes a CUDA out of memory issue much earlier.\n"
+         "The `ncclRemoteError` (code 6) becomes a `ncclInternalError`.\n")
+
+
 def test_ticket_prose_is_not_a_failure(tmp_path):
-    f = facts_of(tmp_path, {"ticket.txt": "# title mentioning ncclRemoteError\n"
-                                          "I think sharding causes a CUDA out of memory issue much earlier.\n"
-                                          "The `ncclRemoteError` (code 6) becomes a `ncclInternalError`.\n"})
+    f = facts_of(tmp_path, {"ticket.log": PROSE})         # named a log: read, but prose is no failure
     assert f["failure.present"] is False
+
+
+def test_notes_beside_logs_are_not_read_as_logs(tmp_path):
+    """By content: a .txt of prose (README, notes) in a folder is not a log; one with log lines is."""
+    (tmp_path / "notes.txt").write_text(PROSE)
+    (tmp_path / "README.txt").write_text("How to run: torchrun the script with two ranks and read the output.\n")
+    assert analyze_logs([str(tmp_path)]) is None
+    (tmp_path / "output.txt").write_text("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    a = analyze_logs([str(tmp_path)])
+    assert [Path(x).name for x in a.files] == ["output.txt"] and a.facts["failure.root_cause.kind"] == "oom"
 
 
 def test_sequence_skew_names_the_rank_behind(tmp_path):

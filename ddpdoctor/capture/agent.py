@@ -58,6 +58,7 @@ def _load_part(part: str):
 _process = _load_part("process")
 _settings = _load_part("settings")
 _evidence, _stacks = _load_part("evidence"), _load_part("stacks")     # window evidence (agent_evidence.py)
+_hang = _load_part("hang")
 is_launcher_process, started_by_launcher = _process.is_launcher_process, _process.started_by_launcher
 is_helper_process, should_activate, start_fd_tee = _process.is_helper_process, _process.should_activate, _process.start_fd_tee
 _first_int, _env_int, _process_argv = _process.first_int, _process.env_int, _process._process_argv
@@ -253,6 +254,8 @@ class Agent:
             if name in sys.modules:
                 cb(sys.modules[name])
         threading.Thread(target=self._watchdog, name="ddpdoctor-watchdog", daemon=True).start()
+        self.hang = _hang.HangWatch(self)        # stacks of every rank when one waits too long (agent_hang.py)
+        self.hang.start()
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
@@ -733,6 +736,8 @@ class Agent:
             self.write_settings()
         except Exception as exc:  # noqa: BLE001
             self.internal_error("settings", exc)
+        if getattr(self, "hang", None) is not None:
+            self.hang.flush()
         self.event("exit", code=self.exit_code, reason=self.exit_reason or why, steps_completed=self.steps)
         try:
             sys.stdout.flush()

@@ -30,10 +30,11 @@ from .. import __version__
 from ..errors import InputError
 from ..redact import join_argv, redact_argv
 from . import hostinfo
+from .agent_hang import signal_ranks_on_request
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 AGENT_PATH = Path(__file__).with_name("agent.py")
-AGENT_PARTS = ("process", "settings", "evidence", "stacks")
+AGENT_PARTS = ("process", "settings", "evidence", "stacks", "hang")
 INJECT_DIR = Path(__file__).with_name("_inject")
 FR_BUFFER_SIZE = "2000"
 
@@ -472,6 +473,8 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
             old[s] = signal.signal(s, forward)
         except ValueError:       # not the main thread (tests calling run_capture in a thread)
             pass
+    hang_stop = threading.Event()        # a rank's hang request: SIGUSR2 for the ranks' faulthandler dumps
+    threading.Thread(target=signal_ranks_on_request, args=(str(out), hang_stop), daemon=True).start()
     try:
         while True:
             try:
@@ -480,6 +483,7 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
             except InterruptedError:
                 continue
     finally:
+        hang_stop.set()
         for s, h in old.items():
             signal.signal(s, h)
     exit_code = rc if rc >= 0 else 128 - rc

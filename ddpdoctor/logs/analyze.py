@@ -9,6 +9,9 @@ from pathlib import Path
 
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
+from .hang import apply_busy_root, hang_dumps, hang_facts
+from .failfacts import promote_bad_interface, suspect_p2p
+from .hostrec import fill_network_suggestion, host_records
 from .flight import analyze_dumps, load_dump, torch_analyzer
 from .jsonl import parse_error_file, parse_events
 from .model import LogEvent, NcclFacts
@@ -18,7 +21,7 @@ from .parse import FileParser
 
 _YEAR = re.compile(rb"\b(20\d\d)-[01]\d-[0-3]\d[ T_][0-2]\d:")
 MAX_SEARCH_LINES = 2_000_000
-QUIET_KINDS = {"progress", "nccl_warn"}
+QUIET_KINDS = {"progress", "nccl_warn", "net_setting"}
 
 
 @dataclass
@@ -200,7 +203,12 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None) -> LogAnalys
     facts["logs.event_counts"] = _counts(events)
     facts["logs.has_timestamps"] = any(e.time is not None for e in events)
     facts.update(failure_facts(events, fr, world))
+    facts.update(hang_facts(hang_dumps(paths), events, world))
+    apply_busy_root(facts)
     facts.update(nccl_facts(nccl, known))
+    fill_network_suggestion(facts, host_records(paths))
+    suspect_p2p(facts, known)
+    promote_bad_interface(facts)
     return LogAnalysis(read, ranks, events, nccl, facts, fr, warnings,
                        [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines])
 

@@ -4,7 +4,10 @@ The root cause is chosen in this order (the first that applies):
   1. a CUDA OOM (earliest)                       kind "oom"
   2. a rank killed by a signal other than the launcher's SIGTERM, or a native crash
                                                  kind "killed" / "crash"
+  2a. a bootstrap/interface/transport fault (a missing interface, no interface in the peer's subnet, bind
+      failed, an IB completion error, P2P IPC failures)                            kind "network"
   2b. the job could not assemble (store/rendezvous timeout, a rank never joined)   kind "rendezvous"
+      (then a connect failure during bootstrap: "network"; an argparse/click usage error: "exit")
   3. a Python error on a rank that is not itself a collective symptom
                                                  kind "exception"
   4. TORCH_DISTRIBUTED_DEBUG=DETAIL mismatch     kind "mismatch"
@@ -13,19 +16,25 @@ The root cause is chosen in this order (the first that applies):
   7. Flight Recorder: a rank behind or a mismatched collective     kind "flight_recorder"
   8. a watchdog / gloo timeout                   kind "timeout"
   9. a peer closed the connection / ncclRemoteError                kind "remote_error"
- 10. a non-zero exit reported by torchrun       kind "exit"
+ 10. a non-zero exit reported by torchrun or events.jsonl   kind "exit"
+When every rank fails alike (the same error, exit code or bootstrap fault) the root-cause rank is None:
+the cause is shared configuration.  analyze.py then refines: a suspected P2P hang or a wrong NCCL interface
+becomes "network" (failfacts.py), a rank the stack dumps show busy while others waited becomes "busy" (hang.py).
 Everything on the other ranks is then a symptom.
 """
 
 from __future__ import annotations
 
 import time as _time
+import re
 from collections import Counter
 
+from .failfacts import exit_facts, network_facts
 from .model import LogEvent
 
 WAITING = {"nccl_timeout", "gloo_timeout", "work_state", "dump_signal", "peer_error"}
 LAUNCHER_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP"}
+_DIGITS = re.compile(r"\d+")
 
 
 def time_str(t: float | None) -> str:
@@ -83,20 +92,30 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f.update({"failure.killed.present": bool(kills), "failure.killed.ranks": _ranks(kills),
               "failure.killed.rank": k.rank if k else None, "failure.killed.signal": k.data.get("signal") if k else None,
               "failure.killed.exitcode": k.data.get("exitcode") if k else None,
-              "failure.killed.terminated_ranks": _ranks(term)})
+              "failure.killed.terminated_ranks": _ranks(term),
+              "failure.killed.host_oom": any(e.data.get("host_oom") for e in kills)})
     crashes = g("crash")
     f["failure.crash.ranks"] = _ranks(crashes)
 
     # ------------------------------------------------------------------ exceptions
     excs = g("exception")
-    own_exc = [e for e in excs if e.data.get("category") == "other" and e.rank is not None
-               and not any(w in e.text for w in ("clients joined", "socket has", "Rendezvous", "store based"))
+    own_any = [e for e in excs if e.data.get("category") == "other"
+               and not any(w in e.text for w in ("clients joined", "workers joined", "socket has", "Rendezvous",
+                                                 "store based", "DistStoreError"))
                and "ChildFailedError" not in (e.data.get("exc_type") or "")]
+    own_exc = [e for e in own_any if e.rank is not None]
+    if not own_exc and not known:          # a single pasted log without rank marks: its error still counts
+        own_exc = [e for e in own_any if e.data.get("source") != "error.json"]
     x = _first(own_exc)
     f.update({"failure.exception.ranks": _ranks(excs), "failure.exception.own_ranks": _ranks(own_exc),
               "failure.exception.first_rank": x.rank if x else None,
               "failure.exception.type": x.data.get("exc_type") if x else None,
               "failure.exception.message": (x.data.get("message") or "")[:300] if x else None})
+    # every rank raised the same error (rank numbers aside): a shared cause, not one rank with symptoms elsewhere
+    same = {r for r in _ranks(own_exc)
+            if x is not None and any(e.rank == r and _same_error(e, x) for e in own_exc)}
+    f["failure.exception.shared"] = bool(x is not None and len(same) >= 2
+                                         and same >= (set(range(world_size)) if world_size else known))
 
     # ------------------------------------------------------------------ timeouts
     tos = g("nccl_timeout") + g("gloo_timeout") + [e for e in excs if e.data.get("category") == "timeout"]
@@ -162,15 +181,17 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
         f[f"failure.mismatch.{key}"] = None
     f["failure.mismatch.ranks"], f["failure.mismatch.aspects"] = [], []
     if m:
-        a, b = m.data["a"], m.data["b"]
+        a, b = m.data.get("a") or {}, m.data.get("b") or {}
+        ra, rb = m.data.get("rank_a"), m.data.get("rank_b")
         sa, sb = _int(a.get("SequenceNumber")), _int(b.get("SequenceNumber"))
         aspects = [n for n, key in (("op", "OpType"), ("sequence", "SequenceNumber"),
                                     ("shape", "TensorShape"), ("dtype", "TensorDtypes"))
-                   if a.get(key) != b.get(key)]
-        behind = (m.data["rank_a"] if sa < sb else m.data["rank_b"]) if sa is not None and sb is not None and sa != sb \
-            else m.data["rank_b"]
-        f.update({"failure.mismatch.rank_a": m.data["rank_a"], "failure.mismatch.rank_b": m.data["rank_b"],
-                  "failure.mismatch.ranks": sorted({m.data["rank_a"], m.data["rank_b"]}),
+                   if key in a and key in b and a.get(key) != b.get(key)]
+        if m.data.get("aspect") and m.data["aspect"] not in aspects:
+            aspects.append(m.data["aspect"])
+        behind = (ra if sa < sb else rb) if sa is not None and sb is not None and sa != sb else (rb if rb is not None else ra)
+        f.update({"failure.mismatch.rank_a": ra, "failure.mismatch.rank_b": rb,
+                  "failure.mismatch.ranks": sorted({r for r in (ra, rb) if r is not None}),
                   "failure.mismatch.op_a": a.get("OpType"), "failure.mismatch.op_b": b.get("OpType"),
                   "failure.mismatch.seq_a": sa, "failure.mismatch.seq_b": sb,
                   "failure.mismatch.shape_a": a.get("TensorShape"), "failure.mismatch.shape_b": b.get("TensorShape"),
@@ -189,6 +210,13 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
               "failure.remote_error.text": p.text[:300] if p else None,
               "failure.remote_error.nccl": any(e.data.get("nccl") for e in peers),
               "failure.nccl_error.codes": sorted({e.data["code"] for e in g("nccl_error") if e.data.get("code")})})
+    # did the peer's process end, or did the network drop the connection?
+    gone = set(_ranks(g("exit") + g("torchrun_failure") + g("torchrun_root") + g("killed") + g("oom") + g("crash"))) \
+        - set(f["failure.remote_error.ranks"])
+    f["failure.remote_error.exited_ranks"] = sorted(gone)
+    f["failure.remote_error.cause"] = (None if not peers else "process_exited" if gone else
+                                       "network" if (g("network") or any(e.data.get("category") == "network" for e in excs))
+                                       else "unknown")
 
     # ------------------------------------------------------------------ rendezvous / store
     rz = g("rendezvous")
@@ -220,6 +248,10 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
         top = max(last_step.values())
         stopped = sorted(set(stopped) | {rk for rk, s in last_step.items() if s < top and rk not in own_fail
                                          and rk not in waiting})
+    mb_ranks = sorted({r for e in g("monitored_barrier") for r in e.data.get("stuck_ranks", [])} - own_fail)
+    if mb_ranks:                           # monitoredBarrier names the ranks that never arrived
+        stopped = mb_ranks + [r for r in stopped if r not in mb_ranks]
+        waiting = sorted(set(waiting) | set(_ranks(g("monitored_barrier"))))
     st = stopped[0] if stopped else None
     f.update({"failure.stopped.ranks": stopped, "failure.stopped.rank": st,
               "failure.stopped.last_step": last_step.get(st) if st is not None else None,
@@ -236,8 +268,14 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f["failure.flight_recorder.mismatch_ranks"] = frm.get("odd_ranks") or []
     f["failure.flight_recorder.mismatch_aspects"] = frm.get("aspects") or []
 
+    # ------------------------------------------------------------------ network / bootstrap, exits, usage errors
+    nets = g("network") + [e for e in excs if e.data.get("category") == "network"]
+    f.update(network_facts(nets, g("net_setting"), world_size, known))
+    nw = _first(g("network")) or _first(nets)
+    f.update(exit_facts(g("exit"), g("usage_error"), known))
+
     # ------------------------------------------------------------------ root cause
-    root = _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr)
+    root = _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr, nw, g("exit"), g("usage_error"))
     kind, rank, ev = root
     f["failure.root_cause.kind"] = kind
     f["failure.root_cause.rank"] = rank
@@ -276,6 +314,11 @@ def _step_before(progress: list[LogEvent], ev: LogEvent | None, rank: int, kind:
     return None
 
 
+def _same_error(a: LogEvent, b: LogEvent) -> bool:
+    norm = lambda e: (e.data.get("exc_type"), _DIGITS.sub("N", str(e.data.get("message") or "")))  # noqa: E731
+    return norm(a) == norm(b)
+
+
 def _int(v) -> int | None:
     try:
         return int(str(v).strip())
@@ -283,7 +326,7 @@ def _int(v) -> int | None:
         return None
 
 
-def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr):
+def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr, nw=None, exits=(), usage=()):
     if o is not None:
         return "oom", o.rank, o
     if k is not None:
@@ -291,11 +334,18 @@ def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr):
     c = _first(crashes)
     if c is not None:
         return "crash", c.rank, c
+    if nw is not None and f["failure.network.problem"] not in (None, "connect"):
+        return "network", (None if f["failure.network.shared"] else nw.rank), nw
     z = _first(rz)
     if z is not None:
         return "rendezvous", z.rank, z
+    if nw is not None:
+        return "network", (None if f["failure.network.shared"] else nw.rank), nw
+    u = _first(list(usage))
+    if u is not None:
+        return "exit", (None if f["failure.exit.shared"] else u.rank), u
     if x is not None:
-        return "exception", x.rank, x
+        return "exception", (None if f["failure.exception.shared"] else x.rank), x
     if m is not None:
         return "mismatch", f["failure.mismatch.behind_rank"], m
     if st is not None:
@@ -316,4 +366,8 @@ def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr):
         return "remote_error", None, p       # failure.remote_error.peer / peer_rank hint at it
     if r is not None and (r.data.get("exitcode") or 0) != 0:
         return "exit", r.rank, r
+    bad = [e for e in exits if (e.data.get("exitcode") or 0) != 0]
+    e = _first(bad)
+    if e is not None:
+        return "exit", (None if f["failure.exit.shared"] else e.rank), e
     return None, None, None

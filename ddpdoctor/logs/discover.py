@@ -55,6 +55,36 @@ def _is_json_data(path: Path) -> bool:
     return first.endswith((b"}", b"]")) or len(first) >= 4000 or b'": ' in first[:200]
 
 
+# A line any program log has and prose (a README, notes next to the logs) does not: a timestamp, a level,
+# a rank prefix, an NCCL header, a traceback, an exception line, a progress line, torchrun's words.
+_LOG_HINT = re.compile(
+    r"\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d|^\s*\[?[IWEF]\d{4} \d\d:\d\d:\d\d|\d\d:\d\d:\d\d[.,]\d{3}|"
+    r"\[(?:rank|default)\d+\]:|\[Rank \d+\]|^\S+:\d+:\d+ \[\d+\] (?:NCCL )?(?:INFO|WARN)|"
+    r"Traceback \(most recent call last\)|^\s*File \".*\", line \d+|"
+    r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt): |"
+    r"^\s*(?:\[[^\]]*\]\s*)?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b[\s:\]-]|"
+    r"\b(?:step|iter|iteration|epoch)\s*[:=#]?\s*\[?\d+|\d+/\d+ \[\d+:\d+|\bloss\s*[:=]\s*\d|"
+    r"exitcode|ChildFailedError|torch\.distributed|^usage: |: error: |NCCL (?:INFO|WARN)|Segmentation fault|Killed$",
+    re.IGNORECASE | re.MULTILINE)
+LOG_SNIFF_BYTES = 64 * 1024
+
+
+def looks_like_log(path: Path) -> bool:
+    """Decide by content: some line in the first 64 KiB reads like program output."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(LOG_SNIFF_BYTES)
+    except OSError:
+        return False
+    return bool(_LOG_HINT.search(head.decode("utf-8", errors="replace")))
+
+
+def _ambiguous(path: Path) -> bool:
+    """A .txt/.md-like name that neither says "log" nor gives a rank: notes as often as a log."""
+    name = path.name.lower()
+    return name.endswith(".txt") and "log" not in name and rank_from_path(path)[0] is None
+
+
 def classify(path: Path) -> str | None:
     name = path.name.lower()
     if name.endswith(".jsonl") and ("event" in name or "ddpdoctor" in name):
@@ -125,8 +155,8 @@ def find_logs(paths: list[str]) -> list[LogFile]:
             for name in sorted(files):
                 f = Path(root) / name
                 kind = classify(f)
-                if kind is None:
-                    continue
+                if kind is None or (kind == "text" and _ambiguous(f) and not looks_like_log(f)):
+                    continue                       # not a log: a README or notes beside the logs
                 try:
                     if f.stat().st_size > MAX_LOG_BYTES:
                         continue

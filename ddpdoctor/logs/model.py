@@ -42,6 +42,10 @@ KINDS = {
     "torchrun_failure": "another entry of torchrun's failure summary",
     "stuck": "ddpdoctor run: no step progress while a peer rank has stopped",
     "progress": "a training progress line (step N, iter N, a tqdm bar) or an events.jsonl step",
+    "network": "a bootstrap / interface / transport fault (missing interface, subnet, bind, connect, IB, P2P)",
+    "net_setting": "NCCL reports a *_SOCKET_IFNAME value set in the environment",
+    "usage_error": "an argparse/click usage error (the program exits with code 2)",
+    "monitored_barrier": "monitoredBarrier names ranks that never arrived",
 }
 
 

@@ -24,7 +24,11 @@ _IB_DEV = re.compile(r"NET/IB ?: ?(?:Using )?((?:\[\d+\] ?[\w\-]+:\d+/(?:IB|RoCE
 _IB_ONE = re.compile(r"\[\d+\] ?([\w\-]+:\d+)/(IB|RoCE)")
 _NO_VERBS = re.compile(r"Failed to open libibverbs", re.I)
 _NETWORK = re.compile(r"Using (?:internal )?[Nn]etwork (\w+)")
-_CHANNEL = re.compile(r"(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[(\d+)\])? -> (\d+)(?:\[(\d+)\])?(?: \[(?:send|receive)\])? via (\S+)")
+# bus ids are hex (``2[1d000] -> 3[1e000]``) in newer NCCL, device numbers (``0[0]``) in older ones; the
+# transport is one word (``P2P/IPC``, ``P2P/CUMEM/read``, ``SHM/direct/direct``, ``NET/IB/0/GDRDMA``) or a phrase
+# (``via direct shared memory``, ``via P2P/direct pointer``)
+_CHANNEL = re.compile(r"(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[([0-9a-fA-Fx:.]+)\])? -> (\d+)(?:\[([0-9a-fA-Fx:.]+)\])?"
+                      r"(?: \[(?:send|receive)\])? via (direct shared memory|direct pointer|\S+)")
 _COMM = re.compile(r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)(?:.*?cudaDev (\d+))?(?:.*?nNodes (\d+))?")
 _NNODES = re.compile(r"nNodes (\d+)")
 _GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled)", re.I)
@@ -35,7 +39,9 @@ _TREES = re.compile(r"Trees \[")
 
 def path_type(via: str) -> str:
     v = via.upper()
-    if v.startswith("P2P"):
+    if v == "DIRECT SHARED MEMORY":
+        return "shm"
+    if v.startswith("P2P") or v == "DIRECT POINTER":
         return "p2p"
     if v.startswith("SHM"):
         return "shm"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from . import patterns as P
 from .discover import LogFile
+from .families import _join_wrapped, mismatch_text, network_problem
 from .model import LogEvent, norm
 from .nccl import NcclCollector
 from .prefix import epoch, split, split_nccl_segments
@@ -24,14 +25,6 @@ class Parsed:
     lines: list[tuple] = field(default_factory=list)
     local_map: dict[tuple[str, int], int] = field(default_factory=dict)   # (host, local) -> global, torchrun
     hosts: set = field(default_factory=set)
-
-
-def parse_fingerprint(s: str) -> dict:
-    out, keys = {}, list(P.FP_KEYS.finditer(s))
-    for i, m in enumerate(keys):
-        end = keys[i + 1].start() if i + 1 < len(keys) else len(s)
-        out[m.group(1)] = s[m.end():end].strip().rstrip(",").strip()
-    return out
 
 
 def _int(v) -> int | None:
@@ -51,9 +44,9 @@ def parse_work(args: str) -> dict:
     return d
 
 
-_RDZV_WORDS = ("clients joined", "client socket", "server socket", "already in use", "rendezvous", "store based",
-               "connection refused")
-_PEER_WORDS = ("peer", "pipe", "remote", "retcode 6", "aborted", "refused", "processgroupgloo")
+_RDZV_WORDS = ("clients joined", "workers joined", "client socket", "server socket", "already in use", "rendezvous",
+               "store based", "connection refused", "diststoreerror")
+_PEER_WORDS = ("peer", "pipe", "remote", "retcode 6", "aborted", "refused", "processgroupgloo", "likely closed")
 _CRASH_WORDS = ("segmentation", "sig", "fatal", "core dumped", "terminate called")
 
 
@@ -68,6 +61,7 @@ class FileParser:
         self.section = None                  # torchrun summary: "root" | "failures" | None
         self.entry: dict | None = None
         self.stream_time: dict = {}          # last timestamp seen per (rank, local) stream of this file
+        self.last_using = None               # ((host, pidkey), "NET/Socket : Using") awaiting its list
 
     # ---------------------------------------------------------------- events
     def _event(self, kind, text, line_no, ctx, time=None, **data) -> LogEvent:
@@ -91,9 +85,15 @@ class FileParser:
 
     # ---------------------------------------------------------------- lines
     def parse(self, text: str) -> Parsed:
-        for no, raw in enumerate(text.splitlines(), 1):
+        lines = text.splitlines()
+        skip_to = 0
+        for no, raw in enumerate(lines, 1):
+            if no <= skip_to:
+                continue
             if not raw.strip() or raw.startswith("# "):    # blank, or a comment/heading of a pasted ticket
                 continue
+            if "Detected mismatch between collectives" in raw:
+                raw, skip_to = _join_wrapped(lines, no - 1)
             parts = P.GLUED.split(raw) if ("[E" in raw or "[rank" in raw) else [raw]
             for part in parts:
                 self._line(no, part)
@@ -117,11 +117,16 @@ class FileParser:
                 self.out.hosts.add(hdr["host"])
                 c = dict(ctx, pidkey=key if ctx["rank"] is None else None)
                 self.nccl.feed(hdr, seg, self.lf.rank if not self.lf.local else None)
+                u = P.USING_OPEN.search(seg)
+                self.last_using = ((hdr["host"], key), u.group(0)) if u else None
                 self.out.lines.append((no, seg, c["rank"], c["local"], c["pidkey"], c["time"]))
                 self._classify(no, seg, c, nccl=True)
             return
         if "NCCL version" in msg:
             self.nccl.feed_plain(msg)
+        if self.last_using is not None and P.IFACE_LIST.match(msg):
+            self.nccl.feed_plain(self.last_using[1] + " " + msg.strip(), *self.last_using[0])
+            return                               # an interface list NCCL printed over several lines
         if ln.rank is None:
             m = P.RANK_IN_MSG.search(msg)
             if m and ("Watchdog" in msg or "NCCL" in msg or "ProcessGroup" in msg or "PG " in msg):
@@ -208,7 +213,7 @@ class FileParser:
 
     # ---------------------------------------------------------------- classification
     def _classify(self, no: int, msg: str, ctx: dict, nccl: bool = False, in_summary: bool = False) -> None:
-        if not P.ANY.search(msg):
+        if not P.ANY.search(msg) and not P.ANY_NET.search(msg):
             return
         stream = (ctx.get("rank"), ctx.get("local"), ctx.get("pidkey"))
         if P.TRACEBACK.match(msg):
@@ -220,12 +225,23 @@ class FileParser:
         if exc and (stream in self.tb_open or in_summary or "." in exc.group("type") or exc.group("msg")):
             self.tb_open.discard(stream)
             etype, emsg = exc.group("type"), (exc.group("msg") or "").strip()
-            cat = ("oom" if P.OOM.search(msg) else "mismatch" if P.MISMATCH.search(emsg) else
-                   "timeout" if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) else
+            cat = ("oom" if P.OOM.search(msg) else "mismatch" if mismatch_text(emsg) else
+                   "timeout" if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) or P.MONITORED.search(msg) else
+                   "network" if network_problem(msg) else
                    "peer" if P.PEER.search(msg) else "other")
             self._event("exception", f"{etype}: {emsg}", no, ctx, exc_type=etype, message=emsg[:1000], category=cat)
         low = msg.lower()
         loggy = bool(nccl or exc or in_summary or P.LOGGY.search(msg))
+        if not exc and not nccl and "error" in low:
+            u = P.USAGE_ERROR.match(msg.strip())
+            if u:
+                self._event("usage_error", msg, no, ctx, prog=u.group("prog"), message=(u.group("msg") or msg)[:300])
+                return
+        if "SOCKET_IFNAME" in msg:
+            s = P.NET_IFNAME_SET.search(msg)
+            if s:
+                self._event("net_setting", msg, no, ctx, var=f"{s.group(1)}_SOCKET_IFNAME", value=s.group("val"))
+                return
         if ("memory" in low or "outofmemory" in low) and P.OOM.search(msg) and loggy and not P.TEARDOWN.search(msg):
             a, g = P.OOM_ALLOC.search(msg), P.OOM_GPU.search(msg)
             self._event("oom", msg, no, ctx, tried=a.group(1) if a else None, gpu=int(g.group(1)) if g else None,
@@ -252,18 +268,28 @@ class FileParser:
         if m:
             self._event("dump_signal", msg, no, ctx, from_rank=int(m.group("rank")) if m.group("rank") else ctx.get("rank"))
             return
-        m = P.MISMATCH.search(msg) if "mismatch" in msg else None
+        mm = mismatch_text(msg) if ("mismatch" in msg or "DDP expects" in msg or "verifying shape" in msg
+                                    or "appears not to match" in msg) else None
+        if mm:
+            self._event("mismatch", msg, no, ctx, **mm)
+            return
+        m = P.MONITORED.search(msg) if "monitoredBarrier" in msg else None
         if m:
-            f1, f2 = parse_fingerprint(m.group("f1")), parse_fingerprint(m.group("f2"))
-            d = P.DIFFER.search(m.group("rest"))
-            self._event("mismatch", msg, no, ctx, rank_a=int(m.group("r1")), rank_b=int(m.group("r2")),
-                        a=f1, b=f2, differ=d.group(1).strip()[:300] if d else "")
+            ranks = [int(x) for x in m.group("ranks").replace(" ", "").split(",")]
+            self._event("monitored_barrier", msg, no, ctx, stuck_ranks=ranks,
+                        timeout_ms=int(m.group("ms")) if m.group("ms") else None)
             return
         m = P.RENDEZVOUS.search(msg) if any(w in low for w in _RDZV_WORDS) else None
         if m:
             self._event("rendezvous", msg, no, ctx, joined=_int(m.group("joined")), expected=_int(m.group("expected")),
                         addr=m.group("addr"), port=_int(m.group("port")), timeout_s=_int(m.group("s")),
                         detail=m.group(0)[:200])
+            return
+        net = network_problem(msg)
+        if net and not (loggy or nccl) and net["problem"] not in ("ifname_missing", "no_interface", "subnet", "p2p"):
+            net = None                          # a vaguer phrase in a line of prose
+        if net:
+            self._event("network", msg, no, ctx, nccl=nccl, **net)
             return
         m = P.GLOO_TIMEOUT.search(msg) if "timed out" in low or "timeout" in low else None
         if m:
@@ -290,12 +316,13 @@ class FileParser:
             if sig == "SIGKILL":
                 self._event("killed", msg, no, c, signal=sig, exitcode=code, source="torchrun")
             return
-        m = P.SIGNAL.search(msg) if ("sig" in low or "kill" in low or "exit" in low) else None
+        m = P.SIGNAL.search(msg) if ("sig" in low or "kill" in low or "exit" in low or "oom" in low) else None
         if m and not in_summary:
             name = m.group("name") or m.group("name2") or m.group("name3")
             if not name and m.group("code"):
                 name = P.SIGNALS.get(int(m.group("code")) - 128)
-            self._event("killed", msg, no, ctx, signal=name or "SIGKILL", source="log")
+            self._event("killed", msg, no, ctx, signal=name or "SIGKILL", source="log",
+                        host_oom=bool(m.group("oomkill")))
             return
         if any(w in low for w in _CRASH_WORDS) and P.CRASH.search(msg):
             self._event("crash", msg, no, ctx)

@@ -21,12 +21,14 @@ TEARDOWN = re.compile(r"Some NCCL operations have failed or timed out|taking the
 GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation|"
                           r"Application timeout caused pair closure|"
                           r"Timed out (?:waiting|after) .*?(?:gloo|recv|send)", I)
-RENDEZVOUS = re.compile(r"Timed out after (?P<s>\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<expected>\d+) clients joined|"
+RENDEZVOUS = re.compile(r"Timed out after (?P<s>\d+) seconds waiting for (?:clients|workers)\. (?P<joined>\d+)/(?P<expected>\d+) "
+                        r"(?:clients|workers) joined|DistStoreError: (?:Socket Timeout|wait timeout after \d+ ?ms)|"
                         r"client socket has timed out after (?P<ms>\S+?) while trying to connect to \((?P<addr>[^,]+), (?P<port>\d+)\)|"
                         r"server socket has failed to (?:listen|bind)[^.]*|Address already in use|RendezvousTimeoutError|"
                         r"Timed out initializing process group in store based barrier|"
                         r"RendezvousConnectionError|Connection refused.*(?:29500|MASTER_ADDR|store)", I)
 PEER = re.compile(r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|ncclRemoteError|"
+                  r"Connection was likely closed|Did the remote process exit or crash|"
                   r"remote process exited or there was a network error|retcode 6\b|Connection refused.*(?:gloo|NCCL)|"
                   r"NCCL communicator was aborted on rank (\d+)|ProcessGroupGloo.*(?:peer|closed)", I)
 PEER_ADDR = re.compile(r"(?:from |peer |\[)(\d{1,3}(?:\.\d{1,3}){3})\]?[:<](\d+)")
@@ -49,7 +51,9 @@ TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 
 SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)|"
                     r"terminated with signal (?P<name2>SIG\w+)|died with <Signals\.(?P<name3>SIG\w+): (?P<num3>\d+)>|"
-                    r"(?:^|\s)Killed(?:\s+\S*python\S*.*)?$|exit(?:ed with)? (?:code|status) (?P<code>137|139)\b", I)
+                    r"(?:^|\s)Killed(?:\s+\S*python\S*.*)?$|exit(?:ed with)? (?:code|status) (?P<code>137|139)\b|"
+                    r"(?P<oomkill>oom_kill event|OOM Killed|Out of memory: Killed? process|oom-kill:|"
+                    r"invoked oom-killer)", I)
 CRASH = re.compile(r"Segmentation fault|SIGSEGV|Fatal Python error|core dumped|SIGABRT|terminate called after throwing", I)
 
 TR_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
@@ -79,3 +83,49 @@ GLUED = re.compile(r"(?<=[^\s:])(?=\[[IWEF]\d* ?[\d:. ]*[\w.]+\.(?:cpp|hpp|cc|h)
 ANY = re.compile(r"memory|Watchdog|work|dump signal|mismatch|Timed out|timeout|peer|pipe|nccl|exitcode|Signal|Kill|"
                  r"Segmentation|SIG|Traceback|Error|Exception|Interrupt|Exit|Failure|Fatal|core dumped|terminate|"
                  r"step|iter|epoch|batch|\bit\b|\d+/\d+ \[|retcode", I)
+
+# ---------------------------------------------------------------- network, bootstrap, transports
+# NCCL (bootstrap.cc, socket.cc, net_socket.cc, net_ib.cc), gloo (tcp/device.cc, pair.cc) and c10d (TCPStore)
+NET_IFNAME_SET = re.compile(r"(NCCL|GLOO|TP)_SOCKET_IFNAME set(?: by environment)? to (?P<val>\S+)")
+NET_MISSING_IF = re.compile(r"Unable to find (?:address|interface) for:? \[?(?P<gloo_if>[\w.\-:^,]+)\]?|"
+                            r"No interface found in the same subnet as remote address (?P<remote>\S+)|"
+                            r"(?P<boot>Bootstrap|NET/Socket|NET/IB|Net|misc/socket)\s*:\s*"
+                            r"(?:no socket interface found|no (?:usable )?(?:listening )?interface found|"
+                            r"No usable listening interface found|no interface found)(?! in the same subnet)|"
+                            r"(?:ncclFindInterfaces|findInterfaces?)\b.*?(?:no|0) interfaces?|"
+                            r"no NCCL_SOCKET_IFNAME interface found|is neither AF_INET\(2\) nor AF_INET6|"
+                            r"Socket creation failed : Address family not supported", I)
+NET_BIND = re.compile(r"bind failed ?: ?(?P<why>Cannot assign requested address|Address already in use|[^,;]+)|"
+                      r"Call to bind failed ?: ?(?P<why2>[^,;]+)", I)
+NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect|bootstrap\w*)\b[^\n]*?"
+                         r"(?:returned|failed|:)\s*:?\s*(?P<why>Connection refused|Connection timed out|No route to host|"
+                         r"Network is unreachable|Software caused connection abort)", I)
+NET_IB = re.compile(r"NET/IB\w* ?: ?Got completion (?:from peer (?P<peer>\S+) )?with (?:status=)?(?:error )?(?P<err>\d+)|"
+                    r"\bibv_\w+\b.*?(?:failed|error)|(?:failed|error)\b.*?\bibv_\w+|IBV_WC_\w+|"
+                    r"NET/IB ?: ?.*?(?:async event|port .*? (?:down|error))", I)
+NET_P2P = re.compile(r"cu(?:da)?IpcOpenMemHandle|CUDA IPC handle|peer access is not supported|p2p\.cc:\d+ NCCL WARN|"
+                     r"peer mapping resources exhausted|P2P/(?:IPC|CUMEM)\S* .*?(?:fail|error)", I)
+NET_WORDS = ("find address", "find interface", "interface found", "same subnet", "bind", "ibv_", "net/ib",
+             "ibv_wc", "connect", "socket_ifname", "af_inet", "address family", "ipc", "peer access", "peer mapping",
+             "p2p/", "p2p.cc")
+TRANSPORT_P2P = re.compile(r"via (?:P2P|direct pointer|direct shared memory|SHM|NET/\w+)", I)
+
+# TORCH_DISTRIBUTED_DEBUG=DETAIL/INFO and DDP's own model checks
+MONITORED = re.compile(r"Ranks? (?P<ranks>\d+(?:\s*,\s*\d+)*) failed to pass monitoredBarrier(?: in (?P<ms>\d+) ms)?", I)
+DDP_MODEL_MISMATCH = re.compile(r"DDP expects same model across all ranks, but Rank (?P<r1>\d+) has (?P<n1>\d+) params, "
+                                r"while rank (?P<r2>\d+) has inconsistent (?P<n2>\d+) params|"
+                                r"appears not to match (?:sizes|strides) of the same param in process (?P<r0>\d+)", I)
+SHAPE_VERIFY = re.compile(r"Error when verifying shape tensors for collective (?P<op>\w+) on rank (?P<rank>\d+)", I)
+SEQ_DIFF = re.compile(r"Sequence number: ?(?P<a>\d+) ?vs ?(?P<b>\d+)")
+OP_DIFF = re.compile(r"Op type: ?(?P<a>[A-Z_]+) ?vs ?(?P<b>[A-Z_]+)")
+
+# argparse (and click) usage errors: "prog.py: error: the following arguments are required: --mode"
+USAGE_ERROR = re.compile(r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>(?:the following arguments are required|"
+                         r"unrecognized arguments|argument [^:]+: (?:invalid|expected|ambiguous|not allowed|conflicting)|"
+                         r"one of the arguments .* is required|ambiguous option|too few arguments).*)$|"
+                         r"^Error: (?:Missing (?:argument|option)|No such option|Invalid value for) .+$")
+ANY_NET = re.compile(r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|"
+                     r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/", I)
+# "NET/Socket : Using" with the interfaces on the following lines ("[0]bond0:192.168.1.161<0>")
+USING_OPEN = re.compile(r"(?:NET/Socket|Bootstrap) : Using\s*$")
+IFACE_LIST = re.compile(r"^\s*(?:\[\d+\][A-Za-z][\w.\-]*:\S+<\d+>\s*)+$")

@@ -23,7 +23,9 @@ _ISO = re.compile(r"^\[?(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[.
 _GLOG_BR = re.compile(r"^\[([IWEF])(\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s+(?:\d+\s+)?([\w./\-]+:\d+)\]\s?")
 _GLOG = re.compile(r"^([IWEF])(\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s+\d+\s+([\w./\-]+:\d+)\]\s?")
 _OLD_C10D = re.compile(r"^\[([IWEF]) ([\w.\-]+:\d+)\]\s?")
-NCCL_HDR = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?=(?:[\w/.]+:\d+ )?NCCL (?:INFO|WARN|TRACE|ERROR))")
+# NCCL >= 2.3 prints "host:pid:tid [dev] NCCL INFO …"; NCCL 2.2 printed "host:pid:tid [dev] INFO …"
+NCCL_HDR = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+                      r"(?=(?:[\w/.]+:\d+ )?(?:NCCL )?(?:INFO|WARN|TRACE|ERROR) )")
 
 
 @dataclass
@@ -54,7 +56,7 @@ def split(raw: str, default_year: int) -> Line:
     ln = Line(s)
     c = s.lstrip()[:1]
     if not (c == "[" or c.isdigit() or c in "IWEF"):     # no prefix can start here: only NCCL headers
-        m = NCCL_HDR.search(s) if " NCCL " in s else None
+        m = NCCL_HDR.search(s) if (" NCCL " in s or " INFO " in s or " WARN " in s) else None
         if m:
             ln.nccl = {"host": m.group("host"), "pid": int(m.group("pid")), "tid": int(m.group("tid")),
                        "dev": int(m.group("dev"))}
