@@ -165,7 +165,8 @@ def calibrate(evidence: float, rule: str, facts: dict) -> tuple[float, list[str]
 
 def decide(findings: list[Finding], facts: dict, costs: list[Cost] | None = None) -> Verdict:
     v = _decide(findings, facts, ranked_costs(findings, facts) if costs is None else costs)
-    failures = sorted((f for f in findings if f.category == "failure"), key=lambda f: SEVERITY_ORDER[f.severity])
+    # the same order as every output lists them (_order): severity, then rule id
+    failures = sorted((f for f in findings if _is_failure(f)), key=lambda f: (SEVERITY_ORDER[f.severity], f.rule))
     if failures and v.bottleneck:
         # the recorded steps end in (or lead to) the failure: their numbers are not a steady state
         v.summary = (f"The run failed: {failures[0].summary} Performance of the recorded steps, which the "
@@ -179,8 +180,14 @@ def decide(findings: list[Finding], facts: dict, costs: list[Cost] | None = None
     return v
 
 
+def _is_failure(f: Finding) -> bool:
+    """A finding that says the run failed: any failure rule, or a critical network fault (a run that
+    could not even connect), not a network warning on a healthy run."""
+    return f.category == "failure" or (f.category == "network" and f.severity == "critical")
+
+
 def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
-    failed = any(f.category == "failure" for f in findings)
+    failed = any(_is_failure(f) for f in findings)
     by_rule = {f.rule: f for f in findings}
     winners = [c for c in costs if c.material and c.eligible]
     if winners:
