@@ -104,19 +104,39 @@ def load_scenarios(folder: Path = SCENARIO_DIR) -> list[Expectation]:
     return [parse_header(p) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
 
 
+def _synth_args(entry: dict, base: Path) -> dict:
+    """The ddpdoctor.synth scenario of one entry: a table under ``args``/``scenario``/``synth``,
+    a path to a scenario TOML there (relative to the list, the repo, or ddpdoctor/synth/scenarios/),
+    or the entry's own non-``expected_*`` keys."""
+    spec = next((entry[k] for k in ("args", "scenario", "synth") if k in entry), None)
+    if isinstance(spec, dict):
+        return dict(spec)
+    if isinstance(spec, str):
+        for cand in (base / spec, ROOT / spec, ROOT / "ddpdoctor" / "synth" / "scenarios" / spec,
+                     ROOT / "ddpdoctor" / "synth" / "scenarios" / f"{spec}.toml"):
+            if cand.is_file():
+                with open(cand, "rb") as fh:
+                    d = tomllib.load(fh)
+                d.setdefault("name", cand.stem)
+                return d
+        raise HeaderError(f"synthetic scenario {entry.get('name')!r}: no scenario file {spec!r}")
+    return {k: v for k, v in entry.items() if not k.startswith("expected")}
+
+
 def load_synthetic(path: Path = SYNTHETIC_TOML) -> list[Expectation]:
     if not path.is_file():
         return []
     with open(path, "rb") as fh:
         doc = tomllib.load(fh)
-    entries = doc.get("scenario") or doc.get("scenarios") or []
+    entries = next((v for v in doc.values() if isinstance(v, list) and v and isinstance(v[0], dict)), [])
     out = []
     for e in entries:
-        exp = Expectation(name=str(e["name"]), kind="synthetic", verdict=str(e["expected_verdict"]),
-                          rule=str(e.get("expected_rule") or "-"), first_fix=str(e.get("expected_first_fix_contains") or "-"),
-                          absent=list(e.get("expected_absent", [])), synth=dict(e.get("args") or e.get("scenario") or {}))
-        if exp.rule == "-":
-            exp.rule = f"category:{exp.verdict}"
+        if "name" not in e or "expected_verdict" not in e:
+            raise HeaderError(f"{path.name}: every entry needs name and expected_verdict ({e!r:.80})")
+        exp = Expectation(name=f"synth:{e['name']}", kind="synthetic", verdict=str(e["expected_verdict"]),
+                          rule=str(e.get("expected_rule") or f"category:{e['expected_verdict']}"),
+                          first_fix=str(e.get("expected_first_fix_contains") or "-"),
+                          absent=list(e.get("expected_absent", [])), synth=_synth_args(e, path.parent))
         validate(exp)
         out.append(exp)
     return out
@@ -283,6 +303,7 @@ def summarize(expectations: list[Expectation], results: list[dict]) -> tuple[lis
                 "rules": sorted({str(r.get("judged_rule")) for r in runs}),
                 "first_fixes": sorted({str(r.get("first_fix")) for r in runs}),
                 "seconds": round(sum(r["seconds"] for r in runs) / len(runs), 1),
+                "evidence": evidence_line(runs[0].get("evidence") or {}),
             })
     totals = {}
     for cond in CONDITIONS:
@@ -300,6 +321,18 @@ def summarize(expectations: list[Expectation], results: list[dict]) -> tuple[lis
             "scenarios": len(crow),
         }
     return rows, totals
+
+
+def evidence_line(ev: dict) -> str:
+    """One run's mechanism numbers: per-rank step time, shares and collectives per step."""
+    parts = []
+    for r, v in sorted((ev.get("ranks") or {}).items()):
+        shares = ", ".join(f"{k.replace('_wait', '').replace('comm_exposed', 'exposed comm').replace('comm_sync', 'sync wait')}"
+                           f" {100 * v[k]:.0f}%" for k in ("dataloader_wait", "compute", "comm_exposed", "comm_sync_wait", "other")
+                           if isinstance(v.get(k), (int, float)) and v[k] >= 0.05)
+        parts.append(f"r{r}: {v.get('step_ms')} ms, {v.get('collectives_per_step')} coll/step; {shares}")
+    extra = [f"{k}={ev[k]}" for k in sorted(ev) if k != "ranks"]
+    return " / ".join(parts + extra)
 
 
 def _pct(x) -> str:
@@ -334,6 +367,13 @@ def render_markdown(rows: list[dict], totals: dict, meta: dict) -> str:
                    f"{_frac(r['verdict_right'], r['runs'])} | {', '.join(r['rules'])} ({r['expected_rule']}) | "
                    f"{_frac(r['rule_right'], r['runs'])} | {fixes} (`{r['expected_fix']}`) | "
                    f"{_frac(r['fix_right'], r['fix_scored'])} | {'yes' if r['repeatable'] else 'NO'} | {r['seconds']} |")
+    out += ["", "## Mechanism evidence", "",
+            "From the first repeat of each scenario and condition: per rank the mean step time, collectives per "
+            "step and the step-time shares of 5 % or more (dataloader wait, compute, exposed communication, "
+            "sync wait inside collectives, other).", "",
+            "| scenario | cond. | evidence |", "|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['name']} | {r['condition']} | {r.get('evidence', '')} |")
     out += ["", "## How runs are scored", "", __doc__.split("Scoring, per run (see docs/ACCURACY.md for the same text):")[1].strip(), ""]
     return "\n".join(out)
 
@@ -355,6 +395,22 @@ def estimate_seconds(expectations: list[Expectation], conditions: list[str], rep
     return per * repeat * len(conditions)
 
 
+def rerender(path: Path, out: str) -> int:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        exps = [Expectation(**e) for e in raw["expectations"]]
+        rows, totals = summarize(exps, raw["results"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"accuracy: cannot read {path}: {e}", file=sys.stderr)
+        return 2
+    text = render_markdown(rows, totals, raw.get("meta") or {})
+    if out == "-":
+        print(text)
+    else:
+        Path(out).write_text(text, encoding="utf-8")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeat", type=int, default=3)
@@ -367,7 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "docs" / "ACCURACY.md"), help="Markdown table to write ('-' for none)")
     p.add_argument("--json", help="also write the raw per-run results here")
     p.add_argument("--note", default="", help="a sentence on the conditions, printed under the header")
+    p.add_argument("--from-json", help="re-render the Markdown from a --json file of an earlier run (runs nothing)")
     args = p.parse_args(argv)
+    if args.from_json:
+        return rerender(Path(args.from_json), args.out)
     conditions = args.conditions or ["idle", "busy"]
     if args.repeat < 1:
         print("accuracy: --repeat must be at least 1", file=sys.stderr)
