@@ -679,10 +679,38 @@ class Agent:
             self.exit_code = 0
             self.event("stop", step=self.steps, reason="profiled window complete; ending training (use --keep-going to continue)")
             self._touch(".window_done")
+            self._wait_for_peers()
             t = threading.Timer(float(self.env.get("DDPDOCTOR_STOP_GRACE_S", "30")), self._force_exit)
             t.daemon = True
             t.start()
         raise SystemExit(0)
+
+    def _wait_for_peers(self) -> None:
+        """Stop together: a rank that ends first can take its peers down with it (Lightning's
+        launcher kills the ranks it started when rank 0 raises; a peer still exporting its trace
+        finds its collectives' partner gone).  Wait, bounded, until every rank of the world has
+        finished its window; peers at the same step are there within milliseconds."""
+        world = self.world_size
+        torch = self.torch or sys.modules.get("torch")
+        try:
+            if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+                world = max(world, torch.distributed.get_world_size())
+        except Exception:  # noqa: BLE001
+            pass
+        if world <= 1:
+            return
+        ranks_dir = os.path.join(self.bundle, "ranks")
+        deadline = time.time() + float(self.env.get("DDPDOCTOR_STOP_WAIT_S", "20"))
+        missing = list(range(world))
+        while time.time() < deadline:
+            # ranks recorded in this bundle (a per-node bundle under srun holds only its own)
+            missing = [r for r in range(world) if os.path.isdir(os.path.join(ranks_dir, f"rank{r}"))
+                       and not os.path.exists(os.path.join(ranks_dir, f"rank{r}", ".window_done"))]
+            if not missing:
+                return
+            time.sleep(0.05)
+        self.event("stop_wait", missing_ranks=missing,
+                   message="stopping while these ranks had not finished their window")
 
     def _force_exit(self):
         self.event("forced_exit", reason="training did not end within the grace period after the window")
