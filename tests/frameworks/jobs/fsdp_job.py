@@ -1,4 +1,4 @@
-"""FSDP job on CPU/gloo, launched with torchrun: FSDP1 (FullyShardedDataParallel with an auto
+"""FSDP job on CPU/gloo, launched with torchrun (`fsdp_job.py fsdp1|fsdp2|ddp [steps]`): FSDP1 (FullyShardedDataParallel with an auto
 wrap policy) or FSDP2 (fully_shard per block, then the root).  Injected cause: rank 1 gets
 sequences 4x longer than rank 0 (uneven work)."""
 
@@ -33,6 +33,8 @@ class TinyLM(torch.nn.Module):
 
 
 def wrap(model, kind):
+    if kind == "ddp":                                  # the same job under DDP, for comparison
+        return torch.nn.parallel.DistributedDataParallel(model)
     if kind == "fsdp1":
         from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
