@@ -66,9 +66,8 @@ _loader_settings, _optimizer_settings, _ddp_settings = (_settings._loader_settin
                                                         _settings._ddp_settings)
 _precision, _memory, _step_stats, _nccl_version = (_settings._precision, _settings._memory, _settings._step_stats,
                                                    _settings._nccl_version)
-_framework_from_stack, _framework_from_modules, _fsdp_settings = (_settings._framework_from_stack,
-                                                                  _settings._framework_from_modules,
-                                                                  _settings._fsdp_settings)
+_framework_from_stack, _framework_from_modules, _fsdp_settings, _accumulation = (
+    _settings._framework_from_stack, _settings._framework_from_modules, _settings._fsdp_settings, _settings._accumulation)
 
 
 def maybe_activate() -> None:
@@ -979,19 +978,6 @@ class Agent:
         if lite:
             d["settings_note"] = "written by the signal watcher while the main thread was blocked: values cached earlier"
         return d
-
-
-def _accumulation(micro: list, synced: list) -> dict | None:
-    """Median forward passes per optimizer step and how many of them synced gradients (the
-    first optimizer step is left out: its count includes whatever ran before training)."""
-    rows = list(zip(micro, synced))[1:] or list(zip(micro, synced))
-    rows = [r for r in rows if r[0] > 0]
-    if not rows:
-        return None
-    m = sorted(r[0] for r in rows)
-    sy = sorted(r[1] for r in rows)
-    return {"micro_batches_per_step": float(m[len(m) // 2]), "synced_micro_batches_per_step": float(sy[len(sy) // 2]),
-            "optimizer_steps_counted": len(rows)}
 
 
 # --------------------------------------------------------------------------------------

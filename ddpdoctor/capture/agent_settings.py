@@ -126,6 +126,19 @@ def _fsdp_settings(kind: str, module, kwargs: dict) -> dict:
     return d
 
 
+def _accumulation(micro: list, synced: list) -> dict | None:
+    """Median forward passes per optimizer step and how many of them synced gradients (the
+    first optimizer step is left out: its count includes whatever ran before training)."""
+    rows = list(zip(micro, synced))[1:] or list(zip(micro, synced))
+    rows = [r for r in rows if r[0] > 0]
+    if not rows:
+        return None
+    m = sorted(r[0] for r in rows)
+    sy = sorted(r[1] for r in rows)
+    return {"micro_batches_per_step": float(m[len(m) // 2]), "synced_micro_batches_per_step": float(sy[len(sy) // 2]),
+            "optimizer_steps_counted": len(rows)}
+
+
 def _optimizer_settings(opt) -> dict:
     defaults = getattr(opt, "defaults", {}) or {}
     info = {"type": type(opt).__name__, "module": type(opt).__module__,
