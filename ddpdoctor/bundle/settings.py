@@ -36,6 +36,13 @@ _RANK_FACTS: dict[str, tuple[str, ...]] = {
     "config.mixed_precision": ("precision", "mixed_precision"),
     "config.compiled": ("compiled",),
     "config.tf32": ("precision", "tf32"),
+    # frameworks branch: the loop's framework, gradient accumulation, data sharding, FSDP
+    "run.framework": ("framework",),
+    "train.micro_batches_per_step": ("train", "micro_batches_per_step"),
+    "train.synced_micro_batches_per_step": ("train", "synced_micro_batches_per_step"),
+    "data.sharded_by": ("dataloader", "sharded_by"),
+    **{f"config.fsdp.{k}": ("fsdp", k) for k in ("kind", "sharding_strategy", "auto_wrap_policy", "backward_prefetch",
+                                                "forward_prefetch", "reshard_after_forward", "wrapped_modules")},
 }
 
 
@@ -127,6 +134,8 @@ def load_bundle_facts(paths: list[str]) -> dict[str, object]:
             if v is _MISSING:
                 continue
             if name == "config.tf32" and v is None:
+                continue
+            if v is None and name.startswith(("run.framework", "train.", "data.", "config.fsdp.")):
                 continue
             if name.startswith("config.ddp.") and name != "config.ddp.used" and not (d.get("ddp") or {}).get("used"):
                 continue

@@ -68,6 +68,8 @@ _loader_settings, _optimizer_settings, _ddp_settings = (_settings._loader_settin
                                                         _settings._ddp_settings)
 _precision, _memory, _step_stats, _nccl_version = (_settings._precision, _settings._memory, _settings._step_stats,
                                                    _settings._nccl_version)
+_framework_from_stack, _framework_from_modules, _fsdp_settings, _accumulation = (
+    _settings._framework_from_stack, _settings._framework_from_modules, _settings._fsdp_settings, _settings._accumulation)
 
 
 def maybe_activate() -> None:
@@ -142,7 +144,7 @@ class Agent:
     def __init__(self, env):
         self.env = env
         self.bundle = env["DDPDOCTOR_BUNDLE"]
-        self.rank = _first_int(env, _LAUNCHER_RANK_VARS, 0)
+        self.rank = _process.resolve_rank(env)
         self.local_rank = _first_int(env, _LOCAL_RANK_VARS, 0)
         self.world_size = _first_int(env, _WORLD_VARS, 1)
         self.warmup = max(0, _env_int(env, "DDPDOCTOR_WARMUP", 5))
@@ -158,6 +160,15 @@ class Agent:
         self.first_optimizer = None
         self.optimizer_info = None
         self.forward_calls = 0
+        # forward passes with no optimizer step before steps are counted at forward calls
+        self.forward_fallback = max(2, _env_int(env, "DDPDOCTOR_FORWARD_FALLBACK", 64))
+        self.micro_batches = 0            # DDP/FSDP forward passes since the last optimizer step
+        self.synced_micro_batches = 0     # ... of which with gradient sync on (not under no_sync)
+        self.micro_per_step = []          # per optimizer step: forward passes
+        self.synced_per_step = []
+        self.framework_seen = None        # from the call stack at the first optimizer step
+        self.fsdp_info = None
+        self.fsdp_root = None
         self.prof = None
         self.recorded = 0                 # active steps recorded in the trace
         self.window_done = False
@@ -212,6 +223,7 @@ class Agent:
     # ---------------------------------------------------------------- install
     def install(self) -> None:
         os.environ["DDPDOCTOR_ACTIVE_PID"] = str(self.pid)
+        os.environ["DDPDOCTOR_ACTIVE_RANK"] = str(self.rank)
         os.makedirs(self.dir, exist_ok=True)
         if self.env.get("DDPDOCTOR_NCCL_FILE_OWNED") == "1":
             os.environ["NCCL_DEBUG_FILE"] = os.path.join(self.dir, "nccl.log")
@@ -242,6 +254,8 @@ class Agent:
             "torch.amp.autocast_mode": self._on_autocast_module,
             "torch.amp.grad_scaler": self._on_scaler_module,
             "torch.profiler.profiler": self._on_profiler_module,
+            "torch.distributed.fsdp.fully_sharded_data_parallel": self._on_fsdp1_module,
+            "torch.distributed.fsdp": self._on_fsdp2_module,
         }))
         # modules imported before us (unusual): patch now
         for name, cb in (("torch", self._on_torch), ("torch.optim.optimizer", self._on_optimizer_module),
@@ -250,7 +264,9 @@ class Agent:
                          ("torch.utils.data.distributed", self._on_sampler_module),
                          ("torch.amp.autocast_mode", self._on_autocast_module),
                          ("torch.amp.grad_scaler", self._on_scaler_module),
-                         ("torch.profiler.profiler", self._on_profiler_module)):
+                         ("torch.profiler.profiler", self._on_profiler_module),
+                         ("torch.distributed.fsdp.fully_sharded_data_parallel", self._on_fsdp1_module),
+                         ("torch.distributed.fsdp", self._on_fsdp2_module)):
             if name in sys.modules:
                 cb(sys.modules[name])
         threading.Thread(target=self._watchdog, name="ddpdoctor-watchdog", daemon=True).start()
@@ -429,6 +445,61 @@ class Agent:
         __init__.__wrapped__, forward.__wrapped__ = orig_init, orig_forward
         cls.__init__, cls.forward = __init__, forward
 
+    def _on_fsdp1_module(self, mod):
+        cls = mod.FullyShardedDataParallel
+        orig_init, orig_forward = cls.__init__, cls.forward
+        agent = self
+
+        def __init__(fsdp_self, module, *args, **kwargs):
+            orig_init(fsdp_self, module, *args, **kwargs)
+            agent._on_fsdp_created("fsdp1", fsdp_self, kwargs)
+
+        def forward(fsdp_self, *args, **kwargs):
+            agent._on_fsdp_forward(fsdp_self)
+            return orig_forward(fsdp_self, *args, **kwargs)
+
+        __init__.__wrapped__, forward.__wrapped__ = orig_init, orig_forward
+        cls.__init__, cls.forward = __init__, forward
+
+    def _on_fsdp2_module(self, mod):
+        orig = getattr(mod, "fully_shard", None)
+        if orig is None or getattr(orig, "_ddpdoctor", False):
+            return
+        agent = self
+
+        def fully_shard(module, *args, **kwargs):
+            out = orig(module, *args, **kwargs)
+            agent._on_fsdp_created("fsdp2", module, kwargs)
+            return out
+
+        for attr in ("__doc__", "__name__", "__qualname__", "__module__"):
+            try:
+                setattr(fully_shard, attr, getattr(orig, attr))
+            except (AttributeError, TypeError):
+                pass
+        fully_shard.__wrapped__, fully_shard._ddpdoctor = orig, True
+        mod.fully_shard = fully_shard
+
+    @_safe
+    def _on_fsdp_created(self, kind, module, kwargs):
+        """The last FSDP wrap is the outermost (wrapping goes bottom-up): its settings are the
+        job's; the count says how many modules were wrapped."""
+        wraps = (self.fsdp_info or {}).get("wrapped_modules", 0) + 1
+        self.fsdp_info = dict(_fsdp_settings(kind, module, kwargs), wrapped_modules=wraps)
+        if wraps == 1:
+            self.event("fsdp", kind=kind, step=self.steps)
+
+    @_safe
+    def _on_fsdp_forward(self, fsdp):
+        """FSDP1: the root's forward is one micro-batch (nested FSDP units forward inside it)."""
+        if self.fsdp_root is None:
+            self.fsdp_root = weakref.ref(fsdp)
+        if self.fsdp_root() is not fsdp:
+            return
+        self.micro_batches += 1
+        if getattr(fsdp, "_sync_gradients", True):
+            self.synced_micro_batches += 1
+
     def _on_dataloader_module(self, mod):
         base = mod._BaseDataLoaderIter
         orig_init, orig_next = base.__init__, base.__next__
@@ -542,13 +613,24 @@ class Agent:
 
     @_safe
     def _on_ddp_forward(self, ddp):
+        """A forward pass of the DDP (or FSDP1) model: one micro-batch.  Steps are optimizer
+        steps whenever an optimizer steps at all; forward calls count steps only when many
+        forward passes came and no optimizer ever stepped (a custom update, an engine
+        that steps outside torch.optim), so accumulation never makes forward calls the unit."""
         if self.ddp_ref is None:
             self.ddp_ref = weakref.ref(ddp)
         self.forward_calls += 1
+        self.micro_batches += 1
+        if getattr(ddp, "require_backward_grad_sync", True) and getattr(ddp, "_sync_gradients", True):
+            self.synced_micro_batches += 1
         if self.step_source == "optimizer":
             return
-        if self.forward_calls > 1 and self.first_optimizer is None:
+        if self.step_source is None and self.first_optimizer is None and self.forward_calls > self.forward_fallback:
             self.step_source = "ddp_forward"
+            self.event("step_source", source="ddp_forward", forward_calls=self.forward_calls,
+                       message=f"no optimizer step in {self.forward_fallback} forward passes: steps are counted "
+                               "at DDP forward calls")
+        if self.step_source == "ddp_forward":
             self._boundary()
 
     def _optimizer_post_hook(self, optimizer, args, kwargs):
@@ -556,10 +638,15 @@ class Agent:
             if self.first_optimizer is None:
                 self.first_optimizer = weakref.ref(optimizer)
                 self.optimizer_info = _optimizer_settings(optimizer)
+                self.framework_seen = _framework_from_stack(sys._getframe(1)) or self.framework_seen
                 if self.step_source is None:
                     self.step_source = "optimizer"
             if self.step_source != "optimizer" or self.first_optimizer() is not optimizer:
                 return
+            self.micro_per_step.append(self.micro_batches)
+            self.synced_per_step.append(self.synced_micro_batches)
+            del self.micro_per_step[:-200], self.synced_per_step[:-200]
+            self.micro_batches = self.synced_micro_batches = 0
         except Exception as exc:  # noqa: BLE001
             self.internal_error("optimizer hook", exc)
             return
@@ -608,10 +695,38 @@ class Agent:
             self.exit_code = 0
             self.event("stop", step=self.steps, reason="profiled window complete; ending training (use --keep-going to continue)")
             self._touch(".window_done")
+            self._wait_for_peers()
             t = threading.Timer(float(self.env.get("DDPDOCTOR_STOP_GRACE_S", "30")), self._force_exit)
             t.daemon = True
             t.start()
         raise SystemExit(0)
+
+    def _wait_for_peers(self) -> None:
+        """Stop together: a rank that ends first can take its peers down with it (Lightning's
+        launcher kills the ranks it started when rank 0 raises; a peer still exporting its trace
+        finds its collectives' partner gone).  Wait, bounded, until every rank of the world has
+        finished its window; peers at the same step are there within milliseconds."""
+        world = self.world_size
+        torch = self.torch or sys.modules.get("torch")
+        try:
+            if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+                world = max(world, torch.distributed.get_world_size())
+        except Exception:  # noqa: BLE001
+            pass
+        if world <= 1:
+            return
+        ranks_dir = os.path.join(self.bundle, "ranks")
+        deadline = time.time() + float(self.env.get("DDPDOCTOR_STOP_WAIT_S", "20"))
+        missing = list(range(world))
+        while time.time() < deadline:
+            # ranks recorded in this bundle (a per-node bundle under srun holds only its own)
+            missing = [r for r in range(world) if os.path.isdir(os.path.join(ranks_dir, f"rank{r}"))
+                       and not os.path.exists(os.path.join(ranks_dir, f"rank{r}", ".window_done"))]
+            if not missing:
+                return
+            time.sleep(0.05)
+        self.event("stop_wait", missing_ranks=missing,
+                   message="stopping while these ranks had not finished their window")
 
     def _force_exit(self):
         self.event("forced_exit", reason="training did not end within the grace period after the window")
@@ -666,13 +781,25 @@ class Agent:
         try:
             prof.stop()
         finally:
+            t1 = time.time()
             path = os.path.join(self.dir, self.trace_name)
-            tmp = path + ".tmp.gz"
-            prof.export_chrome_trace(tmp)
+            raw, tmp = path + ".tmp.json", path + ".tmp.gz"
+            # plain JSON first, then gzip at level 1: torch's own .gz export compresses at level 9,
+            # which took most of the export time (e.g. 5.1 s of a 0.9 MB trace's export)
+            prof.export_chrome_trace(raw)
+            t2 = time.time()
+            import gzip
+            import shutil
+
+            with open(raw, "rb") as fin, gzip.open(tmp, "wb", compresslevel=1) as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+            os.remove(raw)
             os.replace(tmp, path)
             self.trace_written = self.trace_name
+            t3 = time.time()
             self.event("trace", file=self.trace_name, steps=self.recorded, complete=complete,
-                       export_s=round(time.time() - t0, 3))
+                       export_s=round(t3 - t0, 3), stop_s=round(t1 - t0, 3), save_s=round(t2 - t1, 3),
+                       compress_s=round(t3 - t2, 3))
 
     # ---------------------------------------------------------------- exceptions and exit
     def _record_exception(self, exc_type, exc, tb, thread=None):
@@ -840,6 +967,9 @@ class Agent:
         elif not lite and self.first_optimizer is not None and self.first_optimizer() is not None:
             params = [p for g in self.first_optimizer().param_groups for p in g["params"]]
         d["compiled"] = self.compiled
+        d["framework"] = self.framework_seen or _framework_from_modules(sys.modules, ddp)
+        d["train"] = _accumulation(self.micro_per_step, self.synced_per_step)
+        d["fsdp"] = self.fsdp_info
         d["ddp"] = getattr(self, "_ddp_cache", None) or {"used": self.ddp_ref is not None}
         dist = {}
         if torch is not None:
@@ -849,6 +979,9 @@ class Agent:
                 if tdist.is_available() and tdist.is_initialized():
                     dist = {"backend": str(tdist.get_backend()), "world_size": tdist.get_world_size(),
                             "rank": tdist.get_rank()}
+                    # a rank started before its launcher set WORLD_SIZE (Lightning's rank 0) learns it here
+                    if dist["world_size"] > d["world_size"]:
+                        d["world_size"] = self.world_size = dist["world_size"]
             except Exception:  # noqa: BLE001
                 pass
         d["distributed"] = dist or None

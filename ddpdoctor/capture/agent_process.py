@@ -56,10 +56,19 @@ def started_by_launcher(ppid: int, launcher_pid: str | None, hops: int = 4) -> b
         if str(pid) == launcher_pid:
             return True
         parent, comm = _proc_parent(pid)
-        if parent is None or comm not in _SHELLS:
+        if parent is None or (comm not in _SHELLS and not _is_launcher_pid(pid)):
             return False
         pid = parent
     return False
+
+
+def _is_launcher_pid(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return False
+    return bool(argv) and is_launcher_process(argv)
 
 
 def is_helper_process(argv: list[str]) -> bool:
@@ -70,16 +79,40 @@ def is_helper_process(argv: list[str]) -> bool:
             or "multiprocessing.resource_tracker" in joined or "compile_worker" in joined)
 
 
+def started_as_peer_rank(env) -> bool:
+    """A rank started by another rank (Lightning's subprocess launcher re-runs the script with
+    LOCAL_RANK=1..N-1 from rank 0): it carries a rank different from the one that started it."""
+    parent = env.get("DDPDOCTOR_ACTIVE_RANK")
+    mine = env_int(env, "RANK", env_int(env, "LOCAL_RANK"))
+    return parent is not None and mine is not None and str(mine) != parent
+
+
+def resolve_rank(env) -> int:
+    """The global rank: the launcher's variable, else NODE_RANK x local ranks per node +
+    LOCAL_RANK (Lightning's own launcher sets only these)."""
+    r = first_int(env, _LAUNCHER_RANK_VARS, None)
+    if r is not None:
+        return r
+    local = first_int(env, _LOCAL_RANK_VARS, 0)
+    node = env_int(env, "NODE_RANK", env_int(env, "GROUP_RANK", 0)) or 0
+    per_node = env_int(env, "LOCAL_WORLD_SIZE")
+    if per_node is None and node:
+        world, nnodes = env_int(env, "WORLD_SIZE"), env_int(env, "NUM_NODES", env_int(env, "NNODES"))
+        per_node = world // nnodes if world and nnodes else None
+    return node * (per_node or 0) + local
+
+
 def should_activate(env, argv: list[str], ppid: int) -> bool:
     if not env.get("DDPDOCTOR_BUNDLE"):
         return False
-    if env.get("DDPDOCTOR_ACTIVE_PID"):          # a descendant of an active rank (workers, helpers, subprocesses)
-        return False
     if is_launcher_process(argv) or is_helper_process(argv):
         return False
+    if env.get("DDPDOCTOR_ACTIVE_PID"):          # a descendant of an active rank (workers, helpers, subprocesses)
+        return started_as_peer_rank(env)
     if any(k in env for k in _LAUNCHER_RANK_VARS + _LOCAL_RANK_VARS):
         return True
-    # a single-process run: the top Python process of the user's command
+    # a single-process run: the top Python process of the user's command, or the one process
+    # a launcher started (`accelerate launch --cpu train.py` runs the script as its child)
     return started_by_launcher(ppid, env.get("DDPDOCTOR_LAUNCHER_PID"))
 
 

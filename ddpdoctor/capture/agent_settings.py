@@ -17,7 +17,9 @@ def _loader_settings(loader) -> dict:
     if batch_sampler is not None and hasattr(batch_sampler, "drop_last"):
         drop_last = batch_sampler.drop_last
     nw = loader.num_workers
+    sharded_by = _sharded_by(loader, sampler, batch_sampler)
     return {
+        "sharded_by": sharded_by,
         "num_workers": nw, "pin_memory": bool(loader.pin_memory), "batch_size": bs,
         "persistent_workers": bool(loader.persistent_workers),
         "prefetch_factor": loader.prefetch_factor if nw > 0 else None,
@@ -27,6 +29,114 @@ def _loader_settings(loader) -> dict:
         "multiprocessing_context": str(getattr(loader, "multiprocessing_context", None) or "") or None,
         "iterable_dataset": any(c.__name__ == "IterableDataset" for c in type(loader.dataset).__mro__),
     }
+
+
+# class names (anywhere in a loader's sampler / batch sampler / dataset chain) that give each
+# rank its own part of the data, as recorded in data.sharded_by
+_SHARDING_CLASSES = ("DistributedSampler", "DistributedSamplerWrapper", "BatchSamplerShard", "IterableDatasetShard",
+                     "SkipBatchSampler", "DistributedBatchSampler", "ElasticDistributedSampler")
+
+
+def _sharded_by(loader, sampler, batch_sampler) -> str | None:
+    """What gives this rank its own part of the data: a distributed sampler (torch's, Lightning's
+    wrapper), Accelerate's BatchSamplerShard / IterableDatasetShard, or a Hugging Face dataset
+    split with split_dataset_by_node.  None when nothing recognisable does."""
+    seen = []
+    queue = [sampler, batch_sampler, getattr(loader, "dataset", None)]
+    while queue and len(seen) < 12:
+        obj = queue.pop(0)
+        if obj is None or any(obj is o for o in seen):
+            continue
+        seen.append(obj)
+        name = type(obj).__name__
+        if name in _SHARDING_CLASSES or (name.startswith("Distributed") and "Sampler" in name):
+            return name
+        for attr in ("sampler", "batch_sampler", "dataset", "base_sampler", "_sampler"):
+            inner = getattr(obj, attr, None) if not isinstance(obj, (list, tuple, dict)) else None
+            if inner is not None and not isinstance(inner, (int, float, str, bool)):
+                queue.append(inner)
+    ds = getattr(loader, "dataset", None)
+    info = getattr(ds, "_distributed", None)          # datasets.distributed.split_dataset_by_node
+    if info is not None and getattr(info, "world_size", 1) and getattr(info, "world_size", 1) > 1:
+        return "split_dataset_by_node"
+    return None
+
+
+# where the first optimizer step is called from names the framework driving the loop
+_FRAMEWORK_FILES = (("/transformers/trainer", "hf_trainer"), ("/lightning/pytorch/", "lightning"),
+                    ("/pytorch_lightning/", "lightning"), ("/lightning/fabric/", "lightning"),
+                    ("/accelerate/", "accelerate"))
+
+
+def _framework_from_stack(frame) -> str | None:
+    found = None
+    depth = 0
+    while frame is not None and depth < 80:
+        name = frame.f_code.co_filename.replace("\\", "/")
+        for part, fw in _FRAMEWORK_FILES:
+            if part in name:
+                if fw != "accelerate":
+                    return fw               # HF Trainer and Lightning call through accelerate: they win
+                found = found or fw
+        frame = frame.f_back
+        depth += 1
+    return found
+
+
+def _framework_from_modules(modules, model=None) -> str:
+    """Fallback when no optimizer step was seen: the framework modules the program imported
+    and the class of the wrapped model."""
+    mod = type(model).__module__ if model is not None else ""
+    if "transformers.trainer" in modules:
+        return "hf_trainer"
+    if mod.startswith(("lightning", "pytorch_lightning")) or "lightning.pytorch.trainer.trainer" in modules \
+            or "pytorch_lightning.trainer.trainer" in modules:
+        return "lightning"
+    if "accelerate.accelerator" in modules:
+        return "accelerate"
+    return "pytorch"
+
+
+def _fsdp_settings(kind: str, module, kwargs: dict) -> dict:
+    """FSDP settings as passed: FSDP1 (FullyShardedDataParallel) or FSDP2 (fully_shard)."""
+    def plain(v):
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        name = getattr(v, "name", None)                  # enums: ShardingStrategy.FULL_SHARD -> FULL_SHARD
+        if isinstance(name, str) and type(v).__module__.startswith("torch"):
+            return name
+        fn = getattr(v, "func", v)                       # functools.partial(transformer_auto_wrap_policy, ...)
+        return getattr(fn, "__qualname__", None) or type(v).__name__
+    d = {"kind": kind, "module": type(module).__name__}
+    if kind == "fsdp1":
+        for k in ("sharding_strategy", "auto_wrap_policy", "backward_prefetch", "forward_prefetch",
+                  "limit_all_gathers", "use_orig_params", "cpu_offload", "mixed_precision", "sync_module_states"):
+            v = kwargs.get(k, getattr(module, k, None) if k != "auto_wrap_policy" else None)
+            d[k] = plain(v)
+        strat = getattr(module, "sharding_strategy", None)
+        if strat is not None:
+            d["sharding_strategy"] = plain(strat)
+    else:
+        for k in ("reshard_after_forward", "mp_policy", "offload_policy"):
+            if k in kwargs:
+                d[k] = plain(kwargs[k])
+        d.setdefault("reshard_after_forward", True)
+        mesh = kwargs.get("mesh")
+        d["mesh"] = str(getattr(mesh, "shape", None) or getattr(mesh, "mesh", None)) if mesh is not None else None
+    return d
+
+
+def _accumulation(micro: list, synced: list) -> dict | None:
+    """Median forward passes per optimizer step and how many of them synced gradients (the
+    first optimizer step is left out: its count includes whatever ran before training)."""
+    rows = list(zip(micro, synced))[1:] or list(zip(micro, synced))
+    rows = [r for r in rows if r[0] > 0]
+    if not rows:
+        return None
+    m = sorted(r[0] for r in rows)
+    sy = sorted(r[1] for r in rows)
+    return {"micro_batches_per_step": float(m[len(m) // 2]), "synced_micro_batches_per_step": float(sy[len(sy) // 2]),
+            "optimizer_steps_counted": len(rows)}
 
 
 def _optimizer_settings(opt) -> dict:

@@ -62,6 +62,8 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, command):
     if any((s or {}).get("user_profiler") for s in settings):
         click.echo("ddpdoctor: the script runs its own torch.profiler, so ddpdoctor did not record (two profilers "
                    "cannot run at once); analyze the script's traces with `ddpdoctor analyze TRACE_DIR`", err=True)
+    for note in m.get("notes") or []:
+        click.echo(f"ddpdoctor: {note}", err=True)
     click.echo(f"ddpdoctor: bundle {result.out} — status {result.status}, exit code {result.exit_code}, "
                f"traces from {len(ranks)} of {m.get('world_size') or '?'} rank(s)", err=True)
     sys.exit(result.exit_code)

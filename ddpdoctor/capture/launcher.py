@@ -319,6 +319,7 @@ def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interru
     })
     if torch_versions:
         manifest["torch_version"] = torch_versions[0] if len(torch_versions) == 1 else torch_versions
+    manifest["notes"] = bundle_notes(manifest.get("argv") or [], rank_dirs, traces, world, settings)
     # host facts the ranks know better than the launcher
     local = [s for s in settings.values() if s.get("hostname") == host.get("hostname")] or list(settings.values())
     if local:
@@ -339,6 +340,58 @@ def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interru
         host["torch_version"] = torch_versions[0]
     manifest["nnodes"] = host.get("nnodes") or _int(host.get("nnodes_arg"))
     return manifest
+
+
+_PROCESS_COUNT_FLAGS = ("--num_processes", "--num-processes", "--nproc_per_node", "--nproc-per-node", "-np", "-n",
+                        "--ntasks", "--num_gpus", "--num-gpus")
+
+
+def requested_processes(argv: list[str]) -> int | None:
+    """How many processes the launcher on the command line was asked to start on this node
+    (accelerate --num_processes, torchrun --nproc_per_node, mpirun -np, srun -n, deepspeed --num_gpus)."""
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        flag, _, val = a.partition("=")
+        if flag in _PROCESS_COUNT_FLAGS:
+            if not val and i + 1 < len(argv):
+                val = argv[i + 1]
+            try:
+                return int(val)
+            except ValueError:
+                return None
+    return None
+
+
+def bundle_notes(argv: list[str], rank_dirs: list[int], traces: list[int], world: int | None,
+                 settings: dict) -> list[str]:
+    """Why the bundle holds fewer ranks or traces than the command suggests, in words."""
+    notes = []
+    asked = requested_processes(argv)
+    if not rank_dirs:
+        notes.append("no process of the command was recognised as a training rank: ranks are Python processes "
+                     "started by a launcher (torchrun, accelerate launch, deepspeed, srun, mpirun, Lightning) "
+                     "or the command's own Python process; see launcher.log")
+    elif asked and world is not None and world < asked:
+        what = ("`accelerate launch --cpu` runs the script as one process whatever --num_processes says; "
+                "`accelerate launch --multi_gpu --num_processes N` starts N ranks (gloo on CPU)"
+                if "accelerate" in " ".join(argv[:2]) and "--cpu" in argv else "see launcher.log")
+        notes.append(f"the command asked for {asked} processes but {world} rank(s) ran: {what}")
+    untraced = [r for r in rank_dirs if r not in traces]
+    for r in untraced:
+        s = settings.get(r) or {}
+        steps = s.get("steps_completed")
+        warm = (s.get("window") or {}).get("warmup")
+        if s.get("user_profiler"):
+            why = "the script runs its own torch.profiler"
+        elif not steps:
+            why = "no training step was seen (no torch.optim optimizer step and no DDP forward)"
+        elif warm is not None and steps <= warm:
+            why = f"training ended after {steps} optimizer step(s), before the window (--warmup {warm})"
+        else:
+            why = f"exit: {(s.get('exit') or {}).get('reason') or 'not recorded'}"
+        notes.append(f"rank {r} recorded no trace: {why}")
+    return notes
 
 
 def _int(v):

@@ -250,8 +250,18 @@ def _extras(gpu: GpuOps, kernels: np.ndarray, coll: Collectives, ws, we) -> dict
 
 
 def _host_collectives(sp: Spans) -> Spans:
+    from ..trace.classify import library_kinds_from_api
+
     keep = [i for i, n in enumerate(sp.names) if n.startswith(HOST_COLLECTIVE_PREFIXES)]
-    return Spans(sp.start[keep], sp.end[keep], [sp.names[i] for i in keep])
+    names = [sp.names[i] for i in keep]
+    # gloo:all_reduce issued by c10d::_reduce_scatter_base_ is a reduce-scatter (see classify)
+    api = sorted((sp.start[i], n) for i, n in enumerate(sp.names) if n.startswith("c10d::"))
+    order = sorted(range(len(keep)), key=lambda j: sp.start[keep[j]])
+    kinds = library_kinds_from_api([n for _, n in api], names)
+    if kinds is not None:
+        for j, kind in zip(order, kinds):
+            names[j] = f"{names[j].split(':', 1)[0]}:{kind}"
+    return Spans(sp.start[keep], sp.end[keep], names)
 
 
 def _collectives(gpu: GpuOps, comm_k: np.ndarray, host_coll: Spans, ws, we, source: str) -> Collectives:

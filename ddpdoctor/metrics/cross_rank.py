@@ -4,7 +4,12 @@
   on each rank includes waiting for late peers: the time before the last peer arrived,
   capped by the rank's excess over the shortest duration across ranks, is synchronization
   wait; the rest is transfer.
-* Arrival at the first collective of each step names late ranks (stragglers).
+* Lateness per step is judged over all of the step's matched collectives, each weighted by the
+  wait it causes (how long the first rank to arrive waits for the last), so a tiny all-gather
+  at the start of an FSDP step cannot name the wrong rank; a step whose collectives cause no
+  wait falls back on the first collective.  Late ranks are stragglers.
+* A rank's sync wait in a step is the union of its wait intervals (collectives that run at
+  once on different threads are not counted twice), and never more than its time in collectives.
 * Step-time spread and an imbalance score (1 − mean/max of per-rank busy time, where
   busy = step time − sync wait) summarize how uneven the ranks are.
 """
@@ -41,6 +46,7 @@ class CrossRank:
     arrival_by_step: dict[str, dict[int, float]] = field(default_factory=dict)
     stragglers: list[Straggler] = field(default_factory=list)
     imbalance_score: float | None = None
+    input_shapes_by_rank: dict[int, str] = field(default_factory=dict)   # rank -> its most frequent forward input shapes
     per_rank: dict[int, dict[str, float | None]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -60,15 +66,29 @@ def analyze_cross_rank(summaries: list[RankSummary]) -> CrossRank:
     hosts = {s.host for s in summaries if s.host}
     if len(hosts) > 1:
         out.notes.append(f"ranks span {len(hosts)} hosts: arrival times assume their clocks agree")
-    _match_collectives(summaries, out)
-    _arrivals(summaries, out)
+    groups = _match_collectives(summaries, out)
+    _arrivals(summaries, groups, out)
+    _shapes_by_rank(summaries, out)
     _spread_and_imbalance(summaries, out)
     _per_rank_means(summaries, out)
     return out
 
 
-def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> None:
-    groups: dict[tuple, list[tuple[RankSummary, int, float, float]]] = defaultdict(list)
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+Group = list[tuple[RankSummary, int, float, float]]     # (rank summary, step index, start, duration)
+
+
+def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tuple, Group]:
+    groups: dict[tuple, Group] = defaultdict(list)
     for s in summaries:
         c = s.collectives
         seen: dict[tuple, int] = defaultdict(int)
@@ -77,8 +97,8 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> None:
             base = (step_key(s, int(c.step[j])), c.kind[j])
             groups[base + (seen[base],)].append((s, int(c.step[j]), float(c.start[j]), float(dur[j])))
             seen[base] += 1
-    wait = {s.rank: np.zeros(len(s.steps)) for s in summaries}
-    transfer = {s.rank: np.zeros(len(s.steps)) for s in summaries}
+    waits: dict[tuple[int, int], list] = defaultdict(list)      # (rank, step) -> wait intervals
+    spans: dict[tuple[int, int], list] = defaultdict(list)      # (rank, step) -> collective intervals
     for members in groups.values():
         if len(members) < 2:
             out.unmatched_collectives += 1
@@ -90,39 +110,56 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> None:
             # waiting = time in the collective before the last peer arrived, and never more than
             # this rank's excess over the quickest rank (a rank slowed by its own CPU is not waiting)
             w = min(d - shortest, max(0.0, last_arrival - t))
-            wait[s.rank][i] += w
-            transfer[s.rank][i] += d - w
+            waits[(s.rank, i)].append((t, t + w))
+            spans[(s.rank, i)].append((t, t + d))
     if out.unmatched_collectives:
         out.notes.append(f"{out.unmatched_collectives} collective(s) seen on one rank only were not matched")
     for s in summaries:
         if len(s.collectives) == 0:
             continue
-        s.values["comm_sync_wait"] = [float(v) for v in wait[s.rank]]
-        s.values["comm_transfer"] = [float(v) for v in transfer[s.rank]]
+        wait = [_union_length(waits.get((s.rank, i), [])) for i in range(len(s.steps))]
+        busy = [_union_length(spans.get((s.rank, i), [])) for i in range(len(s.steps))]
+        s.values["comm_sync_wait"] = [float(w) for w in wait]
+        s.values["comm_transfer"] = [float(max(0.0, b - w)) for b, w in zip(busy, wait)]
+    return {k: v for k, v in groups.items() if len(v) >= 2}
 
 
-def _arrivals(summaries: list[RankSummary], out: CrossRank) -> None:
-    first: dict[str, dict[int, float]] = defaultdict(dict)
-    step_times: list[float] = []
-    for s in summaries:
-        c = s.collectives
-        for j in range(len(c)):
-            key = step_key(s, int(c.step[j]))
-            if s.rank not in first[key]:           # collectives are in time order
-                first[key][s.rank] = float(c.start[j])
-        step_times.extend(s.values["step_time"])
+def _arrivals(summaries: list[RankSummary], groups: dict[tuple, Group], out: CrossRank) -> None:
+    by_step: dict[str, list[Group]] = defaultdict(list)
+    for key, members in groups.items():
+        by_step[key[0]].append(members)
+    step_times = [t for s in summaries for t in s.values["step_time"]]
     late: dict[int, list[float]] = defaultdict(list)
     last_count: dict[int, int] = defaultdict(int)
     steps = 0
-    for key, arrivals in first.items():
-        if len(arrivals) < 2:
+    for key, colls in by_step.items():
+        colls.sort(key=lambda g: min(t for _, _, t, _ in g))
+        rel_sum: dict[int, float] = defaultdict(float)
+        weight_sum: dict[int, float] = defaultdict(float)
+        for members in colls:
+            arrivals = {s.rank: t for s, _, t, _ in members}
+            # the wait this collective causes: the first rank in waits until the last one comes
+            weight = max(arrivals.values()) - min(arrivals.values())
+            for r, t in arrivals.items():
+                rel_sum[r] += weight * (t - median(t2 for r2, t2 in arrivals.items() if r2 != r))
+                weight_sum[r] += weight
+        first = {s.rank: t for s, _, t, _ in colls[0]}
+        ranks = sorted(weight_sum)
+        if len(ranks) < 2:
             continue
         steps += 1
-        rel = {r: t - median(t2 for r2, t2 in arrivals.items() if r2 != r) for r, t in sorted(arrivals.items())}
+        rel = {}
+        for r in ranks:
+            if weight_sum[r] > 0:
+                rel[r] = rel_sum[r] / weight_sum[r]
+            elif r in first and len(first) > 1:
+                rel[r] = first[r] - median(t for r2, t in first.items() if r2 != r)
+        if not rel:
+            continue
         out.arrival_by_step[key] = rel
         for r, v in rel.items():
             late[r].append(v)
-        last_count[max(arrivals, key=arrivals.get)] += 1
+        last_count[max(rel, key=rel.get)] += 1
     if not steps:
         return
     out.arrival_late_us = {r: float(median(v)) for r, v in sorted(late.items())}
@@ -135,6 +172,14 @@ def _arrivals(summaries: list[RankSummary], out: CrossRank) -> None:
                 and lateness >= params["min_share_of_latest"] * latest):
             out.stragglers.append(Straggler(r, lateness, share, last_count.get(r, 0), steps))
     out.stragglers.sort(key=lambda x: -x.late_us)
+
+
+def _shapes_by_rank(summaries: list[RankSummary], out: CrossRank) -> None:
+    """Which rank's forward received which input shapes (its most frequent ones)."""
+    for s in summaries:
+        shapes = [x for x in (s.input_shapes or []) if x]
+        if shapes:
+            out.input_shapes_by_rank[s.rank] = max(set(shapes), key=lambda x: (shapes.count(x), x))
 
 
 def _spread_and_imbalance(summaries: list[RankSummary], out: CrossRank) -> None:

@@ -118,7 +118,7 @@ def _ranks_section(d: dict) -> str:
     if c.get("imbalance_score") is not None:
         items.append(f"Imbalance score: {c['imbalance_score']:.2f} (0 = balanced)")
     for s in view.stragglers(d)[:10]:
-        items.append(f"Straggler: rank {s['rank']} reaches the first collective {s['late_us'] / 1000:.2f} ms after the "
+        items.append(f"Straggler: rank {s['rank']} reaches the step's collectives {s['late_us'] / 1000:.2f} ms after the "
                      f"median of the others ({view.pct(s.get('late_share'))} of a step; last in {s.get('steps_late')} "
                      f"of {s.get('steps')} steps)")
     items += list(c.get("notes") or [])

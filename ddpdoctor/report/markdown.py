@@ -145,7 +145,7 @@ def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[
                                  f"max {view.ms(sp['max'])}")
             strag = view.stragglers(d)
             for s in strag[:n]:
-                lines.append(f"- **Straggler: rank {md(s['rank'])}** reaches the first collective "
+                lines.append(f"- **Straggler: rank {md(s['rank'])}** reaches the step's collectives "
                              f"{s['late_us'] / 1000:.2f} ms after the median of the others "
                              f"({view.pct(s.get('late_share'))} of a step; last in {s.get('steps_late')} of "
                              f"{s.get('steps')} steps)")

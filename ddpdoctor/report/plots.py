@@ -4,7 +4,7 @@ state; matplotlib is imported only here, and only when a plot is made).
 * ``breakdown``: per-rank stacked bars of the mean step-time partition; with many ranks
   the fastest / median / slowest / stragglers, beside a box plot of every rank per category.
 * ``timeline``: one representative step (each rank's median-duration step) per shown rank.
-* ``skew``: late arrival at the first collective and compute time per rank (stragglers red).
+* ``skew``: late arrival (weighted by the wait it causes) and compute time per rank (stragglers red).
 * ``failure``: log events per rank over time (OOM, timeouts, exceptions, exits, …).
 """
 
@@ -111,7 +111,7 @@ def skew(d: dict) -> bytes | None:
     strag = {str(s["rank"]) for s in view.stragglers(d)}
     fig, axes = _fig(9, 3.4, 2)
     for ax, vals, title in (
-            (axes[0], [(late.get(r) or 0.0) / 1000 for r in ids], "Late arrival at the first collective"),
+            (axes[0], [(late.get(r) or 0.0) / 1000 for r in ids], "Late arrival (wait-weighted)"),
             (axes[1], [((a["ranks"][r].get("mean_us") or {}).get("compute") or 0.0) / 1000 for r in ids],
              "Compute per rank")):
         x = [int(r) for r in ids]

@@ -84,15 +84,18 @@ def render(a: Analysis, console: Console | None = None, costs: list | None = Non
                   f"{cr.matched_collectives} collectives matched")
     if any(v > 0 for v in cr.arrival_late_us.values()):
         late = sorted(((r, v) for r, v in cr.arrival_late_us.items() if v > 0), key=lambda kv: -kv[1])[:5]
-        con.print("Late arrival at the first collective (vs the median of the other ranks): "
+        con.print("Late arrival at the step's collectives, weighted by the wait each causes (vs the median of the "
+                  "other ranks): "
                   + ", ".join(f"rank {r} {v / 1000:+.2f} ms" for r, v in late))
     if cr.stragglers:
         for st in cr.stragglers[:5]:
-            con.print(f"[bold red]Straggler:[/bold red] rank {st.rank} reaches the first collective "
+            con.print(f"[bold red]Straggler:[/bold red] rank {st.rank} reaches the step's collectives "
                       f"{st.late_us / 1000:.2f} ms after the median of the other ranks ({_pct(st.late_share)} of a step; "
                       f"last to arrive in {st.steps_late} of {st.steps} step(s))")
     elif cr.arrival_late_us:
         con.print("No straggler: no rank arrives late beyond the thresholds in rules/metrics.toml")
+    if len(set(cr.input_shapes_by_rank.values())) > 1:
+        con.print("Input shapes by rank: " + "; ".join(f"rank {r} {x}" for r, x in sorted(cr.input_shapes_by_rank.items())))
     for n in sorted({n for s in a.summaries for n in s.notes} | set(cr.notes)):
         con.print(f"[dim]note: {n}[/dim]")
     if a.hta:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .expr import ExprError, Missing, Vec, _speedup
+from .frameworks import phrase, phrased_change
 from .model import Rule
 
 
@@ -26,6 +27,7 @@ class FixOut:
     not_recorded: list[str] = field(default_factory=list)   # values the fix needed but the run did not record
     knob: str | None = None        # the setting the fix changes (see model.Fix)
     value: str | None = None       # its new value, rendered
+    framework: str | None = None   # set when `change` is phrased in that framework's settings (frameworks.py)
 
 
 @dataclass
@@ -157,8 +159,13 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         title, m1 = fx.title.render(look)
         change, m2 = fx.change.render(look)
         value, m3 = fx.value.render(look) if fx.value is not None else (None, set())
-        fixes.append(FixOut(title.strip(), change.strip("\n"), fx.kind, sorted(assumed | m1 | m2 | m3),
-                            knob=fx.knob, value=value.strip() if value is not None else None))
+        value = value.strip() if value is not None else None
+        change = change.strip("\n")
+        in_framework = phrase(look("run.framework"), fx.knob, value)
+        if in_framework is not None:
+            change = phrased_change(in_framework, change)
+        fixes.append(FixOut(title.strip(), change, fx.kind, sorted(assumed | m1 | m2 | m3),
+                            knob=fx.knob, value=value, framework=in_framework.framework if in_framework else None))
     evidence = {k: _plain(v) for k, v in look.values.items() if not isinstance(v, Missing)}
     return Finding(
         rule=rule.id, name=rule.name, category=rule.category, severity=rule.severity, title=rule.title,

@@ -101,6 +101,10 @@ def _input_facts(analysis, facts: dict) -> None:
     facts["cross.input_shapes"] = "constant" if len(distinct) == 1 else "varying"
     facts["cross.input_shape_count"] = len(distinct)
     facts["cross.input_shape_examples"] = [x if len(x) <= 80 else x[:77] + "..." for x in distinct[:3]]
+    by_rank = getattr(analysis.cross, "input_shapes_by_rank", {})      # frameworks branch: who holds which shapes
+    if len(set(by_rank.values())) > 1:
+        facts["cross.input_shapes_by_rank"] = "; ".join(f"rank {r}: {x if len(x) <= 80 else x[:77] + '...'}"
+                                                        for r, x in sorted(by_rank.items()))
 
 
 def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:

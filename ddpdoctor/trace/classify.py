@@ -65,6 +65,22 @@ def host_collective_kind(name: str) -> str | None:
     return _canonical(m.group("op")) or ""
 
 
+def library_kinds_from_api(api_names: list[str], library_names: list[str]) -> list[str] | None:
+    """Kinds for a backend's own collective events (``gloo:all_reduce``), taken from the
+    ``c10d::`` calls that issued them, when the two sequences pair up one to one.  Gloo runs
+    ``reduce_scatter_tensor`` (FSDP's gradient reduction) as an all-reduce and records it as
+    ``gloo:all_reduce``; the API call (``c10d::_reduce_scatter_base_``) says what it is.  Both
+    lists are in time order; the backend runs a group's collectives in the order they were
+    issued.  None when the counts differ (some collectives were issued from C++, e.g. by the
+    DDP reducer, and the pairing would be a guess)."""
+    if not api_names or len(api_names) != len(library_names):
+        return None
+    kinds = [host_collective_kind(n) or "" for n in api_names]
+    if not all(kinds):
+        return None
+    return kinds
+
+
 def _canonical(text: str) -> str | None:
     low = text.lower()
     for word, kind in _KIND_WORDS:
