@@ -199,13 +199,17 @@ class FakeLoader:
 
 
 def test_sharded_by():
-    assert ev.sharded_by(FakeLoader(sampler=LightningSampler())) == "DistributedSampler"
-    assert ev.sharded_by(FakeLoader(batch_sampler=BatchSamplerShard())) == "BatchSamplerShard"
+    # one detector for the whole agent (agent_settings), which records dataloader.sharded_by
+    def sharded_by(loader):
+        from ddpdoctor.capture import agent_settings
+        return agent_settings._sharded_by(loader, loader.sampler, loader.batch_sampler)
+    assert sharded_by(FakeLoader(sampler=LightningSampler())) == "DistributedSampler"
+    assert sharded_by(FakeLoader(batch_sampler=BatchSamplerShard())) == "BatchSamplerShard"
     hf = type("IterableDataset", (), {"__module__": "datasets.iterable_dataset", "_distributed": object()})()
-    assert ev.sharded_by(FakeLoader(dataset=hf)) == "split_dataset_by_node"
-    assert ev.sharded_by(FakeLoader(sampler=type("DistributedBucketSampler", (), {})())) == "DistributedBucketSampler"
+    assert sharded_by(FakeLoader(dataset=hf)) == "split_dataset_by_node"
+    assert sharded_by(FakeLoader(sampler=type("DistributedBucketSampler", (), {})())) == "DistributedBucketSampler"
     plain = type("IterableDataset", (), {"__module__": "datasets.iterable_dataset", "_distributed": None})()
-    assert ev.sharded_by(FakeLoader(sampler=object(), dataset=plain)) is None
+    assert sharded_by(FakeLoader(sampler=object(), dataset=plain)) is None
 
 
 # ------------------------------------------------------------------ facts from settings.json built in code

@@ -237,39 +237,6 @@ def _class_names(obj) -> list[str]:
         return []
 
 
-_SHARDERS = ("DistributedSampler", "BatchSamplerShard", "IterableDatasetShard", "DataLoaderDispatcher")
-
-
-def sharded_by(loader) -> str | None:
-    """What makes each rank read its own part of the data, when something recognisable does:
-    torch's DistributedSampler (also Lightning's injected one and its subclasses), Accelerate's
-    BatchSamplerShard / IterableDatasetShard / DataLoaderDispatcher, datasets'
-    split_dataset_by_node on an iterable dataset, or a sampler/dataset class named for it."""
-    sampler = getattr(loader, "sampler", None)
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    dataset = getattr(loader, "dataset", None)
-    inner = getattr(batch_sampler, "batch_sampler", None) if batch_sampler is not None else None
-    parts = [loader, batch_sampler, inner, getattr(batch_sampler, "sampler", None), sampler, dataset,
-             getattr(dataset, "dataset", None)]
-    for part in parts:
-        if part is None:
-            continue
-        names = _class_names(part)
-        for known in _SHARDERS:
-            if known in names:
-                return known
-    for part in (dataset, getattr(dataset, "dataset", None)):
-        if part is not None and getattr(part, "_distributed", None) and "datasets" in type(part).__module__:
-            return "split_dataset_by_node"
-    for part in parts[1:]:
-        if part is None:
-            continue
-        name = type(part).__name__
-        if "Distributed" in name or "Shard" in name:
-            return name
-    return None
-
-
 # ------------------------------------------------------------------ the rank's evidence
 
 class Evidence:
@@ -294,8 +261,7 @@ class Evidence:
 
     # ---- hooks
     def loader_created(self, info: dict, loader) -> None:
-        info.setdefault("batch_fingerprints", [])
-        info["sharded_by"] = sharded_by(loader)
+        info.setdefault("batch_fingerprints", [])      # sharded_by: agent_settings records it
 
     def loader_entered(self) -> None:
         self.phase = "loader"

@@ -31,17 +31,18 @@ def _loader_settings(loader) -> dict:
     }
 
 
-# class names (anywhere in a loader's sampler / batch sampler / dataset chain) that give each
-# rank its own part of the data, as recorded in data.sharded_by
+# class names (anywhere in a loader's sampler / batch sampler / dataset chain, or among their base
+# classes) that give each rank its own part of the data, as recorded in data.sharded_by
 _SHARDING_CLASSES = ("DistributedSampler", "DistributedSamplerWrapper", "BatchSamplerShard", "IterableDatasetShard",
-                     "SkipBatchSampler", "DistributedBatchSampler", "ElasticDistributedSampler")
+                     "SkipBatchSampler", "DistributedBatchSampler", "ElasticDistributedSampler", "DataLoaderDispatcher")
 
 
 def _sharded_by(loader, sampler, batch_sampler) -> str | None:
     """What gives this rank its own part of the data: a distributed sampler (torch's, Lightning's
-    wrapper), Accelerate's BatchSamplerShard / IterableDatasetShard, or a Hugging Face dataset
-    split with split_dataset_by_node.  None when nothing recognisable does."""
-    seen = []
+    wrapper, any subclass), Accelerate's BatchSamplerShard / IterableDatasetShard /
+    DataLoaderDispatcher, a Hugging Face dataset split with split_dataset_by_node, or a sampler
+    class named for it (…Distributed…, …Shard…).  None when nothing recognisable does."""
+    seen, named = [], None
     queue = [sampler, batch_sampler, getattr(loader, "dataset", None)]
     while queue and len(seen) < 12:
         obj = queue.pop(0)
@@ -51,15 +52,20 @@ def _sharded_by(loader, sampler, batch_sampler) -> str | None:
         name = type(obj).__name__
         if name in _SHARDING_CLASSES or (name.startswith("Distributed") and "Sampler" in name):
             return name
+        base = next((c.__name__ for c in type(obj).__mro__[1:] if c.__name__ in _SHARDING_CLASSES), None)
+        if base:
+            return base
+        if named is None and ("Distributed" in name or "Shard" in name):
+            named = name
         for attr in ("sampler", "batch_sampler", "dataset", "base_sampler", "_sampler"):
             inner = getattr(obj, attr, None) if not isinstance(obj, (list, tuple, dict)) else None
             if inner is not None and not isinstance(inner, (int, float, str, bool)):
                 queue.append(inner)
-    ds = getattr(loader, "dataset", None)
-    info = getattr(ds, "_distributed", None)          # datasets.distributed.split_dataset_by_node
-    if info is not None and getattr(info, "world_size", 1) and getattr(info, "world_size", 1) > 1:
-        return "split_dataset_by_node"
-    return None
+    for ds in (getattr(loader, "dataset", None), getattr(getattr(loader, "dataset", None), "dataset", None)):
+        info = getattr(ds, "_distributed", None)      # datasets.distributed.split_dataset_by_node
+        if info is not None and getattr(info, "world_size", 2) > 1:
+            return "split_dataset_by_node"
+    return named
 
 
 # where the first optimizer step is called from names the framework driving the loop

@@ -70,7 +70,8 @@ def test_every_framework_knob_is_in_the_contract_vocabulary():
 
 
 def test_cf001_is_quiet_when_something_else_shards_the_data():
-    base = {"run.world_size": 2, "config.dataloader.sampler": "SequentialSampler"}
+    # fires only on evidence that the ranks read the same samples (issue 10)
+    base = {"run.world_size": 2, "config.dataloader.sampler": "SequentialSampler", "data.same_first_batches": True}
     assert evaluate(_rule("CF001"), base).status == "fire"
     assert evaluate(_rule("CF001"), dict(base, **{"data.sharded_by": "BatchSamplerShard"})).status == "quiet"
 
