@@ -341,3 +341,12 @@ def test_load_bundle_facts_reads_the_evidence(tmp_path):
     assert f["python.extra_work.rank"] == 0 and f["python.extra_work.where"] == "ckpt (train.py:1)"
     assert f["data.same_first_batches"] is True and "data.sharded_by" not in f
     assert f["host.contention.cpus_per_rank"] == 1.0
+
+
+def test_longer_forward_on_one_rank_is_not_extra_work():
+    # uneven inputs make rank 1's Encoder.forward longer: that is uneven work, not one-rank extra work
+    ranks = {0: settings(0, stacks=stacks({"Encoder.forward": 10})),
+             1: settings(1, stacks=stacks({"Encoder.forward": 60}))}
+    assert "python.extra_work.rank" not in python_facts(ranks, PARAMS)
+    ranks[1] = settings(1, stacks=stacks({"Encoder.forward": 10, "write_checkpoint": 50}))
+    assert python_facts(ranks, PARAMS)["python.extra_work.rank"] == 1

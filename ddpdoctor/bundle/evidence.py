@@ -140,6 +140,13 @@ def _stacks(d: dict) -> dict:
     return st if isinstance(st, dict) else {}
 
 
+def _model_pass(func) -> bool:
+    """A user function that is a module's forward (or a backward): every rank runs it; more time
+    there on one rank means more work per step on that rank, which the compute fixes address."""
+    name = str(func or "").rsplit(".", 1)[-1]
+    return name in ("forward", "backward", "_call_impl", "__call__")
+
+
 def extra_work(sampled: dict[int, dict], params: dict) -> dict | None:
     """The rank that spends materially more time in one user function (waits for peers
     excluded) than the median of the other ranks, or None.  Materially: the excess reaches
@@ -158,6 +165,8 @@ def extra_work(sampled: dict[int, dict], params: dict) -> dict | None:
         ms_per_sample = _num(sampled[r].get("ms_per_sample")) or 0.0
         steps = _num(sampled[r].get("steps")) or 1.0
         for key, f in mine.items():
+            if _model_pass(key[0]):
+                continue            # the model's own forward/backward: uneven work (IM001/IM002), not extra work
             ms = _num(f.get("ms_per_step")) or 0.0
             others = median(_num(places[o].get(key, {}).get("ms_per_step")) or 0.0 for o in places if o != r)
             excess = ms - others
