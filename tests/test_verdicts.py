@@ -181,3 +181,40 @@ def test_synthetic_matrix_entry(entry, tmp_path):
     assert (v.bottleneck, v.rule) == (entry["expected_verdict"], entry["expected_rule"]), v.summary
     top = fired(r)[v.rule]
     assert top.fixes and entry["expected_first_fix_contains"] in top.fixes[0].title + top.fixes[0].change
+
+
+def _contended_straggler_facts(**over):
+    import numpy as np
+    from ddpdoctor.rules_engine.expr import Vec
+    ranks = np.array([0, 1])
+    facts = {
+        "trace.present": True, "run.device": "cpu", "run.ranks": [0, 1], "run.ranks_analyzed": 2,
+        "run.world_size": 2, "run.steps": 5,
+        "rank.share.compute": Vec(np.array([0.84, 0.59]), ranks),
+        "rank.share.dataloader_wait": Vec(np.array([0.01, 0.01]), ranks),
+        "straggler.count": 1, "straggler.ranks": [0], "straggler.rank": 0, "straggler.late_us": 20000.0,
+        "straggler.late_share": 0.2, "straggler.steps_late": 5, "straggler.steps": 5,
+        "straggler.extra_column": "compute", "straggler.extra_us": 19000.0, "cross.imbalance_score": 0.15,
+        "cross.input_shapes": "constant",
+        "host.contention.other_busy_share": 0.0, "host.contention.cpus_per_rank": 1.0,
+        "host.contention.threads_per_cpu": 1.0,
+    }
+    facts.update(over)
+    return facts
+
+
+def test_a_late_rank_with_nothing_of_its_own_on_a_contended_host_is_noise():
+    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+    rules = build_ruleset()
+    d = decide_facts(_contended_straggler_facts(), rules)
+    assert d.verdict.rule == "CP001", d.verdict.summary
+    im = next(c for c in d.costs if c.rule == "IM001")
+    assert not im.eligible and "machine noise" in im.why_not
+    # the same lateness with a cause of its own still decides: extra work, uneven inputs, no contention
+    for over in ({"python.extra_work.rank": 0, "python.extra_work.where": "torch.save (train.py:3)",
+                  "python.extra_work.ms_per_step": 19.0, "python.extra_work.share": 0.19},
+                 {"cross.input_shapes": "varying"},
+                 {"straggler.extra_column": "dataloader_wait"},
+                 {"host.contention.cpus_per_rank": 8.0}):
+        d = decide_facts(_contended_straggler_facts(**over), rules)
+        assert d.verdict.rule == "IM001", (over, d.verdict.summary)

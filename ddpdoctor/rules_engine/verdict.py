@@ -118,8 +118,23 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None) -> list[Cos
         if contended and alternating:
             c.eligible = False
             c.why_not = "the ranks take turns being late on a contended host: machine noise, not the workload"
+        elif contended and f.rule == "IM001" and _unexplained_straggler(facts or {}, t):
+            c.eligible = False
+            c.why_not = ("the late rank computes the same inputs longer on a contended host and nothing it does "
+                         "differs (no uneven inputs, no extra work seen): machine noise, not the workload")
         out.append(c)
     return out
+
+
+def _unexplained_straggler(facts: dict, t: dict) -> bool:
+    """The straggler's extra time has no cause of its own: it lies where lost CPU cycles show,
+    the inputs are not uneven, and the Python sampler saw no extra work on that rank."""
+    cols = t["noise_columns_gpu"] if facts.get("run.device") == "gpu" else t["noise_columns_cpu"]
+    if facts.get("straggler.extra_column") not in cols:
+        return False
+    if facts.get("cross.input_shapes") == "varying":
+        return False
+    return facts.get("python.extra_work.rank") != facts.get("straggler.rank")
 
 
 def _step_cv(facts: dict) -> float | None:
