@@ -22,6 +22,18 @@ CASES = log_corpus.load_cases()
 
 # case folder -> what the engine lacks (measured against the failures branch code, see docs/LOG_ACCURACY.md)
 KNOWN_MISSES: dict[str, str] = {
+    "exit__futurexiang-diffusion-4-local-rank-arg":
+        "FL013 names the usage error but knows nothing of the launcher: on PyTorch >= 2 torch.distributed.launch "
+        "passes --local-rank; no fix says to use torchrun and read LOCAL_RANK from os.environ",
+    "exit__tecogan-31-local-rank-arg":
+        "FL013 names the usage error but knows nothing of the launcher: on PyTorch >= 2 torch.distributed.launch "
+        "passes --local-rank; no fix says to use torchrun and read LOCAL_RANK from os.environ",
+    "exit__violet-17-local-rank-arg":
+        "FL013 names the usage error but knows nothing of the launcher: on PyTorch >= 2 torch.distributed.launch "
+        "passes --local-rank; no fix says to use torchrun and read LOCAL_RANK from os.environ",
+    "exit__xmem-18-local-rank-arg":
+        "FL013 names the usage error but knows nothing of the launcher: on PyTorch >= 2 torch.distributed.launch "
+        "passes --local-rank; no fix says to use torchrun and read LOCAL_RANK from os.environ",
     "ib__nccl-tests-227-ibext-plugin":
         "NET005 fires, but the engine knows nothing of external IB plugins: no fix names NCCL_IBEXT_DISABLE",
     "interface__aws-do-eks-50-gloo-loopback-fallback":
