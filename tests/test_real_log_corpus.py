@@ -22,18 +22,6 @@ CASES = log_corpus.load_cases()
 
 # case folder -> what the engine lacks (measured against the failures branch code, see docs/LOG_ACCURACY.md)
 KNOWN_MISSES: dict[str, str] = {
-    "exit__futurexiang-diffusion-4-local-rank-arg":
-        "FL013 names the usage error but knows nothing of the launcher: on PyTorch >= 2 torch.distributed.launch "
-        "passes --local-rank; no fix says to use torchrun and read LOCAL_RANK from os.environ",
-    "exit__tecogan-31-local-rank-arg":
-        "FL013 names the usage error but knows nothing of the launcher: on PyTorch >= 2 torch.distributed.launch "
-        "passes --local-rank; no fix says to use torchrun and read LOCAL_RANK from os.environ",
-    "exit__violet-17-local-rank-arg":
-        "FL013 names the usage error but knows nothing of the launcher: on PyTorch >= 2 torch.distributed.launch "
-        "passes --local-rank; no fix says to use torchrun and read LOCAL_RANK from os.environ",
-    "exit__xmem-18-local-rank-arg":
-        "FL013 names the usage error but knows nothing of the launcher: on PyTorch >= 2 torch.distributed.launch "
-        "passes --local-rank; no fix says to use torchrun and read LOCAL_RANK from os.environ",
     "ib__nccl-tests-227-ibext-plugin":
         "NET005 fires, but the engine knows nothing of external IB plugins: no fix names NCCL_IBEXT_DISABLE",
     "interface__aws-do-eks-50-gloo-loopback-fallback":
@@ -58,14 +46,6 @@ KNOWN_MISSES: dict[str, str] = {
     "timeout__nanotron-204-grouping-texts":
         "nanotron's '[defaultN]:' prefix is not read as the rank: FL005 names rank 2 (which timed out) instead of "
         "rank 0, whose 'Grouping texts' progress shows it busy",
-    "unused_parameters__conditional-lane-detection-29":
-        "no rule for DDP's 'Expected to have finished reduction' error: FL010 fires but no fix names find_unused_parameters",
-    "unused_parameters__medsegdiff-27":
-        "no rule for DDP's 'Expected to have finished reduction' error: FL010 fires but no fix names find_unused_parameters",
-    "unused_parameters__mmdet3d-488-two-stage":
-        "no rule for DDP's 'Expected to have finished reduction' error: FL010 fires but no fix names find_unused_parameters",
-    "unused_parameters__sood-33":
-        "no rule for DDP's 'Expected to have finished reduction' error: FL010 fires but no fix names find_unused_parameters",
     "unused_parameters__yolox-885-convnext-features":
         "the same message without a 'RuntimeError:' prefix gives no finding at all",
 }
