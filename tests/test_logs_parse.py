@@ -439,3 +439,16 @@ def test_log_analysis_does_not_import_torch(tmp_path):
     res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
                          env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert res.returncode == 0, res.stderr
+
+
+def test_a_killed_dataloader_worker_is_a_kill_not_a_python_error(tmp_path):
+    # torch.utils.data's report: the rank's RuntimeError is the symptom of a worker SIGKILLed (host OOM)
+    (tmp_path / "rank0.log").write_text(
+        "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+        "RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed.\n")
+    a = analyze_logs([str(tmp_path)])
+    kinds = [e.kind for e in a.events]
+    assert "killed" in kinds and "exception" not in kinds
+    k = next(e for e in a.events if e.kind == "killed")
+    assert k.data["signal"] == "SIGKILL" and k.data["source"] == "dataloader_worker" and k.data["host_oom"]
+    assert a.facts["failure.root_cause.kind"] == "killed"

@@ -34,9 +34,6 @@ KNOWN_MISSES: dict[str, str] = {
         "the old one-line 'NCCL error in: ProcessGroupNCCL.cpp:272, unhanled system error' gives no finding at all",
     "oom_killer__acumen-4-spawn-sigkill":
         "FL008 is right, but the rank in torch.multiprocessing's 'process 0 terminated with signal SIGKILL' is not read",
-    "oom_killer__dcpdn-12-dataloader-worker-killed":
-        "'DataLoader worker (pid N) is killed by signal: Killed' is read as a Python error (FL010), not as the "
-        "kernel killing a worker for host memory; no num_workers fix",
     "rendezvous__llamafactory-3715-wrong-master-addr":
         "c10d's '[W socket.cpp] The client socket has failed to connect to [...]:29500 (errno: 110 ...)' "
         "warning is not recognised: no finding",

@@ -222,6 +222,14 @@ class FileParser:
         if stream in self.tb_open and not in_summary and msg[:1].isspace():
             return                                   # a frame or source line of a traceback
         exc = None if nccl else P.EXC_LINE.match(msg)
+        worker = P.DL_WORKER_KILLED.search(msg) if exc else None
+        if worker:
+            # the rank's error is a symptom: a DataLoader worker of this rank was killed
+            self.tb_open.discard(stream)
+            what = worker.group("what").strip()
+            sig = "SIGKILL" if what.lower() == "killed" else ("SIG" + what.split()[0].upper() if what else "SIGKILL")
+            self._event("killed", msg, no, ctx, signal=sig, source="dataloader_worker", host_oom=sig == "SIGKILL")
+            return
         if exc and (stream in self.tb_open or in_summary or "." in exc.group("type") or exc.group("msg")):
             self.tb_open.discard(stream)
             etype, emsg = exc.group("type"), (exc.group("msg") or "").strip()

@@ -54,6 +54,8 @@ SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (
                     r"(?:^|\s)Killed(?:\s+\S*python\S*.*)?$|exit(?:ed with)? (?:code|status) (?P<code>137|139)\b|"
                     r"(?P<oomkill>oom_kill event|OOM Killed|Out of memory: Killed? process|oom-kill:|"
                     r"invoked oom-killer)", I)
+# torch.utils.data's own report that a worker process died (usually the kernel OOM killer: SIGKILL)
+DL_WORKER_KILLED = re.compile(r"DataLoader worker \(pid\(?s?\)?\s*[\d, ]+\) is killed by signal: (?P<what>[\w ]+)", I)
 CRASH = re.compile(r"Segmentation fault|SIGSEGV|Fatal Python error|core dumped|SIGABRT|terminate called after throwing", I)
 
 TR_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
