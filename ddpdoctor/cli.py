@@ -33,6 +33,14 @@ class _Group(click.Group):
         except BrokenPipeError:            # `ddpdoctor analyze … | head`: the reader left, not an error
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
+        except RecursionError:
+            _fail("input nested too deeply to decode", 2)
+        except OverflowError as exc:
+            _fail(f"input holds a number too large to use ({exc})", 2)
+        except UnicodeDecodeError as exc:
+            _fail(f"input is not valid UTF-8 text (byte {exc.start})", 2)
+        except MemoryError:
+            _fail("out of memory reading the input (see README: input size limits)", 2)
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
             if os.environ.get("DDPDOCTOR_DEBUG"):
                 traceback.print_exc()
