@@ -13,6 +13,9 @@ from .errors import InputError
 
 
 def _fail(message: str, code: int) -> None:
+    if os.environ.get("DDPDOCTOR_DEBUG") and sys.exc_info()[0] is not None:
+        traceback.print_exc()
+    message = " ".join(str(message).split("\n"))         # always one line
     click.echo(f"ddpdoctor: error: {message}", err=True)
     sys.exit(code)
 
@@ -42,8 +45,6 @@ class _Group(click.Group):
         except MemoryError:
             _fail("out of memory reading the input (see README: input size limits)", 2)
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
-            if os.environ.get("DDPDOCTOR_DEBUG"):
-                traceback.print_exc()
             _fail(f"internal error: {type(exc).__name__}: {exc} (set DDPDOCTOR_DEBUG=1 for details)", 1)
 
 

@@ -52,7 +52,7 @@ _ARGV_LIST_PAIR = re.compile(r"(['\"])(--?[A-Za-z][\w\-]*)\1(\s*,\s*)(['\"])([^'
 _TERMINAL = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]?|\x9b[0-?]*[ -/]*[@-~]"
                        r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # scheme://user:password@host  -> scheme://user:<redacted>@host
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):([^@\s/]+)@")
+_URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):([^@\s/]+)@")
 # key=value / key:value pairs inside a longer string (query strings, connection strings)
 _INLINE_PAIR = re.compile(r"(?i)\b([A-Za-z0-9_\-]*(?:token|key|secret|password|passwd|pwd|auth|signature|sig|"
                           r"credential|session|cookie)[A-Za-z0-9_\-]*)(=|[\"']?\s*[:=]\s*[\"']?)(?!(?i:bearer|basic|token|digest)\s)([^&;\s,\"'\]\)}<]+)")

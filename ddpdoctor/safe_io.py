@@ -9,6 +9,7 @@ warnings and go on with the other files.
 Limits (bytes) can be raised with environment variables:
 
     DDPDOCTOR_MAX_TRACE_BYTES   a trace after gunzip (default 4 GiB)
+    DDPDOCTOR_MAX_GZIP_RATIO    decompressed / compressed size allowed past 256 MiB (default 200)
     DDPDOCTOR_MAX_LOG_BYTES     bytes read from one log (default 256 MiB; the rest is skipped, and said)
     DDPDOCTOR_MAX_MEMBER_BYTES  one member of a ticket archive or bundle read back (default 512 MiB)
 """
@@ -27,6 +28,7 @@ from .errors import InputError
 DEFAULT_MAX_TRACE_BYTES = 4 << 30
 DEFAULT_MAX_LOG_BYTES = 256 << 20
 DEFAULT_MAX_MEMBER_BYTES = 512 << 20
+DEFAULT_MAX_GZIP_RATIO = 200
 MAX_WORLD_SIZE = 1 << 20          # larger world sizes are not believed (no per-rank allocation)
 MAX_LOG_LINE_CHARS = 64 * 1024    # longer lines are cut
 
@@ -115,17 +117,35 @@ def read_head(path: Path | str, n: int) -> bytes:
 def read_capped(path: Path | str, cap: int, what: str = "file", env: str = "DDPDOCTOR_MAX_TRACE_BYTES") -> bytes:
     """The whole file, or an InputError naming the file and the limit when it is larger."""
     with open_regular(path) as fh:
-        try:
-            data = fh.read(cap + 1)
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        data = read_stream_capped(fh, cap, path)
     if len(data) > cap:
         raise InputError(f"{path}: {what} larger than the limit of {cap} bytes (raise it with {env})")
     return data
 
 
+def read_stream_capped(fh, cap: int, path: Path | str = "input") -> bytes:
+    """At most ``cap + 1`` bytes of a binary stream, read in chunks (``read(n)`` would
+    allocate ``n`` bytes up front)."""
+    parts, total = [], 0
+    try:
+        while total <= cap:
+            chunk = fh.read(min(16 << 20, cap + 1 - total))
+            if not chunk:
+                break
+            parts.append(chunk)
+            total += len(chunk)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return b"".join(parts)
+
+
 def gunzip_capped(raw: bytes, path: Path | str, cap: int, env: str = "DDPDOCTOR_MAX_TRACE_BYTES") -> bytes:
-    """Streamed gzip decompression (concatenated members too) that stops at ``cap`` bytes."""
+    """Streamed gzip decompression (concatenated members too) that stops at ``cap`` bytes, or
+    earlier at DDPDOCTOR_MAX_GZIP_RATIO times the compressed size (past 256 MiB): profiler JSON
+    compresses about 10-30x, a bomb of zeros about 1000x."""
+    ratio = limit("DDPDOCTOR_MAX_GZIP_RATIO", DEFAULT_MAX_GZIP_RATIO)
+    if ratio * len(raw) < cap:
+        cap, env = max(256 << 20, ratio * len(raw)), f"{env} or DDPDOCTOR_MAX_GZIP_RATIO={ratio}"
     out = bytearray()
     data = raw
     try:

@@ -111,7 +111,7 @@ def _from_archive(p: Path) -> dict:
                 raise InputError(f"{p}:{names[0].name}: member larger than the limit of {cap} bytes "
                                  f"(raise it with DDPDOCTOR_MAX_MEMBER_BYTES)")
             fh = tf.extractfile(names[0])
-            raw = fh.read(cap + 1)
+            raw = safe_io.read_stream_capped(fh, cap, p)
             return _check(safe_io.load_json(raw, f"{p}:{names[0].name}"), f"{p}:{names[0].name}")
     except (tarfile.TarError, OSError, EOFError, ValueError, zlib.error) as exc:
         raise InputError(f"{p}: not a readable bundle archive ({exc})") from None
