@@ -7,7 +7,6 @@ end with and the planted secrets that must not appear in any output."""
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import socket
