@@ -13,6 +13,9 @@ from .errors import InputError
 
 
 def _fail(message: str, code: int) -> None:
+    if os.environ.get("DDPDOCTOR_DEBUG") and sys.exc_info()[0] is not None:
+        traceback.print_exc()
+    message = " ".join(str(message).split("\n"))         # always one line
     click.echo(f"ddpdoctor: error: {message}", err=True)
     sys.exit(code)
 
@@ -33,9 +36,15 @@ class _Group(click.Group):
         except BrokenPipeError:            # `ddpdoctor analyze … | head`: the reader left, not an error
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
+        except RecursionError:
+            _fail("input nested too deeply to decode", 2)
+        except OverflowError as exc:
+            _fail(f"input holds a number too large to use ({exc})", 2)
+        except UnicodeDecodeError as exc:
+            _fail(f"input is not valid UTF-8 text (byte {exc.start})", 2)
+        except MemoryError:
+            _fail("out of memory reading the input (see README: input size limits)", 2)
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
-            if os.environ.get("DDPDOCTOR_DEBUG"):
-                traceback.print_exc()
             _fail(f"internal error: {type(exc).__name__}: {exc} (set DDPDOCTOR_DEBUG=1 for details)", 1)
 
 

@@ -34,13 +34,28 @@ _VALUE_PATTERNS = [
     re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),              # Slack
     re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"),                      # Google API keys
     re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}"),   # JWT
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    # a whole PEM private-key block (body too); an unterminated one to the end of the text
+    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+               re.S),
+    re.compile(r"\bxapp-[A-Za-z0-9\-]{10,}"),                     # Slack app tokens
+    re.compile(r"\bnpm_[A-Za-z0-9]{30,}"),
 ]
+# `Authorization: Bearer X`, `Bearer X`, `Authorization: Basic X`, `X-Api-Key: X` (header value redacted)
+_AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|x-auth-token|private-token)"
+                          r"([\"']?\s*[:=]\s*[\"']?)(?:(bearer|basic|token|digest)\s+)?([^\s\"',;]+)")
+_BEARER = re.compile(r"(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/\-]{8,}=*)")
+# `wandb login <40 hex>` and a 40-hex key right after a W&B name
+_WANDB = re.compile(r"(?i)(\bwandb\s+login\s+(?:--?[\w\-]+(?:=\S+)?\s+)*)([0-9a-f]{40})\b")
+# a printed Python list of argv: ['--api-key', 'abc'] / ("--password", "x")
+_ARGV_LIST_PAIR = re.compile(r"(['\"])(--?[A-Za-z][\w\-]*)\1(\s*,\s*)(['\"])([^'\"\n]*)\4")
+# ESC-introduced terminal sequences (CSI, OSC, single-character) and other C0 controls but \t \n \r
+_TERMINAL = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]?|\x9b[0-?]*[ -/]*[@-~]"
+                       r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # scheme://user:password@host  -> scheme://user:<redacted>@host
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):([^@\s/]+)@")
+_URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):([^@\s/]+)@")
 # key=value / key:value pairs inside a longer string (query strings, connection strings)
 _INLINE_PAIR = re.compile(r"(?i)\b([A-Za-z0-9_\-]*(?:token|key|secret|password|passwd|pwd|auth|signature|sig|"
-                          r"credential|session|cookie)[A-Za-z0-9_\-]*)=([^&;\s,]+)")
+                          r"credential|session|cookie)[A-Za-z0-9_\-]*)(=|[\"']?\s*[:=]\s*[\"']?)(?!(?i:bearer|basic|token|digest)\s)([^&;\s,\"'\]\)}<]+)")
 _HIGH_ENTROPY_TOKEN = re.compile(r"[A-Za-z0-9+/_\-]{32,}={0,2}")
 _SAFE_PATHLIKE = re.compile(r"^[\w.\-/~:+@=,]*$")
 
@@ -70,6 +85,10 @@ def looks_like_secret(value: str) -> bool:
     if any(p.search(value) for p in _VALUE_PATTERNS):
         return True
     for tok in _HIGH_ENTROPY_TOKEN.findall(value):
+        if len(tok) == 40 and re.fullmatch(r"[A-Za-z0-9/+]{40}", tok) and not tok.startswith("/") \
+                and sum((any(c.islower() for c in tok), any(c.isupper() for c in tok),
+                         any(c.isdigit() for c in tok))) == 3 and _entropy(tok) >= 4.0:
+            return True                                # an AWS secret access key (may hold '/')
         if "/" in tok and tok.count("/") >= 2:        # a path, not a token
             continue
         classes = sum((any(c.islower() for c in tok), any(c.isupper() for c in tok), any(c.isdigit() for c in tok)))
@@ -80,15 +99,95 @@ def looks_like_secret(value: str) -> bool:
     return False
 
 
-def redact_known_formats(text: str) -> str:
-    """Only URL passwords and known token formats: for names read from traces (kernel names,
-    paths), where the high-entropy heuristic would hide mangled C++ names."""
-    if not text:
-        return text
-    out = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+# values seen under a secret name in this process: redacted wherever they reappear
+_KNOWN_SECRETS: set[str] = set()
+_MIN_KNOWN_LEN = 6
+
+
+def remember_secret(value) -> None:
+    """Mark ``value`` as a secret: every later redaction hides it wherever it occurs."""
+    if isinstance(value, str):
+        v = value.strip().strip("'\"")
+        if len(v) >= _MIN_KNOWN_LEN and v != REDACTED and v.lower() not in ("bearer", "basic", "digest"):
+            _KNOWN_SECRETS.add(v)
+
+
+def collect_secrets(obj, _key: str | None = None) -> None:
+    """Remember the secret values in a JSON-like object or text (values of secret-named keys,
+    of secret-named options and NAME=value pairs) before anything is redacted, so that the
+    same value printed elsewhere (a log echoing its argv) is hidden too."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            collect_secrets(v, str(k))
+        return
+    if isinstance(obj, (list, tuple)):
+        items = list(obj)
+        for i, v in enumerate(items):
+            if isinstance(v, str) and v.startswith("-") and secret_name(v.split("=", 1)[0].lstrip("-")):
+                if "=" in v:
+                    remember_secret(v.split("=", 1)[1])
+                elif i + 1 < len(items):
+                    remember_secret(items[i + 1])
+            collect_secrets(v, _key)
+        return
+    if not isinstance(obj, str):
+        return
+    if _key is not None and secret_name(_key):
+        remember_secret(obj)
+    if len(obj) > 64 << 20:
+        return
+    for m in _INLINE_PAIR.finditer(obj):
+        if secret_name(m.group(1)):
+            remember_secret(m.group(3))
+    for m in _ARGV_LIST_PAIR.finditer(obj):
+        if secret_name(m.group(2).lstrip("-")):
+            remember_secret(m.group(5))
+    for m in re.finditer(r"(?<![\w\-])(--?[A-Za-z][\w\-]*)(?:=|\s+)([^\s\"'-][^\s\"']*)", obj):
+        if secret_name(m.group(1).lstrip("-")):
+            remember_secret(m.group(2))
+    for m in _BEARER.finditer(obj):
+        remember_secret(m.group(3))
+
+
+def forget_secrets() -> None:
+    _KNOWN_SECRETS.clear()
+
+
+def _known(text: str) -> str:
+    for v in sorted(_KNOWN_SECRETS, key=len, reverse=True):
+        if v in text:
+            text = text.replace(v, REDACTED)
+    return text
+
+
+def strip_terminal(text: str) -> str:
+    """Terminal escape sequences (colors, OSC titles and links) and control characters removed."""
+    return _TERMINAL.sub("", text) if text else text
+
+
+def _headers(out: str) -> str:
+    out = _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) + ' ' if m.group(3) else ''}{REDACTED}", out)
+    return _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", out)
+
+
+def _structured(out: str) -> str:
+    out = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", out)
+    out = _headers(out)
+    out = _WANDB.sub(lambda m: f"{m.group(1)}{REDACTED}", out)
+    out = _ARGV_LIST_PAIR.sub(lambda m: (f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{REDACTED}{m.group(4)}"
+                                         if secret_name(m.group(2).lstrip("-")) else m.group(0)), out)
     for p in _VALUE_PATTERNS:
         out = p.sub(REDACTED, out)
-    return out
+    return _known(out) if _KNOWN_SECRETS else out
+
+
+def redact_known_formats(text: str) -> str:
+    """Only URL passwords, headers, known token formats and values known to be secret: for names
+    read from traces (kernel names, paths), where the high-entropy heuristic would hide mangled
+    C++ names."""
+    if not text:
+        return text
+    return _structured(text)
 
 
 def redact_text(text: str) -> str:
@@ -96,10 +195,9 @@ def redact_text(text: str) -> str:
     formats, key=value pairs with secret names, long high-entropy tokens)."""
     if not text:
         return text
-    out = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
-    out = _INLINE_PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_name(m.group(1)) else m.group(0), out)
-    for p in _VALUE_PATTERNS:
-        out = p.sub(REDACTED, out)
+    out = _INLINE_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if secret_name(m.group(1)) else m.group(0),
+                           _headers(text))
+    out = _structured(out)
 
     def _tok(m: re.Match) -> str:
         return REDACTED if looks_like_secret(m.group(0)) else m.group(0)

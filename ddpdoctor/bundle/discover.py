@@ -16,6 +16,7 @@ from pathlib import Path
 
 import msgspec
 
+from .. import safe_io
 from ..errors import InputError, NoTracesError
 from ..trace.schema import DistributedInfo
 
@@ -67,7 +68,8 @@ def find_trace_files(paths: list[str]) -> list[Path]:
         path = Path(p)
         if not path.exists():
             raise InputError(f"{p}: no such file or directory")
-        if path.is_file():
+        if not path.is_dir():
+            safe_io.check_regular(path)      # FIFO, device, loop, dangling link given directly: exit 2
             if path.name.endswith((".json", ".json.gz")) or not path.name.endswith(LOG_SUFFIXES):
                 found.append(path)
             continue
@@ -75,11 +77,14 @@ def find_trace_files(paths: list[str]) -> list[Path]:
             for name in sorted(files):
                 if (name.endswith((".json", ".json.gz")) and name not in OWN_FILES
                         and not _in_own_dir(Path(root))):
-                    found.append(Path(root) / name)
+                    found.append(Path(root) / name)     # FIFOs and the like: skipped with a warning in describe
     # the same file reached through two paths counts once
     seen, unique = set(), []
     for f in found:
-        key = f.resolve()
+        try:
+            key = f.resolve()
+        except (OSError, RuntimeError):        # a symlink loop: described (and skipped) later
+            key = f
         if key not in seen:
             seen.add(key)
             unique.append(f)
@@ -93,8 +98,7 @@ def _in_own_dir(folder: Path) -> bool:
 
 def peek(path: Path) -> tuple[bytes, bool]:
     """The first bytes of a (possibly gzipped) file, and whether it is gzip."""
-    with open(path, "rb") as fh:
-        head = fh.read(PEEK_BYTES)
+    head = safe_io.read_head(path, PEEK_BYTES)
     if head[:2] != b"\x1f\x8b":
         return head, False
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -125,7 +129,7 @@ def describe(path: Path) -> TraceFile:
     if m is None and not gz:
         size = path.stat().st_size
         if size > PEEK_BYTES:
-            with open(path, "rb") as fh:
+            with safe_io.open_regular(path) as fh:
                 fh.seek(size - 64 * 1024)
                 m = _DIST_INFO.search(fh.read())
     if m is not None:
@@ -134,6 +138,8 @@ def describe(path: Path) -> TraceFile:
         except (msgspec.DecodeError, msgspec.ValidationError):
             info = None
     rank = _int(info.rank) if info else None
+    if rank is not None and rank < 0:
+        raise InputError(f"{path}: negative rank {rank} in distributedInfo")
     source = "distributedInfo" if rank is not None else "none"
     if rank is None:
         rank = rank_from_name(path)
@@ -143,20 +149,28 @@ def describe(path: Path) -> TraceFile:
     tm = _TIME_IN_NAME.search(path.name)
     st = path.stat()
     order = (int(tm.group(1)) if tm else 0, int(base.group(1)) if base else 0, st.st_mtime_ns)
-    return TraceFile(path, st.st_size, rank, source, _int(info.world_size) if info else None,
+    world = safe_io.sane_world_size(info.world_size, str(path)) if info else None
+    return TraceFile(path, st.st_size, rank, source, world,
                      int(pid_m.group(1)) if pid_m else None, order)
 
 
 def _int(v) -> int | None:
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
+
+
+def _resolve(p: Path) -> Path:
+    try:
+        return p.resolve()
+    except (OSError, RuntimeError):
+        return p
 
 
 def discover(paths: list[str], all_windows: bool = False) -> Discovery:
     files = find_trace_files(paths)
-    explicit = {Path(p).resolve() for p in paths if Path(p).is_file()}
+    explicit = {_resolve(Path(p)) for p in paths if not Path(p).is_dir()}
     if not files:
         raise NoTracesError(f"no trace files (*.json, *.json.gz) under {', '.join(paths)}")
     warnings: list[str] = []
@@ -166,7 +180,7 @@ def discover(paths: list[str], all_windows: bool = False) -> Discovery:
         try:
             described.append(describe(f))
         except InputError as exc:
-            if f.resolve() in explicit:
+            if _resolve(f) in explicit:
                 raise
             errors.append(str(exc))
     if not described:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from .. import safe_io
+from ..errors import InputError
+
 import json
 from pathlib import Path
 
@@ -17,8 +20,8 @@ def load_events(paths: list[str]) -> list[dict]:
         files = [root] if root.is_file() else sorted(root.rglob("events.jsonl"))
         for p in files:
             try:
-                lines = p.read_text(errors="replace").splitlines()
-            except OSError:
+                lines = safe_io.read_log_text(p).splitlines()
+            except (OSError, InputError):
                 continue
             for line in lines:
                 try:

@@ -10,6 +10,9 @@ is added.  Pure Python: no torch.
 
 from __future__ import annotations
 
+from .. import safe_io
+from ..errors import InputError
+
 import json
 import os
 from pathlib import Path
@@ -48,8 +51,8 @@ _RANK_FACTS: dict[str, tuple[str, ...]] = {
 
 def _read_json(path: Path) -> dict | None:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+        data = safe_io.load_json(safe_io.read_capped(path, safe_io.max_member_bytes()), str(path))
+    except (OSError, InputError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -7,6 +7,8 @@ import time as _time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import safe_io
+from ..errors import InputError
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
 from .hang import apply_busy_root, hang_dumps, hang_facts
@@ -78,9 +80,8 @@ class LogAnalysis:
 def _default_year(files: list[LogFile]) -> int:
     for lf in files:
         try:
-            with open(lf.path, "rb") as fh:
-                m = _YEAR.search(fh.read(1 << 20))
-        except OSError:
+            m = _YEAR.search(safe_io.read_head(lf.path, 1 << 20))
+        except (OSError, InputError):
             continue
         if m:
             return int(m.group(1))
@@ -166,9 +167,12 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None) -> LogAnalys
                 dumps[rank if rank is not None else len(dumps)] = d
                 read.append(str(lf.path))
                 continue
-            text = Path(lf.path).read_text(encoding="utf-8", errors="replace")
+            text = safe_io.read_log_text(lf.path, warnings)
         except OSError as exc:
             warnings.append(f"{lf.path}: unreadable ({exc.strerror})")
+            continue
+        except InputError as exc:           # FIFO, device, loop, dangling link, unreadable: skipped
+            warnings.append(f"skipped {exc}")
             continue
         read.append(str(lf.path))
         if lf.kind == "error_file":
@@ -192,7 +196,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None) -> LogAnalys
     _resolve(events, lines, nccl, local_map, hosts)
     events = _order(_dedup(events))
     fr = None
-    world = _world(known, nccl, events)
+    world = safe_io.sane_world_size(_world(known, nccl, events), "logs", warnings)
     if dumps:
         fr = analyze_dumps(dumps, world)
         fr["torch_analyzer"] = torch_analyzer(dumps)

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import safe_io
 from ..errors import InputError
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
@@ -36,18 +37,16 @@ class LogFile:
 
 def _is_pickle(path: Path) -> bool:
     try:
-        with open(path, "rb") as fh:
-            return fh.read(2) in _PICKLE_MAGIC
-    except OSError:
+        return safe_io.read_head(path, 2) in _PICKLE_MAGIC
+    except (OSError, InputError):
         return False
 
 
 def _is_json_data(path: Path) -> bool:
     """A .txt/.out file that holds JSON data (e.g. expected test outputs) is not a log."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096).lstrip()
-    except OSError:
+        head = safe_io.read_head(path, 4096).lstrip()
+    except (OSError, InputError):
         return False
     if head[:1] not in (b"{", b"["):
         return False
@@ -161,11 +160,14 @@ def find_logs(paths: list[str]) -> list[LogFile]:
                     if f.stat().st_size > MAX_LOG_BYTES:
                         continue
                 except OSError:
-                    continue
+                    pass        # a loop or dangling link: reported as skipped when read
                 found.append(describe(f, kind))
     seen, unique = set(), []
     for f in found:
-        key = f.path.resolve()
+        try:
+            key = f.path.resolve()
+        except (OSError, RuntimeError):
+            key = f.path
         if key not in seen:
             seen.add(key)
             unique.append(f)

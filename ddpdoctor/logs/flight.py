@@ -20,6 +20,8 @@ import logging
 import pickle
 from pathlib import Path
 
+from .. import safe_io
+
 
 class _SafeUnpickler(pickle.Unpickler):
     def find_class(self, module, name):  # noqa: D401 - pickle API
@@ -27,7 +29,7 @@ class _SafeUnpickler(pickle.Unpickler):
 
 
 def load_dump(path: Path) -> dict | None:
-    data = path.read_bytes()
+    data = safe_io.read_capped(path, safe_io.max_log_bytes(), "Flight Recorder dump", "DDPDOCTOR_MAX_LOG_BYTES")
     try:
         if data[:1] in (b"{", b"["):
             d = json.loads(data)

@@ -29,7 +29,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import safe_io
 from ..errors import InputError
+from ..redact import collect_secrets, redact_known_formats, strip_terminal
 from .redaction import HostRedactor, redact_secrets, redact_string
 
 TOP = "ddpdoctor-ticket"
@@ -68,14 +70,39 @@ def looks_secret(path: Path) -> bool:
     return bool(SECRET_FILE.match(path.name)) and not path.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))
 
 
-def _walk(src: Path) -> list[Path]:
-    if src.is_file():
+def _walk(src: Path, left_out: list[str] | None = None) -> list[Path]:
+    """Regular files under ``src`` whose real path stays inside it (links out of the folder,
+    FIFOs, sockets, devices, loops and dangling links are left out, and said)."""
+    if not src.is_dir():
+        safe_io.check_regular(src)
         return [src]
+    top = src.resolve()
     out = []
     for root, dirs, files in os.walk(src):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") or d in HIDDEN_OK)
-        out += [Path(root) / f for f in sorted(files)]
+        for f in sorted(files):
+            p = Path(root) / f
+            try:
+                safe_io.check_regular(p)
+                inside = p.resolve().is_relative_to(top)
+            except (InputError, OSError, RuntimeError) as exc:
+                if left_out is not None:
+                    left_out.append(redact_known_formats(f"{exc}"))
+                continue
+            if not inside:
+                if left_out is not None:
+                    left_out.append(redact_known_formats(f"{p}: a link to outside the folder (never followed)"))
+                continue
+            out.append(p)
     return out
+
+
+def _read(p: Path, res: "BundleResult", name: str) -> bytes | None:
+    try:
+        return safe_io.read_capped(p, safe_io.max_member_bytes(), "file", "DDPDOCTOR_MAX_MEMBER_BYTES")
+    except InputError as exc:
+        res.left_out.append(f"{name}: left out ({str(exc).split(': ', 1)[-1]})")
+        return None
 
 
 def _is_trace(p: Path) -> bool:
@@ -93,7 +120,7 @@ def _is_trace(p: Path) -> bool:
 def _load_json_bytes(data: bytes):
     import msgspec
 
-    raw = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    raw = safe_io.gunzip_capped(data, "trace", safe_io.max_trace_bytes()) if data[:2] == b"\x1f\x8b" else data
     return msgspec.json.decode(raw)
 
 
@@ -104,7 +131,7 @@ def trim_trace(data: bytes, keep_steps: int | None = None) -> bytes | None:
 
     try:
         obj = _load_json_bytes(data)
-    except (ValueError, OSError, msgspec.DecodeError):
+    except (ValueError, OSError, msgspec.DecodeError, InputError, RecursionError):
         return None
     evs = obj.get("traceEvents") if isinstance(obj, dict) else None
     if not isinstance(evs, list):
@@ -132,7 +159,7 @@ def trim_trace(data: bytes, keep_steps: int | None = None) -> bytes | None:
 def _redact_json_file(data: bytes, hosts: HostRedactor | None) -> bytes:
     try:
         obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return _redact_text_file(data, hosts)
     obj = redact_secrets(obj)
     if hosts is not None:
@@ -142,8 +169,7 @@ def _redact_json_file(data: bytes, hosts: HostRedactor | None) -> bytes:
 
 def _redact_text_file(data: bytes, hosts: HostRedactor | None) -> bytes:
     text = data.decode("utf-8", errors="replace")
-    lines = [redact_string(line) for line in text.splitlines(keepends=True)]
-    out = "".join(lines)
+    out = redact_string(text)          # whole text: a PEM block spans lines
     return (hosts.sub(out) if hosts is not None else out).encode("utf-8")
 
 
@@ -163,8 +189,8 @@ def _hosts_from_records(files: list[Path], hosts: HostRedactor) -> None:
             if p.parent.name == "hosts":
                 names.append(p.stem)
             try:
-                obj = json.loads(p.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ValueError):
+                obj = safe_io.load_json(safe_io.read_capped(p, safe_io.max_member_bytes()), str(p))
+            except (OSError, InputError):
                 continue
             if isinstance(obj, dict):
                 names += [obj.get("hostname")] + [x for x in obj.get("hosts") or [] if isinstance(x, str)]
@@ -193,10 +219,12 @@ def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0
 
     src, out = Path(src), Path(out)
     budget = int(max_mb * 1024 * 1024)
-    files = [p for p in _walk(src) if p.resolve() != out.resolve()]
+    res = BundleResult(out)
+    walk_notes: list[str] = []
+    files = [p for p in _walk(src, walk_notes) if p.resolve() != out.resolve()]
     if hosts is not None:
         _hosts_from_records(files, hosts)
-    res = BundleResult(out)
+    _collect_file_secrets(files)
     plots = make_plots(d)
     members = [Member("report.md", render_markdown(d, [(f"plots/{n}.png", t) for n, t, _ in plots]).encode(), "report"),
                Member("report.html", render_html(d, plots).encode(), "report"),
@@ -208,7 +236,7 @@ def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0
 
     def rel(p: Path) -> str:
         r = p.relative_to(src).as_posix() if src.is_dir() else p.name
-        r = f"run/{r}"
+        r = redact_known_formats(strip_terminal(f"run/{r}"))     # secrets in file names too
         return hosts.sub(r) if hosts is not None else r
 
     def add(m: Member) -> bool:
@@ -219,6 +247,7 @@ def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0
         used += m.cost
         return True
 
+    res.left_out += walk_notes
     records, logs, traces = [], [], []
     for p in files:
         if looks_secret(p):
@@ -232,10 +261,17 @@ def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0
         elif p.name not in ("report.md", "report.html", "report.json") and p.parent.name != "plots":
             res.left_out.append(f"{rel(p)}: not a record, log or trace")
     for p in records:
-        if not add(Member(rel(p), _redact_json_file(p.read_bytes(), hosts), "record")):
+        raw = _read(p, res, rel(p))
+        if raw is None:
+            continue
+        if not add(Member(rel(p), _redact_json_file(raw, hosts), "record")):
             res.left_out.append(f"{rel(p)}: over the size budget")
     for p in logs:
-        data = _redact_text_file(p.read_bytes(), hosts)
+        try:
+            data = _redact_text_file(safe_io.read_log_text(p, res.left_out).encode("utf-8"), hosts)
+        except InputError as exc:
+            res.left_out.append(f"{rel(p)}: left out ({str(exc).split(': ', 1)[-1]})")
+            continue
         if add(Member(rel(p), data, "log")):
             continue
         if add(Member(rel(p), _head_tail(data, MAX_LOG_KEEP_LINES), "log")):
@@ -246,8 +282,11 @@ def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0
         res.left_out += [f"{rel(p)}: traces not included (--no-traces)" for p in traces]
     else:
         for p in _trace_order(d, traces):
-            data = p.read_bytes()
             name = rel(p)
+            data = _read(p, res, name)
+            if data is None:
+                continue
+            data = _trace_secrets(data, p)
             tried = []
             if not trim_traces and add(Member(name, _host_trace(data, hosts), "trace")):
                 continue
@@ -284,11 +323,43 @@ def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0
     return res
 
 
+def _collect_file_secrets(files: list[Path]) -> None:
+    """Secret values named in the run's records and logs (env, argv, `--api-key X` echoed by
+    the script), remembered before any member is written so they are hidden everywhere."""
+    for p in files:
+        if p.name.endswith(LOG_SUFFIXES) or p.name in RECORD_NAMES or p.suffix == ".json" and p.parent.name == "hosts":
+            try:
+                text = safe_io.read_log_text(p)
+            except (InputError, OSError):
+                continue
+            collect_secrets(text)
+            if p.suffix == ".json":
+                try:
+                    collect_secrets(json.loads(text))
+                except (ValueError, RecursionError):
+                    pass
+
+
+def _trace_secrets(data: bytes, path: Path) -> bytes:
+    """A trace with known credential formats (and values known to be secret) removed; the
+    bytes are kept as they are when there is nothing to remove."""
+    try:
+        raw = safe_io.gunzip_capped(data, path, safe_io.max_trace_bytes()) if data[:2] == b"\x1f\x8b" else data
+    except InputError:
+        return data
+    text = raw.decode("utf-8", errors="replace")
+    clean = redact_known_formats(text)
+    if clean == text:
+        return data
+    out = clean.encode("utf-8")
+    return gzip.compress(out, 6, mtime=0) if data[:2] == b"\x1f\x8b" else out
+
+
 def _host_trace(data: bytes, hosts: HostRedactor | None) -> bytes:
     if hosts is None:
         return data
     gz = data[:2] == b"\x1f\x8b"
-    text = (gzip.decompress(data) if gz else data).decode("utf-8", errors="replace")
+    text = (safe_io.gunzip_capped(data, "trace", safe_io.max_trace_bytes()) if gz else data).decode("utf-8", errors="replace")
     out = hosts.sub(text).encode("utf-8")
     return gzip.compress(out, 6, mtime=0) if gz else out
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import tarfile
+import zlib
 from pathlib import Path
 
+from .. import safe_io
 from ..errors import InputError
 from .json_report import SCHEMA
 from .redaction import HostRedactor, redact_report
@@ -75,14 +77,26 @@ def write_report_dir(d: dict, out: str | Path) -> list[Path]:
 def _check(d, where: str) -> dict:
     if not isinstance(d, dict) or d.get("schema") != SCHEMA:
         raise InputError(f"{where}: not a ddpdoctor diagnosis (expected \"schema\": \"{SCHEMA}\")")
+    return _well_formed(d, where)
+
+
+def _well_formed(d: dict, where: str) -> dict:
+    """A diagnosis read back from a file is untrusted: wrong field types or absurd nesting
+    must give one line, not a crash in a renderer (a trial render finds them)."""
+    from .markdown import render_markdown
+
+    try:
+        render_markdown(prepare(d))
+    except InputError:
+        raise
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError, RecursionError, OverflowError) as exc:
+        raise InputError(f"{where}: malformed ddpdoctor diagnosis ({type(exc).__name__}: {str(exc)[:120]})") from None
     return d
 
 
 def _read_json(p: Path) -> dict:
-    try:
-        return _check(json.loads(p.read_text(encoding="utf-8")), str(p))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{p}: cannot read a diagnosis JSON ({exc})") from None
+    raw = safe_io.read_capped(p, safe_io.max_member_bytes(), "report JSON", "DDPDOCTOR_MAX_MEMBER_BYTES")
+    return _check(safe_io.load_json(raw, str(p)), str(p))
 
 
 def _from_archive(p: Path) -> dict:
@@ -92,9 +106,14 @@ def _from_archive(p: Path) -> dict:
                            key=lambda m: m.name.count("/"))
             if not names:
                 raise InputError(f"{p}: the archive holds no report.json (make one with `ddpdoctor bundle`)")
+            cap = safe_io.max_member_bytes()
+            if names[0].size > cap:
+                raise InputError(f"{p}:{names[0].name}: member larger than the limit of {cap} bytes "
+                                 f"(raise it with DDPDOCTOR_MAX_MEMBER_BYTES)")
             fh = tf.extractfile(names[0])
-            return _check(json.loads(fh.read().decode("utf-8")), f"{p}:{names[0].name}")
-    except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+            raw = safe_io.read_stream_capped(fh, cap, p)
+            return _check(safe_io.load_json(raw, f"{p}:{names[0].name}"), f"{p}:{names[0].name}")
+    except (tarfile.TarError, OSError, EOFError, ValueError, zlib.error) as exc:
         raise InputError(f"{p}: not a readable bundle archive ({exc})") from None
 
 
@@ -104,16 +123,16 @@ def load_diagnosis(path: str, analyze_ok: bool = True, **analyze_kw) -> dict:
     p = Path(path)
     if not p.exists():
         raise InputError(f"{path}: no such file or folder")
-    if p.is_file():
+    if not p.is_dir():
+        safe_io.check_regular(p)
         if p.name.endswith((".tar.gz", ".tgz", ".tar")):
             return _from_archive(p)
-        if p.suffix == ".json" and not p.name.endswith(".pt.trace.json"):
-            try:
-                head = json.loads(p.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ValueError) as exc:
-                raise InputError(f"{p}: cannot read JSON ({exc})") from None
+        if (p.suffix == ".json" and not p.name.endswith(".pt.trace.json")
+                and p.stat().st_size <= safe_io.max_member_bytes()):
+            raw = safe_io.read_capped(p, safe_io.max_member_bytes(), "report JSON", "DDPDOCTOR_MAX_MEMBER_BYTES")
+            head = safe_io.load_json(raw, str(p))
             if isinstance(head, dict) and head.get("schema") == SCHEMA:
-                return head
+                return _well_formed(head, str(p))
             if not analyze_ok:
                 _check(head, str(p))
     elif (p / "report.json").is_file():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import re
 
-from ..redact import REDACTED, redact_known_formats, redact_text, secret_name
+from ..redact import REDACTED, collect_secrets, redact_known_formats, redact_text, secret_name, strip_terminal
 
 # `--name value` / `--name=value` inside a command line held as one string
 _OPTION = re.compile(r"(?<![\w\-])(--?[A-Za-z][A-Za-z0-9_\-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
@@ -44,9 +44,11 @@ def redact_secrets(obj, _key: str | None = None, lenient: bool = False):
         if isinstance(obj, list) and all(isinstance(x, str) for x in obj):
             return [REDACTED for _ in obj]
     if isinstance(obj, str):
+        obj = strip_terminal(obj)
         return redact_known_formats(obj) if lenient else redact_string(obj)
     if isinstance(obj, dict):
-        return {k: redact_secrets(v, str(k), lenient) for k, v in obj.items()}
+        return {(redact_known_formats(strip_terminal(k)) if isinstance(k, str) else k): redact_secrets(v, str(k), lenient)
+                for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         if not lenient and obj and all(isinstance(x, str) for x in obj):      # an argv: `--hf-token`, `X`
             return _redact_argv_list(list(obj))
@@ -139,7 +141,9 @@ class HostRedactor:
 def redact_report(d: dict, redact_hosts: bool = False, hosts: HostRedactor | None = None) -> dict:
     """The diagnosis dict every renderer sees: secrets always removed, hosts on request.
     ``analysis`` (kernel names, paths, devices read from traces) is scanned for known
-    credential formats only; everything else with every pattern.  The input is not modified."""
+    credential formats only; everything else with every pattern.  The input is not modified.
+    Values under secret names anywhere in ``d`` are hidden wherever else they appear."""
+    collect_secrets(d)
     out = {k: (redact_secrets(copy.deepcopy(v), k, lenient=True) if k == "analysis" else
                redact_secrets(copy.deepcopy(v), k)) for k, v in d.items()}
     if redact_hosts or hosts is not None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import bisect
 
-import gzip
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
+from .. import safe_io
 from ..errors import InputError
 from . import classify
 from .schema import EVENT_LIST_DECODER, TRACE_DECODER, Args, DeviceProperties, DistributedInfo, Event, Trace
@@ -102,15 +101,10 @@ class RankTrace:
 
 
 def read_bytes(path: Path) -> bytes:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    cap = safe_io.max_trace_bytes()
+    raw = safe_io.read_capped(path, cap, "trace")
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(f"{path}: corrupt gzip ({exc})") from None
+        raw = safe_io.gunzip_capped(raw, path, cap)
     return raw
 
 
@@ -128,11 +122,16 @@ def _decode(path: Path, raw: bytes) -> Trace:
         return _decode_lenient(path, raw)
     except msgspec.DecodeError as exc:
         raise InputError(f"{path}: invalid or truncated JSON ({exc})") from None
+    except (RecursionError, OverflowError) as exc:
+        raise InputError(f"{path}: undecodable JSON ({type(exc).__name__})") from None
 
 
 def _decode_lenient(path: Path, raw: bytes) -> Trace:
     """Slow path for traces whose field types break the typed schema."""
-    obj = msgspec.json.decode(raw)
+    try:
+        obj = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise InputError(f"{path}: invalid JSON ({exc})") from None
     events = obj if isinstance(obj, list) else obj.get("traceEvents") if isinstance(obj, dict) else None
     if not isinstance(events, list):
         raise InputError(f"{path}: JSON is not a profiler trace (no 'traceEvents' list)")
@@ -166,14 +165,14 @@ def _as_id(v):
 def _as_float(v) -> float:
     try:
         return float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 0.0
 
 
 def _int_or_none(v) -> int | None:
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
