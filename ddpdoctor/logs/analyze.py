@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import time as _time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .. import safe_io
 from ..errors import InputError

@@ -13,8 +13,6 @@ MAX_RANK_ROWS = 16
 SHOWN = (("dataloader_wait", "dataloader"), ("compute", "compute"), ("comm", "comm"),
          ("comm_exposed", "exposed"), ("comm_sync_wait", "sync wait"), ("memcpy", "memcpy"),
          ("host_idle", "host idle"), ("other", "other"), ("gpu_busy", "GPU busy"))
-LABEL = {"dataloader_wait": "DataLoader wait", "comm_exposed": "exposed communication",
-         "memcpy": "memory copies", "host_idle": "GPU idle while the host runs", "other": "unattributed time"}
 
 
 def _pct(v: float | None) -> str:
