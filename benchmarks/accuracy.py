@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -201,6 +202,9 @@ def evidence(diag: dict) -> dict:
               "python.extra_work.where", "python.input_work.share", "host.contention.threads_per_cpu"):
         if k in facts:
             out[k] = facts[k]
+    # the ranked list the verdict was read from (rule, cost, material, eligible)
+    out["costs"] = [[c.get("rule"), c.get("cost"), c.get("material"), c.get("eligible")]
+                    for c in diag.get("costs") or []]
     return out
 
 
@@ -264,13 +268,15 @@ def run_synthetic(exp: Expectation, work: Path, busy: bool) -> tuple[dict | None
     return diag, "", time.monotonic() - t0
 
 
-def run_one(exp: Expectation, condition: str, repeat: int) -> dict:
+def run_one(exp: Expectation, condition: str, repeat: int, keep: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"acc_{exp.name}_") as tmp:
         runner = run_cpu if exp.kind == "cpu" else run_synthetic
         try:
             diag, error, seconds = runner(exp, Path(tmp), condition == "busy")
         except Exception as e:                      # one broken run is a result, not the end of the matrix
             diag, error, seconds = None, f"{type(e).__name__}: {e}", 0.0
+        if keep is not None:                        # the bundle and diagnosis, to look at a surprising run
+            shutil.copytree(tmp, keep / f"{exp.name}-{condition}-{repeat}", dirs_exist_ok=True)
     rec = {"name": exp.name, "kind": exp.kind, "condition": condition, "repeat": repeat,
            "seconds": round(seconds, 1), "error": error}
     if diag is None:
@@ -382,6 +388,18 @@ def render_markdown(rows: list[dict], totals: dict, meta: dict) -> str:
 
 # ---------------------------------------------------------------- main
 
+PREDICTIONS = ("<!-- predictions:start -->", "<!-- predictions:end -->")
+
+
+def write_markdown(path: Path, text: str) -> None:
+    """Write the table, keeping the block benchmarks/predictions.py writes between its markers."""
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    start, end = old.find(PREDICTIONS[0]), old.find(PREDICTIONS[1])
+    if 0 <= start < end:
+        text = text.rstrip("\n") + "\n\n" + old[start:end + len(PREDICTIONS[1])] + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
 def _git_commit() -> str:
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
@@ -409,7 +427,7 @@ def rerender(path: Path, out: str) -> int:
     if out == "-":
         print(text)
     else:
-        Path(out).write_text(text, encoding="utf-8")
+        write_markdown(Path(out), text)
     return 0
 
 
@@ -426,7 +444,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the raw per-run results here")
     p.add_argument("--note", default="", help="a sentence on the conditions, printed under the header")
     p.add_argument("--from-json", help="re-render the Markdown from a --json file of an earlier run (runs nothing)")
+    p.add_argument("--keep", help="keep every run's bundle and diagnosis.json under this folder")
     args = p.parse_args(argv)
+    keep = Path(args.keep) if args.keep else None
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
     if args.from_json:
         return rerender(Path(args.from_json), args.out)
     conditions = args.conditions or ["idle", "busy"]
@@ -452,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     for cond in conditions:
         for rep in range(args.repeat):
             for exp in expectations:
-                rec = run_one(exp, cond, rep)
+                rec = run_one(exp, cond, rep, keep)
                 results.append(rec)
                 mark = "ok " if rec["verdict_ok"] else "BAD"
                 print(f"  {cond:4} #{rep} {exp.name:28} {mark} {rec['verdict']:13} rule={rec.get('judged_rule')} "
@@ -467,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{cond}: verdict {_pct(t['verdict_accuracy'])}, first fix {_pct(t['first_fix_accuracy'])}, "
               f"repeatable {_pct(t['repeatability'])} ({t['runs']} runs)")
     if args.out != "-":
-        Path(args.out).write_text(render_markdown(rows, totals, meta), encoding="utf-8")
+        write_markdown(Path(args.out), render_markdown(rows, totals, meta))
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "expectations": [asdict(e) for e in expectations],
                                                "results": results, "rows": rows, "totals": totals}, indent=1),

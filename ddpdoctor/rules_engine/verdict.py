@@ -102,9 +102,11 @@ def _order(f: Finding, verdict_rule: str | None) -> tuple:
 
 def ranked_costs(findings: list[Finding], facts: dict | None = None) -> list[Cost]:
     """Every fired performance finding with a cost, biggest first, marked material / eligible."""
+    facts = facts or {}
     t = metric_params()["verdict"]
     materiality = t.get("materiality", {})
     contended = any(f.rule in t.get("contention_rules", []) for f in findings)
+    explained = _straggler_explained(facts)
     out = []
     for f in sorted((f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
                     key=lambda f: (-f.cost, f.rule)):
@@ -115,15 +117,41 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None) -> list[Cos
         alternating = f.category == "imbalance" and (
             f.rule in t.get("alternating_rules", []) or
             (f.agreement is not None and f.agreement < t["alternating_max_agreement"]))
-        if contended and alternating:
+        if contended and alternating and not (f.rule == "IM001" and explained):
             c.eligible = False
             c.why_not = "the ranks take turns being late on a contended host: machine noise, not the workload"
-        elif contended and f.rule == "IM001" and _unexplained_straggler(facts or {}, t):
+        elif contended and f.rule == "IM001" and _unexplained_straggler(facts, t):
             c.eligible = False
             c.why_not = ("the late rank computes the same inputs longer on a contended host and nothing it does "
                          "differs (no uneven inputs, no extra work seen): machine noise, not the workload")
         out.append(c)
+    _fold_late_rank_costs(out, {f.rule: f for f in findings}, facts)
     return out
+
+
+def _straggler_explained(facts: dict) -> bool:
+    """The late rank's extra time has a cause of its own: the Python sampler found extra work on that
+    rank, or the inputs differ in shape between ranks."""
+    rank = facts.get("straggler.rank")
+    return rank is not None and (facts.get("python.extra_work.rank") == rank
+                                 or facts.get("cross.input_shapes") == "varying")
+
+
+def _fold_late_rank_costs(costs: list[Cost], by_rule: dict[str, Finding], facts: dict) -> None:
+    """A cost that only the late rank(s) pay (e.g. DataLoader wait on the straggler alone) is that rank's
+    extra time: the other ranks pay it as waiting, so the straggler finding carries it and this one does
+    not decide the verdict on its own."""
+    straggler = next((c for c in costs if c.rule == "IM001" and c.material and c.eligible), None)
+    late = set(facts.get("straggler.ranks") or [])
+    analyzed = facts.get("run.ranks_analyzed")
+    if straggler is None or not late or not isinstance(analyzed, int) or analyzed < 2:
+        return
+    for c in costs:
+        ranks = set(by_rule[c.rule].ranks or [])
+        if c.category != "imbalance" and c.eligible and ranks and ranks <= late and len(ranks) < analyzed:
+            c.eligible = False
+            c.why_not = (f"paid only on the late rank(s) {', '.join(map(str, sorted(ranks)))}: the others wait for "
+                         f"it, so it is counted in the imbalance ({straggler.rule})")
 
 
 def _unexplained_straggler(facts: dict, t: dict) -> bool:
