@@ -220,3 +220,61 @@ def test_a_late_rank_with_nothing_of_its_own_on_a_contended_host_is_noise():
                  {"host.contention.cpus_per_rank": 8.0}):
         d = decide_facts(_contended_straggler_facts(**over), rules)
         assert d.verdict.rule == "IM001", (over, d.verdict.summary)
+
+
+def _late_loader_facts(**over):
+    """Rank 1 alone waits for its DataLoader (larger images in its shard); rank 0 waits for rank 1."""
+    import numpy as np
+    from ddpdoctor.rules_engine.expr import Vec
+    ranks = np.array([0, 1])
+    facts = _contended_straggler_facts(**{
+        "rank.share.dataloader_wait": Vec(np.array([0.0, 0.28]), ranks),
+        "rank.share.compute": Vec(np.array([0.70, 0.66]), ranks),
+        "straggler.ranks": [1], "straggler.rank": 1, "straggler.late_us": 22000.0, "straggler.late_share": 0.22,
+        "straggler.steps_late": 3, "straggler.steps": 5, "straggler.extra_column": "dataloader_wait",
+        "straggler.extra_us": 25000.0, "cross.imbalance_score": 0.11,
+        "python.extra_work.rank": 1, "python.extra_work.where": "ImageShard.__getitem__ (train.py:38)",
+        "python.extra_work.ms_per_step": 24.0, "python.extra_work.share": 0.24})
+    facts.update(over)
+    return facts
+
+
+def test_a_loader_wait_paid_only_by_the_late_rank_is_the_imbalance():
+    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+    d = decide_facts(_late_loader_facts(), build_ruleset())
+    assert d.verdict.rule == "IM001", d.verdict.summary
+    dl = next(c for c in d.costs if c.rule == "DL001")
+    assert not dl.eligible and "only on the late rank(s) 1" in dl.why_not
+    im = next(f for f in d.findings if f.rule == "IM001")
+    # the loader fix first, naming where the sampler saw the time; not the "extra work on one rank" fix
+    assert im.fixes[0].title.startswith("Rank 1 waits longer for its data")
+    assert "ImageShard.__getitem__ (train.py:38)" in im.fixes[0].change
+    assert not any("do that work on every rank" in f.title for f in im.fixes)
+    # the ranks take turns being late (agreement 0.6) on a contended host, but the sampler saw the late
+    # rank's own work: that is a cause, not noise
+    assert next(c for c in d.costs if c.rule == "IM001").eligible
+
+
+def test_a_loader_wait_on_every_rank_stays_dataloader_bound():
+    import numpy as np
+    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+    facts = _late_loader_facts(**{"rank.share.dataloader_wait": Vec(np.array([0.30, 0.45]), np.array([0, 1])),
+                                  "straggler.late_share": 0.15})
+    d = decide_facts(facts, build_ruleset())
+    assert d.verdict.rule == "DL001", d.verdict.summary
+    assert next(c for c in d.costs if c.rule == "DL001").eligible
+
+
+def test_alternating_lateness_without_a_cause_stays_noise_on_a_contended_host():
+    import numpy as np
+    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+    facts = _late_loader_facts(**{"straggler.extra_column": "other",
+                                  "rank.share.dataloader_wait": Vec(np.array([0.01, 0.01]), np.array([0, 1]))})
+    for k in [k for k in facts if k.startswith("python.extra_work")]:
+        del facts[k]
+    d = decide_facts(facts, build_ruleset())
+    im = next(c for c in d.costs if c.rule == "IM001")
+    assert not im.eligible and "take turns" in im.why_not
+    assert d.verdict.rule != "IM001"
