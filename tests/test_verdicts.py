@@ -278,3 +278,25 @@ def test_alternating_lateness_without_a_cause_stays_noise_on_a_contended_host():
     im = next(c for c in d.costs if c.rule == "IM001")
     assert not im.eligible and "take turns" in im.why_not
     assert d.verdict.rule != "IM001"
+
+
+def test_a_cost_on_one_rank_in_few_steps_on_a_contended_host_is_noise():
+    import numpy as np
+    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+    ranks = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
+    # rank 1 waits for data in 2 of its 5 steps (lost cycles), rank 0 never; no straggler
+    waits = Vec(np.array([0.05, 0.05, 0.05, 0.05, 0.05, 0.45, 0.05, 0.40, 0.05, 0.05]), ranks)
+    facts = _contended_straggler_facts(**{"straggler.count": 0, "straggler.ranks": [],
+                                          "rank.share.dataloader_wait": Vec(np.array([0.05, 0.20]), np.array([0, 1])),
+                                          "step.share.dataloader_wait": waits})
+    for k in [k for k in facts if k.startswith("straggler.") and k not in ("straggler.count", "straggler.ranks")]:
+        del facts[k]
+    d = decide_facts(facts, build_ruleset())
+    dl = next(c for c in d.costs if c.rule == "DL001")
+    assert not dl.eligible and "rank(s) 1 only" in dl.why_not, dl
+    assert d.verdict.rule == "CP001", d.verdict.summary
+    # the same wait on an uncontended host (8 CPUs per rank) decides
+    facts["host.contention.cpus_per_rank"] = 8.0
+    d = decide_facts(facts, build_ruleset())
+    assert d.verdict.rule == "DL001", d.verdict.summary

@@ -124,9 +124,21 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None) -> list[Cos
             c.eligible = False
             c.why_not = ("the late rank computes the same inputs longer on a contended host and nothing it does "
                          "differs (no uneven inputs, no extra work seen): machine noise, not the workload")
+        elif contended and f.category != "imbalance" and _sporadic(f, facts, t):
+            c.eligible = False
+            c.why_not = (f"seen on rank(s) {', '.join(map(str, f.ranks))} only, in {f.agreement:.0%} of the rank-steps, "
+                         "on a contended host: machine noise, not the workload (which runs the same code on every rank)")
         out.append(c)
     _fold_late_rank_costs(out, {f.rule: f for f in findings}, facts)
     return out
+
+
+def _sporadic(f: Finding, facts: dict, t: dict) -> bool:
+    """A cost that shows on some ranks only and in few of their steps. Every rank runs the same
+    training code, so the workload's own cost shows on every rank, step after step."""
+    analyzed = facts.get("run.ranks_analyzed")
+    return (isinstance(analyzed, int) and 0 < len(f.ranks or []) < analyzed
+            and f.agreement is not None and f.agreement < t["sporadic_max_agreement"])
 
 
 def _straggler_explained(facts: dict) -> bool:
