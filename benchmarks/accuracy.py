@@ -415,6 +415,29 @@ def estimate_seconds(expectations: list[Expectation], conditions: list[str], rep
     return per * repeat * len(conditions)
 
 
+def reanalyze(kept: list[Path], only: list[str]) -> int:
+    """Analyze kept bundles again and print how each is scored now (and what it was)."""
+    exps = {e.name: e for e in load_scenarios()}
+    right = total = 0
+    for root in kept:
+        for run in sorted(p for p in root.iterdir() if (p / "bundle").is_dir()):
+            name, cond, rep = run.name.rsplit("-", 2)
+            if name not in exps or (only and not any(o in name for o in only)):
+                continue
+            before = json.loads((run / "diagnosis.json").read_text(encoding="utf-8")) \
+                if (run / "diagnosis.json").is_file() else {}
+            with tempfile.TemporaryDirectory() as tmp:
+                diag = analyze(run / "bundle", Path(tmp))
+            s = score(exps[name], diag)
+            total += 1
+            right += s["verdict_ok"]
+            was = (before.get("verdict") or {}).get("bottleneck") or "none"
+            print(f"  {cond:4} #{rep} {name:28} {'ok ' if s['verdict_ok'] else 'BAD'} {s['verdict']:13} "
+                  f"(was {was}) rule={s['judged_rule']} fix={'-' if s['fix_ok'] is None else s['fix_ok']}", flush=True)
+    print(f"re-analyzed: verdict right in {right} of {total}")
+    return 0 if total else 2
+
+
 def rerender(path: Path, out: str) -> int:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -445,7 +468,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", default="", help="a sentence on the conditions, printed under the header")
     p.add_argument("--from-json", help="re-render the Markdown from a --json file of an earlier run (runs nothing)")
     p.add_argument("--keep", help="keep every run's bundle and diagnosis.json under this folder")
+    p.add_argument("--reanalyze", action="append", default=[], metavar="KEPT",
+                   help="score the bundles an earlier --keep run kept, analyzed again with this code "
+                        "(records nothing: tells a change of the verdict logic from recording noise; repeatable)")
     args = p.parse_args(argv)
+    if args.reanalyze:
+        return reanalyze([Path(k) for k in args.reanalyze], args.only)
     keep = Path(args.keep) if args.keep else None
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)

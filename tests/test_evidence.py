@@ -280,6 +280,17 @@ def test_extra_work_names_the_rank_and_place():
                                            "share": 0.3}
 
 
+def test_a_slower_optimizer_step_is_not_extra_work():
+    # rank 0's loop spends 40 ms per step in Adam.step against 14 ms on rank 1 (a contended core):
+    # every rank runs the optimizer step, so that is the same work done slower, not work of its own
+    slow = stacks({"main": 40})
+    slow["functions"][0]["where"] = "torch.optim.Adam.step in main (train.py:40)"
+    assert extra_work({0: slow, 1: stacks({"main": 14})}, PARAMS) is None
+    saving = stacks({"main": 40})
+    saving["functions"][0]["where"] = "torch.save in main (train.py:44)"
+    assert extra_work({0: saving, 1: stacks({"main": 14})}, PARAMS)["rank"] == 0
+
+
 def test_extra_work_not_named_below_materiality():
     step = 100.0
     small = PARAMS["extra_work_min_share"] * step * 0.5          # half the share threshold

@@ -147,6 +147,13 @@ def _model_pass(func) -> bool:
     return name in ("forward", "backward", "_call_impl", "__call__")
 
 
+def _optimizer_step(where) -> bool:
+    """The place is the optimizer's step (or zero_grad): every rank runs it each step; one rank being
+    slower there is the same work done slower (its host or device), not work of its own."""
+    call = str(where or "").split(" in ", 1)[0]
+    return call.startswith("torch.optim.") or call.endswith((".zero_grad", "optimizer.step"))
+
+
 def extra_work(sampled: dict[int, dict], params: dict) -> dict | None:
     """The rank that spends materially more time in one user function (waits for peers
     excluded) than the median of the other ranks, or None.  Materially: the excess reaches
@@ -165,8 +172,8 @@ def extra_work(sampled: dict[int, dict], params: dict) -> dict | None:
         ms_per_sample = _num(sampled[r].get("ms_per_sample")) or 0.0
         steps = _num(sampled[r].get("steps")) or 1.0
         for key, f in mine.items():
-            if _model_pass(key[0]):
-                continue            # the model's own forward/backward: uneven work (IM001/IM002), not extra work
+            if _model_pass(key[0]) or _optimizer_step(f.get("where")):
+                continue            # the model's own forward/backward/optimizer step: every rank runs it
             ms = _num(f.get("ms_per_step")) or 0.0
             others = median(_num(places[o].get(key, {}).get("ms_per_step")) or 0.0 for o in places if o != r)
             excess = ms - others

@@ -167,14 +167,17 @@ def _fold_late_rank_costs(costs: list[Cost], by_rule: dict[str, Finding], facts:
 
 
 def _unexplained_straggler(facts: dict, t: dict) -> bool:
-    """The straggler's extra time has no cause of its own: it lies where lost CPU cycles show,
-    the inputs are not uneven, and the Python sampler saw no extra work on that rank."""
+    """The straggler's extra time has no cause of its own: the Python sampler saw no extra work on that
+    rank, the inputs are not uneven, and its extra time lies where lost CPU cycles show, or mostly
+    nowhere (the phase in which it differs most holds under `attributed_min_share` of its lateness)."""
+    if _straggler_explained(facts):
+        return False
     cols = t["noise_columns_gpu"] if facts.get("run.device") == "gpu" else t["noise_columns_cpu"]
-    if facts.get("straggler.extra_column") not in cols:
-        return False
-    if facts.get("cross.input_shapes") == "varying":
-        return False
-    return facts.get("python.extra_work.rank") != facts.get("straggler.rank")
+    if facts.get("straggler.extra_column") in cols:
+        return True
+    extra, late = facts.get("straggler.extra_us"), facts.get("straggler.late_us")
+    return (isinstance(extra, (int, float)) and isinstance(late, (int, float)) and late > 0
+            and extra < t["attributed_min_share"] * late)
 
 
 def _step_cv(facts: dict) -> float | None:
