@@ -243,7 +243,14 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     own_fail = set(_ranks(ooms + kills + crashes + own_exc + mm))
     stopped: list[int] = []
     if waiting:
-        stopped = sorted(known - set(waiting) - own_fail)
+        # ranks are numbered from 0: when every rank up to the highest one seen reported the timeout except
+        # exactly one, and the log shows progress lines that carry no rank (that rank's own output, e.g. an
+        # unprefixed progress bar), that rank was busy elsewhere and did not reach the collective. (An
+        # excerpt with gaps, or a log of one rank, says nothing about the ranks it does not show.)
+        absent = set(range(max(waiting) + 1)) - set(waiting) - known
+        unnamed_progress = any(e.rank is None for e in g("progress"))
+        everyone = known | (absent if len(absent) == 1 and len(set(waiting)) >= 2 and unnamed_progress else set())
+        stopped = sorted(everyone - set(waiting) - own_fail)
     if len(last_step) > 1 and (tos or peers):
         top = max(last_step.values())
         stopped = sorted(set(stopped) | {rk for rk, s in last_step.items() if s < top and rk not in own_fail
@@ -334,7 +341,7 @@ def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr, nw=None, exits=(), usage
     c = _first(crashes)
     if c is not None:
         return "crash", c.rank, c
-    if nw is not None and f["failure.network.problem"] not in (None, "connect"):
+    if nw is not None and f["failure.network.problem"] not in (None, "connect", "system"):
         return "network", (None if f["failure.network.shared"] else nw.rank), nw
     z = _first(rz)
     if z is not None:

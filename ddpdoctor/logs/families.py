@@ -115,6 +115,10 @@ def network_problem(msg: str) -> dict | None:
         if m.group("remote"):
             return {"problem": "subnet", "remote": m.group("remote"), "backend": "nccl", "detail": m.group(0)}
         return {"problem": "no_interface", "backend": "nccl", "detail": m.group(0)}
+    m = P.NET_LOOPBACK.search(msg)
+    if m:
+        return {"problem": "loopback", "backend": "gloo", "remote": "127.0.0.1", "remote_loopback": True,
+                "detail": m.group(0)}
     m = P.NET_P2P.search(msg)
     if m:
         return {"problem": "p2p", "detail": m.group(0)[:200], "backend": "nccl"}
@@ -128,6 +132,16 @@ def network_problem(msg: str) -> dict | None:
     m = P.NET_CONNECT.search(msg) if "connect" in low else None
     if m and ("nccl" in low or "bootstrap" in low or "socket" in low or "gloo" in low or "pair.cc" in low):
         a = P.PEER_ADDR.search(msg)
-        return {"problem": "connect", "detail": m.group("why"), "remote": a.group(1) if a else None,
-                "backend": "gloo" if ("gloo" in low or "pair.cc" in low) else "nccl"}
+        b = P.GLOO_REMOTE.search(msg)
+        own = P.GLOO_SELF_RANK.search(msg)
+        return {"problem": "connect", "detail": m.group("why"), "remote": (b or a).group(1) if (b or a) else None,
+                "backend": "gloo" if ("gloo" in low or "pair.cc" in low) else "nccl",
+                "self_rank": int(own.group(1)) if own else None}
+    if "nccl" in low and P.NCCL_SYSTEM.search(msg):
+        return {"problem": "system", "backend": "nccl", "detail": "NCCL: unhandled system error"}
+    if P.GLOO_MESH.search(msg):
+        a = P.GLOO_REMOTE.search(msg) or P.PEER_ADDR.search(msg)
+        own = P.GLOO_SELF_RANK.search(msg)
+        return {"problem": "connect", "detail": "Gloo connectFullMesh failed", "remote": a.group(1) if a else None,
+                "backend": "gloo", "self_rank": int(own.group(1)) if own else None}
     return None

@@ -18,6 +18,19 @@ from .nccl import NcclCollector
 from .prefix import epoch, split, split_nccl_segments
 
 
+def _join_indented(lines: list[str], i: int, limit: int = 4) -> tuple[str, int]:
+    """A gloo message wrapped onto indented lines (remote=[…], (rank=N, …)): the joined text and the 1-based
+    number of its last line. Traceback frames ("  File …") are not continuations."""
+    text, j = lines[i], i
+    while j + 1 < len(lines) and j - i < limit:
+        nxt = lines[j + 1]
+        if not nxt[:1].isspace() or not nxt.strip() or nxt.lstrip().startswith("File "):
+            break
+        text = text.rstrip() + " " + nxt.strip()
+        j += 1
+    return text, j + 1
+
+
 @dataclass
 class Parsed:
     events: list[LogEvent] = field(default_factory=list)
@@ -94,7 +107,9 @@ class FileParser:
                 continue
             if "Detected mismatch between collectives" in raw:
                 raw, skip_to = _join_wrapped(lines, no - 1)
-            parts = P.GLUED.split(raw) if ("[E" in raw or "[rank" in raw) else [raw]
+            elif "connectFullMesh" in raw or "Unable to resolve hostname" in raw:
+                raw, skip_to = _join_indented(lines, no - 1)
+            parts = P.GLUED.split(raw) if ("[E" in raw or "[rank" in raw or "]:" in raw[1:]) else [raw]
             for part in parts:
                 self._line(no, part)
         self._close_entry()
@@ -222,6 +237,16 @@ class FileParser:
         if stream in self.tb_open and not in_summary and msg[:1].isspace():
             return                                   # a frame or source line of a traceback
         exc = None if nccl else P.EXC_LINE.match(msg)
+        spawn = P.SPAWN_EXIT.search(msg) if exc and "terminated with" in msg else None
+        if spawn:
+            # ProcessExitedException: the report of a dead child, not an error of its own
+            self.tb_open.discard(stream)
+            c = dict(ctx, rank=int(spawn.group("idx"))) if ctx.get("rank") is None else ctx
+            if spawn.group("sig"):
+                self._event("killed", msg, no, c, signal=spawn.group("sig"), source="mp.spawn")
+            else:
+                self._event("exit", msg, no, c, exitcode=int(spawn.group("code")), source="mp.spawn")
+            return
         worker = P.DL_WORKER_KILLED.search(msg) if exc else None
         if worker:
             # the rank's error is a symptom: a DataLoader worker of this rank was killed
@@ -238,6 +263,11 @@ class FileParser:
                    "network" if network_problem(msg) else
                    "peer" if P.PEER.search(msg) else "other")
             self._event("exception", f"{etype}: {emsg}", no, ctx, exc_type=etype, message=emsg[:1000], category=cat)
+        if not exc and not nccl and P.DDP_UNUSED.match(msg.strip()):
+            # the reducer's error quoted on its own (the RuntimeError prefix cut off): the same Python error
+            self._event("exception", f"RuntimeError: {msg.strip()}", no, ctx, exc_type="RuntimeError",
+                        message=msg.strip()[:1000], category="other")
+            return
         low = msg.lower()
         loggy = bool(nccl or exc or in_summary or P.LOGGY.search(msg))
         if not exc and not nccl and "error" in low:
@@ -290,13 +320,17 @@ class FileParser:
         m = P.RENDEZVOUS.search(msg) if any(w in low for w in _RDZV_WORDS) else None
         if m:
             self._event("rendezvous", msg, no, ctx, joined=_int(m.group("joined")), expected=_int(m.group("expected")),
-                        addr=m.group("addr"), port=_int(m.group("port")), timeout_s=_int(m.group("s")),
+                        addr=m.group("addr") or m.group("addr2"), port=_int(m.group("port") or m.group("port2")),
+                        timeout_s=_int(m.group("s")),
                         detail=m.group(0)[:200])
             return
         net = network_problem(msg)
-        if net and not (loggy or nccl) and net["problem"] not in ("ifname_missing", "no_interface", "subnet", "p2p"):
+        if net and not (loggy or nccl) and net["problem"] not in ("ifname_missing", "no_interface", "subnet", "p2p", "loopback", "system"):
             net = None                          # a vaguer phrase in a line of prose
         if net:
+            own = net.pop("self_rank", None)            # gloo names the failing process: "(rank=8, size=16, …)"
+            if own is not None and ctx.get("rank") is None:
+                ctx = dict(ctx, rank=own)
             self._event("network", msg, no, ctx, nccl=nccl, **net)
             return
         m = P.GLOO_TIMEOUT.search(msg) if "timed out" in low or "timeout" in low else None

@@ -24,6 +24,9 @@ GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) oper
 RENDEZVOUS = re.compile(r"Timed out after (?P<s>\d+) seconds waiting for (?:clients|workers)\. (?P<joined>\d+)/(?P<expected>\d+) "
                         r"(?:clients|workers) joined|DistStoreError: (?:Socket Timeout|wait timeout after \d+ ?ms)|"
                         r"client socket has timed out after (?P<ms>\S+?) while trying to connect to \((?P<addr>[^,]+), (?P<port>\d+)\)|"
+                        # c10d >= 2.0: "…to connect to 192.0.0.1:1234", "…failed to connect to [::ffff:10.0.0.1]:29500 (errno: 110 …)"
+                        r"client socket has (?:timed out after \S+? while trying|failed) to connect to "
+                        r"\[?(?:::ffff:)?(?P<addr2>[\w.\-:]+?)\]?:(?P<port2>\d+)\b|"
                         r"server socket has failed to (?:listen|bind)[^.]*|Address already in use|RendezvousTimeoutError|"
                         r"Timed out initializing process group in store based barrier|"
                         r"RendezvousConnectionError|Connection refused.*(?:29500|MASTER_ADDR|store)", I)
@@ -80,7 +83,9 @@ SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11
 SIGNUM = {v: k for k, v in SIGNALS.items()}
 
 # a glued second message inside one line (a tqdm bar without newline followed by a c10d error)
-GLUED = re.compile(r"(?<=[^\s:])(?=\[[IWEF]\d* ?[\d:. ]*[\w.]+\.(?:cpp|hpp|cc|h):\d+\])|(?<=[^\s:])(?=\[rank\d+\]:\[)")
+GLUED = re.compile(r"(?<=[^\s:])(?=\[[IWEF]\d* ?[\d:. ]*[\w.]+\.(?:cpp|hpp|cc|h):\d+\])|(?<=[^\s:])(?=\[rank\d+\]:\[)|"
+                   # a torchrun --tee prefix glued to the previous rank's progress bar: "…examples/s][default2]:[E …"
+                   r"(?<=[^\s:])(?=\[(?!rank\d)[A-Za-z_][\w\-]*?\d+\]:)")
 # one cheap search that every line worth classifying matches (a superset of the patterns above)
 ANY = re.compile(r"memory|Watchdog|work|dump signal|mismatch|Timed out|timeout|peer|pipe|nccl|exitcode|Signal|Kill|"
                  r"Segmentation|SIG|Traceback|Error|Exception|Interrupt|Exit|Failure|Fatal|core dumped|terminate|"
@@ -97,10 +102,23 @@ NET_MISSING_IF = re.compile(r"Unable to find (?:address|interface) for:? \[?(?P<
                             r"(?:ncclFindInterfaces|findInterfaces?)\b.*?(?:no|0) interfaces?|"
                             r"no NCCL_SOCKET_IFNAME interface found|is neither AF_INET\(2\) nor AF_INET6|"
                             r"Socket creation failed : Address family not supported", I)
+# gloo (tcp/device.cc): the host name resolves to no local address, so gloo binds to and advertises 127.0.0.1
+NET_LOOPBACK = re.compile(r"Unable to resolve hostname to a \(local\) address|"
+                          r"Using the loopback address as fallback", I)
+# gloo's full-mesh connect failing (the RuntimeError line often elides the reason)
+GLOO_MESH = re.compile(r"Gloo connectFullMesh failed", I)
+GLOO_REMOTE = re.compile(r"remote=\[(\d{1,3}(?:\.\d{1,3}){3})\]")
+GLOO_SELF_RANK = re.compile(r"\(rank=(\d+), size=\d+")
+# NCCL's ncclSystemError as old c10d printed it: a system call (socket, shared memory) failed in NCCL init
+NCCL_SYSTEM = re.compile(r"unhand?led system error", I)
+# torch.multiprocessing.spawn's report of a dead child: its index is the rank mp.spawn gave it
+SPAWN_EXIT = re.compile(r"process (?P<idx>\d+) terminated with (?:signal (?P<sig>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
+# DDP's reducer error, also quoted without its "RuntimeError:" prefix
+DDP_UNUSED = re.compile(r"Expected to have finished reduction in the prior iteration before starting a new one")
 NET_BIND = re.compile(r"bind failed ?: ?(?P<why>Cannot assign requested address|Address already in use|[^,;]+)|"
                       r"Call to bind failed ?: ?(?P<why2>[^,;]+)", I)
-NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect|bootstrap\w*)\b[^\n]*?"
-                         r"(?:returned|failed|:)\s*:?\s*(?P<why>Connection refused|Connection timed out|No route to host|"
+NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect\w*|bootstrap\w*)\b[^\n]*?"
+                         r"(?:returned|failed|:)\s*:?\s*(?:SO_ERROR:\s*)?(?P<why>Connection refused|Connection timed out|No route to host|"
                          r"Network is unreachable|Software caused connection abort)", I)
 NET_IB = re.compile(r"NET/IB\w* ?: ?Got completion (?:from peer (?P<peer>\S+) )?with (?:status=)?(?:error )?(?P<err>\d+)|"
                     r"\bibv_\w+\b.*?(?:failed|error)|(?:failed|error)\b.*?\bibv_\w+|IBV_WC_\w+|"
@@ -109,7 +127,7 @@ NET_P2P = re.compile(r"cu(?:da)?IpcOpenMemHandle|CUDA IPC handle|peer access is 
                      r"peer mapping resources exhausted|P2P/(?:IPC|CUMEM)\S* .*?(?:fail|error)", I)
 NET_WORDS = ("find address", "find interface", "interface found", "same subnet", "bind", "ibv_", "net/ib",
              "ibv_wc", "connect", "socket_ifname", "af_inet", "address family", "ipc", "peer access", "peer mapping",
-             "p2p/", "p2p.cc")
+             "p2p/", "p2p.cc", "loopback", "connectfullmesh", "system error")
 TRANSPORT_P2P = re.compile(r"via (?:P2P|direct pointer|direct shared memory|SHM|NET/\w+)", I)
 
 # TORCH_DISTRIBUTED_DEBUG=DETAIL/INFO and DDP's own model checks
@@ -127,7 +145,7 @@ USAGE_ERROR = re.compile(r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>(?
                          r"one of the arguments .* is required|ambiguous option|too few arguments).*)$|"
                          r"^Error: (?:Missing (?:argument|option)|No such option|Invalid value for) .+$")
 ANY_NET = re.compile(r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|"
-                     r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/", I)
+                     r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/|loopback", I)
 # "NET/Socket : Using" with the interfaces on the following lines ("[0]bond0:192.168.1.161<0>")
 USING_OPEN = re.compile(r"(?:NET/Socket|Bootstrap) : Using\s*$")
 IFACE_LIST = re.compile(r"^\s*(?:\[\d+\][A-Za-z][\w.\-]*:\S+<\d+>\s*)+$")

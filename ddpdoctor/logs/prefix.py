@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 _TEE = re.compile(r"^\[(?!rank\d)([A-Za-z_][\w\-]*?)(\d+)\]:")
-_RANKP = re.compile(r"^\[rank(\d+)\]:\s?")
+_RANKP = re.compile(r"^\[rank(\d+)\]:?\s?")
 _PASTE_NO = re.compile(r"^\[\d{3,}\]\s+")
 _ISO = re.compile(r"^\[?(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(?:Z|[+-]\d{2}:?\d{2})?\]?[\s:|-]*")
 _GLOG_BR = re.compile(r"^\[([IWEF])(\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s+(?:\d+\s+)?([\w./\-]+:\d+)\]\s?")
