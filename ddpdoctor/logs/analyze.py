@@ -13,7 +13,7 @@ from .discover import LogFile, find_logs
 from .hang import apply_busy_root, hang_dumps, hang_facts
 from .failfacts import promote_bad_interface, suspect_p2p
 from .hostrec import fill_network_suggestion, host_records
-from .flight import analyze_dumps, load_dump, torch_analyzer
+from .flight import analyze_dumps, load_dump
 from .jsonl import parse_error_file, parse_events
 from .model import LogEvent, NcclFacts
 from .netfacts import nccl_facts
@@ -198,7 +198,6 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None) -> LogAnalys
     world = safe_io.sane_world_size(_world(known, nccl, events), "logs", warnings)
     if dumps:
         fr = analyze_dumps(dumps, world)
-        fr["torch_analyzer"] = torch_analyzer(dumps)
     facts = {"logs.present": True, "logs.files": read, "logs.file_count": len(read)}
     ranks = sorted({e.rank for e in events if e.rank is not None} | set(dumps))
     facts["logs.ranks"] = ranks

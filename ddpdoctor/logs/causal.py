@@ -268,7 +268,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     fr = fr or {}
     f["failure.flight_recorder.present"] = bool(fr.get("present"))
     for key in ("ranks", "missing_ranks", "behind_rank", "behind_by", "last_seq", "last_completed", "stuck",
-                "mismatch", "torch_analyzer"):
+                "mismatch"):
         f[f"failure.flight_recorder.{key}"] = fr.get(key)
     frm = fr.get("mismatch") or {}
     f["failure.flight_recorder.mismatch_seq"] = frm.get("seq")

@@ -5,18 +5,15 @@
 Dumps are read with a restricted unpickler that builds only plain containers and scalars
 (a dump pulled off a ticket is untrusted input; torch's own loader uses plain pickle.load).
 The entries are then checked here for missing ranks, ranks behind and mismatched
-collectives, and — when torch is installed — also handed to torch's own analyzer
-(``torch.distributed.flight_recorder.components.builder.build_db``), whose verdict is kept
-under ``torch_analyzer``.
+collectives. Analysis never imports torch (only capture does): FL009's fix gives the command that runs
+torch's own analyzer (``python -m torch.distributed.flight_recorder.fr_trace``) on the same dumps.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import io
 import json
-import logging
 import pickle
 from pathlib import Path
 
@@ -118,36 +115,3 @@ def analyze_dumps(dumps: dict[int, dict], world_size: int | None = None) -> dict
                                "dtypes": {str(r): s[2] for r, s in sorted(sig.items())}}
             break
     return out
-
-
-def torch_analyzer(dumps: dict[int, dict]) -> dict | None:
-    """Run torch's Flight Recorder analyzer on the (safely loaded) dumps; None when unavailable."""
-    sink = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):   # it prints at import
-            from torch.distributed.flight_recorder.components.builder import build_db  # noqa: PLC0415
-            from torch.distributed.flight_recorder.components.config_manager import JobConfig  # noqa: PLC0415
-    except Exception:  # noqa: BLE001 - torch absent or a version without the analyzer
-        return None
-    details = {f"rank{r}": {"host_name": f"host_rank{r}", "rank": r, "entries": d["entries"],
-                            "version": str(d.get("version", "")), "pg_config": d.get("pg_config", {})}
-               for r, d in dumps.items()}
-    version = next(iter(details.values()))["version"] if details else ""
-    try:
-        args = JobConfig().parse_args(["--allow-incomplete-ranks", "--mismatch_cap", "1", "."])
-        quiet = logging.getLogger("Flight Recorder")
-        old = quiet.level
-        quiet.setLevel(logging.CRITICAL)
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            db = build_db(details, args, version)
-        quiet.setLevel(old)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001
-        return {"used": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
-    bad = [c for c in db.collectives if not c.pass_check]
-    res = {"used": True, "collectives": len(db.collectives), "failed_checks": len(bad)}
-    if bad:
-        c = bad[0]
-        res.update(first_failed={"name": c.collective_name, "seq": c.collective_seq_id, "pg": c.pg_desc,
-                                 "missing_ranks": sorted(c.missing_ranks or []),
-                                 "mismatch": str(c.type_of_mismatch) if c.type_of_mismatch else None})
-    return res
