@@ -59,6 +59,7 @@ _process = _load_part("process")
 _settings = _load_part("settings")
 _evidence, _stacks = _load_part("evidence"), _load_part("stacks")     # window evidence (agent_evidence.py)
 _hang = _load_part("hang")
+_overrides = _load_part("overrides")       # `run --try` changes applied in this rank (agent_overrides.py)
 is_launcher_process, started_by_launcher = _process.is_launcher_process, _process.started_by_launcher
 is_helper_process, should_activate, start_fd_tee = _process.is_helper_process, _process.should_activate, _process.start_fd_tee
 _first_int, _env_int, _process_argv = _process.first_int, _process.env_int, _process._process_argv
@@ -194,6 +195,10 @@ class Agent:
         self.tee_pid = None
         self.user_profiler = False
         self.evidence = _evidence.Evidence(env, _stacks)
+        self.changes = _overrides.from_env(env)          # `run --try`: None on a plain run
+        self.trial = None if self.changes is None else {
+            "changes": self.changes, "skipped": {},
+            "applied": {k: {"from": None, "to": v} for k, v in self.changes.items() if k.startswith("env.")}}
 
     # ---------------------------------------------------------------- basics
     def event(self, kind: str, **fields) -> None:
@@ -434,6 +439,8 @@ class Agent:
         agent = self
 
         def __init__(ddp_self, *args, **kwargs):
+            if agent.changes:                # `run --try ddp.*`: the same call with the tried arguments
+                args, kwargs = agent._tried(orig_init, ddp_self, args, kwargs, "ddp")
             orig_init(ddp_self, *args, **kwargs)
             agent._on_ddp_created(ddp_self)
 
@@ -504,6 +511,15 @@ class Agent:
         base = mod._BaseDataLoaderIter
         orig_init, orig_next = base.__init__, base.__next__
         agent = self
+        if self.changes and any(k.startswith("dataloader.") for k in self.changes):
+            loader_init = mod.DataLoader.__init__
+
+            def dataloader_init(dl_self, *args, **kwargs):   # `run --try dataloader.*`, at construction
+                args, kwargs = agent._tried(loader_init, dl_self, args, kwargs, "dataloader")
+                loader_init(dl_self, *args, **kwargs)
+
+            dataloader_init.__wrapped__ = loader_init
+            mod.DataLoader.__init__ = dataloader_init
 
         def __init__(it_self, loader, *args, **kwargs):
             orig_init(it_self, loader, *args, **kwargs)
@@ -594,6 +610,19 @@ class Agent:
         if self.ddp_ref is None:
             self.ddp_ref = weakref.ref(ddp)
             self.event("ddp", step=self.steps)
+            if self.changes:
+                try:
+                    _overrides.after_ddp(ddp, self.torch or sys.modules.get("torch"), self.changes, self.trial)
+                except Exception as exc:  # noqa: BLE001 - a change that cannot apply is reported, not fatal
+                    self.trial["skipped"]["ddp (after construction)"] = f"{type(exc).__name__}: {exc}"[:300]
+
+    def _tried(self, func, obj, args, kwargs, prefix):
+        """The constructor's arguments with the `run --try` changes; unchanged (and said why) if binding fails."""
+        try:
+            return _overrides.bind(func, obj, args, kwargs, self.changes, prefix, self.trial)
+        except Exception as exc:  # noqa: BLE001
+            self.trial["skipped"][prefix] = f"{type(exc).__name__}: {exc}"[:300]
+            return args, kwargs
 
     @_safe
     def _on_loader_iter(self, it, loader):
@@ -951,6 +980,8 @@ class Agent:
             main = max(self.loaders, key=lambda x: x[1].get("batches", 0))[1]
         d["dataloader"] = dict(main, set_epoch_called=self.set_epoch_called) if main else None
         d["dataloaders"] = [info for _r, info in self.loaders]
+        if self.trial is not None:
+            d["trial"] = self.trial
         d["optimizer"] = self.optimizer_info
         # the model may be gone at exit: keep what was seen while it was alive
         ddp = self.ddp_ref() if self.ddp_ref and not lite else None

@@ -22,9 +22,17 @@ from ..errors import InputError
               help="Training steps to record with torch.profiler.")
 @click.option("--keep-going", is_flag=True, help="Do not stop training after the recorded window.")
 @click.option("--no-analyze", is_flag=True, help="Only capture; do not analyze the bundle afterwards.")
+@click.option("--try", "tries", multiple=True, metavar="KEY=VALUE|RULE",
+              help="Run the job with and without this change and measure it (repeatable), e.g. "
+                   "--try dataloader.num_workers=4, --try ddp.bucket_cap_mb=100, --try env.NCCL_P2P_DISABLE=1, "
+                   "--try DL001 (that finding's first fix). Writes OUT/trial.json.")
+@click.option("--repeat", type=click.IntRange(1, 20), default=None,
+              help="With --try: runs per arm (default: 2, more when step times vary).")
+@click.option("--baseline", type=click.Path(exists=True, file_okay=False), default=None,
+              help="With --try: use this existing bundle of the same command as the baseline.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx, out, force, warmup, active, keep_going, no_analyze, command):
+def run(ctx, out, force, warmup, active, keep_going, no_analyze, tries, repeat, baseline, command):
     """Run COMMAND (torchrun …, python -m torch.distributed.run …, python train.py …)
     unchanged, profile a few steps on every rank, collect a bundle, then analyze it.
 
@@ -41,6 +49,11 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, command):
         command = command[1:]
     if not command:
         raise InputError("no command to run: ddpdoctor run [OPTIONS] -- torchrun --nproc_per_node=N train.py ARGS")
+    if tries:
+        _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline)
+        return
+    if repeat is not None or baseline is not None:
+        raise InputError("--repeat and --baseline belong to --try (a trial of one change)")
     opts = RunOptions(command=command, out=Path(out) if out else None, force=force, warmup=warmup,
                       active=active, keep_going=keep_going)
     result = run_capture(opts)
@@ -67,6 +80,56 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, command):
     click.echo(f"ddpdoctor: bundle {result.out} — status {result.status}, exit code {result.exit_code}, "
                f"traces from {len(ranks)} of {m.get('world_size') or '?'} rank(s)", err=True)
     sys.exit(result.exit_code)
+
+
+_RULE_ID = r"[A-Z]{2,3}\d{3}"
+
+
+def _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline) -> None:
+    import re
+
+    from ..trial.runner import TrialOptions, run_trial, summary_line
+    from .agent_overrides import OverrideError, parse_changes
+    from .launcher import default_out_dir
+
+    if keep_going:
+        raise InputError("--keep-going cannot be used with --try: both arms must record the same window")
+    rules = [t for t in tries if re.fullmatch(_RULE_ID, t.strip())]
+    if rules and len(tries) > 1:
+        raise InputError("--try RULE takes that finding's first fix on its own; give it alone")
+    try:
+        changes = None if rules else parse_changes(list(tries))
+    except OverrideError as exc:
+        raise InputError(str(exc)) from None
+    target = Path(out) if out else default_out_dir().with_name(default_out_dir().name.replace("-out-", "-trial-"))
+    _prepare_trial_dir(target, force)
+    t = run_trial(TrialOptions(command=command, out=target, changes=changes, rule=rules[0] if rules else None,
+                               repeat=repeat, baseline=Path(baseline) if baseline else None, warmup=warmup,
+                               active=active, force=force),
+                  say=lambda m: click.echo(m, err=True))
+    click.echo(f"ddpdoctor: {summary_line(t)}")
+    for key, why in ((t.get("applied") or {}).get("skipped") or {}).items():
+        click.echo(f"ddpdoctor: not applied: {key}: {why}", err=True)
+    click.echo(f"ddpdoctor: trial {target / 'trial.json'}", err=True)
+    failed = next((a for a in t["arms"] if a["arm"] == t.get("failed_arm") and a["exit_code"]), None)
+    sys.exit(failed["exit_code"] if failed else 0)
+
+
+def _prepare_trial_dir(target: Path, force: bool) -> None:
+    """A new or empty folder; with --force, also an earlier trial's (it holds trial.json), never anything else."""
+    import shutil
+
+    if target.exists():
+        if not target.is_dir():
+            raise InputError(f"{target}: exists and is not a folder")
+        if any(target.iterdir()):
+            if not force:
+                raise InputError(f"{target}: output folder already exists (use --force to replace it, or another --out)")
+            if not (target / "trial.json").is_file():
+                raise InputError(f"{target}: exists and is not a ddpdoctor trial (no trial.json); "
+                                 "refusing to delete it even with --force")
+            shutil.rmtree(target)
+    target.mkdir(parents=True, exist_ok=True)
 
 
 def _analyze(out: Path, have_traces: bool, settings: list, warmup: int) -> None:

@@ -34,7 +34,7 @@ from .agent_hang import signal_ranks_on_request
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 AGENT_PATH = Path(__file__).with_name("agent.py")
-AGENT_PARTS = ("process", "settings", "evidence", "stacks", "hang")
+AGENT_PARTS = ("process", "settings", "evidence", "stacks", "hang", "overrides")
 INJECT_DIR = Path(__file__).with_name("_inject")
 FR_BUFFER_SIZE = "2000"
 
@@ -47,6 +47,7 @@ class RunOptions:
     warmup: int = 5
     active: int = 5
     keep_going: bool = False
+    changes: dict | None = None        # `run --try`: applied inside every rank (agent_overrides.py)
 
 
 @dataclass
@@ -146,6 +147,13 @@ def capture_env(base: dict[str, str], out: Path, inject_dir: Path, opts: RunOpti
         "DDPDOCTOR_TERM_ERR": term_err,
     })
     env.pop("DDPDOCTOR_ACTIVE_PID", None)
+    if opts.changes:                     # `run --try`: these override what the user set, on purpose
+        from .agent_overrides import launcher_env
+
+        for name, value in launcher_env(opts.changes).items():
+            env[name] = value
+            if name != "DDPDOCTOR_TRY":
+                changed[name] = f"{value} (--try)"
     return env, changed
 
 

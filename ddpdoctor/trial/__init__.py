@@ -1,0 +1,1 @@
+"""`ddpdoctor run --try KEY=VALUE`: the same job with and without one change, measured (trial.json)."""

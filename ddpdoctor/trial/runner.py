@@ -1,0 +1,206 @@
+"""Run the job as it is (baseline) and with the tried change (treatment), interleaved, and compare.
+
+Every arm is an ordinary `ddpdoctor run` bundle under ``OUT/<arm>-<n>`` recorded the same way (same
+--warmup / --active window); arms alternate in ABBA order so a drift of the machine hits both. The
+speed-up is median(baseline step) / median(treatment step) over all recorded steps of each arm (a step's
+time is its slowest rank's), with a bootstrap 95 % interval. The prediction is the upper bound of the
+baseline finding whose fixes change the same setting.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..capture.launcher import RunOptions, run_capture
+from ..errors import InputError
+from . import stats
+
+SCHEMA = "ddpdoctor.trial/1"
+
+
+@dataclass
+class TrialOptions:
+    command: list[str]
+    out: Path
+    changes: dict | None              # None with rule set: taken from the baseline's diagnosis
+    rule: str | None = None           # `--try DL001`
+    repeat: int | None = None         # per arm; None: chosen from the noise of the first pair
+    baseline: Path | None = None      # an existing bundle as the baseline arm
+    warmup: int = 5
+    active: int = 5
+    force: bool = False
+
+
+def _diagnose(bundle: Path):
+    from ..diagnosis import run_analyze
+
+    return run_analyze([str(bundle)])
+
+
+def _arm_record(arm: str, n: int, bundle: Path, exit_code: int, status: str, report) -> dict:
+    times = stats.job_step_times_us(report.analysis.summaries) if report and report.analysis else []
+    v = report.diagnosis.verdict if report else None
+    return {"arm": arm, "repeat": n, "bundle": str(bundle), "exit_code": exit_code, "status": status,
+            "steps": len(times), "step_times_ms": [round(t / 1000, 3) for t in times],
+            "verdict": getattr(v, "bottleneck", None), "label": getattr(v, "label", None),
+            "failed": bool(getattr(v, "failed", False)) or exit_code != 0}
+
+
+def change_from_rule(rule: str, report) -> dict:
+    """The first fix of RULE in the baseline's diagnosis, as a change `run` can apply."""
+    from ..capture.agent_overrides import OverrideError, parse_change
+
+    f = next((f for f in report.diagnosis.findings if f.rule == rule), None)
+    if f is None:
+        raise InputError(f"--try {rule}: the baseline's diagnosis has no {rule} finding; nothing to try")
+    for fx in f.fixes:
+        if fx.knob and fx.value is not None:
+            try:
+                k, v = parse_change(f"{fx.knob}={fx.value}")
+            except OverrideError as exc:
+                raise InputError(f"--try {rule}: its first fix ({fx.title}) {exc}") from None
+            return {k: v}
+        raise InputError(f"--try {rule}: its first fix ({fx.title}) is a change to the code or the host, "
+                         "not a setting run can apply")
+    raise InputError(f"--try {rule}: the finding has no fix")
+
+
+# the cost a setting acts on, when no fix of the diagnosis names the setting itself (e.g. on a 2-CPU host
+# DL001's first fix is "make each batch cheaper", yet more workers still overlap waits on storage)
+KNOB_CATEGORY = {"dataloader.": "dataloader", "ddp.bucket_cap_mb": "communication", "ddp.comm_hook": "communication",
+                 "ddp.gradient_as_bucket_view": "communication", "ddp.static_graph": "communication",
+                 "env.NCCL_": "communication"}
+
+
+def prediction(changes: dict, report) -> dict:
+    """The upper bound of the baseline finding whose fixes change one of the tried settings (else of the
+    finding of the category that setting acts on)."""
+    keys = set(changes)
+    cats = {c for k in keys for prefix, c in KNOB_CATEGORY.items() if k.startswith(prefix)}
+    best = None
+    for named in (True, False):
+        for f in report.diagnosis.findings:
+            hit = any(fx.knob in keys for fx in f.fixes) if named else f.category in cats
+            if f.expected_speedup and hit and (best is None or f.expected_speedup > best.expected_speedup):
+                best = f
+        if best is not None:
+            break
+    if best is None:
+        return {"predicted_speedup": None, "predicted_by": None,
+                "prediction_note": "no finding of the baseline's diagnosis proposes this change"}
+    return {"predicted_speedup": round(best.expected_speedup, 3), "predicted_by": best.rule,
+            "prediction_note": f"{best.rule} ({best.title}): the upper bound if its cost were removed"}
+
+
+def _capture(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> tuple[dict, object]:
+    bundle = opts.out / f"{arm}-{n}"
+    res = run_capture(RunOptions(command=opts.command, out=bundle, force=True, warmup=opts.warmup,
+                                 active=opts.active, changes=changes))
+    report = None
+    try:
+        report = _diagnose(bundle)
+    except InputError:
+        pass                                   # no trace and no log: the record says the arm has no steps
+    rec = _arm_record(arm, n, bundle, res.exit_code, res.status, report)
+    if changes:
+        rec["applied"] = _applied(bundle)
+    return rec, report
+
+
+def _applied(bundle: Path) -> dict:
+    applied, skipped = {}, {}
+    for p in sorted((bundle / "ranks").glob("rank*/settings.json")):
+        try:
+            t = json.loads(p.read_text(encoding="utf-8")).get("trial") or {}
+        except (OSError, ValueError):
+            continue
+        applied.update(t.get("applied") or {})
+        skipped.update(t.get("skipped") or {})
+    return {"applied": applied, "skipped": skipped}
+
+
+def run_trial(opts: TrialOptions, say=print) -> dict:
+    opts.out.mkdir(parents=True, exist_ok=True)
+    arms: list[dict] = []
+    base_report = None
+    changes = opts.changes
+    if opts.baseline is not None:
+        base_report = _diagnose(opts.baseline)
+        arms.append(_arm_record("baseline", 0, opts.baseline, 0, "given", base_report))
+    repeat, n = opts.repeat, 0
+    while True:
+        n += 1
+        order = ("baseline", "try") if n % 2 else ("try", "baseline")
+        for arm in order:
+            if arm == "baseline" and opts.baseline is not None:
+                continue
+            if arm == "try" and changes is None:          # `--try RULE`: the change comes from the baseline
+                changes = change_from_rule(opts.rule, base_report)
+            say(f"ddpdoctor: trial {arm} #{n}" + (f" ({_show(changes)})" if arm == "try" else ""))
+            rec, report = _capture(opts, arm, n, changes if arm == "try" else None)
+            arms.append(rec)
+            if arm == "baseline" and base_report is None:
+                base_report = report
+            if rec["failed"] and rec["exit_code"] != 0:
+                return _finish(opts, arms, changes, base_report, failed_arm=arm)
+        if repeat is None:
+            repeat = stats.repeats_for(stats.cv(_times(arms, "baseline")))
+        if n >= repeat:
+            break
+    return _finish(opts, arms, changes, base_report, failed_arm=None, repeat=repeat)
+
+
+def _times(arms: list[dict], arm: str) -> list[float]:
+    return [t for a in arms if a["arm"] == arm for t in a["step_times_ms"]]
+
+
+def _show(changes: dict | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (changes or {}).items())
+
+
+def _finish(opts: TrialOptions, arms: list[dict], changes, base_report, failed_arm, repeat=None) -> dict:
+    base, treat = _times(arms, "baseline"), _times(arms, "try")
+    out = {"schema": SCHEMA, "command": opts.command, "change": changes, "rule": opts.rule,
+           "repeats_per_arm": repeat, "window": {"warmup": opts.warmup, "active": opts.active},
+           "failed_arm": failed_arm, "arms": arms,
+           "ci_method": f"bootstrap over each arm's recorded steps ({stats.BOOTSTRAP_SAMPLES} resamples), "
+                        "ratio of medians, 2.5/97.5 percentiles"}
+    if base and treat:
+        ratio, lo, hi = stats.speedup(base, treat)
+        out.update(measured_speedup=round(ratio, 3), ci95=[round(lo, 3), round(hi, 3)],
+                   baseline_median_step_ms=round(float(sorted(base)[len(base) // 2]), 3),
+                   try_median_step_ms=round(float(sorted(treat)[len(treat) // 2]), 3))
+    else:
+        out.update(measured_speedup=None, ci95=None)
+    out.update(prediction(changes or {}, base_report) if base_report is not None and changes else
+               {"predicted_speedup": None, "predicted_by": None, "prediction_note": "no baseline diagnosis"})
+    verdict = lambda arm: next((a["label"] or a["verdict"] for a in arms if a["arm"] == arm), None)  # noqa: E731
+    out["baseline_verdict"], out["try_verdict"] = verdict("baseline"), verdict("try")
+    out["bottleneck_moved"] = (out["baseline_verdict"] != out["try_verdict"]
+                               if out["baseline_verdict"] and out["try_verdict"] else None)
+    applied = next((a.get("applied") for a in arms if a["arm"] == "try" and a.get("applied")), None)
+    out["applied"] = applied
+    (opts.out / "trial.json").write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
+    return out
+
+
+def summary_line(t: dict) -> str:
+    if t.get("failed_arm"):
+        arm = "the baseline" if t["failed_arm"] == "baseline" else "the run with the change"
+        return f"trial stopped: {arm} failed (see its bundle); no speed-up measured"
+    if t.get("measured_speedup") is None:
+        return "no speed-up measured: an arm recorded no steps (see the bundles)"
+    r, (lo, hi) = t["measured_speedup"], t["ci95"]
+    word = "faster" if r >= 1 else "slower"
+    shown = r if r >= 1 else 1 / r
+    s = f"measured {shown:.2f}x {word} (95 % {lo:.2f}–{hi:.2f}, as baseline/try step time)"
+    if t.get("predicted_speedup"):
+        s += f"; predicted up to {t['predicted_speedup']:.2f}x ({t['predicted_by']})"
+    else:
+        s += "; no prediction (" + (t.get("prediction_note") or "") + ")"
+    if t.get("bottleneck_moved") is not None:
+        s += (f"; bottleneck moved: {t['baseline_verdict']} -> {t['try_verdict']}" if t["bottleneck_moved"]
+              else f"; still {t['baseline_verdict']}")
+    return s

@@ -1,0 +1,48 @@
+"""Step times of a recorded job and the speed-up between two arms, with a bootstrap interval."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from ..metrics.cross_rank import step_key
+
+BOOTSTRAP_SAMPLES = 4000
+
+
+def job_step_times_us(summaries) -> list[float]:
+    """One time per recorded step of the job: the slowest rank's (every rank waits for it in DDP)."""
+    by_step: dict = defaultdict(list)
+    for s in summaries:
+        for i, t in enumerate(s.values["step_time"]):
+            if t is not None and np.isfinite(t):
+                by_step[step_key(s, i)].append(float(t))
+    return [max(v) for _k, v in sorted(by_step.items(), key=lambda kv: str(kv[0]))]
+
+
+def cv(times: list[float]) -> float | None:
+    x = np.asarray(times, dtype=float)
+    return float(x.std() / x.mean()) if x.size >= 2 and x.mean() > 0 else None
+
+
+def speedup(base: list[float], treat: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """median(base) / median(treat), and the 2.5/97.5 percentiles of the same ratio over bootstrap
+    resamples of each arm's steps (each arm resampled on its own, with replacement)."""
+    b, t = np.asarray(base, dtype=float), np.asarray(treat, dtype=float)
+    if b.size == 0 or t.size == 0:
+        raise ValueError("an arm has no recorded steps")
+    ratio = float(np.median(b) / np.median(t))
+    rng = np.random.default_rng(seed)
+    bs = np.median(rng.choice(b, size=(BOOTSTRAP_SAMPLES, b.size)), axis=1)
+    ts = np.median(rng.choice(t, size=(BOOTSTRAP_SAMPLES, t.size)), axis=1)
+    lo, hi = np.percentile(bs / ts, [2.5, 97.5])
+    return ratio, float(lo), float(hi)
+
+
+def repeats_for(noise_cv: float | None, lo: int = 2, hi: int = 5, target_cv: float = 0.05) -> int:
+    """Repeats per arm when the user gives none: 2 on a quiet host; more as the first pair's step times vary
+    (the interval narrows with the square root of the repeats, so n grows with (cv / 5 %)², capped at 5)."""
+    if noise_cv is None:
+        return lo
+    return int(min(hi, max(lo, np.ceil((noise_cv / target_cv) ** 2))))

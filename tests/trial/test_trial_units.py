@@ -1,0 +1,122 @@
+"""`run --try`: parsing and validation of changes, applying them to real constructor signatures, the
+statistics of a trial and its prediction, on small inputs built here."""
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from ddpdoctor.capture import agent_overrides as ov
+from ddpdoctor.trial import runner, stats
+
+
+def test_changes_are_typed_and_validated():
+    c = ov.parse_changes(["dataloader.num_workers=4", "dataloader.pin_memory=true", "ddp.bucket_cap_mb=100",
+                          "ddp.comm_hook=PowerSGD:2", "env.NCCL_P2P_DISABLE=1", "torch.num_threads=2"])
+    assert c == {"dataloader.num_workers": 4, "dataloader.pin_memory": True, "ddp.bucket_cap_mb": 100.0,
+                 "ddp.comm_hook": "powersgd:2", "env.NCCL_P2P_DISABLE": "1", "torch.num_threads": 2}
+    for bad, words in (("dataloader.num_workerz=4", "unknown key"), ("dataloader.num_workers=four", "whole number"),
+                       ("dataloader.num_workers=-1", ">= 0"), ("ddp.bucket_cap_mb=0", "> 0"),
+                       ("ddp.comm_hook=int8", "fp16, bf16 or powersgd"), ("dataloader.pin_memory=maybe", "True or False"),
+                       ("train.gradient_accumulation_steps=8", "change to the code"), ("no_sync=1", "change to the code"),
+                       ("env.1BAD=x", "environment variable"), ("num_workers", "KEY=VALUE")):
+        with pytest.raises(ov.OverrideError) as e:
+            ov.parse_change(bad)
+        assert words in str(e.value) and "\n" not in str(e.value), (bad, str(e.value))
+    with pytest.raises(ov.OverrideError, match="twice"):
+        ov.parse_changes(["dataloader.num_workers=2", "dataloader.num_workers=4"])
+
+
+def test_launcher_env_carries_the_changes_and_the_variables():
+    env = ov.launcher_env({"dataloader.num_workers": 2, "env.NCCL_P2P_DISABLE": "1", "torch.num_threads": 3})
+    assert json.loads(env[ov.ENV_VAR]) == {"dataloader.num_workers": 2, "env.NCCL_P2P_DISABLE": "1",
+                                           "torch.num_threads": 3}
+    assert env["NCCL_P2P_DISABLE"] == "1" and env["OMP_NUM_THREADS"] == "3"
+    assert ov.from_env(env) == json.loads(env[ov.ENV_VAR]) and ov.from_env({}) is None
+
+
+class Loader:                                    # the shape of torch's DataLoader.__init__ signature
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None, num_workers=0,
+                 collate_fn=None, pin_memory=False, drop_last=False, *, prefetch_factor=None,
+                 persistent_workers=False):
+        pass
+
+
+def test_changes_bind_to_positional_and_keyword_arguments():
+    rec = {"applied": {}, "skipped": {}}
+    obj = object()
+    args, kwargs = ov.bind(Loader.__init__, obj, ("data", 8, False, None, None, 0), {},
+                           {"dataloader.num_workers": 2, "dataloader.pin_memory": True}, "dataloader", rec)
+    assert args[5] == 2 and (kwargs.get("pin_memory") is True or args[7] is True)
+    assert rec["applied"]["dataloader.num_workers"] == {"from": 0, "to": 2}
+    # persistent_workers without workers would make the loader raise: not applied, and said why
+    rec = {"applied": {}, "skipped": {}}
+    args, kwargs = ov.bind(Loader.__init__, obj, ("data",), {"num_workers": 0},
+                           {"dataloader.persistent_workers": True}, "dataloader", rec)
+    assert kwargs.get("persistent_workers", False) is False and "num_workers > 0" in rec["skipped"]["dataloader.persistent_workers"]
+    # a loader class without the argument: skipped with the reason
+    rec = {"applied": {}, "skipped": {}}
+
+    class Odd:
+        def __init__(self, dataset):
+            pass
+    ov.bind(Odd.__init__, obj, ("d",), {}, {"dataloader.num_workers": 2}, "dataloader", rec)
+    assert "takes no num_workers" in rec["skipped"]["dataloader.num_workers"]
+
+
+def test_speedup_and_its_interval():
+    base = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
+    treat = [15.0, 15.2, 14.8, 15.1, 14.9, 15.3]
+    r, lo, hi = stats.speedup(base, treat)
+    assert r == pytest.approx(30.1 / 15.05, rel=1e-3) and lo <= r <= hi and hi - lo < 0.2
+    r, lo, hi = stats.speedup(base, base)
+    assert r == pytest.approx(1.0) and lo <= 1.0 <= hi
+    assert stats.repeats_for(None) == 2 and stats.repeats_for(0.01) == 2 and stats.repeats_for(0.09) == 4
+    assert stats.repeats_for(0.5) == 5
+
+
+def _finding(rule, speedup, knobs, title="t", category="dataloader"):
+    return SimpleNamespace(rule=rule, title=title, expected_speedup=speedup, category=category,
+                           fixes=[SimpleNamespace(knob=k, value=v, title=f"fix {k}") for k, v in knobs])
+
+
+def test_prediction_and_rule_changes_come_from_the_baseline_diagnosis():
+    report = SimpleNamespace(diagnosis=SimpleNamespace(findings=[
+        _finding("DL001", 1.9, [("dataloader.num_workers", "2"), ("dataloader.persistent_workers", "True")]),
+        _finding("CM001", 1.2, [("ddp.bucket_cap_mb", "100")], category="communication"),
+        _finding("CF001", None, [(None, None)], category="config")]))
+    p = runner.prediction({"dataloader.num_workers": 2}, report)
+    assert p["predicted_speedup"] == 1.9 and p["predicted_by"] == "DL001"
+    assert runner.prediction({"env.OMP_NUM_THREADS": "2"}, report)["predicted_speedup"] is None
+    # no fix names the setting: the finding of the category it acts on
+    assert runner.prediction({"ddp.comm_hook": "fp16"}, report)["predicted_by"] == "CM001"
+    only_cheaper = SimpleNamespace(diagnosis=SimpleNamespace(findings=[_finding("DL001", 1.7, [(None, None)])]))
+    assert runner.prediction({"dataloader.num_workers": 2}, only_cheaper)["predicted_speedup"] == 1.7
+    assert runner.change_from_rule("DL001", report) == {"dataloader.num_workers": 2}
+    with pytest.raises(Exception, match="no IM001 finding"):
+        runner.change_from_rule("IM001", report)
+    with pytest.raises(Exception, match="change to the code or the host"):
+        runner.change_from_rule("CF001", report)
+
+
+def test_summary_line_says_measured_predicted_and_moved():
+    t = {"measured_speedup": 1.42, "ci95": [1.35, 1.49], "predicted_speedup": 1.48, "predicted_by": "DL001",
+         "bottleneck_moved": True, "baseline_verdict": "dataloader-bound", "try_verdict": "compute-bound"}
+    s = runner.summary_line(t)
+    assert "measured 1.42x faster (95 % 1.35–1.49" in s and "predicted up to 1.48x (DL001)" in s
+    assert "dataloader-bound -> compute-bound" in s
+    assert "failed" in runner.summary_line({"failed_arm": "try"})
+
+
+def test_bad_try_exits_2_with_one_line(tmp_path):
+    for args, words in ((["--try", "dataloader.num_workerz=2"], "unknown key"),
+                        (["--try", "no_sync=1"], "change to the code"),
+                        (["--repeat", "2"], "belong to --try")):
+        res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(tmp_path / "o"), *args, "--",
+                              sys.executable, "-c", "pass"], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2, res.stderr
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and words in lines[0], res.stderr
+        assert not (tmp_path / "o").exists()
