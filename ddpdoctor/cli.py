@@ -322,6 +322,22 @@ def rules_explain(rule_id, rules_dirs, sets, no_config):
     click.echo(explain(rs.get(rule_id), rs.params.get(rs.get(rule_id).id, {})))
 
 
+@rules.command("facts")
+@click.option("--markdown", is_flag=True, help="Print docs/FACTS.md (the catalogue as Markdown tables).")
+def rules_facts(markdown):
+    """The facts rules can read (rules/facts.toml): name, type, scope, unit, source."""
+    from .fact_catalogue import default_catalogue
+    from .fact_catalogue import markdown as render
+
+    cat = default_catalogue()
+    if markdown:
+        sys.stdout.write(render(cat))
+        return
+    for name in cat.names():
+        s = cat.lookup(name)
+        click.echo(f"{name:<48} {s.type:<6} {s.scope:<5} {s.unit:<6} {s.source:<7} {s.meaning}")
+
+
 @rules.command("test")
 @_with_rules_options
 def rules_test(rules_dirs, sets, no_config):

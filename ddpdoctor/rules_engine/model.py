@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from ..fact_catalogue import default_catalogue
+from ..resources import metric_params
 from .expr import Expr, ExprError, compile_expr
 from .template import Template, compile_template
 
@@ -23,9 +25,8 @@ SEVERITIES = ("critical", "high", "medium", "low", "info")
 FIX_KINDS = ("code", "setting", "env", "command")
 ID_PATTERN = re.compile(r"^[A-Z]{2,4}[0-9]{3}$")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
-# first part of every fact name a rule may read (params and evidence names are bare words)
-FACT_ROOTS = ("rank", "step", "run", "cross", "straggler", "trace", "config", "host", "memory",
-              "failure", "nccl", "logs", "match", "flight_recorder", "python", "data", "train")
+# what a rule's [log] patterns give it (engine.py, selftest.py)
+MATCH_NAMES = ("count", "ranks", "first_rank", "first_time", "first_line", "first_file")
 TOP_KEYS = {"id", "name", "category", "severity", "title", "label", "why", "references", "when", "cost",
             "agreement", "confidence", "ranks", "summary", "params", "evidence", "log", "fix", "test"}
 
@@ -122,9 +123,44 @@ def _line_of(text: str, key: str, after: int = 0) -> int:
     return 1
 
 
+def metric_value(name: str):
+    """The value of ``metrics.<section>.<key>`` (a threshold of rules/metrics.toml, after
+    overrides), or KeyError."""
+    node = metric_params()
+    for part in name.split(".")[1:]:
+        node = node[part]
+    if isinstance(node, dict):
+        raise KeyError(name)
+    return node
+
+
+def unknown_name(name: str, allow: set[str], has_log: bool) -> str | None:
+    """Why a name a rule reads is unknown (None when it is known): params and evidence are
+    bare words; facts are in the catalogue (rules/facts.toml); ``match.*`` comes with [log];
+    ``metrics.*`` are the thresholds of rules/metrics.toml."""
+    if name in allow:
+        return None
+    if "." not in name:
+        return f"unknown name {name!r} (not a param or an evidence name of this rule, nor a dotted fact name)"
+    if name.startswith("match."):
+        if has_log and name[6:] in MATCH_NAMES:
+            return None
+        return (f"unknown name {name!r} (match.{{{','.join(MATCH_NAMES)}}} come with a [log] table)"
+                if not has_log else f"unknown name {name!r} (a [log] table gives match.{', match.'.join(MATCH_NAMES)})")
+    if name.startswith("metrics."):
+        try:
+            metric_value(name)
+            return None
+        except (KeyError, TypeError):
+            return f"unknown threshold {name!r} (not in rules/metrics.toml)"
+    if name in default_catalogue():
+        return None
+    return f"unknown fact {name!r} (not in the fact catalogue rules/facts.toml; see docs/FACTS.md)"
+
+
 class _Ctx:
-    def __init__(self, path: Path, text: str):
-        self.path, self.text = path, text
+    def __init__(self, path: Path, text: str, has_log: bool = False):
+        self.path, self.text, self.has_log = path, text, has_log
 
     def fail(self, key: str, message: str, after: int = 0):
         raise RuleError(f"{self.path}:{_line_of(self.text, key, after)}: {message}")
@@ -142,10 +178,10 @@ class _Ctx:
             out = compiler(source)
         except ExprError as exc:
             self.fail(key, f"{key}: {exc}", after)
-        for n in out.names:
-            if n not in allow and n.split(".", 1)[0] not in FACT_ROOTS:
-                self.fail(key, f"{key}: unknown name {n!r} (not a param, an evidence name, "
-                               f"or a fact under {', '.join(FACT_ROOTS)})", after)
+        for n in sorted(out.names):
+            problem = unknown_name(n, allow, self.has_log)
+            if problem:
+                self.fail(key, f"{key}: {problem}", after)
         return out
 
 
@@ -166,7 +202,7 @@ def load_rule_file(path: Path, origin: str = "built-in") -> Rule:
 
 
 def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> Rule:
-    c = _Ctx(path, text)
+    c = _Ctx(path, text, has_log="log" in data)
     for key in data:
         if key not in TOP_KEYS:
             c.fail(key, f"unknown key {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})")
@@ -248,9 +284,16 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
             title=c.template("title", fx["title"], allow, after), change=c.template("change", fx["change"], allow, after),
             kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None,
             knob=_knob(c, fx, after), value=c.template("value", fx["value"], allow, after) if "value" in fx else None))
+    test_lines = [n for n, line in enumerate(text.splitlines()) if line.strip() == "[[test]]"]
     for i, tc in enumerate(data.get("test", [])):
         if tc.get("expect") not in ("fire", "quiet", "abstain"):
             c.fail("test", f"test #{i + 1} needs expect = \"fire\", \"quiet\" or \"abstain\"")
+        for name in tc.get("facts", {}) if isinstance(tc.get("facts"), dict) else ():
+            problem = None if "." not in name else unknown_name(name, set(), False)
+            if problem or "." not in name:
+                c.fail(name, f"test #{i + 1} ({tc.get('name', 'unnamed')}): "
+                             f"{problem or f'fact {name!r} is not a dotted fact name'}",
+                       test_lines[i] if i < len(test_lines) else 0)
         unknown_params = set(tc.get("params", {})) - set(params)
         if unknown_params:
             c.fail("test", f"test #{i + 1} sets unknown params {sorted(unknown_params)}")

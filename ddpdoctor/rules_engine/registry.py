@@ -16,7 +16,7 @@ from ..errors import InputError
 from ..resources import rules_dir
 from .model import Rule, RuleError, load_rule_file
 
-NOT_RULES = {"metrics.toml", "frameworks.toml"}   # frameworks.toml: fix phrasing per framework
+NOT_RULES = {"metrics.toml", "frameworks.toml", "facts.toml"}   # frameworks.toml: fix phrasing per framework; facts.toml: the fact catalogue
 
 
 @dataclass
