@@ -234,3 +234,84 @@ def test_fix_knob_and_value_are_rendered_and_checked(tmp_path):
         p = _write(tmp_path / "bad", "US001.toml", RULE.replace("[[fix]]", "[[fix]]\n" + bad, 1))
         with pytest.raises(RuleError, match=message):
             load_rule_file(p)
+
+
+# ------------------------------------------------------------------ thresholds of rules/metrics.toml as params
+
+METRIC_SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+def _analyze_json(tmp_path, sample, *args):
+    import json
+
+    from click.testing import CliRunner
+
+    from ddpdoctor.cli import main
+
+    out = tmp_path / f"o{len(list(tmp_path.glob('o*.json')))}.json"
+    res = CliRunner().invoke(main, ["analyze", str(METRIC_SAMPLE / sample), "--quiet", "--json", str(out), *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(out.read_text())
+
+
+def test_set_metrics_threshold_changes_the_straggler_and_the_finding(tmp_path):
+    sample = "synthetic_gpu_8ranks_straggler_rank3"
+    before = _analyze_json(tmp_path, sample, "--no-config")
+    assert before["facts"]["straggler.count"] == 1 and "IM001" in [f["rule"] for f in before["findings"]]
+    after = _analyze_json(tmp_path, sample, "--no-config", "--set", "metrics.straggler.min_late_share=0.9")
+    assert after["facts"]["straggler.count"] == 0 and "IM001" not in [f["rule"] for f in after["findings"]]
+    again = _analyze_json(tmp_path, sample, "--no-config")          # the override lasted one command
+    assert again["facts"]["straggler.count"] == 1
+
+
+def test_config_file_metrics_table_changes_the_verdict(tmp_path, monkeypatch):
+    sample = "synthetic_gpu_4ranks_dataloader_bound"
+    assert _analyze_json(tmp_path, sample, "--no-config")["verdict"]["bottleneck"] == "dataloader"
+    (tmp_path / "ddpdoctor.toml").write_text("[metrics.verdict.materiality]\ndataloader = 0.95\n")
+    monkeypatch.chdir(tmp_path)
+    d = _analyze_json(tmp_path, sample)
+    assert d["verdict"]["bottleneck"] == "compute" and "DL001" in [f["rule"] for f in d["findings"]]
+    assert _analyze_json(tmp_path, sample, "--no-config")["verdict"]["bottleneck"] == "dataloader"
+
+
+@pytest.mark.parametrize("item, message", [
+    ("metrics.straggler.min_late=1", "no threshold metrics.straggler.min_late (straggler has: min_late_share"),
+    ("metrics.straggler.min_late_share=yes", "must be a float like its default 0.05, not 'yes'"),
+    ("metrics.verdict=1", "metrics.verdict is a table"),
+    ("metrics.nosuch.x=1", "no threshold metrics.nosuch.x (rules/metrics.toml has:"),
+])
+def test_set_metrics_bad_values_are_refused(item, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        build_ruleset(sets=[item], use_config=False)
+
+
+def test_pyproject_metrics_dotted_keys(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.ddpdoctor.metrics]\n"straggler.min_late_us" = 250.0\n')
+    rs = build_ruleset(config_start=tmp_path)
+    assert rs.metrics == {"straggler.min_late_us": 250.0}
+
+
+def test_a_rule_reads_metrics_thresholds_and_set_changes_them(tmp_path):
+    from ddpdoctor.resources import metric_overrides
+
+    p = tmp_path / "XX002.toml"
+    p.write_text(textwrap.dedent('''\
+        id = "XX002"
+        name = "custom.loader_material"
+        category = "dataloader"
+        severity = "low"
+        title = "Loader wait above the verdict's materiality"
+        when = "median(rank.share.dataloader_wait) >= metrics.verdict.materiality.dataloader"
+        summary = "wait {pct(median(rank.share.dataloader_wait))}; materiality {pct(metrics.verdict.materiality.dataloader)}"
+        '''))
+    rule = load_rule_file(p)
+    facts = {"rank.share.dataloader_wait": Vec(np.asarray([0.08, 0.08]), np.asarray([0, 1]))}
+    out = evaluate(rule, facts)
+    assert out.status == "fire" and "materiality 5" in out.finding.summary
+    rs = build_ruleset(sets=["metrics.verdict.materiality.dataloader=0.1"], use_config=False)
+    with metric_overrides(rs.metrics):
+        assert evaluate(rule, facts).status == "quiet"
+    assert evaluate(rule, facts).status == "fire"
+    p.write_text(p.read_text().replace("materiality.dataloader\"", "materiality.dataloadr\"", 1))
+    with pytest.raises(RuleError, match=r":6: when: unknown threshold 'metrics.verdict.materiality.dataloadr'"):
+        load_rule_file(p)
