@@ -16,7 +16,7 @@ from ..errors import InputError
 from ..fact_catalogue import default_catalogue
 from ..resources import metric_params
 from .expr import Expr, ExprError, compile_expr
-from .template import Template, compile_template
+from .template import Template, Variant, VariantTemplate, compile_template
 
 CATEGORIES = ("failure", "network", "dataloader", "communication", "compute", "imbalance",
               "config", "memory", "info")
@@ -44,8 +44,8 @@ class Param:
 
 @dataclass
 class Fix:
-    title: Template
-    change: Template
+    title: Template | VariantTemplate
+    change: Template | VariantTemplate
     kind: str = "code"
     applies_if: Expr | None = None
     # the one setting this fix changes (e.g. "dataloader.num_workers", "ddp.bucket_cap_mb") and its
@@ -79,7 +79,7 @@ class Rule:
     params: dict[str, Param]
     evidence: dict[str, Expr]
     when: Expr
-    summary: Template
+    summary: Template | VariantTemplate
     cost: Expr | None = None          # share of step time this finding costs (0..1)
     agreement: Expr | None = None     # share of ranks/steps that agree (0..1)
     confidence: Expr | None = None    # overrides the engine's confidence (0..1)
@@ -168,8 +168,29 @@ class _Ctx:
     def expr(self, key: str, source, allow_names: set[str], after: int = 0) -> Expr:
         return self._compile(compile_expr, key, source, allow_names, after)
 
-    def template(self, key: str, source, allow_names: set[str], after: int = 0) -> Template:
-        return self._compile(compile_template, key, source, allow_names, after)
+    def template(self, key: str, source, allow_names: set[str], after: int = 0) -> Template | VariantTemplate:
+        """A string template, or parts with variants ([[key]] tables of text/when, or of variant = [...])."""
+        if isinstance(source, str):
+            return self._compile(compile_template, key, source, allow_names, after)
+        if not isinstance(source, list) or not source or not all(isinstance(p, dict) for p in source):
+            self.fail(key, f"{key}: a template is a string or [[{key}]] parts (text, when, variant)", after)
+        heads = [n for n, line in enumerate(self.text.splitlines())
+                 if re.match(rf"^\s*\[\[(fix\.)?{re.escape(key)}\]\]", line) and n >= after]
+        parts = []
+        for i, raw in enumerate(source):
+            at = heads[i] if i < len(heads) else after
+            variants = raw.get("variant") if "variant" in raw else [raw]
+            extra = set(raw) - ({"variant"} if "variant" in raw else {"text", "when"})
+            if extra or not isinstance(variants, list) or not variants:
+                self.fail(key, f"{key}: part #{i + 1} takes text and when, or variant = [{{when, text}}, …]", at)
+            part = []
+            for v in variants:
+                if not isinstance(v, dict) or not isinstance(v.get("text"), str) or set(v) - {"text", "when"}:
+                    self.fail(key, f"{key}: part #{i + 1}: each variant needs text (and when)", at)
+                when = self.expr("when", v["when"], allow_names, at) if "when" in v else None
+                part.append(Variant(when, self._compile(compile_template, "text", v["text"], allow_names, at)))
+            parts.append(part)
+        return VariantTemplate(parts)
 
     def _compile(self, compiler, key: str, source, allow: set[str], after: int):
         """Compile an expression or template; any problem names the file and the key's line
@@ -207,6 +228,8 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         if key not in TOP_KEYS:
             c.fail(key, f"unknown key {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})")
     for key in ("id", "name", "category", "severity", "title", "when", "summary"):
+        if key == "summary" and isinstance(data.get(key), list) and data[key]:
+            continue                                # [[summary]] parts (variants)
         if not isinstance(data.get(key), str) or not data[key].strip():
             c.fail(key if key in data else "id", f"missing or empty required key {key!r}")
     rid = data["id"]
@@ -275,8 +298,8 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
     for i, fx in enumerate(fixes):
         after = fix_lines[i] if i < len(fix_lines) else 0
         for key in ("title", "change"):
-            if not isinstance(fx.get(key), str):
-                c.fail("fix", f"fix #{i + 1} needs a {key!r} string", after)
+            if not isinstance(fx.get(key), (str, list)):
+                c.fail("fix", f"fix #{i + 1} needs a {key!r} string (or [[fix.{key}]] parts)", after)
         kind = fx.get("kind", "code")
         if kind not in FIX_KINDS:
             c.fail("kind", f"fix kind {kind!r} is not one of {', '.join(FIX_KINDS)}", after)
