@@ -89,6 +89,90 @@ def test_sample_and_real_traces_render_as_before(golden):
     assert any(golden["inputs"][k] for k in keys), "no converted rule fired on any input: the check proves nothing"
 
 
+# ------------------------------------------------------------------ old ternary == new variants, branch by branch
+
+OLD = ROOT / "tests" / "data" / "ternary_templates.toml"
+# facts that take each variant the stored cases and traces do not reach
+EXTRA = {
+    "CM001": [{"config.ddp.find_unused_parameters": True, "memory.peak_bytes": 30e9, "memory.capacity_bytes": 80e9,
+               "config.fsdp.kind": "fsdp1", "config.fsdp.sharding_strategy": "FULL_SHARD"},
+              {"config.ddp.find_unused_parameters": False}, {}],
+    "IM004": [{"host.contention.steal_share": 0.12, "host.contention.involuntary_switches_per_s": 812.4,
+               "host.contention.other_busy_share": 0.4, "host.contention.cpus_per_rank": 1.5,
+               "host.contention.threads_per_cpu": 2.0}, {"host.contention.steal_share": 0.0}],
+    "IM001": [{"straggler.count": 1, "straggler.ranks": [2], "straggler.rank": 2, "straggler.late_us": 900.0,
+               "straggler.late_share": 0.2, "straggler.steps_late": 3, "straggler.steps": 4}],
+    "DL001": [{"host.cpus_per_local_rank": 2.0, "run.device": "gpu", "config.dataloader.num_workers": 0},
+              {"host.cpus_per_local_rank": 2.0, "run.device": "cpu"}],
+    "CP001": [{"run.device": "cpu"}, {"run.device": "gpu", "rank.share.gpu_busy": "per-rank 0.9"}],
+    "IM003": [{"host.cpus_per_local_rank": 4.0}, {"host.cpus_per_local_rank": 32}],
+    "IM002": [{"cross.input_shapes": "varying", "cross.input_shape_count": 3,
+               "cross.input_shape_examples": ["[[8, 128]]", "[[8, 512]]"]}],
+}
+
+
+def _with(facts: dict, extra: dict) -> dict:
+    """facts + extra; "per-rank X" is X on every rank the facts have."""
+    import numpy as np
+
+    from ddpdoctor.rules_engine.expr import Vec
+
+    out = dict(facts)
+    ranks = next((v.ranks for v in facts.values() if isinstance(v, Vec)), np.asarray([0, 1]))
+    for k, v in extra.items():
+        out[k] = Vec(np.full(len(ranks), float(v.split()[1])), ranks) if isinstance(v, str) and v.startswith("per-rank ") else v
+    return out
+
+
+def _fact_sets(rule):
+    from ddpdoctor.rules_engine.selftest import case_facts as cf
+
+    sets = [cf(c) for c in rule.tests]
+    for extra in EXTRA.get(rule.id, []):
+        sets += [_with(f, extra) for f in sets[:3]] + [_with({}, extra)]
+    return sets
+
+
+@pytest.mark.parametrize("rid", RULES)
+def test_variants_render_what_the_ternaries_rendered(rid):
+    """On every fact set where the rule fires (stored cases, and each with the EXTRA facts that
+    reach the other variants): the same text and the same not-recorded names."""
+    import tomllib
+
+    from ddpdoctor.rules_engine.engine import _Lookup
+    from ddpdoctor.rules_engine.expr import ExprError
+    from ddpdoctor.rules_engine.template import VariantTemplate, compile_template
+
+    old = tomllib.loads(OLD.read_text(encoding="utf-8"))[rid]
+    rule = build_ruleset(use_config=False).rules[rid]
+    pairs = [(compile_template(old["summary"]), rule.summary)]
+    for fx in old.get("fix", []):
+        new = [f for f in rule.fixes if f.title.source == fx["title"]]
+        assert len(new) == 1, fx["title"]
+        pairs.append((compile_template(fx["change"]), new[0].change))
+    assert any(isinstance(new, VariantTemplate) for _, new in pairs)
+    compared = 0
+    for facts in _fact_sets(rule):
+        look = _Lookup(facts, rule.param_values(), None)
+        try:
+            for name, e in rule.evidence.items():
+                look.values[name] = e(look)
+            if rule.when(look) is not True:       # a summary is rendered only when the rule fires
+                continue
+        except (ExprError, TypeError, ValueError):
+            continue
+        for before, after in pairs:
+            try:
+                want = before.render(look)
+            except (ExprError, TypeError, ValueError) as exc:
+                with pytest.raises(type(exc)):
+                    after.render(look)
+                continue
+            assert after.render(look) == want, (rid, facts)
+            compared += 1
+    assert compared >= len(pairs) * 3
+
+
 if __name__ == "__main__" and "--regenerate" in sys.argv:
     GOLDEN.write_text(json.dumps({"cases": render_cases(), "inputs": render_inputs()}, indent=1, sort_keys=True,
                                  ensure_ascii=False) + "\n", encoding="utf-8")
