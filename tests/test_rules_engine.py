@@ -315,3 +315,62 @@ def test_a_rule_reads_metrics_thresholds_and_set_changes_them(tmp_path):
     p.write_text(p.read_text().replace("materiality.dataloader\"", "materiality.dataloadr\"", 1))
     with pytest.raises(RuleError, match=r":6: when: unknown threshold 'metrics.verdict.materiality.dataloadr'"):
         load_rule_file(p)
+
+
+# ------------------------------------------------------------------ templates with variants
+
+VARIANT_RULE = '''id = "XX003"
+name = "custom.variants"
+category = "info"
+severity = "info"
+title = "Variants"
+when = "run.steps > 0"
+
+[[summary]]
+variant = [
+  { when = "run.steps > 10", text = "many steps" },
+  { when = "run.steps > 2", text = "some steps" },
+  { text = "few steps" },
+]
+
+[[summary]]
+when = "run.device == 'gpu'"
+text = " on GPU"
+
+[[summary]]
+text = ": {run.steps}"
+'''
+
+
+@pytest.mark.parametrize("facts, text, missing", [
+    ({"run.steps": 20, "run.device": "gpu"}, "many steps on GPU: 20", []),
+    ({"run.steps": 5, "run.device": "cpu"}, "some steps: 5", []),
+    ({"run.steps": 1, "run.device": "cpu"}, "few steps: 1", []),
+    ({"run.steps": 1}, "few steps(not recorded): 1", ["run.device"]),
+])
+def test_summary_variants_choose_by_their_own_conditions(tmp_path, facts, text, missing):
+    p = tmp_path / "XX003.toml"
+    p.write_text(VARIANT_RULE)
+    f = evaluate(load_rule_file(p), facts).finding
+    assert f.summary == text and f.not_recorded == missing
+
+
+@pytest.mark.parametrize("edit, line, message", [
+    (lambda s: s.replace('{ text = "few steps" }', '{ txt = "few steps" }'), 8, "each variant needs text"),
+    (lambda s: s.replace('when = "run.device', 'if = "run.device'), 15, "part #2 takes text and when"),
+    (lambda s: s.replace('run.steps > 2', 'run.stepz > 2'), 11, "when: unknown fact 'run.stepz'"),
+    (lambda s: s.replace('": {run.steps}"', '": {run.stepz}"'), 20, "text: unknown fact 'run.stepz'"),
+])
+def test_bad_variant_parts_name_file_and_line(tmp_path, edit, line, message):
+    p = tmp_path / "XX003.toml"
+    p.write_text(edit(VARIANT_RULE))
+    with pytest.raises(RuleError) as exc:
+        load_rule_file(p)
+    assert str(exc.value).startswith(f"{p}:{line}: summary: ") and message in str(exc.value), str(exc.value)
+
+
+def test_a_per_rank_variant_condition_is_an_error(tmp_path):
+    p = tmp_path / "XX003.toml"
+    p.write_text(VARIANT_RULE.replace('"run.steps > 10"', '"rank.step_time > 10"'))
+    out = evaluate(load_rule_file(p), {"run.steps": 3, "rank.step_time": Vec(np.asarray([1.0, 20.0]), np.asarray([0, 1]))})
+    assert out.status == "error" and "one value per rank" in out.error

@@ -162,8 +162,16 @@ class _Ctx:
     def __init__(self, path: Path, text: str, has_log: bool = False):
         self.path, self.text, self.has_log = path, text, has_log
 
-    def fail(self, key: str, message: str, after: int = 0):
-        raise RuleError(f"{self.path}:{_line_of(self.text, key, after)}: {message}")
+    def fail(self, key: str, message: str, after: int = 0, line: int | None = None):
+        raise RuleError(f"{self.path}:{line or _line_of(self.text, key, after)}: {message}")
+
+    def _line_with(self, needle: str, after: int) -> int:
+        """1-based line of the first line at or after ``after`` (0-based) holding ``needle``."""
+        lines = self.text.splitlines()
+        for i in range(after, len(lines)):
+            if needle and needle in lines[i]:
+                return i + 1
+        return after + 1
 
     def expr(self, key: str, source, allow_names: set[str], after: int = 0) -> Expr:
         return self._compile(compile_expr, key, source, allow_names, after)
@@ -182,27 +190,34 @@ class _Ctx:
             variants = raw.get("variant") if "variant" in raw else [raw]
             extra = set(raw) - ({"variant"} if "variant" in raw else {"text", "when"})
             if extra or not isinstance(variants, list) or not variants:
-                self.fail(key, f"{key}: part #{i + 1} takes text and when, or variant = [{{when, text}}, …]", at)
+                self.fail(key, f"{key}: part #{i + 1} takes text and when, or variant = [{{when, text}}, …]", at, at + 1)
             part = []
             for v in variants:
                 if not isinstance(v, dict) or not isinstance(v.get("text"), str) or set(v) - {"text", "when"}:
-                    self.fail(key, f"{key}: part #{i + 1}: each variant needs text (and when)", at)
-                when = self.expr("when", v["when"], allow_names, at) if "when" in v else None
-                part.append(Variant(when, self._compile(compile_template, "text", v["text"], allow_names, at)))
+                    self.fail(key, f"{key}: part #{i + 1}: each variant needs text (and when)", at, at + 1)
+                when = None
+                if "when" in v:
+                    line = self._line_with(str(v["when"]), at)
+                    when = self._compile(compile_expr, "when", v["when"], allow_names, at, line, f"{key}: when")
+                line = self._line_with(v["text"].split("\n", 1)[0], at)
+                part.append(Variant(when, self._compile(compile_template, "text", v["text"], allow_names, at,
+                                                        line, f"{key}: text")))
             parts.append(part)
         return VariantTemplate(parts)
 
-    def _compile(self, compiler, key: str, source, allow: set[str], after: int):
+    def _compile(self, compiler, key: str, source, allow: set[str], after: int, line: int | None = None,
+                 label: str | None = None):
         """Compile an expression or template; any problem names the file and the key's line
-        (at or after line ``after``: the right [[fix]] table for a fix's keys)."""
+        (at or after line ``after``: the right [[fix]] table for a fix's keys; or ``line``)."""
+        label = label or key
         try:
             out = compiler(source)
         except ExprError as exc:
-            self.fail(key, f"{key}: {exc}", after)
+            self.fail(key, f"{label}: {exc}", after, line)
         for n in sorted(out.names):
             problem = unknown_name(n, allow, self.has_log)
             if problem:
-                self.fail(key, f"{key}: {problem}", after)
+                self.fail(key, f"{label}: {problem}", after, line)
         return out
 
 
