@@ -129,7 +129,11 @@ def markdown(cat: Catalogue) -> str:
            "A rule, or a stored rule test, that reads a name not listed here is refused when the rules "
            "load (exit 2, naming the fact, the file and the line). Scope: `run` = one value; `rank` = one "
            "value per rank; `step` = one value per (rank, step) row. *per_rank*: a `<name>.per_rank` "
-           "dict (rank → value) comes with it when ranks differ.", ""]
+           "dict (rank → value) comes with it when ranks differ.", "",
+           "Besides these facts a rule reads its own params and evidence (bare words), `match.count`, "
+           "`match.ranks`, `match.first_rank`, `match.first_time`, `match.first_line`, `match.first_file` "
+           "when it has a `[log]` table, and `metrics.<section>.<name>`, the thresholds of rules/metrics.toml "
+           "after `--set metrics.…` and config overrides (docs/RULES.md#settings).", ""]
     for ph, values in cat.placeholders.items():
         out.append(f"`<{ph}>` stands for each of: " + ", ".join(f"`{v}`" for v in values) + ".")
     for source in SOURCES:

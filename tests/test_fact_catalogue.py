@@ -1,7 +1,6 @@
 """The fact catalogue (rules/facts.toml) against the real producers, both ways; the rule
 loader refusing unknown facts; docs/FACTS.md in step with the catalogue."""
 
-import json
 import os
 from pathlib import Path
 
