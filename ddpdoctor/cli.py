@@ -46,6 +46,10 @@ class _Group(click.Group):
             _fail("out of memory reading the input (see README: input size limits)", 2)
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
             _fail(f"internal error: {type(exc).__name__}: {exc} (set DDPDOCTOR_DEBUG=1 for details)", 1)
+        finally:
+            from .resources import set_metric_overrides
+
+            set_metric_overrides(None)          # --set metrics.* lasts one command (CliRunner runs many)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -55,16 +59,21 @@ def main() -> None:
 
 
 def _ruleset(rules_dirs, sets, no_config=False):
+    """The rules in force; the metrics.toml overrides it carries stay in force until the command ends."""
+    from .resources import set_metric_overrides
     from .rules_engine.registry import build_ruleset
 
-    return build_ruleset(list(rules_dirs), list(sets), use_config=not no_config)
+    rs = build_ruleset(list(rules_dirs), list(sets), use_config=not no_config)
+    set_metric_overrides(rs.metrics)
+    return rs
 
 
 _rules_options = [
     click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
                  help="A folder of extra rule files (*.toml); a rule with a built-in id replaces it (repeatable)."),
     click.option("--set", "sets", multiple=True, metavar="RULE.param=VALUE",
-                 help="Override a rule threshold for this run, e.g. --set DL001.min_wait_share=0.2 (repeatable)."),
+                 help="Override a rule threshold for this run, e.g. --set DL001.min_wait_share=0.2, or one of "
+                      "rules/metrics.toml, e.g. --set metrics.straggler.min_late_share=0.1 (repeatable)."),
     click.option("--no-config", is_flag=True,
                  help="Ignore [tool.ddpdoctor] in pyproject.toml and ddpdoctor.toml."),
 ]
@@ -320,6 +329,22 @@ def rules_explain(rule_id, rules_dirs, sets, no_config):
 
     rs = _ruleset(rules_dirs, sets, no_config)
     click.echo(explain(rs.get(rule_id), rs.params.get(rs.get(rule_id).id, {})))
+
+
+@rules.command("facts")
+@click.option("--markdown", is_flag=True, help="Print docs/FACTS.md (the catalogue as Markdown tables).")
+def rules_facts(markdown):
+    """The facts rules can read (rules/facts.toml): name, type, scope, unit, source."""
+    from .fact_catalogue import default_catalogue
+    from .fact_catalogue import markdown as render
+
+    cat = default_catalogue()
+    if markdown:
+        sys.stdout.write(render(cat))
+        return
+    for name in cat.names():
+        s = cat.lookup(name)
+        click.echo(f"{name:<48} {s.type:<6} {s.scope:<5} {s.unit:<6} {s.source:<7} {s.meaning}")
 
 
 @rules.command("test")

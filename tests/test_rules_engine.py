@@ -234,3 +234,143 @@ def test_fix_knob_and_value_are_rendered_and_checked(tmp_path):
         p = _write(tmp_path / "bad", "US001.toml", RULE.replace("[[fix]]", "[[fix]]\n" + bad, 1))
         with pytest.raises(RuleError, match=message):
             load_rule_file(p)
+
+
+# ------------------------------------------------------------------ thresholds of rules/metrics.toml as params
+
+METRIC_SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+def _analyze_json(tmp_path, sample, *args):
+    import json
+
+    from click.testing import CliRunner
+
+    from ddpdoctor.cli import main
+
+    out = tmp_path / f"o{len(list(tmp_path.glob('o*.json')))}.json"
+    res = CliRunner().invoke(main, ["analyze", str(METRIC_SAMPLE / sample), "--quiet", "--json", str(out), *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(out.read_text())
+
+
+def test_set_metrics_threshold_changes_the_straggler_and_the_finding(tmp_path):
+    sample = "synthetic_gpu_8ranks_straggler_rank3"
+    before = _analyze_json(tmp_path, sample, "--no-config")
+    assert before["facts"]["straggler.count"] == 1 and "IM001" in [f["rule"] for f in before["findings"]]
+    after = _analyze_json(tmp_path, sample, "--no-config", "--set", "metrics.straggler.min_late_share=0.9")
+    assert after["facts"]["straggler.count"] == 0 and "IM001" not in [f["rule"] for f in after["findings"]]
+    again = _analyze_json(tmp_path, sample, "--no-config")          # the override lasted one command
+    assert again["facts"]["straggler.count"] == 1
+
+
+def test_config_file_metrics_table_changes_the_verdict(tmp_path, monkeypatch):
+    sample = "synthetic_gpu_4ranks_dataloader_bound"
+    assert _analyze_json(tmp_path, sample, "--no-config")["verdict"]["bottleneck"] == "dataloader"
+    (tmp_path / "ddpdoctor.toml").write_text("[metrics.verdict.materiality]\ndataloader = 0.95\n")
+    monkeypatch.chdir(tmp_path)
+    d = _analyze_json(tmp_path, sample)
+    assert d["verdict"]["bottleneck"] == "compute" and "DL001" in [f["rule"] for f in d["findings"]]
+    assert _analyze_json(tmp_path, sample, "--no-config")["verdict"]["bottleneck"] == "dataloader"
+
+
+@pytest.mark.parametrize("item, message", [
+    ("metrics.straggler.min_late=1", "no threshold metrics.straggler.min_late (straggler has: min_late_share"),
+    ("metrics.straggler.min_late_share=yes", "must be a float like its default 0.05, not 'yes'"),
+    ("metrics.verdict=1", "metrics.verdict is a table"),
+    ("metrics.nosuch.x=1", "no threshold metrics.nosuch.x (rules/metrics.toml has:"),
+])
+def test_set_metrics_bad_values_are_refused(item, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        build_ruleset(sets=[item], use_config=False)
+
+
+def test_pyproject_metrics_dotted_keys(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.ddpdoctor.metrics]\n"straggler.min_late_us" = 250.0\n')
+    rs = build_ruleset(config_start=tmp_path)
+    assert rs.metrics == {"straggler.min_late_us": 250.0}
+
+
+def test_a_rule_reads_metrics_thresholds_and_set_changes_them(tmp_path):
+    from ddpdoctor.resources import metric_overrides
+
+    p = tmp_path / "XX002.toml"
+    p.write_text(textwrap.dedent('''\
+        id = "XX002"
+        name = "custom.loader_material"
+        category = "dataloader"
+        severity = "low"
+        title = "Loader wait above the verdict's materiality"
+        when = "median(rank.share.dataloader_wait) >= metrics.verdict.materiality.dataloader"
+        summary = "wait {pct(median(rank.share.dataloader_wait))}; materiality {pct(metrics.verdict.materiality.dataloader)}"
+        '''))
+    rule = load_rule_file(p)
+    facts = {"rank.share.dataloader_wait": Vec(np.asarray([0.08, 0.08]), np.asarray([0, 1]))}
+    out = evaluate(rule, facts)
+    assert out.status == "fire" and "materiality 5" in out.finding.summary
+    rs = build_ruleset(sets=["metrics.verdict.materiality.dataloader=0.1"], use_config=False)
+    with metric_overrides(rs.metrics):
+        assert evaluate(rule, facts).status == "quiet"
+    assert evaluate(rule, facts).status == "fire"
+    p.write_text(p.read_text().replace("materiality.dataloader\"", "materiality.dataloadr\"", 1))
+    with pytest.raises(RuleError, match=r":6: when: unknown threshold 'metrics.verdict.materiality.dataloadr'"):
+        load_rule_file(p)
+
+
+# ------------------------------------------------------------------ templates with variants
+
+VARIANT_RULE = '''id = "XX003"
+name = "custom.variants"
+category = "info"
+severity = "info"
+title = "Variants"
+when = "run.steps > 0"
+
+[[summary]]
+variant = [
+  { when = "run.steps > 10", text = "many steps" },
+  { when = "run.steps > 2", text = "some steps" },
+  { text = "few steps" },
+]
+
+[[summary]]
+when = "run.device == 'gpu'"
+text = " on GPU"
+
+[[summary]]
+text = ": {run.steps}"
+'''
+
+
+@pytest.mark.parametrize("facts, text, missing", [
+    ({"run.steps": 20, "run.device": "gpu"}, "many steps on GPU: 20", []),
+    ({"run.steps": 5, "run.device": "cpu"}, "some steps: 5", []),
+    ({"run.steps": 1, "run.device": "cpu"}, "few steps: 1", []),
+    ({"run.steps": 1}, "few steps(not recorded): 1", ["run.device"]),
+])
+def test_summary_variants_choose_by_their_own_conditions(tmp_path, facts, text, missing):
+    p = tmp_path / "XX003.toml"
+    p.write_text(VARIANT_RULE)
+    f = evaluate(load_rule_file(p), facts).finding
+    assert f.summary == text and f.not_recorded == missing
+
+
+@pytest.mark.parametrize("edit, line, message", [
+    (lambda s: s.replace('{ text = "few steps" }', '{ txt = "few steps" }'), 8, "each variant needs text"),
+    (lambda s: s.replace('when = "run.device', 'if = "run.device'), 15, "part #2 takes text and when"),
+    (lambda s: s.replace('run.steps > 2', 'run.stepz > 2'), 11, "when: unknown fact 'run.stepz'"),
+    (lambda s: s.replace('": {run.steps}"', '": {run.stepz}"'), 20, "text: unknown fact 'run.stepz'"),
+])
+def test_bad_variant_parts_name_file_and_line(tmp_path, edit, line, message):
+    p = tmp_path / "XX003.toml"
+    p.write_text(edit(VARIANT_RULE))
+    with pytest.raises(RuleError) as exc:
+        load_rule_file(p)
+    assert str(exc.value).startswith(f"{p}:{line}: summary: ") and message in str(exc.value), str(exc.value)
+
+
+def test_a_per_rank_variant_condition_is_an_error(tmp_path):
+    p = tmp_path / "XX003.toml"
+    p.write_text(VARIANT_RULE.replace('"run.steps > 10"', '"rank.step_time > 10"'))
+    out = evaluate(load_rule_file(p), {"run.steps": 3, "rank.step_time": Vec(np.asarray([1.0, 20.0]), np.asarray([0, 1]))})
+    assert out.status == "error" and "one value per rank" in out.error

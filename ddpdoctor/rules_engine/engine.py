@@ -3,7 +3,8 @@
 The facts are one flat dict of dotted names (see ddpdoctor/rules_engine/facts.py and
 docs/RULES.md).  Inside a rule, a bare name is looked up first among the rule's evidence
 (computed in file order), then its params, then ``match.*`` (its log patterns), then the
-facts.  A name found nowhere is Missing: a condition that needs it makes the rule abstain
+facts, then ``metrics.*`` (the thresholds of rules/metrics.toml, after ``--set
+metrics.…`` and config overrides).  A name found nowhere is Missing: a condition that needs it makes the rule abstain
 and the report says which facts were missing.
 """
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from .expr import ExprError, Missing, Vec, _speedup
 from .frameworks import phrase, phrased_change
-from .model import Rule
+from .model import Rule, metric_value
 
 
 @dataclass
@@ -92,6 +93,11 @@ class _Lookup:
             return self.match[name[6:]]
         if name in self.facts:
             return self.facts[name]
+        if name.startswith("metrics."):
+            try:
+                return metric_value(name)
+            except (KeyError, TypeError):
+                pass
         return Missing(frozenset({name}))
 
 

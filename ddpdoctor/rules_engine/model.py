@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from ..fact_catalogue import default_catalogue
+from ..resources import metric_params
 from .expr import Expr, ExprError, compile_expr
-from .template import Template, compile_template
+from .template import Template, Variant, VariantTemplate, compile_template
 
 CATEGORIES = ("failure", "network", "dataloader", "communication", "compute", "imbalance",
               "config", "memory", "info")
@@ -23,9 +25,8 @@ SEVERITIES = ("critical", "high", "medium", "low", "info")
 FIX_KINDS = ("code", "setting", "env", "command")
 ID_PATTERN = re.compile(r"^[A-Z]{2,4}[0-9]{3}$")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
-# first part of every fact name a rule may read (params and evidence names are bare words)
-FACT_ROOTS = ("rank", "step", "run", "cross", "straggler", "trace", "config", "host", "memory",
-              "failure", "nccl", "logs", "match", "flight_recorder", "python", "data", "train")
+# what a rule's [log] patterns give it (engine.py, selftest.py)
+MATCH_NAMES = ("count", "ranks", "first_rank", "first_time", "first_line", "first_file")
 TOP_KEYS = {"id", "name", "category", "severity", "title", "label", "why", "references", "when", "cost",
             "agreement", "confidence", "ranks", "summary", "params", "evidence", "log", "fix", "test"}
 
@@ -43,8 +44,8 @@ class Param:
 
 @dataclass
 class Fix:
-    title: Template
-    change: Template
+    title: Template | VariantTemplate
+    change: Template | VariantTemplate
     kind: str = "code"
     applies_if: Expr | None = None
     # the one setting this fix changes (e.g. "dataloader.num_workers", "ddp.bucket_cap_mb") and its
@@ -78,7 +79,7 @@ class Rule:
     params: dict[str, Param]
     evidence: dict[str, Expr]
     when: Expr
-    summary: Template
+    summary: Template | VariantTemplate
     cost: Expr | None = None          # share of step time this finding costs (0..1)
     agreement: Expr | None = None     # share of ranks/steps that agree (0..1)
     confidence: Expr | None = None    # overrides the engine's confidence (0..1)
@@ -122,30 +123,101 @@ def _line_of(text: str, key: str, after: int = 0) -> int:
     return 1
 
 
-class _Ctx:
-    def __init__(self, path: Path, text: str):
-        self.path, self.text = path, text
+def metric_value(name: str):
+    """The value of ``metrics.<section>.<key>`` (a threshold of rules/metrics.toml, after
+    overrides), or KeyError."""
+    node = metric_params()
+    for part in name.split(".")[1:]:
+        node = node[part]
+    if isinstance(node, dict):
+        raise KeyError(name)
+    return node
 
-    def fail(self, key: str, message: str, after: int = 0):
-        raise RuleError(f"{self.path}:{_line_of(self.text, key, after)}: {message}")
+
+def unknown_name(name: str, allow: set[str], has_log: bool) -> str | None:
+    """Why a name a rule reads is unknown (None when it is known): params and evidence are
+    bare words; facts are in the catalogue (rules/facts.toml); ``match.*`` comes with [log];
+    ``metrics.*`` are the thresholds of rules/metrics.toml."""
+    if name in allow:
+        return None
+    if "." not in name:
+        return f"unknown name {name!r} (not a param or an evidence name of this rule, nor a dotted fact name)"
+    if name.startswith("match."):
+        if has_log and name[6:] in MATCH_NAMES:
+            return None
+        return (f"unknown name {name!r} (match.{{{','.join(MATCH_NAMES)}}} come with a [log] table)"
+                if not has_log else f"unknown name {name!r} (a [log] table gives match.{', match.'.join(MATCH_NAMES)})")
+    if name.startswith("metrics."):
+        try:
+            metric_value(name)
+            return None
+        except (KeyError, TypeError):
+            return f"unknown threshold {name!r} (not in rules/metrics.toml)"
+    if name in default_catalogue():
+        return None
+    return f"unknown fact {name!r} (not in the fact catalogue rules/facts.toml; see docs/FACTS.md)"
+
+
+class _Ctx:
+    def __init__(self, path: Path, text: str, has_log: bool = False):
+        self.path, self.text, self.has_log = path, text, has_log
+
+    def fail(self, key: str, message: str, after: int = 0, line: int | None = None):
+        raise RuleError(f"{self.path}:{line or _line_of(self.text, key, after)}: {message}")
+
+    def _line_with(self, needle: str, after: int) -> int:
+        """1-based line of the first line at or after ``after`` (0-based) holding ``needle``."""
+        lines = self.text.splitlines()
+        for i in range(after, len(lines)):
+            if needle and needle in lines[i]:
+                return i + 1
+        return after + 1
 
     def expr(self, key: str, source, allow_names: set[str], after: int = 0) -> Expr:
         return self._compile(compile_expr, key, source, allow_names, after)
 
-    def template(self, key: str, source, allow_names: set[str], after: int = 0) -> Template:
-        return self._compile(compile_template, key, source, allow_names, after)
+    def template(self, key: str, source, allow_names: set[str], after: int = 0) -> Template | VariantTemplate:
+        """A string template, or parts with variants ([[key]] tables of text/when, or of variant = [...])."""
+        if isinstance(source, str):
+            return self._compile(compile_template, key, source, allow_names, after)
+        if not isinstance(source, list) or not source or not all(isinstance(p, dict) for p in source):
+            self.fail(key, f"{key}: a template is a string or [[{key}]] parts (text, when, variant)", after)
+        heads = [n for n, line in enumerate(self.text.splitlines())
+                 if re.match(rf"^\s*\[\[(fix\.)?{re.escape(key)}\]\]", line) and n >= after]
+        parts = []
+        for i, raw in enumerate(source):
+            at = heads[i] if i < len(heads) else after
+            variants = raw.get("variant") if "variant" in raw else [raw]
+            extra = set(raw) - ({"variant"} if "variant" in raw else {"text", "when"})
+            if extra or not isinstance(variants, list) or not variants:
+                self.fail(key, f"{key}: part #{i + 1} takes text and when, or variant = [{{when, text}}, …]", at, at + 1)
+            part = []
+            for v in variants:
+                if not isinstance(v, dict) or not isinstance(v.get("text"), str) or set(v) - {"text", "when"}:
+                    self.fail(key, f"{key}: part #{i + 1}: each variant needs text (and when)", at, at + 1)
+                when = None
+                if "when" in v:
+                    line = self._line_with(str(v["when"]), at)
+                    when = self._compile(compile_expr, "when", v["when"], allow_names, at, line, f"{key}: when")
+                line = self._line_with(v["text"].split("\n", 1)[0], at)
+                part.append(Variant(when, self._compile(compile_template, "text", v["text"], allow_names, at,
+                                                        line, f"{key}: text")))
+            parts.append(part)
+        return VariantTemplate(parts)
 
-    def _compile(self, compiler, key: str, source, allow: set[str], after: int):
+    def _compile(self, compiler, key: str, source, allow: set[str], after: int, line: int | None = None,
+                 label: str | None = None):
         """Compile an expression or template; any problem names the file and the key's line
-        (at or after line ``after``: the right [[fix]] table for a fix's keys)."""
+        (at or after line ``after``: the right [[fix]] table for a fix's keys; or ``line``)."""
+        label = label or key
         try:
             out = compiler(source)
         except ExprError as exc:
-            self.fail(key, f"{key}: {exc}", after)
-        for n in out.names:
-            if n not in allow and n.split(".", 1)[0] not in FACT_ROOTS:
-                self.fail(key, f"{key}: unknown name {n!r} (not a param, an evidence name, "
-                               f"or a fact under {', '.join(FACT_ROOTS)})", after)
+            self.fail(key, f"{label}: {exc}", after, line)
+        for n in sorted(out.names):
+            problem = unknown_name(n, allow, self.has_log)
+            if problem:
+                self.fail(key, f"{label}: {problem}", after, line)
         return out
 
 
@@ -166,11 +238,13 @@ def load_rule_file(path: Path, origin: str = "built-in") -> Rule:
 
 
 def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> Rule:
-    c = _Ctx(path, text)
+    c = _Ctx(path, text, has_log="log" in data)
     for key in data:
         if key not in TOP_KEYS:
             c.fail(key, f"unknown key {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})")
     for key in ("id", "name", "category", "severity", "title", "when", "summary"):
+        if key == "summary" and isinstance(data.get(key), list) and data[key]:
+            continue                                # [[summary]] parts (variants)
         if not isinstance(data.get(key), str) or not data[key].strip():
             c.fail(key if key in data else "id", f"missing or empty required key {key!r}")
     rid = data["id"]
@@ -239,8 +313,8 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
     for i, fx in enumerate(fixes):
         after = fix_lines[i] if i < len(fix_lines) else 0
         for key in ("title", "change"):
-            if not isinstance(fx.get(key), str):
-                c.fail("fix", f"fix #{i + 1} needs a {key!r} string", after)
+            if not isinstance(fx.get(key), (str, list)):
+                c.fail("fix", f"fix #{i + 1} needs a {key!r} string (or [[fix.{key}]] parts)", after)
         kind = fx.get("kind", "code")
         if kind not in FIX_KINDS:
             c.fail("kind", f"fix kind {kind!r} is not one of {', '.join(FIX_KINDS)}", after)
@@ -248,9 +322,16 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
             title=c.template("title", fx["title"], allow, after), change=c.template("change", fx["change"], allow, after),
             kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None,
             knob=_knob(c, fx, after), value=c.template("value", fx["value"], allow, after) if "value" in fx else None))
+    test_lines = [n for n, line in enumerate(text.splitlines()) if line.strip() == "[[test]]"]
     for i, tc in enumerate(data.get("test", [])):
         if tc.get("expect") not in ("fire", "quiet", "abstain"):
             c.fail("test", f"test #{i + 1} needs expect = \"fire\", \"quiet\" or \"abstain\"")
+        for name in tc.get("facts", {}) if isinstance(tc.get("facts"), dict) else ():
+            problem = None if "." not in name else unknown_name(name, set(), False)
+            if problem or "." not in name:
+                c.fail(name, f"test #{i + 1} ({tc.get('name', 'unnamed')}): "
+                             f"{problem or f'fact {name!r} is not a dotted fact name'}",
+                       test_lines[i] if i < len(test_lines) else 0)
         unknown_params = set(tc.get("params", {})) - set(params)
         if unknown_params:
             c.fail("test", f"test #{i + 1} sets unknown params {sorted(unknown_params)}")

@@ -1,6 +1,8 @@
 """The set of rules in force for a run: built-in rules, the user's rule folders, and
 threshold overrides from ``--set``, ``ddpdoctor.toml`` or ``[tool.ddpdoctor]`` in
-``pyproject.toml``.
+``pyproject.toml``: rule params (``DL001.min_wait_share``) and the thresholds of
+rules/metrics.toml (``metrics.straggler.min_late_share``; the CLI puts them in force with
+resources.set_metric_overrides, library callers with ``with metric_overrides(rs.metrics)``).
 
 Precedence (later wins): rule defaults < pyproject.toml < ddpdoctor.toml < ``--set``.
 A user rule with the id of a built-in rule replaces it.
@@ -13,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
-from ..resources import rules_dir
+from ..resources import metric_defaults, rules_dir
 from .model import Rule, RuleError, load_rule_file
 
-NOT_RULES = {"metrics.toml", "frameworks.toml"}   # frameworks.toml: fix phrasing per framework
+NOT_RULES = {"metrics.toml", "frameworks.toml", "facts.toml"}   # frameworks.toml: fix phrasing per framework; facts.toml: the fact catalogue
 
 
 @dataclass
@@ -26,6 +28,7 @@ class RuleSet:
     disabled: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     config_files: list[str] = field(default_factory=list)
+    metrics: dict[str, object] = field(default_factory=dict)   # "section.name" -> value (rules/metrics.toml)
 
     def active(self) -> list[Rule]:
         return [r for rid, r in sorted(self.rules.items()) if rid not in self.disabled]
@@ -94,6 +97,42 @@ def _apply_param(rs: RuleSet, key: str, value, source: str) -> None:
     rs.params.setdefault(rule.id, {})[pname] = value
 
 
+def _same_kind(default, value) -> bool:
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, (int, float)):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))
+
+
+def _apply_metric(rs: RuleSet, key: str, value, source: str) -> None:
+    """``section.name`` (or ``section.sub.name``) of rules/metrics.toml."""
+    node = metric_defaults()
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            here = ".".join(parts[:i]) or "rules/metrics.toml"
+            have = ", ".join(sorted(node)) if isinstance(node, dict) else "none"
+            raise InputError(f"{source}: no threshold metrics.{key} ({here} has: {have})")
+        node = node[part]
+    if isinstance(node, dict):
+        raise InputError(f"{source}: metrics.{key} is a table; name one of its values ({', '.join(sorted(node))})")
+    if not _same_kind(node, value):
+        raise InputError(f"{source}: metrics.{key} must be a {type(node).__name__} like its default {node!r}, "
+                         f"not {value!r}")
+    rs.metrics[key] = value
+
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in table.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def _apply_table(rs: RuleSet, table: dict, source: str) -> None:
     params = table.get("params", {})
     for key, value in params.items():
@@ -102,11 +141,16 @@ def _apply_table(rs: RuleSet, table: dict, source: str) -> None:
                 _apply_param(rs, f"{key}.{pname}", v, source)
         else:                                   # "DL001.min_wait_share" = 0.1
             _apply_param(rs, key, value, source)
+    metrics = table.get("metrics", {})
+    if not isinstance(metrics, dict):
+        raise InputError(f"{source}: metrics must be a table, e.g. [metrics.straggler] min_late_share = 0.1")
+    for key, value in _flatten(metrics).items():      # [metrics.straggler] x = 1 or "straggler.x" = 1
+        _apply_metric(rs, key, value, source)
     for rid in table.get("disable", []):
         rs.disabled.add(rs.get(rid).id)
-    unknown = set(table) - {"params", "disable", "rules"}
+    unknown = set(table) - {"params", "disable", "rules", "metrics"}
     if unknown:
-        raise InputError(f"{source}: unknown keys {sorted(unknown)} (allowed: params, disable, rules)")
+        raise InputError(f"{source}: unknown keys {sorted(unknown)} (allowed: params, metrics, disable, rules)")
 
 
 def find_config(start: Path | None = None) -> list[tuple[Path, dict]]:
@@ -146,6 +190,11 @@ def build_ruleset(user_dirs: list[str] | None = None, sets: list[str] | None = N
     for item in sets or []:
         key, eq, value = item.partition("=")
         if not eq:
-            raise InputError(f"--set {item!r} must be RULE.param=value, e.g. DL001.min_wait_share=0.1")
-        _apply_param(rs, key.strip(), parse_value(value.strip()), f"--set {item}")
+            raise InputError(f"--set {item!r} must be RULE.param=value or metrics.section.name=value, "
+                             "e.g. DL001.min_wait_share=0.1")
+        key = key.strip()
+        if key.startswith("metrics."):
+            _apply_metric(rs, key[len("metrics."):], parse_value(value.strip()), f"--set {item}")
+        else:
+            _apply_param(rs, key, parse_value(value.strip()), f"--set {item}")
     return rs

@@ -118,3 +118,62 @@ def format_value(value, spec: str = "") -> str:
             return str(int(value))
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
+
+
+# ------------------------------------------------------------------ variants: text chosen by conditions
+
+@dataclass
+class Variant:
+    when: Expr | None        # None: always (the last variant of a part, as its "otherwise")
+    text: Template
+
+
+@dataclass
+class VariantTemplate:
+    """A template written as parts (``[[summary]]``, ``[[fix.change]]``), rendered in order and
+    joined as written.  Each part is a list of variants: the first whose ``when`` holds is
+    rendered; a variant without ``when`` always holds; when none holds the part adds nothing.
+    A ``when`` the run cannot decide (a fact not recorded) renders ``(not recorded)`` and
+    reports its names, exactly as ``{a if cond else b}`` does."""
+    parts: list[list[Variant]]
+
+    @property
+    def names(self) -> frozenset:
+        out = set()
+        for part in self.parts:
+            for v in part:
+                out |= v.text.names | (v.when.names if v.when is not None else frozenset())
+        return frozenset(out)
+
+    @property
+    def source(self) -> str:
+        lines = []
+        for part in self.parts:
+            for i, v in enumerate(part):
+                if v.when is None and len(part) == 1:
+                    lines.append(v.text.source)
+                else:
+                    head = "otherwise" if v.when is None else ("if " if i == 0 else "else if ") + v.when.source
+                    lines.append(f"[{head}] {v.text.source}")
+        return "\n".join(lines)
+
+    def render(self, lookup) -> tuple[str, set[str]]:
+        out, missing = [], set()
+        for part in self.parts:
+            for v in part:
+                if v.when is not None:
+                    cond = v.when(lookup)
+                    if isinstance(cond, Missing):
+                        missing |= set(cond.names)
+                        out.append(NOT_RECORDED)
+                        break
+                    if isinstance(cond, Vec):
+                        raise ExprError(f"variant condition {v.when.source!r} gives one value per rank; "
+                                        "wrap it in any(), all(), count(), median() …")
+                    if not cond:
+                        continue
+                text, m = v.text.render(lookup)
+                out.append(text)
+                missing |= m
+                break
+        return "".join(out), missing

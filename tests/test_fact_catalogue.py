@@ -1,0 +1,186 @@
+"""The fact catalogue (rules/facts.toml) against the real producers, both ways; the rule
+loader refusing unknown facts; docs/FACTS.md in step with the catalogue."""
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ddpdoctor.analysis import AnalyzeOptions
+from ddpdoctor.bundle.settings import load_bundle_facts
+from ddpdoctor.cli import main
+from ddpdoctor.diagnosis import run_analyze
+from ddpdoctor.fact_catalogue import default_catalogue, markdown
+from ddpdoctor.metrics.columns import COLUMNS
+from ddpdoctor.rules_engine.facts import DERIVED, merge_facts, trace_facts
+from ddpdoctor.rules_engine.registry import load_rules
+from ddpdoctor.rules_engine.selftest import case_facts
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = Path(os.environ.get("DDPDOCTOR_REAL_TRACES", ROOT.parent / "shared" / "real_traces"))
+CAT = default_catalogue()
+
+
+def _fp(r):
+    return ["a1", "b2", "c3"] if r < 2 else ["a1", "b2", "c4"]
+
+
+def evidence_bundle(root: Path) -> Path:
+    """A two-host `ddpdoctor run` bundle whose settings carry every optional section:
+    window evidence (contention, stacks), batch fingerprints, FSDP, accumulation, framework."""
+    from tests.test_bundle_facts import settings, write_node
+    from tests.test_evidence import contention, stacks
+
+    per_rank = {}
+    for r in range(4):
+        s = settings(r, framework="hf_trainer", train={"micro_batches_per_step": 4, "synced_micro_batches_per_step": 1},
+                     fsdp={"kind": "fsdp1", "sharding_strategy": "FULL_SHARD", "auto_wrap_policy": "size",
+                           "backward_prefetch": "BACKWARD_PRE", "forward_prefetch": False,
+                           "reshard_after_forward": True, "wrapped_modules": 3},
+                     cpu_affinity=[0, 1])
+        s["dataloader"].update(batch_fingerprints=_fp(r), sharded_by="DistributedSampler" if r else None)
+        s["evidence"] = {"contention": contention(nivcsw=50 + r),
+                         "stacks": stacks({"main": 20, "write_checkpoint": 30 if r == 0 else 0},
+                                          input_ms=10.0 + r, input_where="decode (train.py:30)")}
+        s["memory"]["peak_reserved_bytes"] = 1000 * (r + 1)
+        per_rank[r] = s
+    write_node(root / "node0", "node0", [0, 1], per_rank=per_rank)
+    write_node(root / "node1", "node1", [2, 3], status="failed", exit_code=1, per_rank=per_rank)
+    return root
+
+
+def _inputs():
+    dirs = sorted(p for p in (ROOT / "sample_traces").iterdir() if p.is_dir())
+    dirs += sorted(p for p in (ROOT / "tests" / "real_logs").iterdir() if p.is_dir())
+    dirs += sorted((ROOT / "tests" / "data" / "failure_formats").glob("*.log"))
+    if REAL.is_dir():
+        dirs += sorted(p for p in REAL.iterdir() if p.is_dir() and any(p.rglob("*.json*")))
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def produced(tmp_path_factory):
+    """Every fact name the producers give on the inputs at hand: name -> one input that gave it."""
+    seen: dict[str, str] = {}
+    for d in _inputs():
+        report = run_analyze([str(d)], AnalyzeOptions())
+        for k in report.facts:
+            seen.setdefault(k, str(d))
+    bundle = evidence_bundle(tmp_path_factory.mktemp("bundle"))
+    for k in merge_facts(load_bundle_facts([str(bundle)])):
+        seen.setdefault(k, "evidence bundle built in the test")
+    return seen
+
+
+def test_every_produced_fact_is_in_the_catalogue(produced):
+    unknown = sorted(f"{k} (from {src})" for k, src in produced.items() if k not in CAT)
+    assert not unknown, f"facts produced but not in rules/facts.toml: {unknown}"
+
+
+def test_every_catalogue_entry_is_produced_or_says_why_not(produced):
+    if not REAL.is_dir():
+        pytest.skip(f"real traces not at {REAL}: some trace facts appear only on them")
+    given = {CAT.lookup(k).name for k in produced if k in CAT}
+    never = sorted(s.name for s in CAT.specs.values() if s.name not in given and not s.not_produced)
+    assert not never, f"catalogue entries no producer gave on the test inputs (add not_produced = why): {never}"
+    stale = sorted(s.name for s in CAT.specs.values() if s.name in given and s.not_produced)
+    assert not stale, f"entries marked not_produced that are produced: {stale}"
+
+
+def test_per_rank_companions_only_where_declared(produced):
+    for k in produced:
+        if k.endswith(".per_rank") and k not in ("failure.hang.per_rank", "run.steps_completed.per_rank"):
+            assert CAT.lookup(k).per_rank, k
+
+
+def test_column_placeholder_is_the_breakdown():
+    assert CAT.placeholders["column"] == [*COLUMNS, *DERIVED]
+
+
+def test_trace_facts_scope_matches_the_catalogue():
+    from ddpdoctor.analysis import analyze
+    from ddpdoctor.rules_engine.expr import Vec
+
+    facts = trace_facts(analyze([str(ROOT / "sample_traces" / "synthetic_gpu_8ranks_straggler_rank3")]))
+    for k, v in facts.items():
+        spec = CAT.lookup(k)
+        assert (spec.scope in ("rank", "step")) == isinstance(v, Vec), (k, spec.scope)
+
+
+def test_every_built_in_rule_and_test_reads_only_catalogue_facts():
+    for rule in load_rules().rules.values():
+        for case in rule.tests:
+            for k in case_facts(case):
+                assert k in CAT, (rule.id, case.name, k)
+
+
+# ------------------------------------------------------------------ the loader refuses unknown facts
+
+def _rule_folder(tmp_path, when="median(rank.share.dataloader_wait) >= limit", fact='"rank.share.dataloader_wait"'):
+    d = tmp_path / "myrules"
+    d.mkdir()
+    (d / "XX001-typo.toml").write_text(f'''id = "XX001"
+name = "custom.typo"
+category = "dataloader"
+severity = "low"
+title = "A user rule"
+when = "{when}"
+summary = "workers: {{config.dataloader.num_workers}}"
+
+[params]
+limit = 0.1
+
+[[test]]
+name = "fires"
+expect = "fire"
+[test.facts]
+{fact} = [0.5, 0.5]
+''')
+    return d
+
+
+@pytest.mark.parametrize("args", [["rules", "list"], ["rules", "test"], ["analyze", "--quiet"]])
+def test_a_rule_reading_an_unknown_fact_is_refused(tmp_path, args):
+    d = _rule_folder(tmp_path, when="config.dataloader.num_workerz == 0")
+    extra = [str(ROOT / "sample_traces" / "synthetic_gpu_4ranks_dataloader_bound")] if args[0] == "analyze" else []
+    res = CliRunner().invoke(main, [*args, "--rules", str(d), "--no-config", *extra])
+    assert res.exit_code == 2, res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1, res.output
+    assert f"{d / 'XX001-typo.toml'}:6: when: unknown fact 'config.dataloader.num_workerz'" in lines[0], lines[0]
+
+
+def test_a_stored_rule_test_with_an_unknown_fact_is_refused(tmp_path):
+    d = _rule_folder(tmp_path, fact='"rank.share.dataloader_waitt"')
+    res = CliRunner().invoke(main, ["rules", "test", "--rules", str(d), "--no-config"])
+    assert res.exit_code == 2, res.output
+    assert f"{d / 'XX001-typo.toml'}:16: test #1 (fires): unknown fact 'rank.share.dataloader_waitt'" in res.output
+
+
+def test_a_template_reading_an_unknown_fact_is_refused(tmp_path):
+    d = _rule_folder(tmp_path)
+    p = d / "XX001-typo.toml"
+    p.write_text(p.read_text().replace("config.dataloader.num_workers}", "config.dataloader.workers}"))
+    res = CliRunner().invoke(main, ["rules", "list", "--rules", str(d), "--no-config"])
+    assert res.exit_code == 2 and f"{p}:7: summary: unknown fact 'config.dataloader.workers'" in res.output, res.output
+
+
+def test_the_same_rule_with_known_facts_loads_and_passes(tmp_path):
+    d = _rule_folder(tmp_path)
+    res = CliRunner().invoke(main, ["rules", "test", "--rules", str(d), "--no-config"])
+    assert "XX001" not in res.output and "FAIL" not in res.output, res.output
+
+
+# ------------------------------------------------------------------ docs/FACTS.md
+
+def test_docs_facts_md_is_generated_from_the_catalogue():
+    doc = (ROOT / "docs" / "FACTS.md").read_text(encoding="utf-8")
+    assert doc == markdown(CAT), "docs/FACTS.md is stale: run `ddpdoctor rules facts --markdown > docs/FACTS.md`"
+
+
+def test_rules_facts_command_prints_the_markdown():
+    res = CliRunner().invoke(main, ["rules", "facts", "--markdown"])
+    assert res.exit_code == 0 and res.output == markdown(CAT)
+    res = CliRunner().invoke(main, ["rules", "facts"])
+    assert res.exit_code == 0 and "straggler.late_share" in res.output and "config.dataloader.num_workers" in res.output
