@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
+from pathlib import Path
 
 import click
 
@@ -143,6 +145,29 @@ def _print_terminal(report, d: dict, hosts) -> None:
     sys.stdout.flush()
 
 
+def _trial_arm(paths: list[str], quiet: bool) -> list[str]:
+    """A `run --try` folder holds one bundle per arm and run: say what the trial measured and analyze its
+    first baseline bundle (the arms are different runs; mixing their traces would be wrong)."""
+    if len(paths) != 1 or not (Path(paths[0]) / "trial.json").is_file():
+        return paths
+    from .trial.runner import summary_line
+
+    try:
+        t = json.loads((Path(paths[0]) / "trial.json").read_text(encoding="utf-8"))
+        arms = t.get("arms") or []
+    except (OSError, ValueError, AttributeError):
+        raise InputError(f"{paths[0]}: trial.json is not readable JSON") from None
+    base = next((a.get("bundle") for a in arms if a.get("arm") == "baseline"), None)
+    if not base or not Path(base).is_dir():
+        raise InputError(f"{paths[0]}: a trial folder without its baseline bundle; analyze one arm's folder")
+    if not quiet:
+        click.echo(f"ddpdoctor: trial {paths[0]}: {summary_line(t)}", err=True)
+        others = ", ".join(Path(a["bundle"]).name for a in arms if a.get("bundle") != base)
+        click.echo(f"ddpdoctor: analyzing the baseline arm {base} (the others, analyzed one at a time: {others})",
+                   err=True)
+    return [base]
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
@@ -184,6 +209,7 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, comm_patterns,
             re.compile(p)
         except re.error as exc:
             raise InputError(f"--comm-kernel {p!r} is not a valid regular expression ({exc})") from None
+    paths = _trial_arm(list(paths), quiet)
     ruleset = _ruleset(rules_dirs, sets, no_config)
     opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_patterns), hta=hta)
     with _progress(quiet) as progress:

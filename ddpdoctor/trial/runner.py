@@ -69,7 +69,9 @@ def change_from_rule(rule: str, report) -> dict:
 
 # the cost a setting acts on, when no fix of the diagnosis names the setting itself (e.g. on a 2-CPU host
 # DL001's first fix is "make each batch cheaper", yet more workers still overlap waits on storage)
-KNOB_CATEGORY = {"dataloader.": "dataloader", "ddp.bucket_cap_mb": "communication", "ddp.comm_hook": "communication",
+KNOB_CATEGORY = {"dataloader.num_workers": "dataloader", "dataloader.prefetch_factor": "dataloader",
+                 "dataloader.persistent_workers": "dataloader", "ddp.bucket_cap_mb": "communication",
+                 "ddp.comm_hook": "communication",
                  "ddp.gradient_as_bucket_view": "communication", "ddp.static_graph": "communication",
                  "env.NCCL_": "communication"}
 

@@ -36,9 +36,30 @@ def test_more_workers_for_io_bound_samples_is_measured_with_its_interval_and_pre
     assert t["baseline_verdict"] == "dataloader-bound"
     line = next(ln for ln in res.stdout.splitlines() if "measured" in ln)
     assert "x faster (95 %" in line and "predicted up to" in line
+    # `analyze` of the trial folder says what was measured and diagnoses the baseline arm (not all arms mixed)
+    a = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out)], capture_output=True, text=True,
+                       timeout=300)
+    assert a.returncode == 0, a.stderr[-1500:]
+    assert "measured" in a.stderr and "baseline-1" in a.stderr and a.stdout.startswith("Verdict: dataloader-bound")
 
 
 def test_try_a_rule_takes_its_first_fix_from_the_baseline(tmp_path):
     res, out = _trial(tmp_path, "--try", "CF001")
     # the job shards its data with a DistributedSampler: no CF001 finding, so nothing to try, and no trial runs on
     assert res.returncode == 2 and "no CF001 finding" in res.stderr, res.stderr[-1500:]
+
+
+def test_a_plain_python_job_is_tried_too(tmp_path):
+    """No launcher: the change still reaches the one process (its DataLoader gets the workers)."""
+    out = tmp_path / "trial"
+    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--try", "dataloader.pin_memory=true",
+                          "--repeat", "1", "--warmup", "2", "--active", "3", "--out", str(out), "--",
+                          sys.executable, str(ROOT / "tests" / "scripts" / "single_train.py")],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-1500:]
+    t = json.loads((out / "trial.json").read_text())
+    assert [a["arm"] for a in t["arms"]] == ["baseline", "try"]
+    assert t["applied"]["applied"]["dataloader.pin_memory"] == {"from": False, "to": True}
+    assert t["measured_speedup"] is not None and t["ci95"][0] <= t["measured_speedup"] <= t["ci95"][1]
+    # nothing in this job proposes pinned memory (a CPU run): no prediction, and it says why
+    assert t["predicted_speedup"] is None and "proposes" in t["prediction_note"]
