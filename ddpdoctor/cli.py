@@ -145,11 +145,25 @@ def _print_terminal(report, d: dict, hosts) -> None:
     sys.stdout.flush()
 
 
-def _trial_arm(paths: list[str], quiet: bool) -> list[str]:
+def _trial_sides(folder: str) -> tuple[str, str, dict]:
+    p = Path(folder) / "trial.json"
+    if not p.is_file():
+        raise InputError(f"{folder}: compare needs BEFORE and AFTER, or one `run --try` folder (with trial.json)")
+    try:
+        t = json.loads(p.read_text(encoding="utf-8"))
+        arms = t["arms"]
+        base = next(a["bundle"] for a in arms if a["arm"] == "baseline")
+        tried = next(a["bundle"] for a in arms if a["arm"] == "try")
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        raise InputError(f"{p}: not a complete trial (needs a baseline and a try arm)") from None
+    return base, tried, t
+
+
+def _trial_arm(paths: list[str], quiet: bool) -> tuple[list[str], dict | None]:
     """A `run --try` folder holds one bundle per arm and run: say what the trial measured and analyze its
     first baseline bundle (the arms are different runs; mixing their traces would be wrong)."""
     if len(paths) != 1 or not (Path(paths[0]) / "trial.json").is_file():
-        return paths
+        return paths, None
     from .trial.runner import summary_line
 
     try:
@@ -165,7 +179,9 @@ def _trial_arm(paths: list[str], quiet: bool) -> list[str]:
         others = ", ".join(Path(a["bundle"]).name for a in arms if a.get("bundle") != base)
         click.echo(f"ddpdoctor: analyzing the baseline arm {base} (the others, analyzed one at a time: {others})",
                    err=True)
-    return [base]
+    return [base], {"line": summary_line(t), "change": t.get("change"), "measured_speedup": t.get("measured_speedup"),
+                    "ci95": t.get("ci95"), "predicted_speedup": t.get("predicted_speedup"),
+                    "predicted_by": t.get("predicted_by"), "trial_json": str(Path(paths[0]) / "trial.json")}
 
 
 @main.command()
@@ -209,7 +225,7 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, comm_patterns,
             re.compile(p)
         except re.error as exc:
             raise InputError(f"--comm-kernel {p!r} is not a valid regular expression ({exc})") from None
-    paths = _trial_arm(list(paths), quiet)
+    paths, trial = _trial_arm(list(paths), quiet)
     ruleset = _ruleset(rules_dirs, sets, no_config)
     opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_patterns), hta=hta)
     with _progress(quiet) as progress:
@@ -217,7 +233,10 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, comm_patterns,
     if report.analysis is not None:
         report.analysis.hta = hta_adapter.cross_check(report.analysis, mode=hta)
     hosts = HostRedactor() if redact_hosts else None
-    d = prepare(to_dict(report), redact_hosts, hosts)
+    raw = to_dict(report)
+    if trial is not None:
+        raw["trial"] = trial                 # redacted with the rest (the trial's paths and command line)
+    d = prepare(raw, redact_hosts, hosts)
     if json_path:
         _write_text(json_path, dumps_json(d))
     if report_dir:
@@ -304,7 +323,7 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
 
 @main.command()
 @click.argument("before", type=click.Path())
-@click.argument("after", type=click.Path())
+@click.argument("after", type=click.Path(), required=False)
 @click.option("--max-regression", type=float, default=None, metavar="PCT",
               help="Exit 1 when the median step time grew by more than PCT percent.")
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text", show_default=True)
@@ -321,9 +340,20 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     from .report import compare as cmp
     from .report.files import load_diagnosis, prepare
 
+    trial = None
+    if after is None:                       # `compare TRIAL`: its first baseline and first try bundle
+        before, after, trial = _trial_sides(before)
     rs = _ruleset(rules_dirs, sets, no_config)
     sides = [prepare(load_diagnosis(p, opts=AnalyzeOptions(hta=hta), ruleset=rs)) for p in (before, after)]
     c = cmp.compare(*sides, max_regression=max_regression)
+    if trial is not None:
+        from .trial.runner import summary_line
+
+        c["trial"] = {k: trial.get(k) for k in ("change", "measured_speedup", "ci95", "predicted_speedup",
+                                                 "predicted_by", "baseline_verdict", "try_verdict")}
+        if fmt != "json":
+            sys.stdout.write(f"Trial of {', '.join(f'{k}={v}' for k, v in (trial.get('change') or {}).items())}: "
+                             f"{summary_line(trial)}\n(over all runs of both arms; below: the first run of each)\n\n")
     sys.stdout.write(cmp.render(c, fmt))
     if c["regressed"]:
         sys.exit(1)

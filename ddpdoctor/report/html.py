@@ -157,6 +157,9 @@ def render_html(d: dict, plots: list[tuple[str, str, bytes]] | None = None) -> s
     if v.get("expected_speedup") and v.get("bottleneck"):
         parts.append(f"<br><span class='gain'>Expected gain from the top fix: up to {v['expected_speedup']:.2f}x "
                      "faster steps.</span>")
+    if (d.get("trial") or {}).get("line"):
+        parts.append(f"<br><span class='gain'><b>Trial</b> (<code>ddpdoctor run --try</code>, the diagnosis below "
+                     f"is its baseline): {h(d['trial']['line'])}</span>")
     if d.get("partial"):
         parts.append("<br><span class='partial'>Partial result: some ranks, steps or files are missing "
                      "(see the warnings).</span>")

@@ -48,6 +48,8 @@ def verdict_section(d: dict) -> str:
         lines.append(f"> **Verdict:** {md(summ)}")
     if v.get("expected_speedup") and v.get("bottleneck"):
         lines += ["", f"Expected gain from the top fix: up to **{v['expected_speedup']:.2f}x** faster steps."]
+    if (d.get("trial") or {}).get("line"):
+        lines += ["", f"**Trial** (`ddpdoctor run --try`, the diagnosis below is its baseline): {md(d['trial']['line'])}"]
     if d.get("partial"):
         lines += ["", "**Partial result:** some ranks, steps or files are missing (see the warnings)."]
     return "\n".join(lines)

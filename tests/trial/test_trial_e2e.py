@@ -37,10 +37,21 @@ def test_more_workers_for_io_bound_samples_is_measured_with_its_interval_and_pre
     line = next(ln for ln in res.stdout.splitlines() if "measured" in ln)
     assert "x faster (95 %" in line and "predicted up to" in line
     # `analyze` of the trial folder says what was measured and diagnoses the baseline arm (not all arms mixed)
-    a = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out)], capture_output=True, text=True,
-                       timeout=300)
+    a = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), "--report", str(tmp_path / "rep")],
+                       capture_output=True, text=True, timeout=300)
     assert a.returncode == 0, a.stderr[-1500:]
     assert "measured" in a.stderr and "baseline-1" in a.stderr and a.stdout.startswith("Verdict: dataloader-bound")
+    for name in ("report.md", "report.html"):
+        assert "measured" in (tmp_path / "rep" / name).read_text() and "Trial" in (tmp_path / "rep" / name).read_text()
+    assert json.loads((tmp_path / "rep" / "report.json").read_text())["trial"]["measured_speedup"] == t["measured_speedup"]
+    # `compare` of the trial folder: the trial's line, then its first baseline against its first try
+    c = subprocess.run([sys.executable, "-m", "ddpdoctor", "compare", str(out)], capture_output=True, text=True,
+                       timeout=300)
+    assert c.returncode == 0, c.stderr[-1500:]
+    assert c.stdout.startswith("Trial of dataloader.num_workers=2: measured") and "dataloader" in c.stdout
+    cj = subprocess.run([sys.executable, "-m", "ddpdoctor", "compare", str(out), "--format", "json"],
+                        capture_output=True, text=True, timeout=300)
+    assert json.loads(cj.stdout)["trial"]["measured_speedup"] == t["measured_speedup"]
 
 
 def test_try_a_rule_takes_its_first_fix_from_the_baseline(tmp_path):
