@@ -13,10 +13,16 @@ SCRIPT = Path(__file__).parent / "scripts" / "gloo_toy_train.py"
 @pytest.fixture(scope="module")
 def gloo_traces(tmp_path_factory):
     pytest.importorskip("torch")
-    out = tmp_path_factory.mktemp("gloo")
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                          "--rdzv-endpoint=localhost:0", "--rdzv-backend=c10d",
-                          str(SCRIPT), str(out)], capture_output=True, text=True, timeout=300)
+    for attempt in range(2):
+        out = tmp_path_factory.mktemp("gloo")
+        res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                              "--rdzv-endpoint=localhost:0", "--rdzv-backend=c10d",
+                              str(SCRIPT), str(out)], capture_output=True, text=True, timeout=300)
+        # torch itself sometimes aborts a rank at interpreter exit ("terminate called without an active
+        # exception", SIGABRT) on this busy 2-core machine; that is the recording, not the analysis under
+        # test: record once more, and only for that
+        if res.returncode == 0 or "terminate called without an active exception" not in res.stderr:
+            break
     assert res.returncode == 0, res.stderr[-3000:]
     return out
 

@@ -139,6 +139,9 @@ def run_trial(opts: TrialOptions, say=print) -> dict:
             if arm == "baseline" and opts.baseline is not None:
                 continue
             if arm == "try" and changes is None:          # `--try RULE`: the change comes from the baseline
+                if base_report is None:
+                    raise InputError(f"--try {opts.rule}: the baseline recorded nothing to diagnose "
+                                     f"(see {opts.out / 'baseline-1'}); no change to take from it")
                 changes = change_from_rule(opts.rule, base_report)
             say(f"ddpdoctor: trial {arm} #{n}" + (f" ({_show(changes)})" if arm == "try" else ""))
             rec, report = _capture(opts, arm, n, changes if arm == "try" else None)
