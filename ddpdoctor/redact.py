@@ -57,7 +57,6 @@ _URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*://[^/
 _INLINE_PAIR = re.compile(r"(?i)\b([A-Za-z0-9_\-]*(?:token|key|secret|password|passwd|pwd|auth|signature|sig|"
                           r"credential|session|cookie)[A-Za-z0-9_\-]*)(=|[\"']?\s*[:=]\s*[\"']?)(?!(?i:bearer|basic|token|digest)\s)([^&;\s,\"'\]\)}<]+)")
 _HIGH_ENTROPY_TOKEN = re.compile(r"[A-Za-z0-9+/_\-]{32,}={0,2}")
-_SAFE_PATHLIKE = re.compile(r"^[\w.\-/~:+@=,]*$")
 
 
 def secret_name(name: str) -> bool:

@@ -1032,7 +1032,3 @@ class Agent:
             d["settings_note"] = "written by the signal watcher while the main thread was blocked: values cached earlier"
         return d
 
-
-# --------------------------------------------------------------------------------------
-# settings helpers (torch objects are only touched, never imported here)
-# --------------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ from collections import Counter
 from .failfacts import exit_facts, network_facts
 from .model import LogEvent
 
-WAITING = {"nccl_timeout", "gloo_timeout", "work_state", "dump_signal", "peer_error"}
 LAUNCHER_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP"}
 _DIGITS = re.compile(r"\d+")
 

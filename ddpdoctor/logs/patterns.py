@@ -70,7 +70,6 @@ TR_RANK = re.compile(r"(-?\d+) \(local_rank: (\d+)\)")
 TR_EXIT = re.compile(r"(-?\d+) \(pid: (\d+)\)(?:\s*\((SIG\w+)\))?")
 TR_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})_(\d{2}):(\d{2}):(\d{2})")
 TR_RULE = re.compile(r"^\s*={20,}\s*$")
-CLOSING_SIGNAL = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
 
 PROGRESS = [
     re.compile(r"^\s*(?:epoch\s*[:=]?\s*\[?\d+\]?\s*[,|/:\-]?\s*)?(?:global[_ ]?)?(?:step|iter|iteration|it|batch)\s*[:=#]?\s*"
@@ -80,7 +79,6 @@ PROGRESS = [
 ]
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
-SIGNUM = {v: k for k, v in SIGNALS.items()}
 
 # a glued second message inside one line (a tqdm bar without newline followed by a c10d error)
 GLUED = re.compile(r"(?<=[^\s:])(?=\[[IWEF]\d* ?[\d:. ]*[\w.]+\.(?:cpp|hpp|cc|h):\d+\])|(?<=[^\s:])(?=\[rank\d+\]:\[)|"

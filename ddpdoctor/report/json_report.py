@@ -4,7 +4,6 @@ It is the stable interface that reports, ``compare`` and other tools read."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, is_dataclass
 
@@ -116,8 +115,3 @@ def to_dict(report) -> dict:
         "timing": {"seconds": report.seconds},
     })
 
-
-def write_json(report, path: str) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(to_dict(report), fh, indent=1, allow_nan=False, default=str)
-        fh.write("\n")

@@ -58,12 +58,5 @@ class Trace(msgspec.Struct, gc=False):
     host_name: str | None = None
 
 
-class Header(msgspec.Struct, gc=False):
-    """Only the top-level metadata: used to identify a file's rank cheaply."""
-
-    distributedInfo: DistributedInfo | None = None
-    traceName: str | None = None
-
-
 TRACE_DECODER = msgspec.json.Decoder(Trace)
 EVENT_LIST_DECODER = msgspec.json.Decoder(list[Event])
