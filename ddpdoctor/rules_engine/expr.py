@@ -247,6 +247,20 @@ def _pow2(x):
     return 1 if x <= 1 else int(2 ** round(math.log2(x)))
 
 
+def _plural(n, one, many=None):
+    """``2 ranks``, ``1 rank``: a count with its noun, never ``rank(s)``."""
+    n = float(n)
+    shown = f"{n:.0f}" if n == int(n) else f"{n:.1f}"
+    return f"{shown} {one if n == 1 else (many or one + 's')}"
+
+
+def _phase(column):
+    """A step-table column in plain words (``other`` → ``work outside any traced operator``)."""
+    from ..metrics.columns import PHASE_WORDS
+
+    return PHASE_WORDS.get(str(column), str(column).replace("_", " "))
+
+
 FUNCTIONS = {
     "median": _reduce(np.median), "mean": _reduce(np.mean), "max": _reduce(np.max),
     "min": _reduce(np.min), "sum": _reduce(np.sum),
@@ -260,6 +274,7 @@ FUNCTIONS = {
     "clamp": lambda x, lo, hi: min(max(x, lo), hi), "log2": lambda x: math.log2(float(x)),
     "pow2": _pow2, "int": lambda x: int(x), "float": lambda x: float(x), "str": lambda x: str(x),
     "join": _join, "speedup": _speedup, "pct": _pct, "human_bytes": _human_bytes, "human_us": _human_us,
+    "plural": _plural, "phase": _phase,
 }
 # functions that receive Missing arguments themselves instead of propagating them
 LAZY = {"known", "default"}
