@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .errors import InputError
+from .errors import FAILED_RUN, InputError
 
 
 def _fail(message: str, code: int) -> None:
@@ -125,24 +125,22 @@ def _write_text(path, text: str) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _print_terminal(report, d: dict, hosts) -> None:
-    """The terminal summary, passed through the same redaction as every file."""
-    import io
+def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = None) -> None:
+    """The card (or with -v the full view) from the diagnosis document, which is already redacted."""
+    import shutil
 
-    from rich.console import Console
+    from .report.card import render_card
+    from .report.terminal import render_full
 
-    from .report import terminal
-    from .report.diagnosis_terminal import render_report
-    from .report.redaction import redact_string
-
-    real = terminal._console()
-    buf = io.StringIO()
-    con = Console(file=buf, highlight=False, width=real.width, force_terminal=real.is_terminal,
-                  no_color=real.no_color, color_system=real.color_system if real.is_terminal else None)
-    render_report(report, con)
-    text = "".join(redact_string(line) for line in buf.getvalue().splitlines(keepends=True))
-    sys.stdout.write(hosts.sub(text) if hosts is not None else text)
-    sys.stdout.flush()
+    tty = sys.stdout.isatty()
+    width = max(40, min(shutil.get_terminal_size((80, 24)).columns, 100)) if tty else \
+        max(40, min(int(os.environ.get("COLUMNS", "80") or 80) if os.environ.get("COLUMNS", "").isdigit() else 80, 200))
+    lines = render_full(d, width, report_dir) if verbose else render_card(d, width, report_dir=report_dir)
+    for line in lines:
+        if tty and line.startswith(("Verdict:", "Fix first", "Next:")):
+            head, sep, rest = line.partition(":")
+            line = click.style(head + sep, bold=True) + rest
+        click.echo(line)
 
 
 def _trial_sides(folder: str) -> tuple[str, str, dict]:
@@ -202,9 +200,10 @@ def _trial_arm(paths: list[str], quiet: bool) -> tuple[list[str], dict | None]:
               help="Cross-check with HolisticTraceAnalysis on GPU traces (auto: when the traces are small).")
 @_with_rules_options
 @_redact_hosts_option
+@click.option("-v", "--verbose", is_flag=True, help="Every finding, every fix and the per-rank table, not only the card.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (use with --json or --report).")
 def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, comm_patterns, hta, rules_dirs, sets, no_config,
-            redact_hosts, quiet):
+            redact_hosts, verbose, quiet):
     """Diagnose a run: why is it slow or why did it fail, and what to change.
 
     PATHS are trace files (*.json, *.json.gz), log files, or folders searched
@@ -243,22 +242,31 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, comm_patterns,
         write_report_dir(d, report_dir)
     if fmt:
         sys.stdout.write(render(d, fmt))
-        return
-    if not quiet:
-        _print_terminal(report, d, hosts)
+    elif not quiet:
+        _print_terminal(d, verbose, report_dir)
         if json_path:
             click.echo(f"JSON written to {json_path}")
         if report_dir:
             click.echo(f"Report written to {report_dir}/ (report.md, report.html, report.json, plots/)")
+    _exit_for(d)
+
+
+def _exit_for(d: dict) -> None:
+    """A run that failed (the job's own failure, found in its logs or bundle) exits FAILED_RUN (3), distinct
+    from bad input (2), so CI can tell them apart."""
+    if (d.get("verdict") or {}).get("failed"):
+        sys.exit(FAILED_RUN)
 
 
 @main.command("report")
 @click.argument("source", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["terminal", "md", "html", "json"]), default="md",
+              show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
               help="Write to this file instead of stdout.")
+@click.option("-v", "--verbose", is_flag=True, help="With --format terminal: every finding and table, not the card.")
 @_redact_hosts_option
-def report_cmd(source, fmt, output, redact_hosts):
+def report_cmd(source, fmt, output, verbose, redact_hosts):
     """Re-render a diagnosis without the traces.
 
     SOURCE is a report.json (from `analyze --report` or `--json`), a report folder, or a
@@ -267,7 +275,16 @@ def report_cmd(source, fmt, output, redact_hosts):
     from .report.files import load_diagnosis, prepare, render
 
     d = prepare(load_diagnosis(source, analyze_ok=False), redact_hosts)
-    text = render(d, fmt)
+    if fmt == "terminal" and not output:
+        _print_terminal(d, verbose)
+        return
+    if fmt == "terminal":
+        from .report.card import render_card
+        from .report.terminal import render_full
+
+        text = "\n".join(render_full(d) if verbose else render_card(d)) + "\n"
+    else:
+        text = render(d, fmt)
     if output:
         _write_text(output, text)
     else:

@@ -1,4 +1,11 @@
-"""Errors the user caused: reported as one line with exit code 2, never a traceback."""
+"""Errors the user caused: reported as one line with exit code 2, never a traceback.
+
+Exit codes of every command (README, "Exit codes"): 0 done; 1 internal error, a failed
+`rules test`, or `compare` over its regression limit; 2 bad input; 3 `analyze` found that the
+run itself failed (a crash, an OOM, a timeout); 130 interrupted.  `run` exits with the
+training's own exit code."""
+
+FAILED_RUN = 3
 
 
 class InputError(Exception):

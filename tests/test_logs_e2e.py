@@ -95,5 +95,5 @@ def test_sigkill_rank_is_named(runs):
 def test_cli_on_a_logs_only_folder(runs):
     res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(runs["kill"])],
                          capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 3, res.stderr          # the run failed: FAILED_RUN, not bad input (2)
     assert "FL008" in res.stdout and "killed by SIGKILL" in res.stdout

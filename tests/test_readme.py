@@ -1,5 +1,6 @@
 """The README's two commands must stay true."""
 
+import os
 import re
 import subprocess
 import sys
@@ -23,8 +24,19 @@ def test_readme_has_the_two_commands_and_ci_runs_the_test_one():
 def test_readme_quickstart_analysis_runs():
     cmd = readme_commands()[0]
     target = re.search(r"ddpdoctor analyze (\S+)", cmd).group(1)
+    env = {**os.environ, "COLUMNS": "80"}
     res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", target], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    # the card (#14): the verdict first, a Next: line, one screen at 80 columns, nothing that contradicts it
     assert res.stdout.startswith("Verdict: imbalance-bound") and "Rank 1 is a straggler" in res.stdout
-    assert "Straggler: rank 1" in res.stdout
+    assert any(ln.startswith("Next: ddpdoctor ") for ln in lines), res.stdout
+    assert len(lines) <= 30 and max(map(len, lines)) <= 80, res.stdout
+    assert "Biggest cost" not in res.stdout and "-bound" not in res.stdout.split("Verdict:", 1)[1].split("\n", 1)[1]
+    for leak in ("rank(s)", "(not recorded))", "goes to other", "extra_us", "late_rank"):
+        assert leak not in res.stdout, leak
+    full = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", target, "-v"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert full.returncode == 0 and full.stdout.startswith(res.stdout.split("\nNext:")[0])
+    assert "Straggler: rank 1" in full.stdout and "Every finding" in full.stdout

@@ -84,8 +84,11 @@ def test_every_real_folder_finishes_without_a_traceback(real_traces, tmp_path):
             p for p in folder.rglob("*.json") if not p.name.startswith("expected"))
         has_logs = folder.name == "logs_from_github_issues"         # analyzed as logs only (issue #5)
         if has_traces or has_logs:
-            assert res.returncode == 0, (folder, res.stderr)
-            assert json.loads(out.read_text())["schema"] == "ddpdoctor.diagnosis/1"
+            d = json.loads(out.read_text())
+            assert d["schema"] == "ddpdoctor.diagnosis/1"
+            # 3 (FAILED_RUN) exactly when the diagnosis says the run failed (the issue logs do), else 0
+            assert res.returncode == (3 if d["verdict"]["failed"] else 0), (folder, res.stderr)
+            assert d["verdict"]["failed"] == has_logs, folder
         else:
             assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (folder, res.stderr)
 

@@ -100,14 +100,13 @@ def test_every_renderer(cases, case, fmt):
     d = prepare(to_dict(report))
     verdict = d["verdict"]
     if fmt == "terminal":
-        from rich.console import Console
+        from ddpdoctor.report.card import render_card
+        from ddpdoctor.report.terminal import render_full
 
-        from ddpdoctor.report.diagnosis_terminal import render_report
-
-        buf = io.StringIO()
-        render_report(report, Console(file=buf, width=160, no_color=True))
-        text = buf.getvalue()
-        assert text.startswith("Verdict:")
+        card = render_card(d)
+        text = "\n".join(render_full(d))
+        assert card[0].startswith("Verdict:") and text.startswith("\n".join(card[:3]))
+        assert any(ln.startswith("Next:") for ln in card) and max(map(len, card)) <= 80
     else:
         text = render(d, fmt)
     if fmt == "json":
@@ -146,7 +145,7 @@ def test_markdown_stays_under_one_github_comment(cases):
     d["findings"] = d["findings"] * 40
     text = render_markdown(d)
     assert len(text) < MAX_CHARS
-    assert "<details>" in text and "more finding(s) not shown" in text
+    assert "<details>" in text and "more findings not shown" in text
 
 
 # ---------------------------------------------------------------- escaping
@@ -322,7 +321,8 @@ def test_report_rerenders_what_analyze_wrote(tmp_path):
     assert "Report written to" in res.output
     assert sorted(p.name for p in (rep / "plots").iterdir()) == ["breakdown.png", "skew.png", "timeline.png"]
     md = (rep / "report.md").read_text()
-    assert "![Step-time breakdown per rank](plots/breakdown.png)" in md
+    # pasted into a GitHub or Jira comment, a relative image breaks: report.md names the files to attach instead
+    assert "![" not in md and "`plots/breakdown.png`: Step-time breakdown per rank" in md and "report.html" in md
     for fmt in ("md", "html"):
         again = _cli("report", rep / "report.json", "--format", fmt).output
         if fmt == "html":

@@ -22,6 +22,11 @@ from ..errors import InputError
               help="Training steps to record with torch.profiler.")
 @click.option("--keep-going", is_flag=True, help="Do not stop training after the recorded window.")
 @click.option("--no-analyze", is_flag=True, help="Only capture; do not analyze the bundle afterwards.")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
+              help="Also write the report folder (report.md, report.html, report.json, plots/) of the analysis.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the diagnosis as JSON to this file.")
+@click.option("-v", "--verbose", is_flag=True, help="Show every finding and table after the run, not only the card.")
 @click.option("--try", "tries", multiple=True, metavar="KEY=VALUE|RULE",
               help="Run the job with and without this change and measure it (repeatable), e.g. "
                    "--try dataloader.num_workers=4, --try ddp.bucket_cap_mb=100, --try env.NCCL_P2P_DISABLE=1, "
@@ -32,7 +37,8 @@ from ..errors import InputError
               help="With --try: use this existing bundle of the same command as the baseline.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx, out, force, warmup, active, keep_going, no_analyze, tries, repeat, baseline, command):
+def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, json_path, verbose, tries, repeat,
+        baseline, command):
     """Run COMMAND (torchrun …, python -m torch.distributed.run …, python train.py …)
     unchanged, profile a few steps on every rank, collect a bundle, then analyze it.
 
@@ -49,6 +55,9 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, tries, repeat, 
         command = command[1:]
     if not command:
         raise InputError("no command to run: ddpdoctor run [OPTIONS] -- torchrun --nproc_per_node=N train.py ARGS")
+    if tries and (report_dir or json_path):
+        raise InputError("--report and --json belong to one run; analyze a trial's arm afterwards: "
+                         "ddpdoctor analyze TRIAL_FOLDER --report DIR")
     if tries:
         _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline)
         return
@@ -60,8 +69,6 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, tries, repeat, 
     m = result.manifest
     ranks = m.get("ranks_present") or []
     settings = list(_rank_settings(result.out))
-    if not no_analyze:
-        _analyze(result.out, bool(ranks), settings, opts.warmup)
     from .summary import failure_timeline
 
     timeline = failure_timeline([str(result.out)])
@@ -77,8 +84,13 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, tries, repeat, 
                    "cannot run at once); analyze the script's traces with `ddpdoctor analyze TRACE_DIR`", err=True)
     for note in m.get("notes") or []:
         click.echo(f"ddpdoctor: {note}", err=True)
+    world = m.get("world_size")
     click.echo(f"ddpdoctor: bundle {result.out} — status {result.status}, exit code {result.exit_code}, "
-               f"traces from {len(ranks)} of {m.get('world_size') or '?'} rank(s)", err=True)
+               f"traces from {len(ranks)} of {world or '?'} rank{'' if world == 1 else 's'}", err=True)
+    if not no_analyze:          # last, so the card and its Next: line end the output
+        click.echo("", err=True)
+        _analyze(result.out, bool(ranks), settings, opts.warmup, report_dir, json_path, verbose,
+                 failed=result.exit_code != 0)
     sys.exit(result.exit_code)
 
 
@@ -132,7 +144,8 @@ def _prepare_trial_dir(target: Path, force: bool) -> None:
     target.mkdir(parents=True, exist_ok=True)
 
 
-def _analyze(out: Path, have_traces: bool, settings: list, warmup: int) -> None:
+def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, report_dir=None, json_path=None,
+             verbose=False, failed=False) -> None:
     if not have_traces:
         steps = [s.get("steps_completed") for s in settings if s and s.get("steps_completed") is not None]
         if settings and not any(steps):
@@ -144,10 +157,16 @@ def _analyze(out: Path, have_traces: bool, settings: list, warmup: int) -> None:
             why = "no rank recorded a trace"
         click.echo(f"ddpdoctor: no trace was recorded: {why}; see the bundle's launcher.log and "
                    f"ranks/*/output.log, events.jsonl", err=True)
-        return
+        if not failed:
+            return
+        click.echo("ddpdoctor: the job failed: diagnosing it from its logs", err=True)
     try:
-        res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out)], timeout=1800)
-        if res.returncode != 0:
+        from ..errors import FAILED_RUN
+
+        extra = (["--report", str(report_dir)] if report_dir else []) + (["--json", str(json_path)] if json_path else [])
+        res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), *extra, *(["-v"] if verbose else [])],
+                             timeout=1800)
+        if res.returncode not in (0, FAILED_RUN):
             click.echo(f"ddpdoctor: analysis of {out} failed (exit {res.returncode}); "
                        f"the bundle is kept: ddpdoctor analyze {out}", err=True)
     except (OSError, subprocess.SubprocessError) as exc:

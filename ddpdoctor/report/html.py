@@ -71,7 +71,7 @@ def _finding(i: int, f: dict) -> str:
            f"<p>{h(f.get('summary'))}</p>"]
     ev = f.get("evidence") or {}
     if ev:
-        out.append("<p class='muted'>Evidence: " + "; ".join(f"{h(k)} = {h(_val(v))}" for k, v in ev.items()) + "</p>")
+        out.append("<p class='muted'>Measured: " + h("; ".join(view.evidence_items(ev))) + "</p>")
     for fx in f.get("fixes") or []:
         out.append(f"<p><b>Fix: {h(fx.get('title'))}</b></p>")
         if (fx.get("change") or "").strip():
@@ -92,9 +92,8 @@ def _rank_rows(d: dict, ranks: list[str]) -> list[list]:
     rows = []
     for r in ranks:
         x = a["ranks"][r]
-        share = x.get("share") or {}
         rows.append([r, x.get("steps"), view.ms((x.get("mean_us") or {}).get("step_time")),
-                     *[view.pct(share.get(c)) for c in view.partition(d)],
+                     *[view.pct(view.segment(x, c, "share")) for c in view.partition(d)],
                      "–" if late.get(r) is None else f"{late[r] / 1000:+.2f}", x.get("host") or "–"])
     return rows
 
@@ -141,10 +140,10 @@ def _logs_section(d: dict) -> str:
     events = view.log_events(d)
     if not events:
         return ""
-    key = [e for e in events if e.get("kind") != "progress"] or events
-    rows = [["?" if e.get("rank") is None else e["rank"], e.get("kind"), (e.get("text") or "")[:500],
+    key = view.ordered_events(d)
+    rows = [["?" if e.get("rank") is None else e["rank"], e.get("kind"), view.plain(e.get("text"))[:500],
              f"{e.get('file', '')}:{e.get('line_no', '')}"] for e in key]
-    return (f"<h2>Log events</h2><details open><summary>{len(key)} event(s)</summary>"
+    return (f"<h2>Log events</h2><details open><summary>{len(key)} event{'' if len(key) == 1 else 's'}</summary>"
             + _table(["rank", "kind", "line", "where"], rows, {1, 2, 3}) + "</details>")
 
 
@@ -161,8 +160,9 @@ def render_html(d: dict, plots: list[tuple[str, str, bytes]] | None = None) -> s
         parts.append(f"<br><span class='gain'><b>Trial</b> (<code>ddpdoctor run --try</code>, the diagnosis below "
                      f"is its baseline): {h(d['trial']['line'])}</span>")
     if d.get("partial"):
-        parts.append("<br><span class='partial'>Partial result: some ranks, steps or files are missing "
-                     "(see the warnings).</span>")
+        from .card import partial_note
+
+        parts.append("<br><span class='partial'>Partial result: " + h(partial_note(d)) + "</span>")
     parts.append("</div><h2>Findings</h2>")
     fs = view.findings(d)
     parts += [_finding(i, f) for i, f in enumerate(fs, 1)] or [
@@ -179,10 +179,10 @@ def render_html(d: dict, plots: list[tuple[str, str, bytes]] | None = None) -> s
              for x in d.get("abstained") or []] + list(d.get("_plot_notes") or [])
     gaps += [f"not assessed: {x}" for x in d.get("not_assessed") or []]
     if gaps:
-        parts.append(f"<h2>Warnings and gaps</h2><details><summary>{len(gaps)} item(s)</summary><ul>"
+        parts.append(f"<h2>Warnings and gaps</h2><details><summary>{len(gaps)} item{'' if len(gaps) == 1 else 's'}</summary><ul>"
                      + "".join(f"<li>{h(g)}</li>" for g in gaps) + "</ul></details>")
     if d.get("facts"):
-        parts.append(f"<h2>Facts the rules read</h2><details><summary>{len(d['facts'])} fact(s)</summary>"
+        parts.append(f"<h2>Facts the rules read</h2><details><summary>{len(d['facts'])} facts</summary>"
                      + _table(["fact", "value"], [[k, _val(x)] for k, x in d["facts"].items()], {0, 1}) + "</details>")
     parts.append(f"<hr><p class='muted'>ddpdoctor {h(d.get('ddpdoctor_version', ''))}, schema {h(d.get('schema', ''))}; "
                  f"inputs: {h(', '.join(map(str, d.get('inputs') or [])))}</p>")

@@ -40,6 +40,10 @@ def _ranks(ranks: list) -> str:
     return f" — rank{'s' if len(ranks) > 1 else ''} {md(shown)}"
 
 
+def _n(n: int, word: str) -> str:
+    return f"{n} {word if n == 1 else word + 's'}"
+
+
 def verdict_section(d: dict) -> str:
     v = d.get("verdict") or {}
     lines = [f"# ddpdoctor: {md(view.headline(d))}", ""]
@@ -51,7 +55,9 @@ def verdict_section(d: dict) -> str:
     if (d.get("trial") or {}).get("line"):
         lines += ["", f"**Trial** (`ddpdoctor run --try`, the diagnosis below is its baseline): {md(d['trial']['line'])}"]
     if d.get("partial"):
-        lines += ["", "**Partial result:** some ranks, steps or files are missing (see the warnings)."]
+        from .card import partial_note
+
+        lines += ["", "**Partial result:** " + md(partial_note(d))]
     return "\n".join(lines)
 
 
@@ -65,7 +71,7 @@ def finding_block(i: int, f: dict) -> str:
            "", md_multiline(f.get("summary"))]
     ev = f.get("evidence") or {}
     if ev:
-        out += ["", "Evidence: " + "; ".join(f"{md(k)} = {_val(v)}" for k, v in ev.items())]
+        out += ["", "Measured: " + md("; ".join(view.evidence_items(ev)))]
     for fx in f.get("fixes") or []:
         change = fx.get("change") or ""
         out += ["", f"**Fix: {md(fx.get('title'))}**", ""]
@@ -91,7 +97,7 @@ def findings_section(d: dict, budget: int) -> str:
     for i, f in enumerate(fs, 1):
         block = finding_block(i, f)
         if used + len(block) > budget:
-            out.append(f"*… {len(fs) - i + 1} more finding(s) not shown (size limit); see report.json.*")
+            out.append(f"*… {_n(len(fs) - i + 1, 'more finding')} not shown (size limit); see report.json.*")
             break
         out.append(block)
         used += len(block) + 2
@@ -110,9 +116,8 @@ def rank_table(d: dict, all_ranks: bool = False, limit: int | None = None) -> st
     rows = []
     for r in ranks:
         x = a["ranks"][r]
-        share = x.get("share") or {}
         rows.append([md(r), md(x.get("steps")), view.ms((x.get("mean_us") or {}).get("step_time")),
-                     *[view.pct(share.get(c)) for c in cats],
+                     *[view.pct(view.segment(x, c, "share")) for c in cats],
                      "–" if late.get(r) is None else f"{late[r] / 1000:+.2f}", md(x.get("host") or "–")])
     return _table(["rank", "steps", "step ms", *[view.LABEL[c] for c in cats], "late ms", "host"], rows)
 
@@ -174,19 +179,21 @@ def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[
             return "\n".join(blocks) if len(blocks) > 3 else ""
         parts.append(("step", step_md))
     if plots:
-        parts.append(("plots", lambda n: "## Plots\n\n" + "\n\n".join(f"![{md(t)}]({p})" for p, t in plots)))
+        # no image links: a relative path breaks once the text is pasted into a GitHub or Jira comment
+        parts.append(("plots", lambda n: "## Plots\n\nAttach `report.html` (every plot inside, one file) or these "
+                                         "PNG files to the ticket:\n\n" + "\n".join(f"- `{md(p)}`: {md(t)}" for p, t in plots)))
     elif a:
         parts.append(("plots", lambda n: "## Plots\n\nThe plots are in `report.html` and `plots/` "
                                          "(`ddpdoctor report report.json --format html`)."))
     events = view.log_events(d)
     if events:
         def logs_md(n):
-            key = [e for e in events if e.get("kind") != "progress"] or events
+            key = view.ordered_events(d)
             rows = [[md("?" if e.get("rank") is None else e["rank"]), md(e.get("kind")),
-                     md((e.get("text") or "")[:300]), md(f"{e.get('file', '')}:{e.get('line_no', '')}")] for e in key[:n]]
+                     md(view.plain(e.get("text"))[:300]), md(f"{e.get('file', '')}:{e.get('line_no', '')}")] for e in key[:n]]
             more = f"\n\n*{len(key) - n} more events in report.json.*" if len(key) > n else ""
-            return "## Log events\n\n" + _fold(f"{len(key)} event(s) from {len((d.get('logs') or {}).get('files') or [])} "
-                                               "log file(s)", _table(["rank", "kind", "line", "where"], rows) + more)
+            return "## Log events\n\n" + _fold(f"{_n(len(key), 'event')} from "
+                                               f"{_n(len((d.get('logs') or {}).get('files') or []), 'log file')}", _table(["rank", "kind", "line", "where"], rows) + more)
         parts.append(("logs", logs_md))
     if d.get("warnings") or d.get("rule_errors") or d.get("abstained") or d.get("_plot_notes") or d.get("not_assessed"):
         def warn_md(n):
@@ -196,12 +203,12 @@ def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[
                       f"{md(', '.join(x.get('missing') or []))}" for x in d.get("abstained") or []]
             items += [f"- {md(x)}" for x in d.get("_plot_notes") or []]
             items += [f"- not assessed: {md(x)}" for x in d.get("not_assessed") or []]
-            return "## Warnings and gaps\n\n" + _fold(f"{len(items)} item(s)", "\n".join(items))
+            return "## Warnings and gaps\n\n" + _fold(_n(len(items), "item"), "\n".join(items))
         parts.append(("warnings", warn_md))
     if d.get("facts"):
         def facts_md(n):
             rows = [[md_code(k) if "`" not in k else md(k), _val(v)] for k, v in list(d["facts"].items())[:n]]
-            return "## Facts the rules read\n\n" + _fold(f"{len(d['facts'])} fact(s)", _table(["fact", "value"], rows))
+            return "## Facts the rules read\n\n" + _fold(_n(len(d['facts']), "fact"), _table(["fact", "value"], rows))
         parts.append(("facts", facts_md))
     return parts
 

@@ -5,7 +5,7 @@ state; matplotlib is imported only here, and only when a plot is made).
   the fastest / median / slowest / stragglers, beside a box plot of every rank per category.
 * ``timeline``: one representative step (each rank's median-duration step) per shown rank.
 * ``skew``: late arrival (weighted by the wait it causes) and compute time per rank (stragglers red).
-* ``failure``: log events per rank over time (OOM, timeouts, exceptions, exits, …).
+* ``failure``: for a failed run only, log events per rank in time order (OOM, timeouts, exits, …).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def breakdown(d: dict) -> bytes | None:
     x = list(range(len(ranks)))
     bottom = [0.0] * len(ranks)
     for c in cats:
-        vals = [((a["ranks"][r].get("mean_us") or {}).get(c) or 0.0) / 1000 for r in ranks]
+        vals = [(view.segment(a["ranks"][r], c) or 0.0) / 1000 for r in ranks]
         ax.bar(x, vals, bottom=bottom, color=view.COLOR[c], label=view.LABEL[c], width=0.7)
         bottom = [b + v for b, v in zip(bottom, vals)]
     strag = {str(s["rank"]) for s in view.stragglers(d)}
@@ -59,11 +59,11 @@ def breakdown(d: dict) -> bytes | None:
     ax.set_xlabel("rank" + (" (* straggler)" if strag & set(ranks) else ""))
     ax.set_ylabel("ms per step (mean)")
     ax.set_title("Where each rank's step time goes" + (f"\n({note})" if many else ""), fontsize=9 if many else 11)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14 if len(ranks) <= 12 else -0.24),
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14 if len(ranks) <= 12 else -0.24),
               ncol=3, frameon=False)
     if many:
         ax2 = axes[1]
-        data = [[((r.get("mean_us") or {}).get(c) or 0.0) / 1000 for r in a["ranks"].values()] for c in cats]
+        data = [[(view.segment(r, c) or 0.0) / 1000 for r in a["ranks"].values()] for c in cats]
         try:
             ax2.boxplot(data, orientation="horizontal", whis=(5, 95), widths=0.6)
         except TypeError:      # matplotlib < 3.10
@@ -109,6 +109,8 @@ def skew(d: dict) -> bytes | None:
     ids = view.rank_ids(d)
     late = (a.get("cross_rank") or {}).get("arrival_late_us") or {}
     strag = {str(s["rank"]) for s in view.stragglers(d)}
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = _fig(9, 3.4, 2)
     for ax, vals, title in (
             (axes[0], [(late.get(r) or 0.0) / 1000 for r in ids], "Late arrival (wait-weighted)"),
@@ -118,8 +120,10 @@ def skew(d: dict) -> bytes | None:
         colors = ["#d00000" if r in strag else "#457b9d" for r in ids]
         if len(ids) <= 32:
             ax.bar(x, vals, color=colors)
+            ax.set_xticks(x, [str(r) for r in x], fontsize=8 if len(x) <= 16 else 6)   # ranks are integers
         else:
             ax.scatter(x, vals, c=colors, s=8)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(title + (" (red: straggler)" if strag else ""), fontsize=9)
         ax.set_xlabel("rank")
         ax.set_ylabel("ms per step")
@@ -128,19 +132,27 @@ def skew(d: dict) -> bytes | None:
 
 
 def failure(d: dict) -> bytes | None:
+    """Only for a failed run: its log events per rank, in time order across ranks (an untimed line takes
+    the time of the last timestamped line before it in its file); without enough timestamps, each rank's
+    events in their own order, and the axis says positions are not comparable across ranks."""
+    if not (d.get("verdict") or {}).get("failed"):
+        return None
     events = [e for e in view.log_events(d) if e.get("kind")]
     if not events:
         return None
-    timed = [e for e in events if isinstance(e.get("time"), (int, float))]
-    key_untimed = [e for e in events if e["kind"] != "progress" and not isinstance(e.get("time"), (int, float))]
-    if timed and not key_untimed and len({e["time"] for e in timed}) > 1:
-        t0 = min(e["time"] for e in timed)
-        pts = [(e["time"] - t0, e) for e in timed]
-        xlabel = "seconds since the first timestamped log event"
-    else:                       # not every key event has a timestamp: place them by line in their log
-        timed = []
-        pts = [(e.get("line_no") or i, e) for i, e in enumerate(events)]
-        xlabel = "line in the rank's log (the logs do not timestamp every event)"
+    timed, complete = view.timed_events(d)
+    if timed and complete and len({t for t, _ in timed}) > 1:
+        t0 = timed[0][0]
+        pts = [(t - t0, e) for t, e in timed]
+        xlabel = "seconds since the first log event (untimestamped lines: time of the line before)"
+    else:
+        seen: dict = {}
+        pts = []
+        for e in sorted(events, key=lambda e: (str(e.get("file")), e.get("line_no") or 0)):
+            k = e.get("rank")
+            seen[k] = seen.get(k, 0) + 1
+            pts.append((seen[k], e))
+        xlabel = "event number within each rank's log (no timestamps: not comparable across ranks)"
     if len(pts) > 400:           # keep every failure event, thin out the progress lines
         key = [p for p in pts if p[1]["kind"] != "progress"]
         rest = [p for p in pts if p[1]["kind"] == "progress"]
@@ -155,16 +167,15 @@ def failure(d: dict) -> bytes | None:
     for kind, xy in sorted(by_kind.items(), key=lambda kv: kv[0] == "progress", reverse=True):
         color, marker = EVENT_STYLE.get(kind, ("#1d3557", "o"))
         ax.scatter([p[0] for p in xy], [p[1] for p in xy], c=color, marker=marker, s=14 if kind == "progress" else 46,
-                   label=kind, zorder=1 if kind == "progress" else 3)
+                   label=kind.replace("_", " "), zorder=1 if kind == "progress" else 3)
     labels = [f"rank {r}" for r in ranks] + (["rank ?"] if any(e.get("rank") is None for _, e in pts) else [])
     if len(labels) <= 24:
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.margins(x=0.05, y=0.25)
     ax.invert_yaxis()
-    ax.set_xlabel(xlabel)
-    missing = len(events) - len(timed) if timed else 0
-    ax.set_title("Log events per rank" + (f" ({missing} without a timestamp not shown)" if missing else ""), fontsize=10)
-    ax.legend(fontsize=7, loc="best", framealpha=0.85)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_title("Log events per rank of the failed run", fontsize=10)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     return _png(fig)
 
 

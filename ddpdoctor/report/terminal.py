@@ -1,119 +1,154 @@
-"""Terminal summary of an analysis: per-rank table, the biggest cost, stragglers."""
+"""The full terminal view (``analyze -v``, ``report --format terminal -v``): every finding with
+every fix, what was not assessed, the per-rank table, the cross-rank numbers.  Reads only
+the diagnosis document, like every other renderer; plain text at a given width."""
 
 from __future__ import annotations
 
-import numpy as np
-from rich.console import Console
-from rich.table import Table
+from .card import partial_reasons, render_card
+from .text import WIDTH, block, cut, plural, wrap
+from .view import analysis, evidence_value, findings, rank_ids, select_ranks
 
-from ..analysis import Analysis
-from .summary import mean_shares
-
-MAX_RANK_ROWS = 16
-SHOWN = (("dataloader_wait", "dataloader"), ("compute", "compute"), ("comm", "comm"),
-         ("comm_exposed", "exposed"), ("comm_sync_wait", "sync wait"), ("memcpy", "memcpy"),
-         ("host_idle", "host idle"), ("other", "other"), ("gpu_busy", "GPU busy"))
+PERFORMANCE = ("dataloader", "communication", "compute", "imbalance", "config")
+# table columns: (key, header); "transfer" is exposed communication minus the wait for late peers
+TABLE = (("compute", "compute"), ("transfer", "comm"), ("comm_sync_wait", "sync wait"),
+         ("dataloader_wait", "loader"), ("memcpy", "memcpy"), ("host_idle", "host idle"), ("other", "other"))
 
 
-def _pct(v: float | None) -> str:
+def _pct(v) -> str:
     return "–" if v is None else f"{100 * v:.1f}%"
 
 
-def _ms(us: float | None) -> str:
-    return "–" if us is None else f"{us / 1000:.2f}"
+def render_full(d: dict, width: int = WIDTH, report_dir: str | None = None) -> list[str]:
+    lines = render_card(d, width, verbose_hint=False, report_dir=report_dir)
+    lines += ["", "─" * min(width, 40), "Every finding", ""]
+    for i, f in enumerate(findings(d), 1):
+        ranks = f.get("ranks") or []
+        on = f" ({plural(len(ranks), 'rank')}: {', '.join(map(str, ranks))})" if ranks else ""
+        cost = f" — {100 * f['cost']:.0f} % of the step" if f.get("cost") is not None else ""
+        lines += wrap(f"[{f.get('rule')}] {f.get('title')}{on}{cost}", width, f"{i}. ", "   ")
+        lines += wrap(f.get("summary") or "", width, "   ")
+        ev = f.get("evidence") or {}
+        if ev:
+            lines += wrap("; ".join(f"{k.replace('_', ' ')} {evidence_value(v, 80)}" for k, v in ev.items()),
+                          width, "   measured: ", "   ")
+        for fx in f.get("fixes") or []:
+            lines += wrap(fx.get("title") or "", width, "   fix: ", "        ")
+            lines += block(fx.get("change") or "", width, "      ")
+            if fx.get("not_recorded"):
+                lines += wrap("this run did not record " + ", ".join(fx["not_recorded"]), width, "      (", "       ")
+                lines[-1] += ")"
+        lines.append("")
+    lines += _not_assessed(d, width)
+    for e in d.get("rule_errors") or []:
+        lines += wrap(e, width, "rule error: ", "  ")
+    lines += _table(d, width)
+    return lines
 
 
-def _shown_ranks(a: Analysis) -> tuple[list, str | None]:
-    s = a.summaries
-    if len(s) <= MAX_RANK_ROWS:
-        return s, None
-    by_time = sorted(s, key=lambda x: float(np.mean(x.values["step_time"])))
-    keep = {id(by_time[0]), id(by_time[len(by_time) // 2]), id(by_time[-1])}
-    strag = {st.rank for st in a.cross.stragglers[:5]}
-    chosen = [x for x in s if id(x) in keep or x.rank in strag]
-    return chosen, f"showing {len(chosen)} of {len(s)} ranks (fastest, median, slowest, stragglers); --json has all"
+def _not_assessed(d: dict, width: int) -> list[str]:
+    out = []
+    abstained = d.get("abstained") or []
+    if d.get("analysis") is None:
+        abstained = [a for a in abstained if a.get("category") not in PERFORMANCE]
+    cats: dict[str, list] = {}
+    for a in abstained:
+        cats.setdefault(a["category"], []).append(a)
+    for c, lst in sorted(cats.items()):
+        missing = sorted({m for a in lst for m in a.get("missing") or []})
+        out += wrap(f"{c} ({', '.join(a['rule'] for a in lst)}): needs {', '.join(missing)}", width,
+                    "Not assessed, evidence missing: ", "  ")
+    for line in d.get("not_assessed") or []:
+        out += wrap(line, width, "Not assessed: ", "  ")
+    return out
 
 
-def _console() -> Console:
-    con = Console(highlight=False)
-    if not con.is_terminal:          # files and pipes: plain text, wide enough for the table
-        con = Console(highlight=False, width=160, no_color=True)
-    return con
-
-
-def render(a: Analysis, console: Console | None = None, costs: list | None = None) -> None:
-    con = console or _console()
-    s0 = a.summaries[0]
-    kinds = sorted({s.device_kind.upper() for s in a.summaries})
-    backends = sorted({s.backend for s in a.summaries if s.backend})
-    steps = sorted({len(s.steps) for s in a.summaries})
-    con.print(f"[bold]ddpdoctor analyze[/bold] — {len(a.summaries)} rank(s)"
-              + (f" of world size {a.discovery.world_size}" if a.discovery.world_size else "")
-              + f", {'/'.join(map(str, steps))} step(s) per rank, {'/'.join(kinds)} trace"
-              + (f" ({', '.join(backends)})" if backends else "")
-              + f", steps from {s0.step_source}")
-    for w in a.warnings:
-        con.print(f"[yellow]warning:[/yellow] {w}")
-    rows, note = _shown_ranks(a)
-    table = Table(title="Share of step time per rank", title_justify="left", show_edge=False)
-    table.add_column("rank", justify="right")
-    table.add_column("steps", justify="right")
-    table.add_column("step ms", justify="right")
-    for _, label in SHOWN:
-        table.add_column(label, justify="right")
-    for s in rows:
-        share = a.rank_share(s)
-        table.add_row(str(s.rank), str(len(s.steps)), _ms(float(np.mean(s.values["step_time"]))),
-                      *[_pct(share[c]) for c, _ in SHOWN])
-    con.print(table)
+def _table(d: dict, width: int) -> list[str]:
+    a = analysis(d)
+    if not a:
+        return []
+    ranks = a.get("ranks") or {}
+    shown, note = select_ranks(d)
+    cols = [(k, h) for k, h in TABLE if any(_share(ranks[r], k) is not None for r in shown)]
+    first = ranks[rank_ids(d)[0]]
+    kinds = sorted({(r.get("device_kind") or "?").upper() for r in ranks.values()})
+    backends = sorted({r.get("backend") for r in ranks.values() if r.get("backend")})
+    out = [""]
+    out += wrap(f"{plural(len(ranks), 'rank')}" + (f" of world size {a['world_size']}" if a.get("world_size") else "")
+                + f", {'/'.join(kinds)} trace" + (f" ({', '.join(backends)})" if backends else "")
+                + f", steps from {first.get('step_source')}", width, "Per rank: ", "  ")
+    out += wrap(" ".join(partial_reasons(d)), width, "  partial: ", "  ") if d.get("partial") else []
+    out.append("")
+    head = f"{'rank':>5} {'steps':>5} {'step ms':>8}" + "".join(f" {h:>9}" for _, h in cols)
+    out.append(cut(head, width))
+    for r in shown:
+        row = ranks[r]
+        step = (row.get("mean_us") or {}).get("step_time")
+        out.append(cut(f"{r:>5} {row.get('steps', 0):>5} {'–' if step is None else f'{step / 1000:.2f}':>8}"
+                       + "".join(f" {_pct(_share(row, k)):>9}" for k, _ in cols), width))
     if note:
-        con.print(f"  ({note})")
-    shares = mean_shares(a)
-    if costs:
-        # the diagnosis' ranked list of costs: the one list the verdict reads
-        con.print("[bold]Costs, ranked:[/bold] " + "; ".join(
-            f"{c.label} {_pct(c.cost)} [{c.rule}]" + ("" if c.material and c.eligible else " (not decisive)")
-            for c in costs[:4]) + f"; compute {_pct(shares.get('compute'))}")
-    cr = a.cross
-    if cr.step_time_spread_us is not None:
-        con.print(f"[bold]Across ranks:[/bold] step-time spread {_ms(cr.step_time_spread_us)} ms "
-                  f"({_pct(cr.step_time_spread_share)} of the median step); imbalance score "
-                  f"{'–' if cr.imbalance_score is None else f'{cr.imbalance_score:.2f}'} (0 = balanced); "
-                  f"{cr.matched_collectives} collectives matched")
-    if any(v > 0 for v in cr.arrival_late_us.values()):
-        late = sorted(((r, v) for r, v in cr.arrival_late_us.items() if v > 0), key=lambda kv: -kv[1])[:5]
-        con.print("Late arrival at the step's collectives, weighted by the wait each causes (vs the median of the "
-                  "other ranks): "
-                  + ", ".join(f"rank {r} {v / 1000:+.2f} ms" for r, v in late))
-    if cr.stragglers:
-        for st in cr.stragglers[:5]:
-            con.print(f"[bold red]Straggler:[/bold red] rank {st.rank} reaches the step's collectives "
-                      f"{st.late_us / 1000:.2f} ms after the median of the other ranks ({_pct(st.late_share)} of a step; "
-                      f"last to arrive in {st.steps_late} of {st.steps} step(s))")
-    elif cr.arrival_late_us:
-        con.print("No straggler: no rank arrives late beyond the thresholds in rules/metrics.toml")
-    if len(set(cr.input_shapes_by_rank.values())) > 1:
-        con.print("Input shapes by rank: " + "; ".join(f"rank {r} {x}" for r, x in sorted(cr.input_shapes_by_rank.items())))
-    for n in sorted({n for s in a.summaries for n in s.notes} | set(cr.notes)):
-        con.print(f"[dim]note: {n}[/dim]")
-    if a.hta:
-        _render_hta(con, a.hta, a)
+        out += wrap(note, width, "  (", "   ")
+        out[-1] += ")"
+    out += wrap("comm: communication that compute does not hide, without the wait for late peers (sync wait)",
+                width, "  ", "  ")
+    out += _costs(d, width) + _cross(d, a, width)
+    notes = sorted({n for r in ranks.values() for n in r.get("notes") or []}
+                   | set((a.get("cross_rank") or {}).get("notes") or []))
+    for n in notes:
+        out += wrap(n, width, "note: ", "  ")
+    out += _hta(a, width)
+    return out
 
 
-def _render_hta(con: Console, hta: dict, a: Analysis) -> None:
+def _share(row: dict, key: str):
+    share = row.get("share") or {}
+    if key != "transfer":
+        return share.get(key)
+    exposed = share.get("comm_exposed")
+    if exposed is None:
+        return None
+    return max(0.0, exposed - min(exposed, share.get("comm_sync_wait") or 0.0))
+
+
+def _costs(d: dict, width: int) -> list[str]:
+    costs = d.get("costs") or []
+    if not costs:
+        return []
+    parts = [f"{c.get('label')} {_pct(c.get('cost'))} [{c.get('rule')}]"
+             + ("" if c.get("material") and c.get("eligible") else f" (not decisive: {c.get('why_not') or 'small'})")
+             for c in costs[:5]]
+    return wrap("; ".join(parts), width, "Costs, ranked: ", "  ")
+
+
+def _cross(d: dict, a: dict, width: int) -> list[str]:
+    cr = a.get("cross_rank") or {}
+    out = []
+    if cr.get("step_time_spread_us") is not None:
+        score = cr.get("imbalance_score")
+        out += wrap(f"step-time spread {cr['step_time_spread_us'] / 1000:.2f} ms "
+                    f"({_pct(cr.get('step_time_spread_share'))} of the median step); imbalance score "
+                    f"{'–' if score is None else f'{score:.2f}'} (0 = balanced); "
+                    f"{plural(cr.get('matched_collectives') or 0, 'collective')} matched", width,
+                    "Across ranks: ", "  ")
+    for st in (cr.get("stragglers") or [])[:5]:
+        out += wrap(f"rank {st['rank']} reaches the step's collectives {st['late_us'] / 1000:.2f} ms after the "
+                    f"median of the other ranks ({_pct(st.get('late_share'))} of a step; last to arrive in "
+                    f"{st.get('steps_late')} of {plural(st.get('steps') or 0, 'step')})", width, "Straggler: ", "  ")
+    shapes = cr.get("input_shapes_by_rank") or {}
+    if len({str(v) for v in shapes.values()}) > 1:
+        out += wrap("; ".join(f"rank {r} {x}" for r, x in sorted(shapes.items())), width, "Input shapes: ", "  ")
+    return out
+
+
+def _hta(a: dict, width: int) -> list[str]:
+    hta = a.get("hta") or {}
+    if not hta:
+        return []
     if hta.get("error"):
-        con.print(f"[dim]HTA cross-check unavailable: {hta['error']}[/dim]")
-        return
-    for s in a.summaries[:2]:
-        h = hta.get("ranks", {}).get(s.rank)
-        if not h:
-            continue
-        ours = a.rank_share(s)
-        comm = ours.get("comm") or 0.0
-        overlap = (comm - (ours.get("comm_exposed") or 0.0)) / comm if comm else None
-        con.print(f"[dim]HTA cross-check, rank {s.rank} (HTA over the whole trace / ours over steps): "
-                  f"compute {_pct(h.get('compute_share'))} / {_pct(ours.get('compute'))}, "
-                  f"GPU idle {_pct(h.get('idle_share'))} / {_pct(1 - (ours.get('gpu_busy') or 0.0))}, "
-                  f"comm overlapped by compute {_pct(h.get('comm_comp_overlap'))} / {_pct(overlap)}; "
-                  f"HTA idle causes: host wait {_pct(h.get('idle_host_wait'))}, "
-                  f"kernel wait {_pct(h.get('idle_kernel_wait'))}[/dim]")
+        return wrap(f"unavailable: {hta['error']}", width, "HTA cross-check ", "  ")
+    out = []
+    for r, h in list((hta.get("ranks") or {}).items())[:2]:
+        out += wrap(f"compute {_pct(h.get('compute_share'))}, GPU idle {_pct(h.get('idle_share'))}, comm overlapped by "
+                    f"compute {_pct(h.get('comm_comp_overlap'))}; idle causes: host wait "
+                    f"{_pct(h.get('idle_host_wait'))}, kernel wait {_pct(h.get('idle_kernel_wait'))}",
+                    width, f"HTA cross-check, rank {r} (whole trace): ", "  ")
+    return out

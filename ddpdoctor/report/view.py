@@ -13,7 +13,8 @@ MAX_RANKS_SHOWN = 16
 # the exclusive categories of a step, in drawing order, with labels and colours
 CATEGORIES = (
     ("compute", "compute", "#4c9a2a"),
-    ("comm_exposed", "exposed comm", "#b5179e"),
+    ("comm_exposed", "exposed comm (transfer)", "#b5179e"),
+    ("comm_sync_wait", "waiting for a late peer", "#ffb3c6"),
     ("memcpy", "memcpy", "#7209b7"),
     ("dataloader_wait", "DataLoader wait", "#f4a261"),
     ("host_idle", "GPU idle, host busy", "#e76f51"),
@@ -61,10 +62,28 @@ def analysis(d: dict) -> dict | None:
 
 
 def partition(d: dict) -> list[str]:
+    """The exclusive categories of a step, with the wait for late peers split out of exposed
+    communication (so a waiting rank's time does not read as a slow network)."""
     a = analysis(d) or {}
     kinds = {r.get("device_kind") for r in (a.get("ranks") or {}).values()}
-    part = (a.get("partition") or {}).get("gpu" if "gpu" in kinds else "cpu") or [c for c, _, _ in CATEGORIES]
+    part = list((a.get("partition") or {}).get("gpu" if "gpu" in kinds else "cpu") or [c for c, _, _ in CATEGORIES])
+    if "comm_exposed" in part and any(((r.get("mean_us") or {}).get("comm_sync_wait") or 0) > 0
+                                      for r in (a.get("ranks") or {}).values()):
+        part.append("comm_sync_wait")
     return [c for c, _, _ in CATEGORIES if c in part]
+
+
+def segment(row: dict, c: str, key: str = "mean_us") -> float | None:
+    """A rank's value of a partition category (``key``: "mean_us" or "share"); exposed communication
+    less the part spent waiting for late peers, which is its own segment."""
+    vals = row.get(key) or {}
+    if c not in ("comm_exposed", "comm_sync_wait"):
+        return vals.get(c)
+    exposed = vals.get("comm_exposed")
+    if exposed is None:
+        return None
+    wait = min(exposed, max(0.0, vals.get("comm_sync_wait") or 0.0))
+    return wait if c == "comm_sync_wait" else exposed - wait
 
 
 def rank_ids(d: dict) -> list[str]:
@@ -128,6 +147,73 @@ def log_events(d: dict) -> list[dict]:
     return list((d.get("logs") or {}).get("events") or [])
 
 
+def plain(text) -> str:
+    """Text without pictographs (``GLHF! 🏖️``): report fonts often lack them and show boxes."""
+    import unicodedata
+
+    s = "" if text is None else str(text)
+    return "".join(ch for ch in s if not (ord(ch) > 0x2100 and unicodedata.category(ch) in ("So", "Sk", "Cs"))
+                   and ch not in "\ufe0e\ufe0f\u200d").rstrip()
+
+
+def timed_events(d: dict) -> tuple[list[tuple[float, dict]], bool]:
+    """Log events placed in time across ranks: an untimed line takes the time of the last
+    timestamped line before it in the same file (else the next one).  Returns (time, event)
+    pairs and whether every failure event got a time; when not, the caller must not draw
+    them on one time axis."""
+    events = [e for e in log_events(d) if e.get("kind")]
+    anchors: dict = {}
+    for e in events:
+        if isinstance(e.get("time"), (int, float)) and e.get("line_no") is not None:
+            anchors.setdefault(e.get("file"), []).append((e["line_no"], e["time"]))
+    out, complete = [], True
+    for e in events:
+        t = e.get("time") if isinstance(e.get("time"), (int, float)) else None
+        if t is None and e.get("line_no") is not None and anchors.get(e.get("file")):
+            lines = sorted(anchors[e.get("file")])
+            before = [tt for ln, tt in lines if ln <= e["line_no"]]
+            t = before[-1] if before else lines[0][1]
+        if t is None:
+            complete = complete and e.get("kind") == "progress"
+            continue
+        out.append((float(t), e))
+    out.sort(key=lambda p: (p[0], str(p[1].get("file")), p[1].get("line_no") or 0))
+    return out, complete
+
+
+def _evidence_key(k: str) -> tuple[str, str]:
+    """(words, unit) of an evidence key: ``extra_us`` → ("extra", "us"), ``wait_share`` → ("wait", "share")."""
+    for unit in ("us", "share", "mb", "bytes"):
+        if k.endswith("_" + unit):
+            return k[:-len(unit) - 1].replace("_", " "), unit
+    return k.replace("_", " "), ""
+
+
+def evidence_items(ev: dict) -> list[str]:
+    """A finding's evidence in words: units applied, column names as phrases, no raw keys."""
+    from ..metrics.columns import PHASE_WORDS
+
+    out = []
+    for k, v in (ev or {}).items():
+        words, unit = _evidence_key(str(k))
+        if v is None or v == "" or v == [] or v == {}:
+            continue
+        if isinstance(v, bool):
+            text = "yes" if v else "no"
+        elif isinstance(v, (int, float)) and unit == "us":
+            text = f"{v / 1000:.1f} ms" if abs(v) >= 1000 else f"{v:.0f} µs"
+        elif isinstance(v, (int, float)) and unit == "share":
+            text = f"{100 * v:.0f} %"
+        elif isinstance(v, (int, float)) and unit == "mb":
+            text = f"{v:.3g} MB"
+        elif isinstance(v, str) and v in PHASE_WORDS:
+            text = PHASE_WORDS[v]
+        else:
+            text = evidence_value(v, 120)
+        out.append(f"{words} {text}" if not isinstance(v, str) or v not in PHASE_WORDS else f"{words}: {text}")
+    return out
+
+
 def evidence_value(v, limit: int = 300) -> str:
     """An evidence value as short plain text (escape it for the output format afterwards)."""
     if isinstance(v, float):
@@ -136,3 +222,15 @@ def evidence_value(v, limit: int = 300) -> str:
         s = json.dumps(v, default=str)
         return s if len(s) <= limit else s[:limit] + " …"
     return "" if v is None else str(v)
+
+
+def ordered_events(d: dict) -> list[dict]:
+    """The log events for a table: failure events (else all) in time order across ranks when every
+    one can be placed in time, else rank by rank in each log's own order."""
+    events = log_events(d)
+    key = [e for e in events if e.get("kind") != "progress"] or events
+    timed, complete = timed_events(d)
+    if complete and timed:
+        ids = {id(e) for e in key}
+        return [e for _, e in timed if id(e) in ids]
+    return sorted(key, key=lambda e: (e.get("rank") is None, e.get("rank") or 0, str(e.get("file")), e.get("line_no") or 0))

@@ -25,11 +25,11 @@ def explain(rule: Rule, overrides: dict | None = None) -> str:
     if rule.evidence:
         out += ["", "Evidence:"] + [f"  {k} = {e.source}" for k, e in rule.evidence.items()]
     if rule.fixes:
-        out += ["", "Fixes (filled in with the run's own values when the rule fires):"]
+        out += ["", "Fixes (<name>: filled in with the run's own value when the rule fires):"]
         for fx in rule.fixes:
             cond = f"   [if {fx.applies_if.source}]" if fx.applies_if is not None else ""
-            out.append(f"  - {fx.title.source}{cond}")
-            out += [f"      {line}" for line in fx.change.source.strip("\n").splitlines()]
+            out.append(f"  - {fx.title.placeholders()}{cond}")
+            out += [f"      {line}".rstrip() for line in fx.change.placeholders().strip("\n").splitlines()]
     if rule.references:
         out += ["", "References:"] + [f"  {r}" for r in rule.references]
     out += ["", f"Defined in {rule.path} ({rule.origin}); {len(rule.tests)} stored test case(s)."]

@@ -32,6 +32,9 @@ class Template:
                 out |= p[0].names
         return frozenset(out)
 
+    def placeholders(self) -> str:
+        return _placeholders(self)
+
     def render(self, lookup) -> tuple[str, set[str]]:
         out, missing = [], set()
         for p in self.parts:
@@ -46,6 +49,30 @@ class Template:
                 continue
             out.append(format_value(value, spec))
         return "".join(out), missing
+
+
+def placeholder(expr: Expr) -> str:
+    """``{default(config.dataloader.num_workers, 0)}`` as ``<num_workers>``: what `rules explain`
+    shows in place of the value, so a template reads as text, never as code."""
+    import ast
+
+    node = expr.tree.body
+    noun = ""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "plural" and len(node.args) > 1:
+        arg = node.args[1]
+        if isinstance(arg, ast.Constant):
+            noun = f" {arg.value}s"
+    names = sorted(expr.names, key=lambda n: expr.source.find(n))
+    if not names:
+        try:
+            return format_value(expr({}))
+        except Exception:  # noqa: BLE001 - a constant expression that needs a fact after all
+            return "<value>"
+    return f"<{names[0].rsplit('.', 1)[-1]}>{noun}"
+
+
+def _placeholders(t: Template) -> str:
+    return "".join(p if isinstance(p, str) else placeholder(p[0]) for p in t.parts)
 
 
 def _split_spec(body: str) -> tuple[str, str]:
@@ -156,6 +183,19 @@ class VariantTemplate:
                     head = "otherwise" if v.when is None else ("if " if i == 0 else "else if ") + v.when.source
                     lines.append(f"[{head}] {v.text.source}")
         return "\n".join(lines)
+
+    def placeholders(self) -> str:
+        """Each part's text with ``<name>`` placeholders; a part with variants as its alternatives,
+        each after the condition that chooses it."""
+        out = []
+        for part in self.parts:
+            if len(part) == 1 and part[0].when is None:
+                out.append(part[0].text.placeholders())
+                continue
+            alts = [("otherwise" if v.when is None else ("if " if i == 0 else "else if ") + v.when.source)
+                    + ": " + v.text.placeholders().strip() for i, v in enumerate(part)]
+            out.append("\n[" + " | ".join(alts) + "]\n")
+        return "".join(out)
 
     def render(self, lookup) -> tuple[str, set[str]]:
         out, missing = [], set()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tracebuilder import gpu_step_trace
 
-OK, ERR = 0, 2
+OK, ERR, FAILED_RUN = 0, 2, 3          # FAILED_RUN: analyze found that the run itself failed
 SECRETS = {
     "bearer": "Authorization: Bearer eyzzBearerTok3nValue998877",
     "pem": "-----BEGIN RSA PRIVATE KEY-----\nMIIEpQIBAAKCAQEAzPemBodyLine1xyz\nPemBodyLine2abcdef\n-----END RSA PRIVATE KEY-----",
@@ -257,7 +257,8 @@ def build_cases(root: Path) -> list[Case]:
                      ("osc8_link", "\x1b]8;;http://evil\x1b\\click\x1b]8;;\x1b\\"), ("c1_csi", "\x9b2J")):
         d = run_folder(root, f"esc_{cid}", 2)
         (d / "output.log").write_text(f"RuntimeError: CUDA error {seq} out of memory\nNCCL WARN {seq}\n")
-        cases += _commands("escapes", f"esc_{cid}", d, out, (OK,), no_escapes=True)
+        # the planted lines are an OOM: analyze says the run failed (exit 3, FAILED_RUN); bundle exits 0
+        cases += _commands("escapes", f"esc_{cid}", d, out, (OK, FAILED_RUN), no_escapes=True)
     return cases
 
 

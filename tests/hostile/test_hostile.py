@@ -48,7 +48,9 @@ def check(case: Case, res: dict, out_dir: Path) -> list[str]:
     if "Traceback" in err:
         problems.append("traceback on stderr")
     errors = [line for line in err.splitlines() if line.startswith(("ddpdoctor: error", "Error: "))]
-    if res["rc"] != 0 and (len(errors) != 1 or "\n" in errors[0]):
+    if res["rc"] == 3 and errors:        # FAILED_RUN: the job failed, ddpdoctor did not: no error line
+        problems.append(f"exit 3 (failed run) with error lines: {errors[:2]!r}")
+    if res["rc"] not in (0, 3) and (len(errors) != 1 or "\n" in errors[0]):
         problems.append(f"{len(errors)} error lines: {err[-300:]!r}")
     if res["peak_mib"] > case.rss_mb:
         problems.append(f"peak RSS {res['peak_mib']} MiB")

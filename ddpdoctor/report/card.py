@@ -1,0 +1,214 @@
+"""The default terminal view: one card that fits 80 columns and about 25 lines.
+
+Verdict, why (the deciding finding's own words), the two or three numbers that carry it,
+the one first fix, a ``Next:`` line with the exact command to run next, one line per other
+finding.  Reads only the diagnosis document (``ddpdoctor.diagnosis/1``); ``-v`` adds the
+full view (report/terminal.py)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from .text import WIDTH, block, command, cut, plural, shell, wrap
+from .view import analysis, findings, verdict_summary
+
+FAILURE_CATEGORIES = ("failure", "network", "memory")
+MAX_WHY_LINES = 7
+MAX_FIX_LINES = 8
+MAX_OTHERS = 4
+
+
+def _num(label: str, value: str, width: int) -> list[str]:
+    return wrap(value, width, f"  {label:<12}", " " * 14)
+
+
+def _median(vals: list[float]) -> float | None:
+    vals = sorted(v for v in vals if v is not None)
+    if not vals:
+        return None
+    m = len(vals) // 2
+    return vals[m] if len(vals) % 2 else (vals[m - 1] + vals[m]) / 2
+
+
+def step_summary(d: dict) -> str | None:
+    """'49.0 ms median over 2 ranks, 5 steps each' from the analysis table."""
+    a = analysis(d)
+    if not a:
+        return None
+    ranks = a.get("ranks") or {}
+    med = _median([(r.get("mean_us") or {}).get("step_time") for r in ranks.values()])
+    if med is None:
+        return None
+    steps = sorted({r.get("steps") for r in ranks.values() if r.get("steps") is not None})
+    per = f"{steps[0]} steps each" if len(steps) == 1 else f"{steps[0]}–{steps[-1]} steps each"
+    world = a.get("world_size")
+    of = f" of {world}" if world and world != len(ranks) else ""
+    return f"{med / 1000:.1f} ms median over {plural(len(ranks), 'rank')}{of}, {per}"
+
+
+def _first_failure(d: dict) -> dict | None:
+    return next((f for f in findings(d) if f.get("category") in FAILURE_CATEGORIES), None)
+
+
+def _deciding(d: dict) -> dict | None:
+    v = d.get("verdict") or {}
+    if v.get("failed"):
+        return _first_failure(d)
+    return next((f for f in findings(d) if v.get("rule") and f.get("rule") == v.get("rule")), None)
+
+
+def _problem_line(p: dict) -> str:
+    when = ""
+    if isinstance(p.get("time"), (int, float)):
+        when = " at " + _dt.datetime.fromtimestamp(p["time"], _dt.timezone.utc).strftime("%H:%M:%S UTC")
+    step = f", step {p['step']}" if p.get("step") is not None else ""
+    what = (p.get("type") or p.get("kind") or "error").rsplit(".", 1)[-1]
+    return f"rank {p.get('rank', '?')}: {what}{step}{when}"
+
+
+def partial_note(d: dict) -> str:
+    """The partial-result sentence of the Markdown and HTML reports: always with its reason."""
+    reasons = partial_reasons(d) or [("the run failed, so the recorded steps may not be typical"
+                                      if (d.get("verdict") or {}).get("failed") else
+                                      "the run did not complete every recorded step on every rank")]
+    return "; ".join(reasons[:3])
+
+
+def partial_reasons(d: dict) -> list[str]:
+    """Why a result is partial, in words; never the bare word without its reason."""
+    out = [w for w in d.get("warnings") or []]
+    a = analysis(d) or {}
+    world, present = a.get("world_size"), a.get("ranks_present") or []
+    if world and len(present) < world:
+        missing = sorted(set(range(world)) - set(present))
+        out.append(f"traces from {len(present)} of {world} ranks (missing: {_ranges(missing)})")
+    if d.get("analysis") is None:
+        out.append("no profiler traces: performance not assessed, logs only")
+    status = (d.get("facts") or {}).get("run.status")
+    if status == "partial" and not out:
+        out.append("the run ended before every rank finished its recorded window")
+    return out
+
+
+def _ranges(xs: list[int]) -> str:
+    parts, i = [], 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        parts.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | None = None) -> tuple[str, str]:
+    """The one command to run next and what it is for: measure the fix on the same job when `run --try`
+    can apply it, else keep the files for the ticket."""
+    facts = d.get("facts") or {}
+    cmd = facts.get("run.command")
+    inputs = " ".join(command([p]) for p in d.get("inputs") or []) or "RUN_FOLDER"
+    failed = (d.get("verdict") or {}).get("failed")
+    if cmd and fix and fix.get("knob") and fix.get("value") is not None and rule and not failed and not d.get("trial"):
+        return (f"ddpdoctor run --try {rule} -- {cmd}",
+                f"runs the job with and without {fix['knob']}={fix['value']} and measures the difference")
+    after = (f"after the fix: `ddpdoctor run --out after -- …`, `ddpdoctor compare {inputs} after`"
+             if cmd and fix and not failed else "")
+    if report_dir:
+        return ("", f"attach {report_dir}/report.html (one file, plots inside) to the ticket and paste "
+                    f"report.md into its text" + (f"; {after}" if after else ""))
+    return (f"ddpdoctor analyze {inputs} --report ddpdoctor-report",
+            "the ticket's files" + (f"; {after}" if after else ""))
+
+
+def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_dir: str | None = None) -> list[str]:
+    v = d.get("verdict") or {}
+    lines: list[str] = []
+    deciding = _deciding(d)
+    perf = v.get("label") or (f"{v['bottleneck']}-bound" if v.get("bottleneck") else None)
+    conf = (f"confidence {v.get('confidence_label')} ({v['confidence']:.2f})"
+            if v.get("confidence") is not None else None)
+    if v.get("failed"):
+        title = (deciding or {}).get("title") or "see the findings below"
+        lines += wrap(f"the run failed: {title}", width, "Verdict: ", " " * 9)
+    else:
+        lines += wrap(" — ".join(x for x in (perf or _no_verdict(v), conf) if x), width, "Verdict: ", " " * 9)
+    why = (deciding or {}).get("summary") if v.get("failed") else verdict_summary(d)
+    why_lines = wrap(why or v.get("summary") or "", width, "  ")
+    if len(why_lines) > MAX_WHY_LINES:
+        why_lines = why_lines[:MAX_WHY_LINES - 1] + [cut(why_lines[MAX_WHY_LINES - 1], width - 2) + " …"]
+    lines += why_lines
+    lines.append("")
+    lines += _numbers(d, v, perf, conf, width)
+    for reason in partial_reasons(d)[:3]:
+        lines += wrap(reason, width, "  partial:    ", " " * 14)
+    fix, rule = _first_fix(d, deciding)
+    if fix:
+        lines.append("")
+        head = f"Fix first [{rule}]: " if deciding else f"Worth a look [{rule}]: "
+        lines += wrap(fix.get("title") or "", width, head, "  ")
+        body = block(fix.get("change") or "", width, cut_code=True)
+        if len(body) > MAX_FIX_LINES:
+            body = body[:MAX_FIX_LINES - 1] + ["  … (the whole fix: -v or the report)"]
+        lines += body
+        if fix.get("not_recorded"):
+            lines += wrap("this run did not record " + ", ".join(fix["not_recorded"]) + "; check it applies",
+                          width, "  (", "   ")
+            lines[-1] += ")"
+    others = [f for f in findings(d) if f is not deciding]
+    if others:
+        lines.append("")
+        lines.append("Also found:")
+        for f in others[:MAX_OTHERS]:
+            cost = f" — {100 * f['cost']:.0f} % of the step" if f.get("cost") is not None else ""
+            lines.append(cut(f"  [{f.get('rule')}] {f.get('title')}{cost}", width))
+        if len(others) > MAX_OTHERS:
+            lines.append(f"  … and {len(others) - MAX_OTHERS} more (-v)")
+    cmd, why = next_step(d, fix, rule, report_dir)
+    lines.append("")
+    if (d.get("trial") or {}).get("line"):
+        lines += wrap(d["trial"]["line"], width, "Trial: ", " " * 7)
+    if cmd:
+        lines += shell(cmd, width, "Next: ", " " * 8)
+        lines += wrap(why + (" (-v: all findings)" if verbose_hint else ""), width, "      ")
+    else:
+        lines += wrap(why + (" (-v: all findings)" if verbose_hint else ""), width, "Next: ", " " * 6)
+    return lines
+
+
+def _no_verdict(v: dict) -> str:
+    return v.get("label") or "no performance verdict"
+
+
+def _numbers(d: dict, v: dict, perf: str | None, conf: str | None, width: int) -> list[str]:
+    out: list[str] = []
+    facts = d.get("facts") or {}
+    if v.get("failed"):
+        first = facts.get("run.first_problem")
+        if isinstance(first, dict):
+            out += _num("first error", _problem_line(first), width)
+        code = facts.get("run.exit_code")
+        if code not in (None, 0):
+            out += _num("exit code", str(code), width)
+        if perf:
+            label = f" ({v.get('confidence_label')} {v['confidence']:.2f})" if v.get("confidence") is not None else ""
+            out += _num("recorded", f"{perf}{label}, which the failure may distort", width)
+    step = step_summary(d)
+    if step:
+        out += _num("step time", step, width)
+    top = next((c for c in d.get("costs") or [] if c.get("rule") == v.get("rule")), None)
+    if top and top.get("cost") is not None and not v.get("failed"):
+        gain = f" — up to {v['expected_speedup']:.2f}x faster without it" if v.get("expected_speedup") else ""
+        out += _num("cost", f"{100 * top['cost']:.0f} % of each step{gain}", width)
+    hints = v.get("confidence_hints") or []
+    if hints and not v.get("failed"):
+        out += _num("confidence", hints[0], width)
+    if not out and v.get("summary") and not perf:
+        out += _num("status", "nothing material to fix in the recorded steps", width)
+    return out
+
+
+def _first_fix(d: dict, deciding: dict | None) -> tuple[dict | None, str | None]:
+    for f in ([deciding] if deciding else []) + findings(d):
+        if f and f.get("fixes"):
+            return f["fixes"][0], f.get("rule")
+    return None, None

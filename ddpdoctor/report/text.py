@@ -1,0 +1,84 @@
+"""Plain-text layout shared by the terminal views: wrapping at words with a hanging indent,
+code kept as written, lines cut to a width with an ellipsis."""
+
+from __future__ import annotations
+
+import shlex
+import textwrap
+
+WIDTH = 80
+
+
+def wrap(text: str, width: int = WIDTH, first: str = "", rest: str | None = None) -> list[str]:
+    """Prose wrapped at words: ``first`` before the first line, ``rest`` (default: as many spaces) after."""
+    rest = " " * len(first) if rest is None else rest
+    text = " ".join(str(text).split())
+    if not text:
+        return [first.rstrip()] if first.strip() else []
+    return textwrap.wrap(text, width=max(20, width), initial_indent=first, subsequent_indent=rest,
+                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+
+
+def is_code(line: str) -> bool:
+    """A fix line that must stay as written: a diff line, a comment, an indented or shell line."""
+    s = line.lstrip()
+    return (line.startswith(("+", "-  ", "  ", "\t", "#", "$ ")) or s.startswith(("export ", "ddpdoctor "))
+            or (line[:1] == "-" and not line.startswith("- ")))
+
+
+def block(change: str, width: int = WIDTH, indent: str = "  ", cut_code: bool = False) -> list[str]:
+    """A fix's change: code lines as written (never re-flowed; ``cut_code``: cut at the width with
+    ``…``, for the card, whose full text is one ``-v`` away), comment lines re-wrapped as comments,
+    prose paragraphs wrapped; a ``- `` bullet keeps its hanging indent."""
+    out: list[str] = []
+    para: list[str] = []
+    bullet = False
+    diff = _diff(change)
+
+    def flush():
+        nonlocal para, bullet
+        if para:
+            lead = indent + ("- " if bullet else "")
+            out.extend(wrap(" ".join(para), width, lead, indent + ("  " if bullet else "")))
+        para, bullet = [], False
+
+    for line in change.strip("\n").splitlines():
+        if not line.strip():
+            flush()
+            continue
+        if line.startswith("- ") and not diff:
+            flush()
+            para, bullet = [line[2:]], True
+        elif line.startswith("# ") and len(indent + line) > width:
+            flush()
+            out.extend(wrap(line[2:], width, indent + "# ", indent + "# "))
+        elif is_code(line) and not (bullet and line.startswith("  ") and not diff):
+            flush()
+            out.append(cut(indent + line.rstrip(), width) if cut_code else indent + line.rstrip())
+        else:
+            para.append(line.strip())
+    flush()
+    return out
+
+
+def _diff(change: str) -> bool:
+    return any(x.startswith("+") for x in change.splitlines())
+
+
+def cut(line: str, width: int = WIDTH) -> str:
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def command(argv: list[str] | str) -> str:
+    return argv if isinstance(argv, str) else shlex.join(argv)
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def shell(cmd: str, width: int = WIDTH, first: str = "", rest: str = "    ") -> list[str]:
+    """A command wrapped at spaces with `` \\`` continuations, so it still pastes into a shell."""
+    lines = textwrap.wrap(cmd, width=max(20, width - 2), initial_indent=first, subsequent_indent=rest,
+                          break_long_words=False, break_on_hyphens=False) or [first]
+    return [ln + " \\" for ln in lines[:-1]] + lines[-1:]
