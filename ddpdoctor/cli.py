@@ -292,6 +292,14 @@ def report_cmd(source, fmt, output, verbose, redact_hosts):
 
 
 @main.command()
+def schema():
+    """Print the JSON Schema of the diagnosis document (ddpdoctor.diagnosis/1)."""
+    from .report.document import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=1, sort_keys=True))
+
+
+@main.command()
 @click.argument("source", type=click.Path(exists=True))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, writable=True),
               help="The archive to write, e.g. ticket.tar.gz.")

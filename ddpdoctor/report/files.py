@@ -75,16 +75,17 @@ def write_report_dir(d: dict, out: str | Path) -> list[Path]:
 
 
 def _check(d, where: str) -> dict:
-    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-        raise InputError(f"{where}: not a ddpdoctor diagnosis (expected \"schema\": \"{SCHEMA}\")")
     return _well_formed(d, where)
 
 
 def _well_formed(d: dict, where: str) -> dict:
     """A diagnosis read back from a file is untrusted: wrong field types or absurd nesting
-    must give one line, not a crash in a renderer (a trial render finds them)."""
+    must give one line, not a crash in a renderer.  The typed document (report/document.py)
+    names the first wrong field; a trial render covers the open parts (analysis)."""
+    from .document import validate
     from .markdown import render_markdown
 
+    validate(d, where)
     try:
         render_markdown(prepare(d))
     except InputError:
