@@ -135,9 +135,9 @@ def test_segment_and_partition_split_the_wait_out_of_exposed_communication():
 
 def test_evidence_in_words():
     items = view.evidence_items({"late_rank": 1, "where": "other", "extra_us": 39653.0, "wait_share": 0.4,
-                                 "bandwidth_bound": False})
+                                 "bandwidth_bound": False, "oom_ranks": [1, 3]})
     assert items == ["late rank 1", "where: work outside any traced operator", "extra 39.7 ms", "wait 40 %",
-                     "bandwidth bound no"]
+                     "bandwidth bound no", "oom ranks 1, 3"]
 
 
 def test_log_events_in_time_order_across_ranks():

@@ -208,6 +208,8 @@ def evidence_items(ev: dict) -> list[str]:
             text = f"{v:.3g} MB"
         elif isinstance(v, str) and v in PHASE_WORDS:
             text = PHASE_WORDS[v]
+        elif isinstance(v, list) and all(isinstance(x, (int, float, str)) for x in v):
+            text = ", ".join(evidence_value(x) for x in v[:16]) + (f", … ({len(v)})" if len(v) > 16 else "")
         else:
             text = evidence_value(v, 120)
         out.append(f"{words} {text}" if not isinstance(v, str) or v not in PHASE_WORDS else f"{words}: {text}")
