@@ -41,6 +41,7 @@ class Cost(msgspec.Struct):
     material: bool
     eligible: bool = True
     why_not: Optional[str] = None
+    note: Optional[str] = None
 
 
 class Fix(msgspec.Struct):
