@@ -147,10 +147,10 @@ def _worker(args):
         return rank, None, warnings, str(exc)
 
 
-def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None) -> Analysis:
+def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None, inputs=None) -> Analysis:
     opts = opts or AnalyzeOptions()
     t0 = time.perf_counter()
-    disc = discover(paths, all_windows=opts.all_windows)
+    disc = discover(paths, all_windows=opts.all_windows, inputs=inputs)
     warnings = list(disc.warnings)
     ranks = disc.ranks
     total_bytes = sum(f.size for r in ranks for f in disc.by_rank[r])

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from .analysis import Analysis, AnalyzeOptions, analyze
+from .bundle.inputs import Inputs
 from .bundle.settings import load_bundle_facts
 from .errors import InputError, NoTracesError
 from .logs import LogAnalysis, analyze_logs
@@ -36,9 +37,9 @@ class Report:
                     or self.facts.get("run.status") in ("partial", "failed"))
 
 
-def _bundle_facts(paths: list[str], warnings: list[str]) -> dict:
+def _bundle_facts(paths: list[str], warnings: list[str], inputs: Inputs) -> dict:
     try:
-        return load_bundle_facts(paths) or {}
+        return load_bundle_facts(paths, inputs) or {}
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - settings are a bonus; a bad file must not stop the analysis
@@ -46,9 +47,9 @@ def _bundle_facts(paths: list[str], warnings: list[str]) -> dict:
         return {}
 
 
-def _logs(paths: list[str], known: dict, warnings: list[str]):
+def _logs(paths: list[str], known: dict, warnings: list[str], inputs: Inputs):
     try:
-        return analyze_logs(paths, known_facts=known)
+        return analyze_logs(paths, known_facts=known, inputs=inputs)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - a log we cannot parse must not hide the trace analysis
@@ -62,13 +63,14 @@ def run_analyze(paths: list[str], opts: AnalyzeOptions | None = None, ruleset: R
     warnings: list[str] = []
     analysis = None
     no_traces: NoTracesError | None = None
+    inputs = Inputs(list(paths))            # one walk of each folder, shared by traces, bundle records and logs
     try:
-        analysis = analyze(paths, opts, progress=progress)
+        analysis = analyze(paths, opts, progress=progress, inputs=inputs)
     except NoTracesError as exc:
         no_traces = exc
-    bundle = _bundle_facts(paths, warnings)
+    bundle = _bundle_facts(paths, warnings, inputs)
     tfacts = trace_facts(analysis) if analysis is not None else {"trace.present": False}
-    logs = _logs(paths, merge_facts(tfacts, bundle), warnings)
+    logs = _logs(paths, merge_facts(tfacts, bundle), warnings, inputs)
     if analysis is None and logs is None:
         raise InputError(f"{no_traces}; no log files either (*.log, *.txt, *.out, *.err, NCCL debug files): "
                          "nothing to analyze")

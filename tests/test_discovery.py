@@ -1,4 +1,5 @@
 import pytest
+from pathlib import Path
 
 from ddpdoctor.bundle.discover import discover, rank_from_name
 from ddpdoctor.errors import InputError
@@ -54,3 +55,37 @@ def test_unranked_among_several_is_an_error(tmp_path):
     gpu_step_trace(rank=None).write(tmp_path / "mystery.json")
     with pytest.raises(InputError, match="mystery.json: cannot tell which rank"):
         discover([str(tmp_path)])
+
+
+def test_one_walk_per_folder_is_shared_by_traces_logs_and_bundle_records(tmp_path, monkeypatch):
+    """#13 part 4: analyze walks each given folder once; traces, bundle records and logs read that walk."""
+    import shutil
+
+    from ddpdoctor.bundle import inputs as inputs_mod
+    from ddpdoctor.diagnosis import run_analyze
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_gloo_2ranks_oom_skip_batch"
+    run = tmp_path / "run"
+    shutil.copytree(sample, run)
+    (run / ".git").mkdir()
+    (run / ".git" / "stray.log").write_text("RuntimeError: CUDA error: out of memory\n")   # pruned for logs
+    calls = []
+    real = inputs_mod.os.walk
+    monkeypatch.setattr(inputs_mod.os, "walk", lambda p, *a, **k: (calls.append(p), real(p, *a, **k))[1])
+    report = run_analyze([str(run)])
+    assert calls == [str(run)]
+    assert report.analysis is not None and report.facts.get("run.status") == "failed"      # bundle records read
+    assert report.logs is not None and not any(".git" in str(f) for f in report.logs.files)
+    assert any(f.rule == "FL001" for f in report.diagnosis.findings)                       # logs read
+
+
+def test_inputs_walk_prunes_skipped_folders_only_for_the_caller_that_asks(tmp_path):
+    from ddpdoctor.bundle.inputs import Inputs
+
+    (tmp_path / "a" / ".git" / "deep").mkdir(parents=True)
+    (tmp_path / "a" / ".git" / "deep" / "x.log").write_text("x")
+    (tmp_path / "a" / "y.log").write_text("y")
+    inp = Inputs([str(tmp_path)])
+    every = [f for _, _, files in inp.walk(tmp_path) for f in files]
+    pruned = [f for _, _, files in inp.walk(tmp_path, {".git"}) for f in files]
+    assert sorted(every) == ["x.log", "y.log"] and pruned == ["y.log"] and inp.walks_done == 1

@@ -8,7 +8,6 @@ unless all are asked for.  Files are only read, never written.
 
 from __future__ import annotations
 
-import os
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 import msgspec
 
 from .. import safe_io
+from .inputs import walk
 from ..errors import InputError, NoTracesError
 from ..trace.schema import DistributedInfo
 
@@ -62,7 +62,7 @@ class Discovery:
         return sorted(self.by_rank)
 
 
-def find_trace_files(paths: list[str]) -> list[Path]:
+def find_trace_files(paths: list[str], inputs=None) -> list[Path]:
     found: list[Path] = []
     for p in paths:
         path = Path(p)
@@ -73,7 +73,7 @@ def find_trace_files(paths: list[str]) -> list[Path]:
             if path.name.endswith((".json", ".json.gz")) or not path.name.endswith(LOG_SUFFIXES):
                 found.append(path)
             continue
-        for root, _dirs, files in os.walk(path):
+        for root, _dirs, files in walk(path, inputs):
             for name in sorted(files):
                 if (name.endswith((".json", ".json.gz")) and name not in OWN_FILES
                         and not _in_own_dir(Path(root))):
@@ -168,8 +168,8 @@ def _resolve(p: Path) -> Path:
         return p
 
 
-def discover(paths: list[str], all_windows: bool = False) -> Discovery:
-    files = find_trace_files(paths)
+def discover(paths: list[str], all_windows: bool = False, inputs=None) -> Discovery:
+    files = find_trace_files(paths, inputs)
     explicit = {_resolve(Path(p)) for p in paths if not Path(p).is_dir()}
     if not files:
         raise NoTracesError(f"no trace files (*.json, *.json.gz) under {', '.join(paths)}")

@@ -11,10 +11,10 @@ is added.  Pure Python: no torch.
 from __future__ import annotations
 
 from .. import safe_io
+from .inputs import walk
 from ..errors import InputError
 
 import json
-import os
 from pathlib import Path
 
 from ..resources import metric_params
@@ -57,7 +57,7 @@ def _read_json(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def find_bundle_files(paths: list[str]) -> tuple[list[Path], list[Path], list[Path]]:
+def find_bundle_files(paths: list[str], inputs=None) -> tuple[list[Path], list[Path], list[Path]]:
     """(manifests, host files, settings files) under the given files or folders."""
     manifests, hosts, settings = [], [], []
     seen = set()
@@ -79,9 +79,8 @@ def find_bundle_files(paths: list[str]) -> tuple[list[Path], list[Path], list[Pa
         if p.is_file():
             consider(p)
         elif p.is_dir():
-            for root, dirs, files in os.walk(p):
-                dirs.sort()
-                for name in sorted(files):
+            for root, _dirs, files in walk(p, inputs):
+                for name in files:
                     if name.endswith(".json"):
                         consider(Path(root) / name)
     return manifests, hosts, settings
@@ -113,8 +112,8 @@ def _put_ranked(facts: dict, name: str, per_rank: dict[int, object]) -> None:
         facts[f"{name}.per_rank"] = {r: per_rank[r] for r in ranks}
 
 
-def load_bundle_facts(paths: list[str]) -> dict[str, object]:
-    manifests, host_files, settings_files = find_bundle_files(paths)
+def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
+    manifests, host_files, settings_files = find_bundle_files(paths, inputs)
     facts: dict[str, object] = {}
     ranks: dict[int, dict] = {}
     for p in settings_files:

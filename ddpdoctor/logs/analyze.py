@@ -141,9 +141,9 @@ def _order(events: list[LogEvent]) -> list[LogEvent]:
     return timed + [e for e in events if e.time is None]
 
 
-def analyze_logs(paths: list[str], known_facts: dict | None = None) -> LogAnalysis | None:
+def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None) -> LogAnalysis | None:
     known = dict(known_facts or {})
-    files = find_logs(paths)
+    files = find_logs(paths, inputs)
     if not files:
         return None
     year = _default_year(files)

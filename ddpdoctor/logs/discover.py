@@ -7,12 +7,12 @@ layout ``attempt_0/<local_rank>/stdout.log``, or a folder named only by a number
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import safe_io
+from ..bundle.inputs import walk
 from ..errors import InputError
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
@@ -136,7 +136,7 @@ def find_log_files(paths: list[str]) -> list[Path]:
     return [f.path for f in find_logs(paths)]
 
 
-def find_logs(paths: list[str]) -> list[LogFile]:
+def find_logs(paths: list[str], inputs=None) -> list[LogFile]:
     found: list[LogFile] = []
     for p in paths:
         path = Path(p)
@@ -149,9 +149,8 @@ def find_logs(paths: list[str]) -> list[LogFile]:
             if kind is not None:
                 found.append(describe(path, kind))
             continue
-        for root, dirs, files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-            for name in sorted(files):
+        for root, _dirs, files in walk(path, inputs, SKIP_DIRS):
+            for name in files:
                 f = Path(root) / name
                 kind = classify(f)
                 if kind is None or (kind == "text" and _ambiguous(f) and not looks_like_log(f)):
