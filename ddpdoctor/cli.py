@@ -6,7 +6,6 @@ import json
 import os
 import sys
 import traceback
-from pathlib import Path
 
 import click
 
@@ -143,45 +142,6 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
         click.echo(line)
 
 
-def _trial_sides(folder: str) -> tuple[str, str, dict]:
-    p = Path(folder) / "trial.json"
-    if not p.is_file():
-        raise InputError(f"{folder}: compare needs BEFORE and AFTER, or one `run --try` folder (with trial.json)")
-    try:
-        t = json.loads(p.read_text(encoding="utf-8"))
-        arms = t["arms"]
-        base = next(a["bundle"] for a in arms if a["arm"] == "baseline")
-        tried = next(a["bundle"] for a in arms if a["arm"] == "try")
-    except (OSError, ValueError, KeyError, TypeError, StopIteration):
-        raise InputError(f"{p}: not a complete trial (needs a baseline and a try arm)") from None
-    return base, tried, t
-
-
-def _trial_arm(paths: list[str], quiet: bool) -> tuple[list[str], dict | None]:
-    """A `run --try` folder holds one bundle per arm and run: say what the trial measured and analyze its
-    first baseline bundle (the arms are different runs; mixing their traces would be wrong)."""
-    if len(paths) != 1 or not (Path(paths[0]) / "trial.json").is_file():
-        return paths, None
-    from .trial.runner import summary_line
-
-    try:
-        t = json.loads((Path(paths[0]) / "trial.json").read_text(encoding="utf-8"))
-        arms = t.get("arms") or []
-    except (OSError, ValueError, AttributeError):
-        raise InputError(f"{paths[0]}: trial.json is not readable JSON") from None
-    base = next((a.get("bundle") for a in arms if a.get("arm") == "baseline"), None)
-    if not base or not Path(base).is_dir():
-        raise InputError(f"{paths[0]}: a trial folder without its baseline bundle; analyze one arm's folder")
-    if not quiet:
-        click.echo(f"ddpdoctor: trial {paths[0]}: {summary_line(t)}", err=True)
-        others = ", ".join(Path(a["bundle"]).name for a in arms if a.get("bundle") != base)
-        click.echo(f"ddpdoctor: analyzing the baseline arm {base} (the others, analyzed one at a time: {others})",
-                   err=True)
-    return [base], {"line": summary_line(t), "change": t.get("change"), "measured_speedup": t.get("measured_speedup"),
-                    "ci95": t.get("ci95"), "predicted_speedup": t.get("predicted_speedup"),
-                    "predicted_by": t.get("predicted_by"), "trial_json": str(Path(paths[0]) / "trial.json")}
-
-
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
@@ -224,7 +184,9 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, comm_patterns,
             re.compile(p)
         except re.error as exc:
             raise InputError(f"--comm-kernel {p!r} is not a valid regular expression ({exc})") from None
-    paths, trial = _trial_arm(list(paths), quiet)
+    from .trial.folders import trial_arm
+
+    paths, trial = trial_arm(list(paths), quiet)
     ruleset = _ruleset(rules_dirs, sets, no_config)
     opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_patterns), hta=hta)
     with _progress(quiet) as progress:
@@ -367,7 +329,9 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
 
     trial = None
     if after is None:                       # `compare TRIAL`: its first baseline and first try bundle
-        before, after, trial = _trial_sides(before)
+        from .trial.folders import trial_sides
+
+        before, after, trial = trial_sides(before)
     rs = _ruleset(rules_dirs, sets, no_config)
     sides = [prepare(load_diagnosis(p, opts=AnalyzeOptions(hta=hta), ruleset=rs)) for p in (before, after)]
     c = cmp.compare(*sides, max_regression=max_regression)
