@@ -186,13 +186,12 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, comm_patterns,
             raise InputError(f"--comm-kernel {p!r} is not a valid regular expression ({exc})") from None
     from .trial.folders import trial_arm
 
+    hta_adapter.require(hta)
     paths, trial = trial_arm(list(paths), quiet)
     ruleset = _ruleset(rules_dirs, sets, no_config)
     opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_patterns), hta=hta)
     with _progress(quiet) as progress:
         report = run_analyze(list(paths), opts, ruleset, progress=progress)
-    if report.analysis is not None:
-        report.analysis.hta = hta_adapter.cross_check(report.analysis, mode=hta)
     hosts = HostRedactor() if redact_hosts else None
     raw = to_dict(report)
     if trial is not None:
@@ -291,6 +290,9 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
     from .report.files import load_diagnosis, prepare
     from .report.redaction import HostRedactor
 
+    from .metrics import hta_adapter
+
+    hta_adapter.require(hta)
     hosts = HostRedactor() if redact_hosts else None
     with _progress(quiet) as progress:
         raw = load_diagnosis(source, opts=AnalyzeOptions(hta=hta), ruleset=_ruleset(rules_dirs, sets, no_config),
@@ -325,8 +327,10 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     """
     from .analysis import AnalyzeOptions
     from .report import compare as cmp
+    from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
 
+    hta_adapter.require(hta)
     trial = None
     if after is None:                       # `compare TRIAL`: its first baseline and first try bundle
         from .trial.folders import trial_sides

@@ -76,6 +76,10 @@ def run_analyze(paths: list[str], opts: AnalyzeOptions | None = None, ruleset: R
                          "nothing to analyze")
     if analysis is None:
         warnings.append(f"no traces ({no_traces}): performance not assessed, logs only")
+    if analysis is not None:               # every analyze path (analyze, bundle, compare) honours --hta
+        from .metrics import hta_adapter
+
+        analysis.hta = hta_adapter.cross_check(analysis, mode=(opts or AnalyzeOptions()).hta)
     facts = merge_facts(tfacts, bundle, getattr(logs, "facts", None))
     rs = ruleset or build_ruleset()
     diag = diagnose(facts, rs, log_search=getattr(logs, "search", None))

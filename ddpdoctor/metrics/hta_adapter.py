@@ -18,6 +18,25 @@ import warnings
 from pathlib import Path
 
 AUTO_MAX_BYTES = 64 * 1024 * 1024
+INSTALL_HINT = "pip install 'ddpdoctor[hta]'"
+
+
+def available() -> bool:
+    """HTA is the optional extra ``ddpdoctor[hta]`` (traceinsight): is it installed?"""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("hta") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require(mode: str) -> None:
+    """``--hta on`` without HTA installed: one line saying how to install it (exit 2)."""
+    if mode == "on" and not available():
+        from ..errors import InputError
+
+        raise InputError(f"--hta on needs HTA, an optional extra: {INSTALL_HINT}")
 
 
 def cross_check(analysis, mode: str = "auto") -> dict | None:
@@ -25,7 +44,7 @@ def cross_check(analysis, mode: str = "auto") -> dict | None:
 
     Returns ``{"ranks": {rank: {metric: share}}}`` or ``{"error": reason}``; never raises.
     """
-    if mode == "off":
+    if mode == "off" or (mode == "auto" and not available()):
         return None
     gpu = [s for s in analysis.summaries if s.device_kind == "gpu"]
     if not gpu:
