@@ -218,11 +218,12 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None) -> Discov
         missing = sorted(set(range(world)) - set(by_rank))
         if missing and len(by_rank) > 1:
             warnings.append(f"world_size is {world} but traces cover {len(by_rank)} rank(s); missing: "
-                            f"{_compact(missing)} — cross-rank results cover the ranks present (partial)")
+                            f"{compact_ranks(missing)} — cross-rank results cover the ranks present (partial)")
     return Discovery(by_rank, skipped, world, warnings)
 
 
-def _compact(nums: list[int]) -> str:
+def compact_ranks(nums: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] as '0-2, 5, 7-8'."""
     out, i = [], 0
     while i < len(nums):
         j = i

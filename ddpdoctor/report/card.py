@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
+from ..bundle.discover import compact_ranks
 from .text import WIDTH, block, command, cut, plural, shell, wrap
 from .view import analysis, findings, verdict_summary
 
@@ -79,26 +80,15 @@ def partial_reasons(d: dict) -> list[str]:
     out = [w for w in d.get("warnings") or []]
     a = analysis(d) or {}
     world, present = a.get("world_size"), a.get("ranks_present") or []
-    if world and len(present) < world:
+    if world and len(present) < world and not any("missing:" in w for w in out):
         missing = sorted(set(range(world)) - set(present))
-        out.append(f"traces from {len(present)} of {world} ranks (missing: {_ranges(missing)})")
+        out.append(f"traces from {len(present)} of {world} ranks (missing: {compact_ranks(missing)})")
     if d.get("analysis") is None:
         out.append("no profiler traces: performance not assessed, logs only")
     status = (d.get("facts") or {}).get("run.status")
     if status == "partial" and not out:
         out.append("the run ended before every rank finished its recorded window")
     return out
-
-
-def _ranges(xs: list[int]) -> str:
-    parts, i = [], 0
-    while i < len(xs):
-        j = i
-        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
-            j += 1
-        parts.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
-        i = j + 1
-    return ", ".join(parts)
 
 
 def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | None = None) -> tuple[str, str]:
