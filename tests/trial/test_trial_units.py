@@ -120,3 +120,30 @@ def test_bad_try_exits_2_with_one_line(tmp_path):
         lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and words in lines[0], res.stderr
         assert not (tmp_path / "o").exists()
+
+
+def _cm_report(colls, grad_mb, comm, cost, cpus, device="cpu"):
+    f = SimpleNamespace(rule="CM001", title="t", expected_speedup=1 / (1 - cost), category="communication", cost=cost,
+                        evidence={"colls": colls, "buckets": colls, "grad_mb": grad_mb, "comm_share": comm},
+                        fixes=[SimpleNamespace(knob="ddp.bucket_cap_mb", value="1", title="fix")])
+    return SimpleNamespace(diagnosis=SimpleNamespace(findings=[f]),
+                           facts={"host.cpus_per_local_rank": cpus, "run.device": device})
+
+
+def test_bucket_predictions_from_message_counts():
+    """Measured in docs/ACCURACY.md (5822e60): comm_tiny_buckets_deep 2.97x with 1 MB buckets against an
+    exposed-time bound of 1.91x; comm_one_big_bucket 1.03x with 9 MB buckets against 1.49x."""
+    tiny = _cm_report(colls=192, grad_mb=3.3, comm=0.80, cost=0.29, cpus=1.0)
+    p = runner.prediction({"ddp.bucket_cap_mb": 1.0}, tiny)
+    # 192 → 4 collectives; one core per rank: their whole communication time is at stake
+    assert p["predicted_speedup"] == pytest.approx(1 / (1 - 0.80 * (1 - 4 / 192)), abs=1e-3) and p["predicted_speedup"] > 2.97
+    assert "192 → 4 collectives" in p["prediction_note"]
+    big = _cm_report(colls=1, grad_mb=51.0, comm=0.42, cost=0.34, cpus=1.0)
+    p = runner.prediction({"ddp.bucket_cap_mb": 9.0}, big)
+    assert p["predicted_speedup"] == 1.0 and "no core to overlap on" in p["prediction_note"]
+    # with cores to spare, or on a GPU: the exposed part only, and smaller buckets keep the upper bound
+    gpu = _cm_report(colls=192, grad_mb=3.3, comm=0.80, cost=0.29, cpus=8.0, device="gpu")
+    assert runner.prediction({"ddp.bucket_cap_mb": 1.0}, gpu)["predicted_speedup"] == pytest.approx(
+        1 / (1 - 0.29 * (1 - 4 / 192)), abs=1e-3)
+    assert runner.prediction({"ddp.bucket_cap_mb": 9.0}, _cm_report(1, 51.0, 0.42, 0.34, 8.0, "gpu"))[
+        "predicted_speedup"] == pytest.approx(1 / (1 - 0.34), abs=1e-3)
