@@ -119,3 +119,54 @@ def test_an_unprefixed_progress_bar_is_the_one_rank_that_reported_no_timeout(tmp
     q.mkdir()
     t = _top(_write(q, lines + "\n"))
     assert t.rule == "FL003" and 0 not in t.ranks
+
+
+def test_older_per_rank_inconsistent_collective_reports_are_paired(tmp_path):
+    # c10d before the two-rank form printed one "is running inconsistent collective" report per rank, and a
+    # pasted copy may wrap a line between a key and its "=" (xljh0520/JOTR#4)
+    fp = ("CollectiveFingerPrint(OpType=ALLGATHER, TensorShape\n=[{n}, 256], TensorDtypes=Float, TensorDeviceTypes="
+          "TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), requires_grad=false (\n"
+          "default), pinned_memory=false (default), memory_format=(nullopt))\n")
+    p = _write(tmp_path, "".join(f"RuntimeError: Detected mismatch between collectives on ranks. Rank {r} is running "
+                                 f"inconsistent collective: " + fp.format(n=n) for r, n in ((0, 41), (1, 40))))
+    f = analyze_logs([p]).facts
+    assert f["failure.mismatch.ranks"] == [0, 1] and f["failure.mismatch.aspects"] == ["shape"]
+    assert (f["failure.mismatch.shape_a"], f["failure.mismatch.shape_b"]) == ("[41, 256]", "[40, 256]")
+    t = _top(p)
+    assert t.rule == "FL006" and "same shape" in _fixes(t)
+    # one rank's report alone names no second rank and no differing aspect
+    (tmp_path / "one").mkdir()
+    q = _write(tmp_path / "one", "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running "
+               "inconsistent collective: " + fp.format(n=41))
+    g = analyze_logs([q]).facts
+    assert g["failure.mismatch.rank_b"] is None and g["failure.mismatch.aspects"] == []
+
+
+def test_a_remote_error_with_no_exited_rank_asks_to_test_the_links(tmp_path):
+    p = _write(tmp_path,
+               "torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:268, remote process exited or there "
+               "was a network error, NCCL version 2.21.5\n"
+               "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n")
+    t = _top(p)
+    assert t.rule == "FL007" and "all_reduce_perf" in _fixes(t) and "ibstat" in _fixes(t)
+    # when the peer's process is seen exiting, the cause is that process, not the links
+    (tmp_path / "exited").mkdir()
+    q = _write(tmp_path / "exited",
+               "[rank1]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
+               "prematurely.\n[rank0]: Segmentation fault (core dumped)\n")
+    assert "ibstat" not in _fixes(_top(q))
+
+
+def test_nccl_bootstrap_error_trace_is_the_bootstrap_interface(tmp_path):
+    p = _write(tmp_path,
+               "n1:2330:2658 [2] NCCL INFO misc/socket.cc:567 -> 2\n"
+               "n1:2330:2658 [2] NCCL INFO bootstrap.cc:270 -> 2\n")
+    f = analyze_logs([p]).facts
+    assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "bootstrap"
+    t = _top(p)
+    assert t.rule == "NET005" and "bootstrap.cc:270 -> 2, a system error" in t.summary
+    assert "NCCL_SOCKET_IFNAME" in _fixes(t)
+    # a successful return ("-> 0" is never printed) or another file's trace alone is not a bootstrap fault
+    (tmp_path / "other").mkdir()
+    q = _write(tmp_path / "other", "n1:2330:2658 [2] NCCL INFO init.cc:1350 -> 2\n")
+    assert analyze_logs([q]).facts.get("failure.network.problem") != "bootstrap"

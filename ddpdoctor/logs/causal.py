@@ -182,6 +182,13 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     if m:
         a, b = m.data.get("a") or {}, m.data.get("b") or {}
         ra, rb = m.data.get("rank_a"), m.data.get("rank_b")
+        if rb is None and a:
+            # the older form: each rank reports only its own fingerprint ("Rank 0 is running inconsistent
+            # collective: …", then the same line from rank 1): pair it with another rank's report
+            other = next((e for e in mm if e.data.get("rank_b") is None and e.data.get("a")
+                          and e.data.get("rank_a") not in (None, ra)), None)
+            if other is not None:
+                rb, b = other.data["rank_a"], other.data["a"]
         sa, sb = _int(a.get("SequenceNumber")), _int(b.get("SequenceNumber"))
         aspects = [n for n, key in (("op", "OpType"), ("sequence", "SequenceNumber"),
                                     ("shape", "TensorShape"), ("dtype", "TensorDtypes"))
@@ -340,7 +347,7 @@ def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr, nw=None, exits=(), usage
     c = _first(crashes)
     if c is not None:
         return "crash", c.rank, c
-    if nw is not None and f["failure.network.problem"] not in (None, "connect", "system"):
+    if nw is not None and f["failure.network.problem"] not in (None, "connect", "bootstrap", "system"):
         return "network", (None if f["failure.network.shared"] else nw.rank), nw
     z = _first(rz)
     if z is not None:

@@ -13,7 +13,8 @@ from collections import Counter
 from .model import LogEvent
 
 # most specific first: a named interface that does not exist beats "no interface found", …
-NET_PROBLEMS = ("ifname_missing", "no_interface", "subnet", "bind", "loopback", "p2p", "ib", "connect", "system")
+NET_PROBLEMS = ("ifname_missing", "no_interface", "subnet", "bind", "loopback", "p2p", "ib", "connect", "bootstrap",
+                "system")
 
 
 def _ranks(evs) -> list[int]:
@@ -136,10 +137,10 @@ def promote_bad_interface(f: dict) -> None:
     peer, failed inside NCCL or never assembled: that choice is the cause (NET005 names the interface to use)."""
     problem = f.get("nccl.ifname_problem")
     if problem not in ("only_virtual", "some_virtual", "names_differ") or \
-            f.get("failure.network.problem") not in (None, "connect", "system"):
+            f.get("failure.network.problem") not in (None, "connect", "bootstrap", "system"):
         return                                  # (a connect failure is what the wrong interface leads to)
     kind = f.get("failure.root_cause.kind")
-    if kind == "network" and f.get("failure.network.problem") in ("connect", "system"):
+    if kind == "network" and f.get("failure.network.problem") in ("connect", "bootstrap", "system"):
         kind = "timeout"                        # treat like the hang it causes
     nccl_exc = kind == "exception" and "nccl" in str(f.get("failure.exception.message") or "").lower()
     if kind not in ("timeout", "remote_error", "rendezvous", "seq_behind") and not nccl_exc:

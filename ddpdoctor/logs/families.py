@@ -33,6 +33,8 @@ def _join_wrapped(lines: list[str], i: int, limit: int = 12) -> tuple[str, int]:
     while j + 1 < len(lines) and j - i < limit and (text.count("(") > text.count(")") or "but Rank" not in text
                                                     or text.rstrip().endswith(("collective:", ","))):
         nxt = lines[j + 1]
+        if "Detected mismatch between collectives" in nxt:
+            break                               # the next rank's own report (older one-rank-per-line form)
         if not nxt.strip():
             if "but Rank" in text:
                 break
@@ -137,6 +139,10 @@ def network_problem(msg: str) -> dict | None:
         return {"problem": "connect", "detail": m.group("why"), "remote": (b or a).group(1) if (b or a) else None,
                 "backend": "gloo" if ("gloo" in low or "pair.cc" in low) else "nccl",
                 "self_rank": int(own.group(1)) if own else None}
+    m = P.NCCL_BOOT_TRACE.search(msg)
+    if m:
+        what = {"2": "a system error", "3": "an internal error", "6": "a remote error"}[m.group("code")]
+        return {"problem": "bootstrap", "backend": "nccl", "detail": f"{m.group(0)}, {what}"}
     if "nccl" in low and P.NCCL_SYSTEM.search(msg):
         return {"problem": "system", "backend": "nccl", "detail": "NCCL: unhandled system error"}
     if P.GLOO_MESH.search(msg):

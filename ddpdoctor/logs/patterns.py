@@ -46,7 +46,8 @@ DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(.*)$")
 # a line that looks like program output rather than prose pasted around it in a ticket
 LOGGY = re.compile(r"\w*(?:Error|Exception)\s*:|\b(?:WARN|ERROR|FATAL)\b|\.(?:cc|cpp|h|hpp):\d+|ProcessGroup|"
                    r"\[Rank \d+\]|\bNCCL\b.*\b(?:failed|error)\b|^\s*CUDA (?:error: )?out of memory")
-FP_KEYS = re.compile(r"(SequenceNumber|OpType|TensorShape|TensorShapes|TensorDtypes|TensorDeviceTypes|NumTensors)=")
+# (a pasted report may wrap a line between a key and its "=": "TensorShape\n=[41, 256]")
+FP_KEYS = re.compile(r"(SequenceNumber|OpType|TensorShape|TensorShapes|TensorDtypes|TensorDeviceTypes|NumTensors)\s*=")
 
 EXC_LINE = re.compile(r"^\s*(?!raise\b|File\b|return\b)(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))"
                       r"(?::\s?(?P<msg>.*))?$")
@@ -125,7 +126,10 @@ NET_P2P = re.compile(r"cu(?:da)?IpcOpenMemHandle|CUDA IPC handle|peer access is 
                      r"peer mapping resources exhausted|P2P/(?:IPC|CUMEM)\S* .*?(?:fail|error)", I)
 NET_WORDS = ("find address", "find interface", "interface found", "same subnet", "bind", "ibv_", "net/ib",
              "ibv_wc", "connect", "socket_ifname", "af_inet", "address family", "ipc", "peer access", "peer mapping",
-             "p2p/", "p2p.cc", "loopback", "connectfullmesh", "system error")
+             "p2p/", "p2p.cc", "loopback", "connectfullmesh", "system error", "bootstrap.c")
+# NCCL's error-return trace (NCCL_DEBUG=INFO) through its bootstrap, the TCP sockets between the ranks over the
+# bootstrap interface: "bootstrap.cc:270 -> 2" (2 ncclSystemError, 3 ncclInternalError, 6 ncclRemoteError)
+NCCL_BOOT_TRACE = re.compile(r"\bbootstrap\.cc?u?:\d+ -> (?P<code>[236])\b")
 TRANSPORT_P2P = re.compile(r"via (?:P2P|direct pointer|direct shared memory|SHM|NET/\w+)", I)
 
 # TORCH_DISTRIBUTED_DEBUG=DETAIL/INFO and DDP's own model checks
@@ -142,7 +146,7 @@ USAGE_ERROR = re.compile(r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>(?
                          r"unrecognized arguments|argument [^:]+: (?:invalid|expected|ambiguous|not allowed|conflicting)|"
                          r"one of the arguments .* is required|ambiguous option|too few arguments).*)$|"
                          r"^Error: (?:Missing (?:argument|option)|No such option|Invalid value for) .+$")
-ANY_NET = re.compile(r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|"
+ANY_NET = re.compile(r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|bootstrap\.c|"
                      r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/|loopback", I)
 # "NET/Socket : Using" with the interfaces on the following lines ("[0]bond0:192.168.1.161<0>")
 USING_OPEN = re.compile(r"(?:NET/Socket|Bootstrap) : Using\s*$")
