@@ -170,3 +170,26 @@ def test_nccl_bootstrap_error_trace_is_the_bootstrap_interface(tmp_path):
     (tmp_path / "other").mkdir()
     q = _write(tmp_path / "other", "n1:2330:2658 [2] NCCL INFO init.cc:1350 -> 2\n")
     assert analyze_logs([q]).facts.get("failure.network.problem") != "bootstrap"
+
+
+def test_root_cause_priority_is_data_in_metrics_toml():
+    """#13 part 3: the order among failure kinds lives in rules/metrics.toml [failures]; the engine
+    only says which evidence each kind has."""
+    from ddpdoctor.logs.causal import ROOT_EVIDENCE, RootEvidence, root_cause
+    from ddpdoctor.logs.model import LogEvent
+    from ddpdoctor.resources import metric_defaults, set_metric_overrides
+
+    assert set(metric_defaults()["failures"]["root_cause_priority"]) == set(ROOT_EVIDENCE)
+    oom = LogEvent(rank=1, time=10.0, kind="oom", text="", file="r1.log", line_no=4)
+    timeout = LogEvent(rank=0, time=12.0, kind="nccl_timeout", text="", file="r0.log", line_no=9)
+    facts = {"failure.timeout.ranks": [0], "failure.timeout.dump_from_rank": None,
+             "failure.seq_behind.rank": None, "failure.mismatch.behind_rank": None}
+    ev = RootEvidence(facts, oom=oom, first_timeout=timeout)
+    assert root_cause(ev) == ("oom", 1, oom)
+    order = metric_defaults()["failures"]["root_cause_priority"]
+    try:
+        set_metric_overrides({"failures.root_cause_priority": ["timeout"] + [k for k in order if k != "timeout"]})
+        assert root_cause(ev) == ("timeout", 0, timeout)
+    finally:
+        set_metric_overrides(None)
+    assert root_cause(RootEvidence(facts)) == (None, None, None)

@@ -28,7 +28,9 @@ from __future__ import annotations
 import time as _time
 import re
 from collections import Counter
+from dataclasses import dataclass, field
 
+from ..resources import metric_params
 from .failfacts import exit_facts, network_facts
 from .model import LogEvent
 
@@ -288,7 +290,9 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f.update(exit_facts(g("exit"), g("usage_error"), known))
 
     # ------------------------------------------------------------------ root cause
-    root = _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr, nw, g("exit"), g("usage_error"))
+    root = root_cause(RootEvidence(f, oom=o, killed=k, crashes=crashes, rendezvous=rz, exception=x, mismatch=m,
+                                   stopped_rank=st, first_timeout=t0, peer_error=p, torchrun_root=r,
+                                   flight_recorder=fr, network=nw, exits=g("exit"), usage=g("usage_error")))
     kind, rank, ev = root
     f["failure.root_cause.kind"] = kind
     f["failure.root_cause.rank"] = rank
@@ -339,48 +343,99 @@ def _int(v) -> int | None:
         return None
 
 
-def _root(f, o, k, crashes, rz, x, m, st, t0, p, r, fr, nw=None, exits=(), usage=()):
-    if o is not None:
-        return "oom", o.rank, o
-    if k is not None:
-        return "killed", k.rank, k
-    c = _first(crashes)
-    if c is not None:
-        return "crash", c.rank, c
-    if nw is not None and f["failure.network.problem"] not in (None, "connect", "bootstrap", "system"):
-        return "network", (None if f["failure.network.shared"] else nw.rank), nw
-    z = _first(rz)
-    if z is not None:
-        return "rendezvous", z.rank, z
-    if nw is not None:
-        return "network", (None if f["failure.network.shared"] else nw.rank), nw
-    u = _first(list(usage))
-    if u is not None:
-        return "exit", (None if f["failure.exit.shared"] else u.rank), u
-    if x is not None:
-        return "exception", (None if f["failure.exception.shared"] else x.rank), x
-    if m is not None:
-        return "mismatch", f["failure.mismatch.behind_rank"], m
-    if st is not None:
-        return "stopped", st, t0 or p
-    if f["failure.seq_behind.rank"] is not None:
-        return "seq_behind", f["failure.seq_behind.rank"], t0
-    if fr.get("mismatch") or fr.get("behind_rank") is not None or fr.get("missing_ranks"):
-        mm = fr.get("mismatch") or {}
-        rk = (mm.get("odd_ranks") or [None])[0] if mm else fr.get("behind_rank")
-        if rk is None and fr.get("missing_ranks"):
-            rk = fr["missing_ranks"][0]
-        return "flight_recorder", rk, None
-    if t0 is not None:
-        ranks = f["failure.timeout.ranks"]
-        first = f["failure.timeout.dump_from_rank"]
-        return "timeout", first if first is not None else (ranks[0] if len(ranks) == 1 else None), t0
-    if p is not None:                      # the culprit is the peer, not the rank that logged the error
-        return "remote_error", None, p       # failure.remote_error.peer / peer_rank hint at it
-    if r is not None and (r.data.get("exitcode") or 0) != 0:
-        return "exit", r.rank, r
-    bad = [e for e in exits if (e.data.get("exitcode") or 0) != 0]
-    e = _first(bad)
-    if e is not None:
-        return "exit", (None if f["failure.exit.shared"] else e.rank), e
+@dataclass
+class RootEvidence:
+    """What the logs hold for each kind of root cause; ``root_cause`` picks one by the order in
+    rules/metrics.toml [failures] root_cause_priority."""
+    facts: dict
+    oom: LogEvent | None = None
+    killed: LogEvent | None = None
+    crashes: list = field(default_factory=list)
+    rendezvous: list = field(default_factory=list)
+    exception: LogEvent | None = None
+    mismatch: LogEvent | None = None
+    stopped_rank: int | None = None
+    first_timeout: LogEvent | None = None
+    peer_error: LogEvent | None = None
+    torchrun_root: LogEvent | None = None
+    flight_recorder: dict = field(default_factory=dict)
+    network: LogEvent | None = None
+    exits: list = field(default_factory=list)
+    usage: list = field(default_factory=list)
+
+
+def _own(e: RootEvidence, shared: str, ev: LogEvent):
+    return None if e.facts[shared] else ev.rank
+
+
+def _network(e: RootEvidence, specific: bool):
+    if e.network is None:
+        return None
+    vague = e.facts["failure.network.problem"] in (None, *metric_params()["failures"]["vague_network"])
+    if specific and vague:
+        return None
+    return "network", _own(e, "failure.network.shared", e.network), e.network
+
+
+def _flight_recorder(e: RootEvidence):
+    fr = e.flight_recorder
+    if not (fr.get("mismatch") or fr.get("behind_rank") is not None or fr.get("missing_ranks")):
+        return None
+    mm = fr.get("mismatch") or {}
+    rk = (mm.get("odd_ranks") or [None])[0] if mm else fr.get("behind_rank")
+    if rk is None and fr.get("missing_ranks"):
+        rk = fr["missing_ranks"][0]
+    return "flight_recorder", rk, None
+
+
+def _timeout(e: RootEvidence):
+    if e.first_timeout is None:
+        return None
+    ranks, first = e.facts["failure.timeout.ranks"], e.facts["failure.timeout.dump_from_rank"]
+    return "timeout", first if first is not None else (ranks[0] if len(ranks) == 1 else None), e.first_timeout
+
+
+def _exit(e: RootEvidence):
+    bad = _first([x for x in e.exits if (x.data.get("exitcode") or 0) != 0])
+    return None if bad is None else ("exit", _own(e, "failure.exit.shared", bad), bad)
+
+
+def _one(kind: str, ev: LogEvent | None, rank=None):
+    return None if ev is None else (kind, ev.rank if rank is None else rank, ev)
+
+
+# kind -> (evidence -> (kind, rank, event) or None); the order they are tried is data (metrics.toml)
+ROOT_EVIDENCE = {
+    "oom": lambda e: _one("oom", e.oom),
+    "killed": lambda e: _one("killed", e.killed),
+    "crash": lambda e: _one("crash", _first(e.crashes)),
+    "network_fault": lambda e: _network(e, specific=True),
+    "rendezvous": lambda e: _one("rendezvous", _first(e.rendezvous)),
+    "network": lambda e: _network(e, specific=False),
+    "usage_exit": lambda e: (lambda u: None if u is None else ("exit", _own(e, "failure.exit.shared", u), u))(
+        _first(list(e.usage))),
+    "exception": lambda e: None if e.exception is None else (
+        "exception", _own(e, "failure.exception.shared", e.exception), e.exception),
+    "mismatch": lambda e: None if e.mismatch is None else (
+        "mismatch", e.facts["failure.mismatch.behind_rank"], e.mismatch),
+    "stopped": lambda e: None if e.stopped_rank is None else (
+        "stopped", e.stopped_rank, e.first_timeout or e.peer_error),
+    "seq_behind": lambda e: None if e.facts["failure.seq_behind.rank"] is None else (
+        "seq_behind", e.facts["failure.seq_behind.rank"], e.first_timeout),
+    "flight_recorder": _flight_recorder,
+    "timeout": _timeout,
+    # the culprit is the peer, not the rank that logged the error (failure.remote_error.peer hints at it)
+    "remote_error": lambda e: None if e.peer_error is None else ("remote_error", None, e.peer_error),
+    "torchrun_exit": lambda e: None if e.torchrun_root is None or not (e.torchrun_root.data.get("exitcode") or 0)
+    else ("exit", e.torchrun_root.rank, e.torchrun_root),
+    "exit": _exit,
+}
+
+
+def root_cause(e: RootEvidence) -> tuple:
+    """(kind, rank, event) of the first kind in the configured priority that has evidence."""
+    for kind in metric_params()["failures"]["root_cause_priority"]:
+        found = ROOT_EVIDENCE[kind](e)
+        if found is not None:
+            return found
     return None, None, None
