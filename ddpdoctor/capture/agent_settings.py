@@ -8,7 +8,7 @@ def _loader_settings(loader) -> dict:
     batch_sampler = getattr(loader, "batch_sampler", None)
     try:
         n = len(loader.dataset)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no length (an IterableDataset): unknown, not a capture error
         n = None
     bs = loader.batch_size
     if bs is None and batch_sampler is not None:
@@ -156,11 +156,12 @@ def _optimizer_settings(opt) -> dict:
     return info
 
 
-def _ddp_settings(ddp, torch) -> dict:
+def _ddp_settings(ddp, torch, errors=None) -> dict:
     d = {"used": True}
     try:
         log = dict(ddp._get_ddp_logging_data())
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001
+        _count(errors, "ddp logging data", exc)
         log = {}
     cap = getattr(ddp, "bucket_bytes_cap", None)
     d["bucket_cap_mb"] = cap / (1024 * 1024) if cap is not None else None
@@ -205,7 +206,7 @@ def _ddp_settings(ddp, torch) -> dict:
     return d
 
 
-def _precision(torch, dtypes, autocast, grad_scaler) -> dict:
+def _precision(torch, dtypes, autocast, grad_scaler, errors=None) -> dict:
     ac = sorted({dt.replace("torch.", "") for _dev, dt in autocast if dt})
     mp = "none"
     if "bfloat16" in ac or ("bfloat16" in dtypes and "float32" not in dtypes):
@@ -219,12 +220,12 @@ def _precision(torch, dtypes, autocast, grad_scaler) -> dict:
             if torch.cuda.is_available():
                 out["tf32"] = bool(torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest")
             out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception as exc:  # noqa: BLE001
+            _count(errors, "precision settings", exc)
     return out
 
 
-def _memory(torch) -> dict | None:
+def _memory(torch, errors=None) -> dict | None:
     if torch is None:
         return None
     try:
@@ -240,10 +241,11 @@ def _memory(torch) -> dict | None:
             stats = torch.cuda.memory_stats(dev)
             out["num_alloc_retries"] = int(stats.get("num_alloc_retries", 0))      # cache flushes: memory pressure
             out["num_ooms"] = int(stats.get("num_ooms", 0))
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception as exc:  # noqa: BLE001
+            _count(errors, "cuda memory stats", exc)
         return out
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001
+        _count(errors, "cuda memory", exc)
         return None
 
 
@@ -255,13 +257,19 @@ def _step_stats(times: list[float]) -> dict | None:
             "last": round(times[-1], 6)}
 
 
-def _nccl_version(torch):
+def _nccl_version(torch, errors=None):
     if torch is None:
         return None
     try:
         if torch.cuda.is_available():
             v = torch.cuda.nccl.version()
             return ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
-    except Exception:  # noqa: BLE001
-        pass
+    except Exception as exc:  # noqa: BLE001
+        _count(errors, "nccl version", exc)
     return None
+
+
+def _count(errors, place: str, exc: Exception) -> None:
+    """A reader's failure, counted in the agent's ``agent_errors`` (agent_log.ErrorCounter) when given one."""
+    if errors is not None:
+        errors.count(place, exc)

@@ -35,7 +35,8 @@ from .agent_hang import signal_ranks_on_request
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 AGENT_PATH = Path(__file__).with_name("agent.py")
-AGENT_PARTS = ("process", "settings", "evidence", "stacks", "hang", "overrides")
+AGENT_PARTS = ("process", "settings", "evidence", "stacks", "hang", "overrides", "log", "window", "patches", "recorder",
+               "profiler", "lifecycle")
 INJECT_DIR = Path(__file__).with_name("_inject")
 FR_BUFFER_SIZE = "2000"
 

@@ -1,0 +1,186 @@
+"""Part of the capture agent (loaded by path beside it; standard library only): every torch patch in
+one table, applied by one wrapper helper when the user's program imports the module.
+
+An entry names the module, the patched object (``Class.attribute`` or a module function) and what
+runs around the original, each a dotted name resolved on the agent (``settings.loader_iter`` is
+``agent.settings.loader_iter``):
+
+- ``args(orig, args, kwargs) -> (args, kwargs)``: the call's arguments, changed before the call
+  (``run --try``: DataLoader and DDP arguments at construction, agent_overrides.py);
+- ``before(*args, **kwargs)`` / ``after(result, *args, **kwargs)``: hooks around the original call;
+- ``register``: a torch registration function called with the hook (the optimizer step post hook);
+- ``on_import``: called with the module itself.
+
+A hook's exception is reported (``agent.internal_error``: a ``ddpdoctor_error`` event and a count
+in ``agent_errors``) and never reaches the user's program; ``SystemExit`` (the agent ending the rank
+after the window) and ``KeyboardInterrupt`` pass.  ``when`` makes an entry conditional; ``optional``
+entries are skipped quietly where the torch version lacks them.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NamedTuple
+
+
+class Patch(NamedTuple):
+    module: str
+    target: str = ""
+    before: str | None = None
+    after: str | None = None
+    args: str | None = None
+    register: str | None = None
+    on_import: str | None = None
+    when: str | None = None
+    optional: bool = False
+
+
+_DDP, _LOADER, _FSDP1 = ("torch.nn.parallel.distributed", "torch.utils.data.dataloader",
+                         "torch.distributed.fsdp.fully_sharded_data_parallel")
+
+PATCHES = (
+    Patch("torch", on_import="torch_imported"),
+    Patch("torch", "OutOfMemoryError.__init__", after="settings.oom_created", optional=True),
+    Patch("torch", "compile", before="settings.compile_called", optional=True),
+    Patch("torch.optim.optimizer", "register_optimizer_step_post_hook", register="optimizer_stepped"),
+    Patch(_DDP, "DistributedDataParallel.__init__", args="tried_ddp", after="ddp_created"),
+    Patch(_DDP, "DistributedDataParallel.forward", before="ddp_forward"),
+    Patch(_LOADER, "DataLoader.__init__", args="tried_dataloader", when="tries_dataloader"),
+    Patch(_LOADER, "_BaseDataLoaderIter.__init__", after="settings.loader_iter"),
+    Patch(_LOADER, "_BaseDataLoaderIter.__next__", before="loader_next", after="batch_returned"),
+    Patch("torch.utils.data.distributed", "DistributedSampler.set_epoch", before="settings.set_epoch"),
+    Patch("torch.amp.autocast_mode", "autocast.__enter__", before="settings.autocast_entered"),
+    Patch("torch.amp.grad_scaler", "GradScaler.__init__", after="settings.scaler_created"),
+    Patch("torch.profiler.profiler", "_KinetoProfile.prepare_trace", before="profiler_prepared"),
+    Patch(_FSDP1, "FullyShardedDataParallel.__init__", after="settings.fsdp1_created"),
+    Patch(_FSDP1, "FullyShardedDataParallel.forward", before="fsdp_forward"),
+    Patch("torch.distributed.fsdp", "fully_shard", after="settings.fsdp2_created", optional=True),
+)
+MODULES = tuple(dict.fromkeys(p.module for p in PATCHES))
+_COPIED = ("__module__", "__name__", "__qualname__", "__doc__")
+
+
+def resolve(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def wrap(owner, attr: str, *, args=None, before=None, after=None, on_error=None, place: str = ""):
+    """Replace ``owner.attr`` by a wrapper that runs the hooks around the original; the hooks'
+    exceptions go to ``on_error(place, exc)``.  Returns the wrapper, or None when ``owner.attr``
+    is already a ddpdoctor wrapper."""
+    orig = getattr(owner, attr)
+    if getattr(orig, "_ddpdoctor", False):
+        return None
+
+    def wrapper(*a, **k):
+        if args is not None:
+            try:
+                a, k = args(orig, a, k)
+            except Exception as exc:  # noqa: BLE001 - the call goes on with its own arguments
+                on_error(f"{place} arguments", exc)
+        if before is not None:
+            try:
+                before(*a, **k)
+            except Exception as exc:  # noqa: BLE001
+                on_error(f"{place} before", exc)
+        result = orig(*a, **k)
+        if after is not None:
+            try:
+                after(result, *a, **k)
+            except Exception as exc:  # noqa: BLE001
+                on_error(f"{place} after", exc)
+        return result
+
+    for name in _COPIED:
+        try:
+            setattr(wrapper, name, getattr(orig, name))
+        except (AttributeError, TypeError):
+            pass                       # a builtin slot without the attribute: the wrapper's own is kept
+    wrapper.__wrapped__, wrapper._ddpdoctor = orig, True
+    setattr(owner, attr, wrapper)
+    return wrapper
+
+
+def apply(agent, name: str, module) -> None:
+    """Every entry of module ``name``; one entry failing leaves the others in place."""
+    for p in PATCHES:
+        if p.module != name:
+            continue
+        try:
+            if p.when is None or resolve(agent, p.when)():
+                _apply_one(agent, p, module)
+        except Exception as exc:  # noqa: BLE001
+            agent.internal_error(f"patching {name}{' ' + p.target if p.target else ''}", exc)
+
+
+def _apply_one(agent, p: Patch, module) -> None:
+    if p.on_import:
+        resolve(agent, p.on_import)(module)
+        return
+    owner_path, _, attr = p.target.rpartition(".")
+    try:
+        owner = resolve(module, owner_path) if owner_path else module
+        getattr(owner, attr)
+    except AttributeError:
+        if p.optional:
+            return
+        raise
+    if p.register:
+        getattr(owner, attr)(resolve(agent, p.register))
+        return
+    hook = (lambda n: resolve(agent, n) if n else None)
+    wrap(owner, attr, args=hook(p.args), before=hook(p.before), after=hook(p.after),
+         on_error=agent.internal_error, place=p.target)
+
+
+class PostImportFinder:
+    """Runs ``callback(name, module)`` right after one of the named modules has been executed."""
+
+    def __init__(self, names, callback, errors=None):
+        self.names = frozenset(names)
+        self.callback = callback
+        self.errors = errors
+        self._busy = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.names or name in self._busy:
+            return None
+        self._busy.add(name)
+        spec = None
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+        except Exception as exc:  # noqa: BLE001 - the import goes on without the patch
+            spec = None
+            if self.errors is not None:
+                self.errors.count(f"import hook {name}", exc)
+        finally:
+            self._busy.discard(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        loader = spec.loader
+        orig_exec = loader.exec_module
+        callback = self.callback
+
+        def exec_module(module):
+            orig_exec(module)
+            callback(name, module)
+
+        loader.exec_module = exec_module        # this loader instance belongs to this one spec
+        return spec
+
+
+def install(agent) -> PostImportFinder:
+    """The import hook for every module in the table, and the patches of those already imported."""
+    finder = PostImportFinder(MODULES, lambda name, module: apply(agent, name, module), agent.errors)
+    sys.meta_path.insert(0, finder)
+    for name in MODULES:                     # modules imported before the agent (unusual): patch now
+        if name in sys.modules:
+            apply(agent, name, sys.modules[name])
+    return finder
