@@ -74,8 +74,14 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
     timeline = failure_timeline([str(result.out)])
     if timeline:
         click.echo("ddpdoctor: problems seen by the ranks, in order (the first is the likely cause):", err=True)
-        for line in timeline:
-            click.echo(f"  {line}", err=True)
+        import shutil
+
+        from ..report.text import wrap
+
+        width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
+        for line in timeline:                 # wrapped at words, never cut: the first line is the likely cause
+            for part in wrap(line, width, "  ", " " * 12):
+                click.echo(part, err=True)
     if any(((s or {}).get("exit") or {}).get("reason") == "window complete" for s in settings):
         click.echo("ddpdoctor: training was stopped after the recorded window (use --keep-going to let it run on)",
                    err=True)

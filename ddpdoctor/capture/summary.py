@@ -8,16 +8,25 @@ from __future__ import annotations
 
 from ..bundle.events import load_events, problem_events
 
+def _short(text, limit: int) -> str:
+    """The first line of a message, cut at a word boundary (never mid-word) with an ellipsis."""
+    first = str(text or "").strip().splitlines()[0] if str(text or "").strip() else ""
+    if len(first) <= limit:
+        return first
+    cut = first[:limit].rsplit(" ", 1)[0].rstrip(",;:.")
+    return (cut or first[:limit]) + " …"
+
+
 def _one_line(e: dict) -> str:
     step = f" at step {e['step']}" if e.get("step") is not None else ""
     kind = e.get("kind")
     if kind == "oom":
         caught = " (caught by the script, which went on)" if e.get("caught") else " (uncaught)"
-        return f"rank {e.get('rank')}: out of memory{step}{caught}: {str(e.get('message', ''))[:100]}"
+        return f"rank {e.get('rank')}: out of memory{step}{caught}: {_short(e.get('message'), 160)}"
     if kind == "exception":
         typ = str(e.get("type", "")).rsplit(".", 1)[-1]
         thread = f" in thread {e['thread']}" if e.get("thread") else ""
-        return f"rank {e.get('rank')}: uncaught {typ}{thread}{step}: {str(e.get('message', '')).splitlines()[0][:140] if e.get('message') else ''}"
+        return f"rank {e.get('rank')}: uncaught {typ}{thread}{step}: {_short(e.get('message'), 160)}"
     if kind == "signal":
         return f"rank {e.get('rank')}: received {e.get('signal')}{step}"
     if kind == "stuck_after_peer_stop":

@@ -30,3 +30,13 @@ def test_filter_streams_lines_and_lets_progress_bars_through():
     f.write(STAGE + b"done")
     f.close()
     assert term.getvalue().endswith(b"4/10\rdone") and b"STAGE" not in term.getvalue()
+
+
+def test_failure_timeline_is_cut_at_words_never_mid_word():
+    from ddpdoctor.capture.summary import _short
+
+    msg = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB of which "
+           "1.05 GiB is free. Of the allocated memory 75.20 GiB is allocated by PyTorch")
+    short = _short(msg, 100)
+    assert short.endswith(" …") and msg.startswith(short[:-2]) and msg[len(short) - 2] == " "
+    assert _short("one line\nsecond line", 100) == "one line" and _short(None, 10) == ""
