@@ -98,6 +98,10 @@ def wrap(owner, attr: str, *, args=None, before=None, after=None, on_error=None,
             setattr(wrapper, name, getattr(orig, name))
         except (AttributeError, TypeError):
             pass                       # a builtin slot without the attribute: the wrapper's own is kept
+    try:                               # attributes hung on the function (torch 2.13: fully_shard.state)
+        wrapper.__dict__.update({k: v for k, v in vars(orig).items() if k not in ("__wrapped__", "_ddpdoctor")})
+    except TypeError:                  # a builtin without __dict__
+        pass
     wrapper.__wrapped__, wrapper._ddpdoctor = orig, True
     setattr(owner, attr, wrapper)
     return wrapper

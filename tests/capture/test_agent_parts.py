@@ -254,3 +254,18 @@ def test_post_import_hook_runs_after_the_module_executed(tmp_path, monkeypatch):
         sys.meta_path.remove(finder)
         sys.modules.pop("ddpd_fake_torch_part", None)
     assert seen == [("ddpd_fake_torch_part", 42)]
+
+
+def test_wrapper_keeps_attributes_hung_on_the_function():
+    """torch 2.13's fully_shard has a `.state` attribute; scripts call fully_shard.state(module)."""
+    import types
+
+    from ddpdoctor.capture.agent_patches import wrap
+
+    def fully_shard(module):
+        return module
+
+    fully_shard.state = lambda m: "state"
+    owner = types.SimpleNamespace(fully_shard=fully_shard)
+    wrap(owner, "fully_shard", on_error=lambda *a: None)
+    assert owner.fully_shard is not fully_shard and owner.fully_shard.state(None) == "state"
