@@ -81,6 +81,10 @@ def run_analyze(paths: list[str], opts: AnalyzeOptions | None = None, ruleset: R
 
         analysis.hta = hta_adapter.cross_check(analysis, mode=(opts or AnalyzeOptions()).hta)
     facts = merge_facts(tfacts, bundle, getattr(logs, "facts", None))
+    if bundle.get("capture.agent_errors"):
+        warnings.append("the capture agent hit errors it went on after ("
+                        + "; ".join(bundle.get("capture.agent_error_places") or [])[:300]
+                        + "): settings or events of those ranks may be incomplete (settings.json agent_errors)")
     rs = ruleset or build_ruleset()
     diag = diagnose(facts, rs, log_search=getattr(logs, "search", None))
     return Report(inputs=list(paths), analysis=analysis, diagnosis=diag, facts=facts, logs=logs,

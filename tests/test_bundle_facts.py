@@ -106,3 +106,16 @@ def test_per_task_bundles_that_together_hold_every_rank_are_complete(tmp_path):
         (tmp_path / f"task{r}" / "manifest.json").write_text(json.dumps(m))
     assert load_bundle_facts([str(tmp_path)])["run.status"] == "complete"
     assert load_bundle_facts([str(tmp_path / "task0"), str(tmp_path / "task1")])["run.status"] == "partial"
+
+
+def test_errors_the_capture_agent_swallowed_become_facts_and_a_warning(tmp_path):
+    import json
+
+    from ddpdoctor.bundle.settings import SETTINGS_SCHEMA, load_bundle_facts
+
+    for r, errs in ((0, []), (1, [{"place": "event log", "type": "OSError", "count": 3, "first_message": "disk full"}])):
+        d = tmp_path / "ranks" / str(r)
+        d.mkdir(parents=True)
+        (d / "settings.json").write_text(json.dumps({"schema": SETTINGS_SCHEMA, "rank": r, "agent_errors": errs}))
+    facts = load_bundle_facts([str(tmp_path)])
+    assert facts["capture.agent_errors"] == 3 and facts["capture.agent_error_places"] == ["rank 1: event log"]

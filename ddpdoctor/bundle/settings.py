@@ -167,6 +167,14 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     if caps:
         _put_ranked(facts, "memory.capacity_bytes", caps)
 
+    # ---- errors the capture agent swallowed (settings.json agent_errors): a gap in what was recorded
+    errs = {r: d.get("agent_errors") for r, d in ranks.items() if isinstance(d.get("agent_errors"), list)}
+    if errs:
+        facts["capture.agent_errors"] = sum(int(e.get("count") or 0) for lst in errs.values() for e in lst
+                                            if isinstance(e, dict))
+        facts["capture.agent_error_places"] = sorted({f"rank {r}: {e.get('place')}" for r, lst in errs.items()
+                                                      for e in lst if isinstance(e, dict) and e.get("place")})
+
     # ---- window evidence: host contention, Python stack samples, batch fingerprints (bundle/evidence.py)
     facts.update(evidence_facts(ranks, metric_params()["evidence"]))
 
