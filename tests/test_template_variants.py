@@ -183,3 +183,10 @@ if __name__ == "__main__" and "--regenerate" in sys.argv:
     GOLDEN.write_text(json.dumps({"cases": render_cases(), "inputs": render_inputs()}, indent=1, sort_keys=True,
                                  ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {GOLDEN}")
+
+
+def test_a_missing_value_in_parentheses_is_not_doubled():
+    from ddpdoctor.rules_engine.template import NOT_RECORDED, _tidy
+
+    assert _tidy(f"num_workers ({NOT_RECORDED}) now") == f"num_workers {NOT_RECORDED} now"
+    assert _tidy(f"(num_workers={NOT_RECORDED} now)") == f"(num_workers={NOT_RECORDED} now)"

@@ -48,7 +48,7 @@ class Template:
                 out.append(NOT_RECORDED)
                 continue
             out.append(format_value(value, spec))
-        return "".join(out), missing
+        return _tidy("".join(out)), missing
 
 
 def placeholder(expr: Expr) -> str:
@@ -73,6 +73,11 @@ def placeholder(expr: Expr) -> str:
 
 def _placeholders(t: Template) -> str:
     return "".join(p if isinstance(p, str) else placeholder(p[0]) for p in t.parts)
+
+
+def _tidy(text: str) -> str:
+    """``({x})`` with x not recorded reads ``(not recorded)``, not ``((not recorded))``."""
+    return text.replace(f"({NOT_RECORDED})", NOT_RECORDED)
 
 
 def _split_spec(body: str) -> tuple[str, str]:
@@ -216,4 +221,4 @@ class VariantTemplate:
                 out.append(text)
                 missing |= m
                 break
-        return "".join(out), missing
+        return _tidy("".join(out)), missing
