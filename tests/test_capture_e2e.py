@@ -139,7 +139,9 @@ def test_slow_rank_is_named_straggler_and_run_analyzes(example):
     c = example("slow_rank", options=())            # with the analysis printed by `run`
     a = assert_complete_bundle(c)
     assert [s.rank for s in a.cross.stragglers] == [1]
-    assert "Straggler: rank 1" in c.res.stdout
+    # run ends with the card: the verdict names the late rank, and the Next: line comes last
+    assert "Rank 1 is a straggler" in c.res.stdout and "\nNext: " in c.res.stdout
+    assert c.res.stdout.rstrip().splitlines()[-1].startswith("      ")
 
 
 def test_oom_rank_and_the_collective_error_it_causes(example):
