@@ -15,7 +15,7 @@ import pytest
 
 from ddpdoctor.analysis import AnalyzeOptions, analyze
 from ddpdoctor.bundle.settings import load_bundle_facts
-from ddpdoctor.capture.launcher import _pids_of_run
+from ddpdoctor.capture.processes import _pids_of_run
 
 pytest.importorskip("torch")
 

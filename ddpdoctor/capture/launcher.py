@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -32,6 +31,8 @@ from ..errors import InputError
 from ..redact import join_argv, redact_argv
 from . import hostinfo
 from .agent_hang import signal_ranks_on_request
+from .processes import _alive, _die_with_parent, _reap_orphans, _tee_pids, _wait_for
+from .streams import _Pump, _term
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 AGENT_PATH = Path(__file__).with_name("agent.py")
@@ -159,137 +160,6 @@ def capture_env(base: dict[str, str], out: Path, inject_dir: Path, opts: RunOpti
     return env, changed
 
 
-# Kineto's own status lines, printed by every rank each time the profiler starts or stops:
-#   STAGE:2023-02-21 15:15:48 101902:101902 ActivityProfilerController.cpp:294] Completed Stage: Warm Up
-#   USDT:2026-11-22 19:06:23 1351:1351 SyncActivityProfilerHandler.cpp:52] profiler_start
-# (pytorch/kineto#726; the second from torch 2.13 here). Two ranks writing at once glue them together.
-_KINETO = re.compile(rb"(?:STAGE|USDT):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.]+:\d+\] .*?"
-                     rb"(?=(?:STAGE|USDT):\d{4}-|\r?\n|$)")
-_ONLY_PREFIX = re.compile(rb"^\s*(?:\[(?:default|rank)\d+\]:\s*)*$")
-_NOISE_STARTS = (b"STAGE:", b"USDT:")
-
-
-def strip_profiler_noise(line: bytes) -> bytes:
-    """One line (with its newline) without Kineto's status messages; b"" when nothing else was on it."""
-    if b"STAGE:" not in line and b"USDT:" not in line:
-        return line
-    kept = _KINETO.sub(b"", line)
-    return b"" if _ONLY_PREFIX.match(kept.rstrip(b"\r\n")) else kept
-
-
-class _NoiseFilter:
-    """The terminal side of a rank stream, line by line without Kineto's chatter (the log file keeps every
-    byte). A partial line is written at once (progress bars) unless it may be the start of such a message."""
-
-    def __init__(self, term):
-        self.term, self.pending = term, b""
-
-    def write(self, data: bytes) -> None:
-        buf = self.pending + data
-        lines = buf.split(b"\n")
-        self.pending = lines.pop()
-        out = b"".join(strip_profiler_noise(ln + b"\n") for ln in lines)
-        tail = self.pending.lstrip(b"[]defaultrank0123456789: ")
-        if self.pending and not any(tail.startswith(p[:len(tail)]) or p in self.pending for p in _NOISE_STARTS):
-            out, self.pending = out + self.pending, b""
-        if out:
-            self.term.write(out)
-
-    def flush(self) -> None:
-        self.term.flush()
-
-    def close(self) -> None:
-        if self.pending:
-            self.term.write(strip_profiler_noise(self.pending))
-            self.pending = b""
-        self.term.flush()
-
-
-class _Pump(threading.Thread):
-    """Copies one stream to the terminal (without profiler chatter) and, optionally, a log file (all of it)."""
-
-    def __init__(self, src_fd: int, term, log_fh=None, lock=None):
-        super().__init__(daemon=True)
-        self.src_fd, self.term, self.log_fh, self.lock = src_fd, _NoiseFilter(term), log_fh, lock
-
-    def run(self):
-        while True:
-            try:
-                data = os.read(self.src_fd, 65536)
-            except InterruptedError:
-                continue
-            except OSError:
-                break
-            if not data:
-                break
-            if self.log_fh is not None:
-                with self.lock:
-                    self.log_fh.write(data)
-                    self.log_fh.flush()
-            try:
-                self.term.write(data)
-                self.term.flush()
-            except (OSError, ValueError):
-                pass
-        try:
-            self.term.close()
-        except (OSError, ValueError):
-            pass
-        try:
-            os.close(self.src_fd)
-        except OSError:
-            pass
-
-
-def _die_with_parent() -> None:
-    """In the forked child before exec: if `ddpdoctor run` itself is killed (SIGKILL), the
-    launcher gets SIGTERM and stops the ranks, instead of training on unobserved."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)    # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def _term(stream):
-    return getattr(stream, "buffer", stream)
-
-
-def _pids_of_run(run_id: str) -> list[int]:
-    """Live processes (other than this one) whose environment carries this run's id: every
-    descendant of the user's command, including daemonized or re-parented ones."""
-    me, found = os.getpid(), []
-    needle = f"DDPDOCTOR_RUN_ID={run_id}".encode()
-    for d in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
-        if not d.name.isdigit() or int(d.name) == me:
-            continue
-        try:
-            if needle in (d / "environ").read_bytes().split(b"\0") and _alive(int(d.name)):
-                found.append(int(d.name))
-        except OSError:
-            continue
-    return found
-
-
-def _reap_orphans(run_id: str, grace: float = 3.0, exclude: set[int] = frozenset()) -> list[int]:
-    pids = [p for p in _pids_of_run(run_id) if p not in exclude]
-    if not pids:
-        return []
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-        deadline = time.time() + grace
-        while time.time() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.1)
-        if not any(_alive(p) for p in pids):
-            break
-    return pids
-
-
 def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
@@ -310,36 +180,6 @@ def read_rank_settings(out: Path) -> dict[int, dict]:
         except (OSError, ValueError, TypeError):
             continue
     return found
-
-
-def _tee_pids(out: Path) -> list[int]:
-    pids = []
-    for ev in (out / "ranks").glob("rank*/events.jsonl"):
-        try:
-            for line in ev.read_text().splitlines():
-                if '"kind": "start"' in line:
-                    pid = json.loads(line).get("tee_pid")
-                    if pid:
-                        pids.append(int(pid))
-        except (OSError, ValueError):
-            continue
-    return pids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2:][:1] != "Z"
-
-
-def _wait_for(pids: list[int], timeout: float) -> None:
-    """Each rank's tee process exits once the rank and its children are gone: wait so that
-    output.log is complete before the bundle is read."""
-    deadline = time.time() + timeout
-    while time.time() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.05)
 
 
 def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interrupted: str | None) -> dict:

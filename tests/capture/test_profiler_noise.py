@@ -2,7 +2,7 @@
 
 import io
 
-from ddpdoctor.capture.launcher import _NoiseFilter, strip_profiler_noise
+from ddpdoctor.capture.streams import _NoiseFilter, strip_profiler_noise
 
 # as printed: pytorch/kineto#726 (STAGE), and torch 2.13 on this machine (USDT, two ranks glued)
 STAGE = b"STAGE:2023-02-21 15:15:48 101902:101902 ActivityProfilerController.cpp:294] Completed Stage: Warm Up\n"
