@@ -127,7 +127,11 @@ def test_every_root_cause_kind_has_a_rule():
     from ddpdoctor.logs import causal
     from ddpdoctor.rules_engine.registry import build_ruleset
 
-    kinds = set(re.findall(r'return "(\w+)", ', Path(causal.__file__).read_text()))
+    kinds = causal.root_cause_kinds()
+    # every kind literal the evidence functions return is one the table declares
+    emitted = set(re.findall(r'(?:_one\(|else \(\s*|return \(?|None if \S+ is None else \(\s*)"(\w+)", ',
+                             Path(causal.__file__).read_text()))
+    assert len(emitted) >= 10 and emitted <= kinds, emitted - kinds
     kinds |= {"busy"}                                       # logs/hang.py
     whens = " ".join(getattr(r.when, "source", str(r.when)) for r in build_ruleset().active())
     assert kinds >= {"oom", "killed", "crash", "network", "rendezvous", "exit", "exception", "mismatch", "stopped",

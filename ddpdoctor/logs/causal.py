@@ -432,6 +432,15 @@ ROOT_EVIDENCE = {
 }
 
 
+# evidence entries whose name is not the kind they report
+_REPORTED_AS = {"network_fault": "network", "usage_exit": "exit", "torchrun_exit": "exit"}
+
+
+def root_cause_kinds() -> set[str]:
+    """Every failure.root_cause.kind the evidence table can report (each needs a rule)."""
+    return {_REPORTED_AS.get(k, k) for k in ROOT_EVIDENCE}
+
+
 def root_cause(e: RootEvidence) -> tuple:
     """(kind, rank, event) of the first kind in the configured priority that has evidence."""
     for kind in metric_params()["failures"]["root_cause_priority"]:
