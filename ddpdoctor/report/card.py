@@ -8,6 +8,7 @@ full view (report/terminal.py)."""
 from __future__ import annotations
 
 import datetime as _dt
+import statistics
 
 from ..bundle.discover import compact_ranks
 from .text import WIDTH, block, command, cut, plural, shell, wrap
@@ -23,25 +24,18 @@ def _num(label: str, value: str, width: int) -> list[str]:
     return wrap(value, width, f"  {label:<12}", " " * 14)
 
 
-def _median(vals: list[float]) -> float | None:
-    vals = sorted(v for v in vals if v is not None)
-    if not vals:
-        return None
-    m = len(vals) // 2
-    return vals[m] if len(vals) % 2 else (vals[m - 1] + vals[m]) / 2
-
-
 def step_summary(d: dict) -> str | None:
     """'49.0 ms median over 2 ranks, 5 steps each' from the analysis table."""
     a = analysis(d)
     if not a:
         return None
     ranks = a.get("ranks") or {}
-    med = _median([(r.get("mean_us") or {}).get("step_time") for r in ranks.values()])
-    if med is None:
+    times = [t for r in ranks.values() if (t := (r.get("mean_us") or {}).get("step_time")) is not None]
+    if not times:
         return None
-    steps = sorted({r.get("steps") for r in ranks.values() if r.get("steps") is not None})
-    per = f"{steps[0]} steps each" if len(steps) == 1 else f"{steps[0]}–{steps[-1]} steps each"
+    med = statistics.median(times)
+    steps = sorted({r.get("steps") for r in ranks.values() if r.get("steps") is not None}) or [0]
+    per = f"{plural(steps[0], 'step')} each" if len(steps) == 1 else f"{steps[0]}–{steps[-1]} steps each"
     world = a.get("world_size")
     of = f" of {world}" if world and world != len(ranks) else ""
     return f"{med / 1000:.1f} ms median over {plural(len(ranks), 'rank')}{of}, {per}"
@@ -129,8 +123,9 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
     lines += why_lines
     lines.append("")
     lines += _numbers(d, v, perf, conf, width)
+    label = "partial:" if d.get("partial") or d.get("analysis") is None else "note:"
     for reason in partial_reasons(d)[:3]:
-        lines += wrap(reason, width, "  partial:    ", " " * 14)
+        lines += wrap(reason, width, f"  {label:<12}", " " * 14)
     fix, rule = _first_fix(d, deciding)
     if fix:
         lines.append("")

@@ -23,7 +23,8 @@ def render_full(d: dict, width: int = WIDTH, report_dir: str | None = None) -> l
     lines += ["", "─" * min(width, 40), "Every finding", ""]
     for i, f in enumerate(findings(d), 1):
         ranks = f.get("ranks") or []
-        on = f" ({plural(len(ranks), 'rank')}: {', '.join(map(str, ranks))})" if ranks else ""
+        on = (f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:12]))}"
+              + (f", … {len(ranks)} in all" if len(ranks) > 12 else "") + ")") if ranks else ""
         cost = f" — {100 * f['cost']:.0f} % of the step" if f.get("cost") is not None else ""
         lines += wrap(f"[{f.get('rule')}] {f.get('title')}{on}{cost}", width, f"{i}. ", "   ")
         lines += wrap(f.get("summary") or "", width, "   ")
