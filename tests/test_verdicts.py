@@ -315,22 +315,16 @@ def _cost_findings(cm_cost, dl_cost, contended=True):
     return out
 
 
-def test_on_a_contended_cpu_host_communication_counts_at_its_quickest_repeat():
-    """input_prep_in_loop under a CPU burner: gloo's all-reduce took 29 % of the step, 8 % at its quickest
-    repeat; the 28 % of input work in the loop is the workload's own cost (issue #10, busy misses)."""
-    import numpy as np
-    from ddpdoctor.rules_engine.expr import Vec
+def test_on_a_contended_cpu_host_communication_counts_as_measured():
+    """tiny_model_latency (one 2 K-parameter all-reduce per step, gloo): on this 2-CPU host IM004 fires
+    (1 CPU per rank) and the profiled all-reduce is 25-45 % of the step; without profiling, skipping
+    it (no_sync) made steps 80 % shorter. Counting each collective at its quickest repeat instead
+    (withdrawn, docs/DESIGN.md) put it at 4-19 % and lost the verdict: the measured cost stands."""
     from ddpdoctor.rules_engine.verdict import ranked_costs
 
-    facts = {"run.device": "cpu", "run.ranks_analyzed": 2,
-             "rank.share.comm_transfer_exposed_own": Vec(np.array([0.087, 0.080]), np.array([0, 1]))}
-    costs = ranked_costs(_cost_findings(0.285, 0.276), facts)
-    assert [c.rule for c in costs] == ["DL003", "CM001"]
-    cm = costs[1]
-    assert cm.cost == pytest.approx(0.0835) and cm.material and "28% measured; 8% at each collective's quickest" in cm.note
-    # the same numbers on an idle host, or from GPU collectives, are communication's own cost
-    assert ranked_costs(_cost_findings(0.285, 0.276, contended=False), facts)[0].rule == "CM001"
-    assert ranked_costs(_cost_findings(0.285, 0.276), {**facts, "run.device": "gpu"})[0].rule == "CM001"
-    small = {**facts, "rank.share.comm_transfer_exposed_own": Vec(np.array([0.03, 0.04]), np.array([0, 1]))}
-    cm = next(c for c in ranked_costs(_cost_findings(0.285, 0.276), small) if c.rule == "CM001")
-    assert not cm.material and "materiality" in cm.why_not
+    facts = {"run.device": "cpu", "run.ranks_analyzed": 2}
+    costs = ranked_costs(_cost_findings(0.37, 0.02), facts)
+    assert [c.rule for c in costs] == ["CM001", "DL003"]
+    assert costs[0].cost == pytest.approx(0.37) and costs[0].material and costs[0].eligible
+    # the workload's own larger cost still comes first
+    assert ranked_costs(_cost_findings(0.21, 0.31), facts)[0].rule == "DL003"

@@ -48,10 +48,6 @@ class CrossRank:
     imbalance_score: float | None = None
     input_shapes_by_rank: dict[int, str] = field(default_factory=dict)   # rank -> its most frequent forward input shapes
     per_rank: dict[int, dict[str, float | None]] = field(default_factory=dict)
-    # rank -> per step: the share of its collectives' transfer time that the same collectives needed at
-    # their quickest repeat (same kind and position in the step, over the recorded steps); below 1 when a
-    # busy CPU stretched some repeats (CPU backends run the transfer on host threads)
-    transfer_floor_ratio: dict[int, list[float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -116,7 +112,6 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tup
             w = min(d - shortest, max(0.0, last_arrival - t))
             waits[(s.rank, i)].append((t, t + w))
             spans[(s.rank, i)].append((t, t + d))
-    _transfer_floor(groups, out)
     if out.unmatched_collectives:
         out.notes.append(f"{out.unmatched_collectives} collective(s) seen on one rank only were not matched")
     for s in summaries:
@@ -127,29 +122,6 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tup
         s.values["comm_sync_wait"] = [float(w) for w in wait]
         s.values["comm_transfer"] = [float(max(0.0, b - w)) for b, w in zip(busy, wait)]
     return {k: v for k, v in groups.items() if len(v) >= 2}
-
-
-def _transfer_floor(groups: dict[tuple, Group], out: CrossRank) -> None:
-    """Each matched collective's transfer (its shortest duration across ranks) against the quickest
-    repeat of the same collective (same kind and position in the step) in any recorded step: what the
-    transfer costs when nothing else holds the CPU.  Per (rank, step): Σ floor / Σ transfer."""
-    matched = {k: m for k, m in groups.items() if len(m) >= 2}
-    shortest = {k: min(d for _, _, _, d in m) for k, m in matched.items()}
-    floor: dict[tuple, float] = {}
-    for (step, kind, nth), d in shortest.items():
-        floor[(kind, nth)] = min(floor.get((kind, nth), d), d)
-    num: dict[tuple[int, int], float] = defaultdict(float)
-    den: dict[tuple[int, int], float] = defaultdict(float)
-    for k, members in matched.items():
-        for s, i, _, _ in members:
-            num[(s.rank, i)] += floor[(k[1], k[2])]
-            den[(s.rank, i)] += shortest[k]
-    steps: dict[int, int] = defaultdict(int)
-    for s, i, _, _ in (x for m in matched.values() for x in m):
-        steps[s.rank] = max(steps[s.rank], i + 1)
-    for rank, n in steps.items():
-        out.transfer_floor_ratio[rank] = [num[(rank, i)] / den[(rank, i)] if den[(rank, i)] > 0 else 1.0
-                                          for i in range(n)]
 
 
 def _arrivals(summaries: list[RankSummary], groups: dict[tuple, Group], out: CrossRank) -> None:

@@ -41,7 +41,6 @@ class Cost(msgspec.Struct):
     material: bool
     eligible: bool = True
     why_not: Optional[str] = None
-    note: Optional[str] = None
 
 
 class Fix(msgspec.Struct):

@@ -116,7 +116,6 @@ def _costs(d: dict, width: int) -> list[str]:
         return []
     parts = [f"{c.get('label')} {_pct(c.get('cost'))} [{c.get('rule')}]"
              + ("" if c.get("material") and c.get("eligible") else f" (not decisive: {c.get('why_not') or 'small'})")
-             + (f" ({c['note']})" if c.get("note") else "")
              for c in costs[:5]]
     return wrap("; ".join(parts), width, "Costs, ranked: ", "  ")
 

@@ -16,10 +16,8 @@ from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
 from ..resources import metric_params
 from .expr import Vec
 
-# derived columns: the exposed communication split into waiting for peers and transfer; and the exposed
-# transfer at each collective's quickest repeat ("own": what communication itself costs when no other
-# work holds the CPU). On GPU traces the collectives run on the GPU, so own = the measured transfer.
-DERIVED = ("comm_wait_exposed", "comm_transfer_exposed", "comm_transfer_exposed_own")
+# derived columns: the exposed communication split into waiting for peers and transfer
+DERIVED = ("comm_wait_exposed", "comm_transfer_exposed")
 
 
 def _f(v) -> float:
@@ -29,9 +27,7 @@ def _f(v) -> float:
 def _step_rows(analysis) -> tuple[dict[str, np.ndarray], np.ndarray]:
     cols = {c: [] for c in (*COLUMNS, *DERIVED)}
     ranks = []
-    floor = getattr(analysis.cross, "transfer_floor_ratio", None) or {}
     for s in analysis.summaries:
-        cpu = s.device_kind != "gpu"
         for i in range(len(s.steps)):
             ranks.append(s.rank)
             row = {c: _f(s.values[c][i]) for c in COLUMNS}
@@ -39,9 +35,6 @@ def _step_rows(analysis) -> tuple[dict[str, np.ndarray], np.ndarray]:
             w = min(exposed, wait) if not np.isnan(wait) else float("nan")
             row["comm_wait_exposed"] = w
             row["comm_transfer_exposed"] = exposed - (0.0 if np.isnan(w) else w)
-            ratio = floor.get(s.rank, [])
-            own = ratio[i] if cpu and i < len(ratio) else 1.0
-            row["comm_transfer_exposed_own"] = row["comm_transfer_exposed"] * min(1.0, own)
             for c in cols:
                 cols[c].append(row[c])
     return {c: np.asarray(v, dtype=float) for c, v in cols.items()}, np.asarray(ranks, dtype=int)

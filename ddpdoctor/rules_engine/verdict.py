@@ -52,7 +52,6 @@ class Cost:
     material: bool                    # reaches its category's materiality
     eligible: bool = True             # may decide the verdict (False: noise, see `why_not`)
     why_not: str | None = None
-    note: str | None = None           # how the cost was measured when it differs from the finding's own
 
 
 @dataclass
@@ -130,34 +129,9 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None) -> list[Cos
             on = f"rank {f.ranks[0]}" if len(f.ranks) == 1 else f"ranks {', '.join(map(str, f.ranks))}"
             c.why_not = (f"seen on {on} only, in {f.agreement:.0%} of the rank-steps, "
                          "on a contended host: machine noise, not the workload (which runs the same code on every rank)")
-        elif contended and f.rule in t.get("contention_transfer_rules", []):
-            _own_transfer(c, facts, materiality)
         out.append(c)
-    out.sort(key=lambda c: (-c.cost, c.rule))           # a cost measured apart (_own_transfer) takes its place
     _fold_late_rank_costs(out, {f.rule: f for f in findings}, facts)
     return out
-
-
-def _own_transfer(c: Cost, facts: dict, materiality: dict) -> None:
-    """On a contended host with a CPU backend, the collectives run on host threads that compete with
-    the other processes: a transfer stretched by lost CPU is contention, not communication. The cost
-    that counts is each collective's transfer at its quickest repeat in the recorded steps
-    (`comm_transfer_exposed_own`); what the slower repeats added is named in the note."""
-    own = facts.get("rank.share.comm_transfer_exposed_own")
-    if facts.get("run.device") != "cpu" or not isinstance(own, Vec) or not len(own):
-        return
-    vals = own.values.astype(float)
-    if np.all(np.isnan(vals)):
-        return
-    value = float(np.nanmean(vals))
-    if value >= c.cost:
-        return
-    c.note = (f"{c.cost:.0%} measured; {value:.0%} at each collective's quickest repeat: on this contended host "
-              f"the rest ({c.cost - value:.0%} of the step) is the CPU the collectives' threads lost, not the network")
-    c.cost = round(value, 6)
-    c.material = value >= materiality.get(c.category, 0.0)
-    if not c.material:
-        c.why_not = f"below the {c.category} materiality of {materiality.get(c.category, 0.0):.0%} of the step"
 
 
 def _sporadic(f: Finding, facts: dict, t: dict) -> bool:
