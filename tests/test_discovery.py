@@ -89,3 +89,24 @@ def test_inputs_walk_prunes_skipped_folders_only_for_the_caller_that_asks(tmp_pa
     every = [f for _, _, files in inp.walk(tmp_path) for f in files]
     pruned = [f for _, _, files in inp.walk(tmp_path, {".git"}) for f in files]
     assert sorted(every) == ["x.log", "y.log"] and pruned == ["y.log"] and inp.walks_done == 1
+
+
+def test_own_outputs_beside_the_traces_are_not_inputs(tmp_path):
+    """`analyze out/` where out/ also holds the --json of an earlier analyze (any file name): the
+    diagnosis is skipped without a 'skipped … not a profiler trace' warning; given alone it is exit 2."""
+    from ddpdoctor.errors import NoTracesError
+
+    gpu_step_trace(rank=0, world_size=1).write(tmp_path / "rank0.json")
+    own = tmp_path / "my_diag.json"
+    own.write_text('{\n "schema": "ddpdoctor.diagnosis/1",\n "verdict": {}\n}\n')
+    d = discover([str(tmp_path)])
+    assert d.ranks == [0] and not d.warnings
+    with pytest.raises(InputError, match="a ddpdoctor output"):
+        discover([str(own)])
+    (tmp_path / "rank0.json").unlink()
+    with pytest.raises(NoTracesError, match="only ddpdoctor's own outputs"):
+        discover([str(tmp_path)])
+    # a JSON that is neither ours nor a trace is still reported
+    gpu_step_trace(rank=0, world_size=1).write(tmp_path / "rank0.json")
+    (tmp_path / "other.json").write_text('{"schema": "someone-else/1"}')
+    assert any("other.json" in w for w in discover([str(tmp_path)]).warnings)

@@ -21,6 +21,10 @@ from ..errors import InputError, NoTracesError
 from ..trace.schema import DistributedInfo
 
 PEEK_BYTES = 256 * 1024
+class OwnDocument(Exception):
+    """describe() met a file ddpdoctor wrote itself."""
+
+
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_.]?(\d+)(?!\d)", re.IGNORECASE)
 _TIME_IN_NAME = re.compile(r"\.(\d{12,})\.pt\.trace")
 _DIST_INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})')
@@ -115,8 +119,18 @@ def rank_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+_OWN_DOCUMENT = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"ddpdoctor\.')
+
+
+def is_own_document(head: bytes) -> bool:
+    """A diagnosis, comparison or trial that ddpdoctor wrote (any file name): an output, not an input."""
+    return _OWN_DOCUMENT.match(head) is not None
+
+
 def describe(path: Path) -> TraceFile:
     head, gz = peek(path)
+    if is_own_document(head):
+        raise OwnDocument(path)
     text = head.lstrip()
     if not text:
         raise InputError(f"{path}: empty file")
@@ -179,10 +193,17 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None) -> Discov
     for f in files:
         try:
             described.append(describe(f))
+        except OwnDocument:
+            if _resolve(f) in explicit:
+                raise InputError(f"{f}: a ddpdoctor output (diagnosis, comparison or trial), not a profiler "
+                                 "trace: give the run's folder or its traces") from None
+            continue                                    # our own output beside the traces: not an input
         except InputError as exc:
             if _resolve(f) in explicit:
                 raise
             errors.append(str(exc))
+    if not described and not errors:
+        raise NoTracesError(f"no trace files under {', '.join(paths)}: only ddpdoctor's own outputs")
     if not described:
         more = f" (and {len(errors) - 1} more unreadable file(s))" if len(errors) > 1 else ""
         raise NoTracesError(f"no readable profiler trace: {errors[0]}{more}")
