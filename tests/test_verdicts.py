@@ -302,6 +302,34 @@ def test_a_cost_on_one_rank_in_few_steps_on_a_contended_host_is_noise():
     assert d.verdict.rule == "DL001", d.verdict.summary
 
 
+
+def test_extra_work_the_sampler_found_on_one_rank_is_the_imbalance_without_a_straggler():
+    """one_rank_larger_images on a contended host (keep20 busy-0): no steady straggler in 5 steps,
+    DL001 on rank 1 in half of its steps (machine-noise pattern), but the Python sampler puts 25 %
+    of the step in rank 1's Dataset.__getitem__: the workload's own imbalance (IM005), first fix on its data."""
+    import numpy as np
+    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+    ranks = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
+    waits = Vec(np.array([0.05, 0.05, 0.05, 0.05, 0.05, 0.45, 0.05, 0.40, 0.05, 0.05]), ranks)
+    facts = _contended_straggler_facts(**{"straggler.count": 0, "straggler.ranks": [],
+                                          "rank.share.dataloader_wait": Vec(np.array([0.05, 0.20]), np.array([0, 1])),
+                                          "step.share.dataloader_wait": waits,
+                                          "python.extra_work.rank": 1, "python.extra_work.share": 0.25,
+                                          "python.extra_work.ms_per_step": 34.9,
+                                          "python.extra_work.where": "ImageShard.__getitem__ (train.py:38)"})
+    for k in [k for k in facts if k.startswith("straggler.") and k not in ("straggler.count", "straggler.ranks")]:
+        del facts[k]
+    d = decide_facts(facts, build_ruleset())
+    assert d.verdict.rule == "IM005" and d.verdict.bottleneck == "imbalance", d.verdict.summary
+    im = next(f for f in d.findings if f.rule == "IM005")
+    assert im.ranks == [1] and im.fixes[0].title.startswith("Rank 1's samples cost more")
+    assert not next(c for c in d.costs if c.rule == "DL001").eligible
+    # without the sampler's evidence the same recording is noise (the test above)
+    for k in [k for k in facts if k.startswith("python.extra_work")]:
+        del facts[k]
+    assert decide_facts(facts, build_ruleset()).verdict.rule == "CP001"
+
 def _cost_findings(cm_cost, dl_cost, contended=True):
     from ddpdoctor.rules_engine.engine import Finding
 

@@ -154,8 +154,9 @@ def _fold_late_rank_costs(costs: list[Cost], by_rule: dict[str, Finding], facts:
     """A cost that only the late rank(s) pay (e.g. DataLoader wait on the straggler alone) is that rank's
     extra time: the other ranks pay it as waiting, so the straggler finding carries it and this one does
     not decide the verdict on its own."""
-    straggler = next((c for c in costs if c.rule == "IM001" and c.material and c.eligible), None)
-    late = set(facts.get("straggler.ranks") or [])
+    late_rules = metric_params()["verdict"].get("late_rank_rules", [])
+    straggler = next((c for c in costs if c.rule in late_rules and c.material and c.eligible), None)
+    late = set(by_rule[straggler.rule].ranks or []) if straggler is not None else set()
     analyzed = facts.get("run.ranks_analyzed")
     if straggler is None or not late or not isinstance(analyzed, int) or analyzed < 2:
         return
