@@ -211,3 +211,17 @@ def test_rules_explain_shows_placeholders_not_code():
     body = "\n".join(ln.split("   [if ")[0] for ln in fixes.splitlines())        # conditions are the rule's own
     assert "{" not in body and "default(" not in body and "plural(" not in body
     assert "num_workers=<workers>" in body and "Only <cpus> CPUs per rank" in body
+
+
+def test_a_comment_written_over_several_lines_is_rewrapped_as_one():
+    change = ("+ model = DistributedDataParallel(torch.compile(model), ...)\n"
+              "# fuses elementwise kernels and cuts launch overhead; DDP's optimizer splits graphs at bucket\n"
+              "# boundaries so communication still overlaps\n")
+    lines = block(change, width=80)
+    comment = [x for x in lines if x.lstrip().startswith("#")]
+    assert all(len(x) <= 80 for x in lines[1:])
+    # no orphan fragment: every comment line but the last is filled close to the width
+    assert all(len(x) > 60 for x in comment[:-1]), comment
+    assert " ".join(x.strip()[2:] for x in comment).endswith("at bucket boundaries so communication still overlaps")
+    # short comment lines stay as written
+    assert block("+ x = 1\n# one\n# two\n", width=80) == ["  + x = 1", "  # one", "  # two"]

@@ -32,26 +32,35 @@ def block(change: str, width: int = WIDTH, indent: str = "  ", cut_code: bool = 
     prose paragraphs wrapped; a ``- `` bullet keeps its hanging indent."""
     out: list[str] = []
     para: list[str] = []
+    comment: list[str] = []          # consecutive "# " lines: one comment, re-wrapped whole when too wide
     bullet = False
     diff = _diff(change)
 
     def flush():
-        nonlocal para, bullet
+        nonlocal para, bullet, comment
         if para:
             lead = indent + ("- " if bullet else "")
             out.extend(wrap(" ".join(para), width, lead, indent + ("  " if bullet else "")))
-        para, bullet = [], False
+        if comment:
+            if any(len(indent + c) > width for c in comment):
+                out.extend(wrap(" ".join(c[2:].strip() for c in comment), width, indent + "# ", indent + "# "))
+            else:
+                out.extend(indent + c.rstrip() for c in comment)
+        para, bullet, comment = [], False, []
 
     for line in change.strip("\n").splitlines():
         if not line.strip():
             flush()
             continue
+        if comment and not line.startswith("# "):
+            flush()
         if line.startswith("- ") and not diff:
             flush()
             para, bullet = [line[2:]], True
-        elif line.startswith("# ") and len(indent + line) > width:
-            flush()
-            out.extend(wrap(line[2:], width, indent + "# ", indent + "# "))
+        elif line.startswith("# "):
+            if para:
+                flush()
+            comment.append(line)
         elif is_code(line) and not (bullet and line.startswith("  ") and not diff):
             flush()
             out.append(cut(indent + line.rstrip(), width) if cut_code else indent + line.rstrip())
