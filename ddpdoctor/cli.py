@@ -286,7 +286,7 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
     from pathlib import Path
 
     from .analysis import AnalyzeOptions
-    from .report.archive import build_bundle
+    from .ticket.archive import build_bundle
     from .report.files import load_diagnosis, prepare
     from .report.redaction import HostRedactor
 
@@ -298,7 +298,7 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
         raw = load_diagnosis(source, opts=AnalyzeOptions(hta=hta), ruleset=_ruleset(rules_dirs, sets, no_config),
                              progress=progress)
     if hosts is not None:
-        from .report.archive import _hosts_from_records, _walk
+        from .ticket.archive import _hosts_from_records, _walk
 
         _hosts_from_records(_walk(Path(source)), hosts)
     d = prepare(raw, redact_hosts, hosts)
@@ -326,7 +326,7 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     folders (analyzed on the fly).  Exit code 1 when --max-regression is exceeded.
     """
     from .analysis import AnalyzeOptions
-    from .report import compare as cmp
+    from .ticket import compare as cmp
     from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import statistics
 
-from . import view
-from .escape import md
+from ..report import view
+from ..report.escape import md
 
 ROWS = ("step_time", "compute", "comm_exposed", "memcpy", "dataloader_wait", "host_idle", "other",
         "comm", "comm_sync_wait", "gpu_busy")

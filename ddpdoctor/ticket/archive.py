@@ -32,7 +32,7 @@ from pathlib import Path
 from .. import safe_io
 from ..errors import InputError
 from ..redact import collect_secrets, redact_known_formats, strip_terminal
-from .redaction import HostRedactor, redact_secrets, redact_string
+from ..report.redaction import HostRedactor, redact_secrets, redact_string
 
 TOP = "ddpdoctor-ticket"
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
@@ -212,10 +212,10 @@ def _trace_order(d: dict, traces: list[Path]) -> list[Path]:
 def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0, with_traces: bool = True,
                  trim_traces: bool = False, hosts: HostRedactor | None = None) -> BundleResult:
     """Write the archive; ``d`` is the (already redacted) diagnosis dict of the run."""
-    from .files import dumps_json
-    from .html import render_html
-    from .markdown import render_markdown
-    from .plots import make_plots
+    from ..report.files import dumps_json
+    from ..report.html import render_html
+    from ..report.markdown import render_markdown
+    from ..report.plots import make_plots
 
     src, out = Path(src), Path(out)
     budget = int(max_mb * 1024 * 1024)
@@ -365,8 +365,8 @@ def _host_trace(data: bytes, hosts: HostRedactor | None) -> bytes:
 
 
 def _index(res: BundleResult, d: dict, budget: int, hosts: bool) -> str:
-    from . import view
-    from .escape import md
+    from ..report import view
+    from ..report.escape import md
 
     lines = ["# ddpdoctor bundle", "", f"Verdict: {md(view.headline(d))}", "",
              f"Size budget: {budget / 1024 / 1024:.1f} MiB. Secrets redacted"
