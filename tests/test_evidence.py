@@ -143,6 +143,29 @@ def test_window_in_process_records_contention_and_stacks(monkeypatch):
     assert any(f["func"] == "test_window_in_process_records_contention_and_stacks" for f in s["functions"])
 
 
+def test_sampler_rate_follows_the_step_time_unless_fixed():
+    f = ev.sample_interval_s
+    # 5 steps of 20 ms: ~50 samples over the window -> every 2 ms
+    assert f(None, 0.020, 5) == pytest.approx(0.002)
+    # 5 steps of 60 ms: 6 ms, between the bounds
+    assert f(None, 0.060, 5) == pytest.approx(0.006)
+    # long steps: never slower than 100 Hz; very short steps: never faster than 500 Hz
+    assert f(None, 2.0, 5) == ev.MAX_INTERVAL_S and f(None, 0.001, 5) == ev.MIN_INTERVAL_S
+    # no step seen before the window: 100 Hz
+    assert f(None, None, 5) == ev.MAX_INTERVAL_S and f("", 0.02, None) == ev.MAX_INTERVAL_S
+    # DDPDOCTOR_SAMPLE_HZ fixes it, 0 turns it off
+    assert f("250", 0.020, 5) == pytest.approx(0.004) and f("0", 0.020, 5) is None
+
+
+def test_window_samples_faster_for_short_steps(monkeypatch):
+    monkeypatch.delenv("DDPDOCTOR_SAMPLE_HZ", raising=False)
+    e = ev.Evidence(dict(os.environ), st)
+    e.window_start(None, 5, 0.02, 5)
+    time.sleep(0.05)
+    e.window_stop(5)
+    assert e.record()["stacks"]["interval_s"] == pytest.approx(0.002)
+
+
 def test_window_without_stack_sampling(monkeypatch):
     monkeypatch.setenv("DDPDOCTOR_SAMPLE_HZ", "0")
     e = ev.Evidence(dict(os.environ), st)

@@ -237,6 +237,29 @@ def _class_names(obj) -> list[str]:
         return []
 
 
+# ------------------------------------------------------------------ the sampler's rate
+
+# The stack sampler aims at SAMPLES_PER_WINDOW samples over the profiled window, from the median
+# step time seen before it: a 5-step window of 20 ms steps gets ~50 samples at 2 ms, not ~10 at
+# 10 ms, so extra work of a few ms per step on one rank clears extra_work_min_samples.  Never faster
+# than every MIN_INTERVAL_S (one sample holds the GIL ~35 us: <= ~1.8 % of the training thread,
+# and only inside the window) nor slower than every MAX_INTERVAL_S.  DDPDOCTOR_SAMPLE_HZ fixes the
+# rate (0: no sampler).
+SAMPLES_PER_WINDOW = 50
+MIN_INTERVAL_S = 0.002
+MAX_INTERVAL_S = 0.010
+
+
+def sample_interval_s(hz_setting: str | None, typical_step_s: float | None, steps: int | None) -> float | None:
+    """Seconds between stack samples for this window, or None when the sampler is off."""
+    if hz_setting not in (None, ""):
+        hz = _float(hz_setting, 100.0)
+        return 1.0 / hz if hz > 0 else None
+    if not typical_step_s or not steps or typical_step_s <= 0 or steps <= 0:
+        return MAX_INTERVAL_S
+    return min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, typical_step_s * steps / SAMPLES_PER_WINDOW))
+
+
 # ------------------------------------------------------------------ the rank's evidence
 
 class Evidence:
@@ -282,7 +305,7 @@ class Evidence:
             self.window_forwards += 1
 
     # ---- window
-    def window_start(self, torch, step: int) -> None:
+    def window_start(self, torch, step: int, typical_step_s: float | None = None, steps: int | None = None) -> None:
         try:
             self._torch_threads = int(torch.get_num_threads()) if torch is not None else None
         except Exception:  # noqa: BLE001
@@ -291,11 +314,11 @@ class Evidence:
         self._loads = []
         self._start = contention_snapshot()
         self._start_step = step
-        hz = _float(self.env.get("DDPDOCTOR_SAMPLE_HZ"), 100.0)
-        if hz > 0:
+        interval = sample_interval_s(self.env.get("DDPDOCTOR_SAMPLE_HZ"), typical_step_s, steps)
+        if interval is not None:
             script = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else None
             script_dir = os.path.dirname(os.path.abspath(script)) if script else os.getcwd()
-            self._sampler = self._stacks.StackSampler(threading.get_ident(), 1.0 / hz, script_dir,
+            self._sampler = self._stacks.StackSampler(threading.get_ident(), interval, script_dir,
                                                       agent_dir=os.path.dirname(os.path.abspath(__file__)),
                                                       phase_of=lambda: self.phase)
         self._stop_event = threading.Event()

@@ -45,7 +45,8 @@ class WindowProfiler:
         prof.start()
         self.prof = prof
         a.window.started()
-        a._evidence_hook("window_start", torch, steps)
+        a._evidence_hook("window_start", torch, steps, a.window.typical_step_s() if a.window.step_times else None,
+                          a.window.active)
         a.event("profiler_start", step=steps, activities=[str(x).split(".")[-1] for x in acts])
         try:
             a.settings.write()            # early copy: a hang or SIGKILL later still leaves the settings
