@@ -205,3 +205,16 @@ def test_skew_without_a_straggler_names_none(tmp_path, skew_ms):
     with metric_overrides(NO_CORRECTION):
         raw = analyze([str(tmp_path)], AnalyzeOptions(jobs=1))
     assert raw.cross.stragglers                      # uncorrected, a whole node looks late
+
+
+def test_scenario_nodes_and_skew_round_trip_and_validate(tmp_path):
+    from ddpdoctor.synth import dump_scenario, load_scenario
+
+    sc = Scenario(world_size=8, ranks_per_node=4, node_skew_ms=[0.0, -12.5], end_jitter_us=20.0, name="x")
+    assert load_scenario(dump_scenario(sc, tmp_path / "sc.toml")) == sc
+    assert [sc.host_of(r) for r in (0, 3, 4, 7)] == ["node0", "node0", "node1", "node1"]
+    assert sc.skew_ns(5) == -12_500_000 and sc.skew_ns(1) == 0
+    for bad in ({"node_skew_ms": [1.0]}, {"ranks_per_node": 4, "node_skew_ms": [0.0, 0.0, 1.0]},
+                {"ranks_per_node": 4, "node_skew_ms": [0.0, 2000.0]}, {"end_jitter_us": -1.0}):
+        with pytest.raises(ValueError):
+            Scenario(world_size=8, **bad)
