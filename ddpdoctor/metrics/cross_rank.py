@@ -10,6 +10,9 @@
   wait falls back on the first collective.  Late ranks are stragglers.
 * A rank's sync wait in a step is the union of its wait intervals (collectives that run at
   once on different threads are not counted twice), and never more than its time in collectives.
+* Clocks of different hosts are aligned first (:mod:`.clocks`): each host's offset, estimated
+  from the end times of matched synchronizing collectives, is subtracted from its ranks'
+  collective start times before late arrival and sync wait are computed.
 * Step-time spread and an imbalance score (1 − mean/max of per-rank busy time, where
   busy = step time − sync wait) summarize how uneven the ranks are.
 """
@@ -24,6 +27,7 @@ import numpy as np
 
 from ..resources import metric_params
 from .breakdown import RankSummary
+from .clocks import DEFAULTS as CLOCK_DEFAULTS, SYNC_KINDS, ClockEstimate, end_matrix, estimate_offsets
 
 
 @dataclass
@@ -48,6 +52,8 @@ class CrossRank:
     imbalance_score: float | None = None
     input_shapes_by_rank: dict[int, str] = field(default_factory=dict)   # rank -> its most frequent forward input shapes
     per_rank: dict[int, dict[str, float | None]] = field(default_factory=dict)
+    clock_offset_us: dict[int, float] = field(default_factory=dict)   # rank -> offset subtracted (0 = none)
+    clock: ClockEstimate | None = None      # how the offsets were estimated, per host (or rank)
     notes: list[str] = field(default_factory=list)
 
 
@@ -63,9 +69,6 @@ def analyze_cross_rank(summaries: list[RankSummary]) -> CrossRank:
                          "(sync wait, transfer, late arrival and stragglers need at least two ranks)")
         _per_rank_means(summaries, out)
         return out
-    hosts = {s.host for s in summaries if s.host}
-    if len(hosts) > 1:
-        out.notes.append(f"ranks span {len(hosts)} hosts: arrival times assume their clocks agree")
     groups = _match_collectives(summaries, out)
     _arrivals(summaries, groups, out)
     _shapes_by_rank(summaries, out)
@@ -97,6 +100,10 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tup
             base = (step_key(s, int(c.step[j])), c.kind[j])
             groups[base + (seen[base],)].append((s, int(c.step[j]), float(c.start[j]), float(dur[j])))
             seen[base] += 1
+    offsets = _align_clocks(summaries, groups, out)
+    if any(offsets.values()):
+        groups = defaultdict(list, {k: [(s, i, t - offsets[s.rank], d) for s, i, t, d in v]
+                                    for k, v in groups.items()})
     waits: dict[tuple[int, int], list] = defaultdict(list)      # (rank, step) -> wait intervals
     spans: dict[tuple[int, int], list] = defaultdict(list)      # (rank, step) -> collective intervals
     for members in groups.values():
@@ -122,6 +129,19 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tup
         s.values["comm_sync_wait"] = [float(w) for w in wait]
         s.values["comm_transfer"] = [float(max(0.0, b - w)) for b, w in zip(busy, wait)]
     return {k: v for k, v in groups.items() if len(v) >= 2}
+
+
+def _align_clocks(summaries: list[RankSummary], groups: dict[tuple, Group], out: CrossRank) -> dict[int, float]:
+    """Estimate the hosts' clock offsets from the matched synchronizing collectives' end times
+    (rank -> µs to subtract; all 0 on one host, with unknown hosts or when a guard holds)."""
+    ranks = [s.rank for s in summaries]
+    sync = [[(s.rank, t + d) for s, _, t, d in v] for k, v in groups.items() if len(v) >= 2 and k[1] in SYNC_KINDS]
+    params = {**CLOCK_DEFAULTS, **(metric_params().get("clock") or {})}
+    est = estimate_offsets(end_matrix(sync, ranks), [s.host for s in summaries], ranks, params)
+    out.clock = est
+    out.clock_offset_us = dict(est.offset_us_by_rank)
+    out.notes += est.notes
+    return est.offset_us_by_rank
 
 
 def _arrivals(summaries: list[RankSummary], groups: dict[tuple, Group], out: CrossRank) -> None:

@@ -61,6 +61,11 @@ class Scenario:
     filler_cpu_ops_per_kernel: int = 0
     seed: int = 0
     target_mb_per_rank: float | None = None   # uncompressed JSON MB per rank; sets steps
+    # nodes: ranks r*ranks_per_node.. on host "node{n}" (0 = no host names written); node n's clock
+    # reads node_skew_ms[n] ms ahead of the true time (missing entries: 0), as NTP leaves it
+    ranks_per_node: int = 0
+    node_skew_ms: list[float] = field(default_factory=list)
+    end_jitter_us: float = 0.0      # noise (σ) on each rank's recorded all-reduce kernel ends
     rank_overrides: dict[int, dict[str, float]] = field(default_factory=dict)
     name: str = "synthetic"
 
@@ -76,6 +81,17 @@ class Scenario:
     def spec(self, rank: int) -> RankSpec:
         """The phase durations of ``rank``: the default spec with its override applied."""
         return replace(self.default_spec, **self.rank_overrides.get(rank, {}))
+
+    def node_of(self, rank: int) -> int | None:
+        return rank // self.ranks_per_node if self.ranks_per_node > 0 else None
+
+    def host_of(self, rank: int) -> str | None:
+        n = self.node_of(rank)
+        return None if n is None else f"node{n}"
+
+    def skew_ns(self, rank: int) -> int:
+        n = self.node_of(rank)
+        return 0 if n is None or n >= len(self.node_skew_ms) else int(round(self.node_skew_ms[n] * 1e6))
 
     def validate(self) -> None:
         if self.world_size < 1:
@@ -94,6 +110,16 @@ class Scenario:
             raise ValueError("filler_cpu_ops_per_kernel must be >= 0")
         if self.straggler_rank is not None and not 0 <= self.straggler_rank < self.world_size:
             raise ValueError(f"straggler_rank {self.straggler_rank} is not a rank of world_size {self.world_size}")
+        if not (math.isfinite(self.end_jitter_us) and self.end_jitter_us >= 0):
+            raise ValueError("end_jitter_us must be a finite number >= 0")
+        if self.ranks_per_node < 0:
+            raise ValueError("ranks_per_node must be >= 0")
+        nodes = -(-self.world_size // self.ranks_per_node) if self.ranks_per_node else 0
+        if self.node_skew_ms and len(self.node_skew_ms) > nodes:
+            raise ValueError(f"node_skew_ms has {len(self.node_skew_ms)} entries for {nodes} node(s) "
+                             "(set ranks_per_node)")
+        if any(not (math.isfinite(x) and abs(x) <= 1000.0) for x in self.node_skew_ms):
+            raise ValueError("node_skew_ms entries must be finite, within ±1000 ms")
         if self.target_mb_per_rank is not None and self.target_mb_per_rank <= 0:
             raise ValueError("target_mb_per_rank must be > 0")
         for r in self.rank_overrides:
@@ -140,6 +166,8 @@ def _toml_value(v: Any) -> str:
         return str(v)
     if isinstance(v, float):
         return repr(v) if math.isfinite(v) else ("nan" if v != v else ("inf" if v > 0 else "-inf"))
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, str):
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     raise TypeError(f"cannot write {v!r} to TOML")
@@ -177,12 +205,14 @@ def scenario_from_dict(d: dict[str, Any]) -> Scenario:
                 raise ValueError("each [[rank_overrides]] table needs rank = N or ranks = [...]")
             for r in ranks:
                 overrides.setdefault(int(r), {}).update(table)
-    float_fields = set(PHASES) | {"comm_us", "comm_overlap", "straggler_extra_us", "kernel_us"}
+    float_fields = set(PHASES) | {"comm_us", "comm_overlap", "straggler_extra_us", "kernel_us", "end_jitter_us"}
     for k in list(d):
         if k in float_fields:
             d[k] = float(d[k])
         elif k == "target_mb_per_rank" and d[k] is not None:
             d[k] = float(d[k])
+        elif k == "node_skew_ms":
+            d[k] = [float(x) for x in d[k]]
     return Scenario(**d, rank_overrides=overrides)
 
 

@@ -10,6 +10,8 @@ import gzip as _gzip
 import json
 from pathlib import Path
 
+import numpy as np
+
 from .scenario import Scenario
 from .timeline import RankStep, Run
 
@@ -119,6 +121,8 @@ class RankTraceWriter:
         self.ranks_str = f"[{ranks}]"
         self.first_ts: int | None = None
         self.last_ts = 0
+        self.skew = sc.skew_ns(rank)          # this rank's host clock minus the true time (ns)
+        self.host = sc.host_of(rank)
         if path is None:
             self.fh = None
         elif gzip:
@@ -147,6 +151,7 @@ class RankTraceWriter:
                 "nccl_version": "2.21.5"}
         self.buf.append('{\n  "schemaVersion": 1,\n  "deviceProperties": [\n    ' + json.dumps(dev)
                         + '\n  ],\n  "distributedInfo": ' + json.dumps(dist)
+                        + (f',\n  "host_name": {json.dumps(self.host)}' if self.host else '')
                         + ',\n  "record_shapes": 0,\n  "with_stack": 0,\n  "profile_memory": 0,'
                         '\n  "cuda_runtime_version": 12040,\n  "cuda_driver_version": 12040,'
                         '\n  "traceEvents": [\n')
@@ -184,6 +189,7 @@ class RankTraceWriter:
         self.ext += 1
         self.ev += 1
         d = e - s
+        s += self.skew
         self.buf.append(_complete(cat, name, self.pid, tid, s, d,
                                   f'"External id": {self.ext},"Record function id": 0, "Ev Idx": {self.ev}{extra}'))
         return self.ext
@@ -194,6 +200,7 @@ class RankTraceWriter:
         """A runtime call [ls, le) launching GPU activity [gs, gs + gd), plus its flow arrows."""
         self.corr += 1
         c, pid, rd = self.corr, self.pid, le - ls
+        ls, gs = ls + self.skew, gs + self.skew
         self.buf.append(
             _complete("cuda_runtime", rt, pid, tid, ls, rd,
                       f'"External id": {ext},\n      "cbid": {cbid}, "correlation": {c}') +
@@ -236,8 +243,8 @@ class RankTraceWriter:
     def step(self, rs: RankStep, step_number: int, bucket_nelems: list[int]) -> None:
         main, bwd = self.tid_main, self.tid_bwd
         if self.first_ts is None:
-            self.first_ts = rs.S
-        self.last_ts = max(self.last_ts, rs.E)
+            self.first_ts = rs.S + self.skew
+        self.last_ts = max(self.last_ts, rs.E + self.skew)
         self.op("user_annotation", f"ProfilerStep#{step_number}", main, rs.S, rs.E)
         if rs.dl:
             self.op("user_annotation", DATALOADER, main, *rs.dl)
@@ -268,6 +275,7 @@ class RankTraceWriter:
         s, e = rs.sync
         self.corr += 1
         d = e - s
+        s += self.skew
         self.buf.append(_complete("cuda_runtime", "cudaDeviceSynchronize", self.pid, main, s, d,
                                   f'"External id": 0,\n      "cbid": 165, "correlation": {self.corr}'))
         self._flush()
@@ -275,6 +283,9 @@ class RankTraceWriter:
     def _allreduce(self, rs: RankStep, j: int, nelems: int) -> None:
         s0, s1 = rs.nccl_slot[j]
         gs, ge = rs.nccl[j]
+        if self.sc.end_jitter_us > 0:     # timestamp noise: ranks never record exactly the same end
+            rng = np.random.default_rng([self.sc.seed, self.rank, rs.step, j, 7])
+            ge = max(gs + 1, ge + int(round(rng.normal(0.0, self.sc.end_jitter_us * 1000.0))))
         q = (s1 - s0) // 6
         self.seq += 1
         W = self.sc.world_size
