@@ -15,7 +15,8 @@ from .discover import LogFile
 from .families import _join_wrapped, mismatch_text, network_problem
 from .model import LogEvent, norm
 from .nccl import NcclCollector
-from .prefix import epoch, split, split_nccl_segments
+from .prefix import split, split_nccl_segments
+from .torchrun_summary import TorchrunSummary
 
 
 def _join_indented(lines: list[str], i: int, limit: int = 4) -> tuple[str, int]:
@@ -71,8 +72,7 @@ class FileParser:
         self.nccl = nccl
         self.out = Parsed()
         self.tb_open: set = set()            # streams inside a Python traceback
-        self.section = None                  # torchrun summary: "root" | "failures" | None
-        self.entry: dict | None = None
+        self.summary = TorchrunSummary(self)  # torchrun's "Root Cause" / "Failures" block
         self.stream_time: dict = {}          # last timestamp seen per (rank, local) stream of this file
         self.last_using = None               # ((host, pidkey), "NET/Socket : Using") awaiting its list
 
@@ -112,7 +112,7 @@ class FileParser:
             parts = P.GLUED.split(raw) if ("[E" in raw or "[rank" in raw or "]:" in raw[1:]) else [raw]
             for part in parts:
                 self._line(no, part)
-        self._close_entry()
+        self.summary.close_entry()
         return self.out
 
     def _line(self, no: int, raw: str) -> None:
@@ -123,7 +123,7 @@ class FileParser:
         ctx = {"rank": ln.rank, "local": ln.local, "time": ln.time, "pidkey": None,
                "after": self.stream_time.get(skey) if ln.time is None and skey != (None, None) else None}
         msg = ln.msg
-        if self._summary(no, msg, ctx):
+        if self.summary.line(no, msg, ctx):
             self.out.lines.append((no, msg, ctx["rank"], ctx["local"], None, ctx["time"]))
             return
         if ln.nccl is not None:
@@ -148,83 +148,6 @@ class FileParser:
                 ctx["rank"] = int(m.group("rank"))
         self.out.lines.append((no, msg, ctx["rank"], ctx["local"], None, ctx["time"]))
         self._classify(no, msg, ctx)
-
-    # ---------------------------------------------------------------- torchrun summary
-    def _summary(self, no: int, msg: str, ctx: dict) -> bool:
-        if P.TR_ROOT.match(msg):
-            self._close_entry()
-            self.section = "root"
-            return True
-        if P.TR_FAILURES.match(msg):
-            self._close_entry()
-            self.section = "failures"
-            return True
-        if self.section is None:
-            return False
-        if P.TR_RULE.match(msg) or msg.strip().startswith("-----"):
-            self._close_entry()
-            if P.TR_RULE.match(msg):
-                self.section = None
-            return True
-        m = P.TR_ENTRY.match(msg)
-        if m:
-            self._close_entry()
-            self.entry = {"line_no": no, "section": self.section, "tb": []}
-            return True
-        if self.entry is None:
-            return msg.strip() == "<NO_OTHER_FAILURES>"
-        f = P.TR_FIELD.match(msg)
-        if f and not self.entry.get("tb_started"):
-            key, val = f.group(1), f.group(2).strip()
-            if key == "rank":
-                r = P.TR_RANK.match(val)
-                if r:
-                    self.entry["rank"], self.entry["local"] = int(r.group(1)), int(r.group(2))
-            elif key == "exitcode":
-                e = P.TR_EXIT.match(val)
-                if e:
-                    self.entry["exitcode"], self.entry["pid"] = int(e.group(1)), int(e.group(2))
-                    if e.group(3):
-                        self.entry["signal"] = e.group(3)
-            elif key == "time":
-                t = P.TR_TIME.search(val)
-                if t:
-                    self.entry["time"] = epoch(*(int(g) for g in t.groups()))
-            elif key == "traceback":
-                self.entry["tb_started"] = True
-                self.entry["tb"].append(val)
-            else:
-                self.entry[key] = val
-            return True
-        # traceback continuation inside the entry: classify it with the entry's rank
-        self.entry["tb"].append(msg.strip())
-        c = dict(ctx, rank=self.entry.get("rank"), time=self.entry.get("time"))
-        self._classify(no, msg, c, in_summary=True)
-        return True
-
-    def _close_entry(self) -> None:
-        e, self.entry = self.entry, None
-        if not e or "rank" not in e:
-            return
-        host = e.get("host") or "?"
-        if e.get("local") is not None:
-            self.out.local_map[(host, e["local"])] = e["rank"]
-        code = e.get("exitcode")
-        sig = e.get("signal")
-        tb = " ".join(e["tb"])
-        s = P.SIGNAL.search(tb)
-        if s and s.group("name"):
-            sig = s.group("name")
-        if sig is None and code is not None and code < 0:
-            sig = P.SIGNALS.get(-code)
-        kind = "torchrun_root" if e["section"] == "root" else "torchrun_failure"
-        text = f"torchrun: rank {e['rank']} (local {e.get('local')}) on {host} exit code {code}" + (f" ({sig})" if sig else "")
-        ctx = {"rank": e["rank"], "time": e.get("time")}
-        self._event(kind, text, e["line_no"], ctx, exitcode=code, signal=sig, host=host, pid=e.get("pid"),
-                    error_file=e.get("error_file"), traceback=tb[:500])
-        if sig in ("SIGKILL", "SIGTERM", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGINT", "SIGHUP"):
-            self._event("killed", text, e["line_no"], ctx, signal=sig, exitcode=code, source="torchrun",
-                        root=e["section"] == "root")
 
     # ---------------------------------------------------------------- classification
     def _classify(self, no: int, msg: str, ctx: dict, nccl: bool = False, in_summary: bool = False) -> None:
