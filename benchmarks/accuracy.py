@@ -305,7 +305,8 @@ def summarize(expectations: list[Expectation], results: list[dict]) -> tuple[lis
                 "expected_fix": exp.first_fix, "runs": len(runs), "verdicts": verdicts,
                 "verdict_right": sum(r["verdict_ok"] for r in runs), "rule_right": sum(r["rule_ok"] for r in runs),
                 "fix_right": sum(fixes) if fixes else None, "fix_scored": len(fixes),
-                "repeatable": len(set(verdicts)) == 1,
+                # a run that failed to record gave no verdict: the scenario did not repeat its answer
+                "repeatable": len(set(verdicts)) == 1 and "error" not in verdicts,
                 "rules": sorted({str(r.get("judged_rule")) for r in runs}),
                 "first_fixes": sorted({str(r.get("first_fix")) for r in runs}),
                 "seconds": round(sum(r["seconds"] for r in runs) / len(runs), 1),
