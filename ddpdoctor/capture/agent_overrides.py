@@ -55,12 +55,12 @@ def _bool(v: str) -> bool:
 
 def _hook(v: str) -> str:
     s = v.strip().lower()
-    if s in ("fp16", "bf16", "none"):
+    if s in ("fp16", "bf16", "none", "skip"):
         return s
     m = re.fullmatch(r"powersgd(?::(\d+))?", s)
     if m:
         return f"powersgd:{int(m.group(1) or 1)}"
-    raise OverrideError(f"takes fp16, bf16 or powersgd[:RANK], got {v!r}")
+    raise OverrideError(f"takes fp16, bf16, powersgd[:RANK] or skip, got {v!r}")
 
 
 KNOBS = {
@@ -72,7 +72,8 @@ KNOBS = {
     "ddp.gradient_as_bucket_view": ("ddp", _bool, "gradients as views into the buckets"),
     "ddp.static_graph": ("ddp", _bool, "DDP static graph"),
     "ddp.find_unused_parameters": ("ddp", _bool, "DDP's search for unused parameters"),
-    "ddp.comm_hook": ("ddp_hook", _hook, "a communication hook: fp16, bf16, powersgd[:RANK]"),
+    "ddp.comm_hook": ("ddp_hook", _hook, "a communication hook: fp16, bf16, powersgd[:RANK]; skip: none at all "
+                      "(an ablation that measures what communication costs; the ranks' models drift apart)"),
     "torch.num_threads": ("threads", _int(1), "intra-op threads per rank"),
 }
 # fix knobs that need a change to the code: refused with the reason
@@ -184,6 +185,16 @@ def _plain(v):
     return v if isinstance(v, (int, float, bool, str, type(None))) else repr(v)[:80]
 
 
+def _skip_communication(state, bucket):
+    """The ablation hook: each rank keeps its own gradients, nothing crosses the network. What the step
+    loses with it is what communication costs (exposed transfer and the waits it forces)."""
+    import torch  # noqa: PLC0415 - inside a rank only
+
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
 def after_ddp(ddp, torch, changes: dict, record: dict) -> None:
     """The communication hook and thread count, right after DDP is built."""
     n = changes.get("torch.num_threads")
@@ -196,7 +207,9 @@ def after_ddp(ddp, torch, changes: dict, record: dict) -> None:
         return
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: PLC0415 - inside a rank only
 
-    if hook == "fp16":
+    if hook == "skip":
+        ddp.register_comm_hook(None, _skip_communication)
+    elif hook == "fp16":
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     elif hook == "bf16":
         ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)

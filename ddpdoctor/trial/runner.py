@@ -251,4 +251,7 @@ def summary_line(t: dict) -> str:
     if t.get("bottleneck_moved") is not None:
         s += (f"; bottleneck moved: {t['baseline_verdict']} -> {t['try_verdict']}" if t["bottleneck_moved"]
               else f"; still {t['baseline_verdict']}")
+    if (t.get("change") or {}).get("ddp.comm_hook") == "skip":
+        s += (" — an ablation, not a fix: without any gradient communication the ranks train apart; "
+              "the gain is what communication costs this job at most")
     return s

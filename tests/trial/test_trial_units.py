@@ -19,7 +19,7 @@ def test_changes_are_typed_and_validated():
                  "ddp.comm_hook": "powersgd:2", "env.NCCL_P2P_DISABLE": "1", "torch.num_threads": 2}
     for bad, words in (("dataloader.num_workerz=4", "unknown key"), ("dataloader.num_workers=four", "whole number"),
                        ("dataloader.num_workers=-1", ">= 0"), ("ddp.bucket_cap_mb=0", "> 0"),
-                       ("ddp.comm_hook=int8", "fp16, bf16 or powersgd"), ("dataloader.pin_memory=maybe", "True or False"),
+                       ("ddp.comm_hook=int8", "fp16, bf16, powersgd[:RANK] or skip"), ("dataloader.pin_memory=maybe", "True or False"),
                        ("train.gradient_accumulation_steps=8", "change to the code"), ("no_sync=1", "change to the code"),
                        ("env.1BAD=x", "environment variable"), ("num_workers", "KEY=VALUE")):
         with pytest.raises(ov.OverrideError) as e:
@@ -147,3 +147,42 @@ def test_bucket_predictions_from_message_counts():
         1 / (1 - 0.29 * (1 - 4 / 192)), abs=1e-3)
     assert runner.prediction({"ddp.bucket_cap_mb": 9.0}, _cm_report(1, 51.0, 0.42, 0.34, 8.0, "gpu"))[
         "predicted_speedup"] == pytest.approx(1 / (1 - 0.34), abs=1e-3)
+
+
+def _grads_after_hook(rank: int, world: int, store_file: str, hook: str, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+    record = {"applied": {}}
+    ov.after_ddp(model, torch, {"ddp.comm_hook": hook}, record)
+    model(torch.full((3, 4), float(rank + 1))).sum().backward()
+    torch.save({"grad": model.module.weight.grad.clone(), "applied": record["applied"]}, f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("hook", ["skip", "none"])
+def test_the_skip_hook_really_removes_gradient_communication(tmp_path, hook):
+    """Two gloo ranks with different inputs: with the ablation hook each keeps its own gradient; without
+    it DDP averages them, so both ranks hold the same."""
+    import torch
+    import torch.multiprocessing as mp
+
+    out = str(tmp_path / "grad")
+    mp.spawn(_grads_after_hook, args=(2, str(tmp_path / "store"), hook, out), nprocs=2, join=True)
+    g0, g1 = (torch.load(f"{out}.{r}") for r in (0, 1))
+    if hook == "skip":
+        assert g0["applied"]["ddp.comm_hook"] == {"from": None, "to": "skip"}
+        assert not torch.allclose(g0["grad"], g1["grad"])
+        assert torch.allclose(g0["grad"] * 2, g1["grad"])     # rank 1's inputs are twice rank 0's
+    else:
+        assert torch.allclose(g0["grad"], g1["grad"])
+
+
+def test_an_ablation_is_said_to_be_one():
+    t = {"measured_speedup": 1.41, "ci95": [1.22, 1.55], "predicted_speedup": 1.15, "predicted_by": "CM001",
+         "change": {"ddp.comm_hook": "skip"}}
+    assert "an ablation, not a fix" in runner.summary_line(t)
+    assert "ablation" not in runner.summary_line(dict(t, change={"ddp.comm_hook": "fp16"}))
