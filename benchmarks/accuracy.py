@@ -390,14 +390,17 @@ def render_markdown(rows: list[dict], totals: dict, meta: dict) -> str:
 # ---------------------------------------------------------------- main
 
 PREDICTIONS = ("<!-- predictions:start -->", "<!-- predictions:end -->")
+ABLATION = ("<!-- ablation:start -->", "<!-- ablation:end -->")
 
 
 def write_markdown(path: Path, text: str) -> None:
-    """Write the table, keeping the block benchmarks/predictions.py writes between its markers."""
+    """Write the table, keeping the blocks benchmarks/predictions.py and benchmarks/ablation.py write
+    between their markers."""
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    start, end = old.find(PREDICTIONS[0]), old.find(PREDICTIONS[1])
-    if 0 <= start < end:
-        text = text.rstrip("\n") + "\n\n" + old[start:end + len(PREDICTIONS[1])] + "\n"
+    for a, b in (PREDICTIONS, ABLATION):
+        start, end = old.find(a), old.find(b)
+        if 0 <= start < end:
+            text = text.rstrip("\n") + "\n\n" + old[start:end + len(b)] + "\n"
     path.write_text(text, encoding="utf-8")
 
 
