@@ -117,3 +117,19 @@ def test_captured_samples_keep_their_verdict(example):
     if example == "comm_heavy":                             # one 100 MB bucket for ~51 MB of gradients
         cm = next(f for f in d.findings if f.rule == "CM001")
         assert any("bucket_cap_mb=9" in x.change for x in cm.fixes), [x.change for x in cm.fixes]
+
+
+def test_the_timeline_shows_a_waiting_rank_waiting():
+    """The representative-step timeline splits the wait for the late peer out of exposed communication,
+    as the breakdown does: rank 0 of the slow-rank sample waits ~40 ms for rank 1 in its all-reduce."""
+    a = run("capture_gloo_2ranks_slow_rank")
+    by_rank = {s.rank: s.timeline["segments"] for s in a.summaries}
+
+    def total(segs, c):
+        return sum(b - x for x, b in segs.get(c) or [])
+
+    assert total(by_rank[0], "comm_sync_wait") > 30_000 > total(by_rank[0], "comm_exposed")
+    assert total(by_rank[1], "comm_sync_wait") == 0          # the late rank does not wait
+    for segs in by_rank.values():                              # wait and transfer never overlap
+        for x, y in segs.get("comm_sync_wait") or []:
+            assert all(b <= x or a >= y for a, b in segs["comm_exposed"])

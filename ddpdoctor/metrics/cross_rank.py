@@ -128,7 +128,48 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tup
         busy = [_union_length(spans.get((s.rank, i), [])) for i in range(len(s.steps))]
         s.values["comm_sync_wait"] = [float(w) for w in wait]
         s.values["comm_transfer"] = [float(max(0.0, b - w)) for b, w in zip(busy, wait)]
+        _timeline_waits(s, waits, offsets.get(s.rank, 0.0))
     return {k: v for k, v in groups.items() if len(v) >= 2}
+
+
+def _timeline_waits(s: RankSummary, waits: dict, offset: float) -> None:
+    """Split the representative step's exposed communication into the wait for late peers
+    (``comm_sync_wait`` segments) and the rest, so the timeline plot shows a waiting rank waiting."""
+    t = s.timeline
+    segs = (t or {}).get("segments") or {}
+    if not segs.get("comm_exposed"):
+        return
+    i = next((k for k, w in enumerate(s.steps) if w.name == t.get("step")), None)
+    if i is None:
+        return
+    lo = s.steps[i].start
+    wait = sorted((a + offset - lo, b + offset - lo) for a, b in waits.get((s.rank, i), []) if b > a)
+    inside = [[max(a, x), min(b, y)] for a, b in segs["comm_exposed"] for x, y in wait if min(b, y) > max(a, x)]
+    if not inside:
+        return
+    rest = []
+    for a, b in segs["comm_exposed"]:
+        cur = a
+        for x, y in inside:
+            if y <= cur or x >= b:
+                continue
+            if x > cur:
+                rest.append([cur, x])
+            cur = max(cur, y)
+        if cur < b:
+            rest.append([cur, b])
+    segs["comm_sync_wait"] = [[round(a, 1), round(b, 1)] for a, b in _merge(inside)]
+    segs["comm_exposed"] = [[round(a, 1), round(b, 1)] for a, b in rest if b - a > 0.05]
+
+
+def _merge(pieces: list[list[float]]) -> list[list[float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(pieces):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
 
 
 def _align_clocks(summaries: list[RankSummary], groups: dict[tuple, Group], out: CrossRank) -> dict[int, float]:
