@@ -420,6 +420,16 @@ def test_rendezvous_failures(tmp_path):
     assert f["failure.rendezvous.addr"] == "10.1.80.121" and f["failure.rendezvous.port"] == 29500
 
 
+def test_rendezvous_port_in_use_detail_on_its_own_line(tmp_path):
+    # libuv's TCPStore (torch >= 2.4) as some consoles print it: the reason comes lines after the error
+    f = facts_of(tmp_path, {"torchrun.log": "RuntimeError: The server socket has failed to listen on any local "
+                                            "network address.\nport: 29500\nuseIpv6: 0\ncode: -98\n"
+                                            "name: EADDRINUSE\nmessage: address already in use\n"})
+    assert f["failure.root_cause.kind"] == "rendezvous"
+    text = f["failure.rendezvous.text"]
+    assert text.startswith("RuntimeError: The server socket") and "address already in use" in text
+
+
 def test_nccl_cuda_oom_warn(tmp_path):
     f = facts_of(tmp_path, {"nccl.log": "h:7:9 [3] NCCL INFO comm 0x1 rank 3 nranks 4 cudaDev 3 - Init COMPLETE\n"
                                         "h:7:9 [3] enqueue.cc:100 NCCL WARN Cuda failure 'out of memory'\n"})

@@ -236,7 +236,7 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
               "failure.rendezvous.expected": zj.data["expected"] if zj else None,
               "failure.rendezvous.addr": za.data["addr"] if za else None,
               "failure.rendezvous.port": za.data.get("port") if za else None,
-              "failure.rendezvous.text": z.text[:300] if z else None})
+              "failure.rendezvous.text": _rendezvous_text(z, rz)})
 
     # ------------------------------------------------------------------ torchrun
     roots = g("torchrun_root")
@@ -310,6 +310,22 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     named = f["failure.torchrun_named_rank"]
     f["failure.torchrun_misleading"] = bool(named is not None and rank is not None and named != rank)
     return f
+
+
+_IN_USE = re.compile(r"already in use|EADDRINUSE|errno:? ?98\b", re.I)
+
+
+def _rendezvous_text(z, rz) -> str | None:
+    """The first store/rendezvous line; when the port-in-use detail is on another line (libuv's split
+    `port: 29500 … name: EADDRINUSE, message: address already in use`), it is appended, so the text says why."""
+    if z is None:
+        return None
+    text = z.text
+    if not _IN_USE.search(text):
+        other = next((e for e in rz if _IN_USE.search(e.text)), None)
+        if other is not None:
+            text = f"{text} ({other.text.strip()})"
+    return text[:300]
 
 
 def _step_before(progress: list[LogEvent], ev: LogEvent | None, rank: int, kind: str | None) -> int | None:
