@@ -225,3 +225,14 @@ def test_a_comment_written_over_several_lines_is_rewrapped_as_one():
     assert " ".join(x.strip()[2:] for x in comment).endswith("at bucket boundaries so communication still overlaps")
     # short comment lines stay as written
     assert block("+ x = 1\n# one\n# two\n", width=80) == ["  + x = 1", "  # one", "  # two"]
+
+
+def test_a_backticked_command_that_fits_is_not_split_across_lines():
+    text = "after the fix: `ddpdoctor run --out after -- …`, `ddpdoctor compare before after` then compare"
+    lines = wrap(text, 40, "      ")
+    joined = "\n".join(lines)
+    assert "`ddpdoctor compare before after`" in joined and "`ddpdoctor run --out after -- …`" in joined
+    assert all(len(x) <= 40 for x in lines)
+    # a command longer than a line still wraps (never wider than the width)
+    long = wrap("see `ddpdoctor compare /a/very/long/path/that/goes/on/and/on after` here", 40, "  ")
+    assert all(len(x) <= 40 for x in long)

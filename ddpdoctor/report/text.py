@@ -3,6 +3,7 @@ code kept as written, lines cut to a width with an ellipsis."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import textwrap
 
@@ -15,8 +16,17 @@ def wrap(text: str, width: int = WIDTH, first: str = "", rest: str | None = None
     text = " ".join(str(text).split())
     if not text:
         return [first.rstrip()] if first.strip() else []
-    return textwrap.wrap(text, width=max(20, width), initial_indent=first, subsequent_indent=rest,
-                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    width = max(20, width)
+    # a `command` that fits on a line is kept whole: a shell command cut in two does not paste
+    room = width - len(rest)
+    text = re.sub(r"`[^`]+`", lambda m: m.group(0).replace(" ", _KEEP) if len(m.group(0)) <= room else m.group(0),
+                  text)
+    lines = textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
+                          break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    return [ln.replace(_KEEP, " ") for ln in lines]
+
+
+_KEEP = "\u2060"      # stands for a space inside a `command` while wrapping (word joiner: never in our text)
 
 
 def is_code(line: str) -> bool:
