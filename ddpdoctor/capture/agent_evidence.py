@@ -242,9 +242,9 @@ def _class_names(obj) -> list[str]:
 # The stack sampler aims at SAMPLES_PER_WINDOW samples over the profiled window, from the median
 # step time seen before it: a 5-step window of 20 ms steps gets ~50 samples at 2 ms, not ~10 at
 # 10 ms, so extra work of a few ms per step on one rank clears extra_work_min_samples.  Never faster
-# than every MIN_INTERVAL_S (one sample holds the GIL ~35 us: <= ~1.8 % of the training thread,
-# and only inside the window) nor slower than every MAX_INTERVAL_S.  DDPDOCTOR_SAMPLE_HZ fixes the
-# rate (0: no sampler).
+# than every MIN_INTERVAL_S (at 500 Hz the window's steps ran 5-12 % slower, measured with
+# benchmarks/sampler_overhead.py, see docs/BUNDLE.md; only inside the window, and only for steps
+# under ~20 ms) nor slower than every MAX_INTERVAL_S.  DDPDOCTOR_SAMPLE_HZ fixes the rate (0: no sampler).
 SAMPLES_PER_WINDOW = 50
 MIN_INTERVAL_S = 0.002
 MAX_INTERVAL_S = 0.010
