@@ -160,6 +160,9 @@ def _grads_after_hook(rank: int, world: int, store_file: str, hook: str, out: st
     ov.after_ddp(model, torch, {"ddp.comm_hook": hook}, record)
     model(torch.full((3, 4), float(rank + 1))).sum().backward()
     torch.save({"grad": model.module.weight.grad.clone(), "applied": record["applied"]}, f"{out}.{rank}")
+    # both ranks done before either tears gloo down: a rank that destroys its group while its peer still
+    # reads the last all-reduce message aborts ("terminate called without an active exception")
+    dist.barrier()
     dist.destroy_process_group()
 
 
