@@ -166,7 +166,9 @@ class VariantTemplate:
     joined as written.  Each part is a list of variants: the first whose ``when`` holds is
     rendered; a variant without ``when`` always holds; when none holds the part adds nothing.
     A ``when`` the run cannot decide (a fact not recorded) renders ``(not recorded)`` and
-    reports its names, exactly as ``{a if cond else b}`` does."""
+    reports its names, exactly as ``{a if cond else b}`` does; so does a conditional part (one with
+    a ``when`` or variants) whose chosen text needs a value the run did not record.  A part of plain
+    text (no ``when``) renders each such value as ``(not recorded)`` in place."""
     parts: list[list[Variant]]
 
     @property
@@ -218,7 +220,9 @@ class VariantTemplate:
                     if not cond:
                         continue
                 text, m = v.text.render(lookup)
-                out.append(text)
+                # a conditional part is one clause: a value it needs and the run did not record makes
+                # it read "(not recorded)" as a whole, as ``{'at ' + x if cond else ''}`` does
+                out.append(NOT_RECORDED if m and (v.when is not None or len(part) > 1) else text)
                 missing |= m
                 break
         return _tidy("".join(out)), missing
