@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"), "commit": accuracy._git_commit(),
             "machine": f"{os.cpu_count()} CPU(s), {sys.platform}", "note": args.note, "materiality": materiality(),
-            "command": "python benchmarks/ablation.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+            "command": "python benchmarks/ablation.py " + shlex.join(argv if argv is not None else sys.argv[1:])}
     rows = []
     for e in exps:  # one at a time: two trials at once would share the CPUs
         r = run_one(e, args.repeat)
