@@ -53,9 +53,23 @@ def run_one(exp, repeat: int) -> dict:
             t = json.loads((out / "trial.json").read_text(encoding="utf-8"))
             rec.update({k: t.get(k) for k in ("measured_speedup", "ci95", "predicted_speedup", "predicted_by",
                                               "baseline_verdict", "failed_arm")})
+            if t.get("failed_arm"):
+                rec["failure"] = _why_failed(t)
         else:
             rec["failed_arm"] = f"exit {res.returncode}: {res.stderr.strip()[-200:]}"
         return rec
+
+
+def _why_failed(trial: dict) -> str:
+    """The failed arm's exit code and the last lines of its launcher log: the bundle lives in a
+    temporary folder, so this is all that is left of it after the run."""
+    arm = next((a for a in trial.get("arms", []) if a.get("exit_code")), None)
+    if arm is None:
+        return "no arm reports a non-zero exit code"
+    log = Path(arm.get("bundle", "")) / "launcher.log"
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.is_file() else []
+    tail = [ln.strip() for ln in lines if ln.strip() and "OMP_NUM_THREADS" not in ln and "*****" not in ln][-4:]
+    return f"{arm['arm']} #{arm.get('repeat')} exit {arm['exit_code']}: " + " | ".join(tail)[-400:]
 
 
 def _cost(speedup) -> float | None:
@@ -140,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     for e in exps:  # one at a time: two trials at once would share the CPUs
         r = run_one(e, args.repeat)
         rows.append(r)
-        print(f"  {e.name:30} expected {e.verdict:13} {r.get('failed_arm') or 'communication costs ' + _pct(_cost(r.get('measured_speedup')))}",
-              flush=True)
+        said = (f"{r['failed_arm']} arm failed: {r.get('failure', '')}" if r.get("failed_arm")
+                else "communication costs " + _pct(_cost(r.get("measured_speedup"))))
+        print(f"  {e.name:30} expected {e.verdict:13} {said}", flush=True)
     meta["minutes"] = round((time.monotonic() - t0) / 60)
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1), encoding="utf-8")
