@@ -3,7 +3,8 @@
 # expect-first-fix: -
 """Healthy: gradient accumulation over 8 micro-batches done right. The first 7 backward
 passes run under ``model.no_sync()``, so DDP all-reduces the gradients once per optimizer
-step; the step is spent computing. Nothing to fix (any compute fix is acceptable).
+step; the step is spent computing (a small 1-D convolutional network, 11 K parameters, 8
+micro-batches of 96 signals). Nothing to fix (any compute fix is acceptable).
 
     torchrun --standalone --nproc_per_node=2 examples/scenarios/accum_with_no_sync.py
 """
@@ -25,13 +26,16 @@ def main():
     args = p.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-                              torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+    net = torch.nn.Sequential(torch.nn.Unflatten(1, (1, 256)),             # each sample: a 256-point signal
+                              torch.nn.Conv1d(1, 32, 5, padding=2), torch.nn.ReLU(),
+                              torch.nn.Conv1d(32, 32, 5, padding=2), torch.nn.ReLU(),
+                              torch.nn.Conv1d(32, 32, 5, padding=2), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool1d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
     model = DDP(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = TensorDataset(torch.randn(8192, 256), torch.randint(0, 10, (8192,)))
     sampler = DistributedSampler(data)
-    loader = DataLoader(data, batch_size=16, sampler=sampler, drop_last=True)
+    loader = DataLoader(data, batch_size=96, sampler=sampler, drop_last=True)
     step, micro = 0, 0
     opt.zero_grad()
     for epoch in range(1000):
@@ -51,6 +55,7 @@ def main():
                     break
         if step >= args.steps:
             break
+    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()
 
 

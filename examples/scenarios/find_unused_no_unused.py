@@ -31,7 +31,7 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = TensorDataset(torch.randn(2048, 16, 512), torch.randint(0, 10, (2048,)))
     sampler = DistributedSampler(data)
-    loader = DataLoader(data, batch_size=32, sampler=sampler, drop_last=True)
+    loader = DataLoader(data, batch_size=160, sampler=sampler, drop_last=True)
     step = 0
     for epoch in range(1000):
         sampler.set_epoch(epoch)
@@ -45,6 +45,7 @@ def main():
                 break
         if step >= args.steps:
             break
+    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()
 
 

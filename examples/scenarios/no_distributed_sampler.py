@@ -28,11 +28,14 @@ def main():
     args = p.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)                                       # same seed: same shuffle order on every rank
-    net = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-                              torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+    net = torch.nn.Sequential(torch.nn.Unflatten(1, (1, 512)),             # each sample: a 512-point signal
+                              torch.nn.Conv1d(1, 32, 5, padding=2), torch.nn.ReLU(),
+                              torch.nn.Conv1d(32, 32, 5, padding=2), torch.nn.ReLU(),
+                              torch.nn.Conv1d(32, 32, 5, padding=2), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool1d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
     model = DDP(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(load_dataset(), batch_size=512, shuffle=True, drop_last=True)
+    loader = DataLoader(load_dataset(), batch_size=384, shuffle=True, drop_last=True)
     step = 0
     for epoch in range(1000):
         for x, y in loader:
@@ -45,6 +48,7 @@ def main():
                 break
         if step >= args.steps:
             break
+    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()
 
 

@@ -26,13 +26,16 @@ def main():
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-                              torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+    net = torch.nn.Sequential(torch.nn.Unflatten(1, (1, 512)),             # each sample: a 512-point signal
+                              torch.nn.Conv1d(1, 32, 5, padding=2), torch.nn.ReLU(),
+                              torch.nn.Conv1d(32, 32, 5, padding=2), torch.nn.ReLU(),
+                              torch.nn.Conv1d(32, 32, 5, padding=2), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool1d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
     model = DDP(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = TensorDataset(torch.randn(4096, 512), torch.randint(0, 10, (4096,)))
     sampler = DistributedSampler(data, shuffle=True)
-    loader = DataLoader(data, batch_size=512, sampler=sampler, drop_last=True, pin_memory=True)
+    loader = DataLoader(data, batch_size=384, sampler=sampler, drop_last=True, pin_memory=True)
     step = 0
     for epoch in range(1000):
         sampler.set_epoch(epoch)
@@ -46,6 +49,7 @@ def main():
                 break
         if step >= args.steps:
             break
+    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()
 
 
