@@ -54,6 +54,7 @@ def main():
             break
     if dist.get_rank() == 0:
         print(f"done: {step} steps, last loss {loss.item():.3f}")
+    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()
 
 

@@ -67,6 +67,7 @@ def main():
                     break
             if step >= args.steps:
                 break
+    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()
 
 

@@ -55,6 +55,7 @@ def main(mode: str, steps: int) -> None:
             write_checkpoint(model, blob)
         if i + 1 >= steps:
             break
+    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()
 
 

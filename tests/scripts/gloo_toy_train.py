@@ -44,6 +44,7 @@ def main(out_dir: str) -> None:
             prof.step()
             if i >= 7:
                 break
+    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()
 
 

@@ -69,4 +69,5 @@ if __name__ == "__main__":
         loss.backward()
         opt.step()
         opt.zero_grad()
+    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()
