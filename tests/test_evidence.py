@@ -303,6 +303,28 @@ def test_extra_work_names_the_rank_and_place():
                                            "share": 0.3}
 
 
+def test_extra_work_names_a_runner_up_line_that_holds_a_third_or_more():
+    """Seen on rank0_checkpoint_every_step: os.replace of the 40 MB file (line 29, no Python callee)
+    held 37-48 % of save_checkpoint's samples, so naming only the top line hid one or the other."""
+    def sig(lib, line, count, sync=False):
+        return {"lib": lib, "func": "save_checkpoint", "file": "train.py", "line": line, "count": count, "sync": sync}
+
+    def rank0(sigs):
+        st = stacks({"main": 20, "save_checkpoint": 60})
+        st["functions"][1]["where"] = "save_checkpoint (train.py:29)"
+        st["signatures"] = sigs
+        return st
+
+    others = {1: stacks({"main": 21}), 2: stacks({"main": 19})}
+    split = rank0([sig("", 29, 33), sig("torch.save", 28, 27), sig("", 30, 1), sig("torch.distributed.all_reduce", 31, 90, sync=True)])
+    assert extra_work({0: split, **others}, PARAMS)["where"] == "save_checkpoint (train.py:29; 44 % of it in torch.save at line 28)"
+    # the top line holds two thirds or more: it alone is the place
+    mostly = rank0([sig("", 29, 40), sig("torch.save", 28, 20)])
+    assert extra_work({0: mostly, **others}, PARAMS)["where"] == "save_checkpoint (train.py:29)"
+    # no signatures recorded (an older bundle): the function's own place
+    assert extra_work({0: rank0([]), **others}, PARAMS)["where"] == "save_checkpoint (train.py:29)"
+
+
 def test_a_slower_optimizer_step_is_not_extra_work():
     # rank 0's loop spends 40 ms per step in Adam.step against 14 ms on rank 1 (a contended core):
     # every rank runs the optimizer step, so that is the same work done slower, not work of its own

@@ -181,9 +181,26 @@ def extra_work(sampled: dict[int, dict], params: dict) -> dict | None:
             if (excess >= params["extra_work_min_share"] * step_ms and excess_samples >= params["extra_work_min_samples"]
                     and ms >= params["extra_work_min_ratio"] * others):
                 if best is None or excess > best["ms_per_step"]:
-                    best = {"rank": r, "where": safe_where(f.get("where")), "ms_per_step": round(excess, 3),
-                            "share": round(excess / step_ms, 4)}
+                    best = {"rank": r, "where": safe_where(_where_in(sampled[r], key, f.get("where"))),
+                            "ms_per_step": round(excess, 3), "share": round(excess / step_ms, 4)}
     return best
+
+
+def _where_in(st: dict, key: tuple, where) -> str | None:
+    """A function's place: its most sampled line, and when that line holds under two thirds of the
+    function's samples, the runner-up with its share, e.g. ``save_checkpoint (train.py:29; 40 % of it
+    in torch.save at line 28)``: the rename after a save can outweigh the save, and naming only one
+    line would hide the other."""
+    lines = sorted((s for s in st.get("signatures") or [] if isinstance(s, dict) and not s.get("sync")
+                    and (s.get("func"), s.get("file")) == key and isinstance(s.get("count"), (int, float))),
+                   key=lambda s: -s["count"])
+    total = sum(s["count"] for s in lines)
+    if len(lines) < 2 or total <= 0 or lines[0]["count"] >= 2 / 3 * total or not isinstance(where, str):
+        return where
+    second = lines[1]
+    at = f"in {second['lib']} at line {second.get('line')}" if second.get("lib") else f"at line {second.get('line')}"
+    tail = f"{round(100 * second['count'] / total)} % of it {at}"
+    return f"{where[:-1]}; {tail})" if where.endswith(")") else f"{where} ({tail})"
 
 
 def python_facts(ranks: dict[int, dict], params: dict) -> dict:
