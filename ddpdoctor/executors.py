@@ -49,8 +49,18 @@ def connect(address: str, timeout: float = SCHEDULER_TIMEOUT_S):
     scheduler does not answer within ``timeout`` seconds (exit 4)."""
     try:
         from distributed import Client
+        from distributed.comm.addressing import parse_address, parse_host_port
+        from distributed.comm.registry import backends
     except ImportError:
         raise InputError(f"--scheduler needs Dask's distributed, an optional extra: {DASK_INSTALL_HINT}") from None
+    try:
+        scheme, loc = parse_address(address)
+        if scheme not in backends:
+            raise ValueError(f"unknown scheme {scheme}://, known: {', '.join(sorted(backends))}")
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            parse_host_port(loc)
+    except ValueError as exc:             # checked first: a Client on a bad address waits, then fails noisily
+        raise InputError(f"--scheduler {address!r} is not a scheduler address ({exc}); e.g. tcp://host:8786") from None
     quiet = [logging.getLogger(n) for n in ("distributed", "distributed.client", "distributed.core",
                                             "distributed.comm")]
     levels = [lg.level for lg in quiet]
@@ -61,9 +71,6 @@ def connect(address: str, timeout: float = SCHEDULER_TIMEOUT_S):
     except (OSError, TimeoutError) as exc:
         raise UnreachableError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
                                f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
-    except ValueError as exc:
-        raise InputError(f"--scheduler {address!r} is not a scheduler address ({exc}); "
-                         "e.g. tcp://host:8786") from None
     finally:
         for lg, level in zip(quiet, levels):
             lg.setLevel(level)
@@ -71,9 +78,9 @@ def connect(address: str, timeout: float = SCHEDULER_TIMEOUT_S):
 
 def dask_cluster(fn: Callable, tasks: list, address: str, on_result: Callable | None = None) -> list:
     """Each task on the cluster at ``address``; results gathered as they finish."""
+    client = connect(address)
     from distributed import as_completed
 
-    client = connect(address)
     results = []
     try:
         futures = client.map(fn, tasks, pure=False)
