@@ -1,21 +1,20 @@
 """``analyze``: discovery → per-rank decode and breakdown (in parallel) → cross-rank metrics.
 
-Each worker process decodes one rank at a time and returns a compact RankSummary, so
-memory stays near one rank's raw events per worker and the cross-rank stage never sees
-raw events.
+Each worker decodes one rank at a time and returns a compact RankSummary, so memory stays
+near one rank's raw events per worker and the cross-rank stage never sees raw events.  The
+workers are this process, local processes or a Dask cluster (executors.py).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from . import executors, sources
 from .bundle.discover import Discovery, TraceFile, discover
 from .errors import InputError
 from .metrics.breakdown import Collectives, RankSummary, summarize
@@ -32,6 +31,7 @@ class AnalyzeOptions:
     jobs: int | None = None
     comm_patterns: tuple[str, ...] = ()
     hta: str = "auto"              # "auto", "on" or "off"
+    scheduler: str | None = None   # a Dask scheduler address (tcp://host:8786): ranks run on that cluster
 
 
 @dataclass
@@ -138,6 +138,11 @@ def _run_rank(rank: int, disc: Discovery, opts: AnalyzeOptions, warnings: list[s
     return summary
 
 
+def _rank_slice(disc: Discovery, rank: int) -> Discovery:
+    """The part of the discovery one rank's worker needs (not every rank's file list)."""
+    return Discovery({rank: disc.by_rank[rank]}, {rank: disc.skipped_windows.get(rank, [])}, disc.world_size)
+
+
 def _worker(args):
     rank, disc, opts = args
     warnings: list[str] = []
@@ -155,21 +160,16 @@ def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None,
     ranks = disc.ranks
     total_bytes = sum(f.size for r in ranks for f in disc.by_rank[r])
     jobs = max(1, min(opts.jobs or os.cpu_count() or 1, len(ranks)))
-    tasks = [(r, disc, opts) for r in ranks]
-    results = []
-    if jobs == 1 or total_bytes < IN_PROCESS_BYTES:
-        for t in tasks:
-            results.append(_worker(t))
-            if progress:
-                progress(t[0])
+    # each task carries only its own rank's files; big ranks first keeps every worker busy until the end
+    tasks = sorted(((r, _rank_slice(disc, r), opts) for r in ranks),
+                   key=lambda t: -sum(f.size for f in disc.by_rank[t[0]]))
+    on_result = (lambda res: progress(res[0])) if progress else None
+    if opts.scheduler:
+        results = executors.dask_cluster(_worker, tasks, opts.scheduler, on_result)
+    elif jobs == 1 or total_bytes < IN_PROCESS_BYTES:
+        results = executors.in_process(_worker, sorted(tasks, key=lambda t: t[0]), on_result)
     else:
-        # big ranks first keeps every worker busy until the end
-        tasks.sort(key=lambda t: -sum(f.size for f in disc.by_rank[t[0]]))
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-            for res in pool.map(_worker, tasks):
-                results.append(res)
-                if progress:
-                    progress(res[0])
+        results = executors.local_processes(_worker, tasks, jobs, on_result)
     summaries, errors = [], []
     for rank, summary, warns, err in sorted(results, key=lambda r: r[0]):
         warnings.extend(warns)
@@ -178,11 +178,13 @@ def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None,
         else:
             summaries.append(summary)
     if errors and not summaries:
-        raise InputError(errors[0] if len(errors) == 1 else f"{errors[0]} (and {len(errors) - 1} more)")
+        where = (" (with --scheduler, the Dask workers open the files: give paths they can read, on a shared "
+                 "filesystem, or URLs)") if opts.scheduler else ""
+        raise InputError((errors[0] if len(errors) == 1 else f"{errors[0]} (and {len(errors) - 1} more)") + where)
     for err in errors:
         warnings.append(f"skipped {err}")
     if not any(s.steps for s in summaries):
         raise InputError("the traces hold no activity to analyze (no steps, no operators, no kernels)")
     cross = analyze_cross_rank(summaries)
-    return Analysis(inputs=[str(Path(p)) for p in paths], discovery=disc, summaries=summaries, cross=cross,
+    return Analysis(inputs=[p if sources.is_url(p) else str(Path(p)) for p in paths], discovery=disc, summaries=summaries, cross=cross,
                     warnings=warnings, seconds=time.perf_counter() - t0, bytes_read=total_bytes)

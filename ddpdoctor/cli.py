@@ -154,6 +154,9 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
               help="Use every profiling window of a rank, not only the latest one.")
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None,
               help="Worker processes for decoding ranks in parallel (default: number of CPUs).")
+@click.option("--scheduler", metavar="ADDRESS", default=None,
+              help="Decode ranks on this Dask distributed cluster, e.g. tcp://host:8786 (extra: ddpdoctor[dask]); "
+                   "PATHS must be readable from its workers (a shared filesystem or URLs).")
 @click.option("--comm-kernel", "comm_patterns", multiple=True, metavar="REGEX",
               help="Treat kernels whose name matches REGEX as communication (repeatable).")
 @click.option("--hta", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
@@ -162,13 +165,14 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
 @_redact_hosts_option
 @click.option("-v", "--verbose", is_flag=True, help="Every finding, every fix and the per-rank table, not only the card.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (use with --json or --report).")
-def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, comm_patterns, hta, rules_dirs, sets, no_config,
+def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, scheduler, comm_patterns, hta, rules_dirs, sets, no_config,
             redact_hosts, verbose, quiet):
     """Diagnose a run: why is it slow or why did it fail, and what to change.
 
     PATHS are trace files (*.json, *.json.gz), log files, or folders searched
     recursively: a `ddpdoctor run` bundle, a tensorboard_trace_handler folder, traces
-    and logs from a ticket.
+    and logs from a ticket. Traces may also be fsspec URLs (s3://bucket/run/, gs://…)
+    when the store's package is installed (s3fs, gcsfs, …).
     """
     import re
 
@@ -189,7 +193,8 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, comm_patterns,
     hta_adapter.require(hta)
     paths, trial = trial_arm(list(paths), quiet)
     ruleset = _ruleset(rules_dirs, sets, no_config)
-    opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_patterns), hta=hta)
+    opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_patterns), hta=hta,
+                          scheduler=scheduler)
     with _progress(quiet) as progress:
         report = run_analyze(list(paths), opts, ruleset, progress=progress)
     hosts = HostRedactor() if redact_hosts else None

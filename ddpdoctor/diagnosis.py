@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from . import sources
 from .analysis import Analysis, AnalyzeOptions, analyze
 from .bundle.inputs import Inputs
 from .bundle.settings import load_bundle_facts
@@ -68,9 +69,13 @@ def run_analyze(paths: list[str], opts: AnalyzeOptions | None = None, ruleset: R
         analysis = analyze(paths, opts, progress=progress, inputs=inputs)
     except NoTracesError as exc:
         no_traces = exc
-    bundle = _bundle_facts(paths, warnings, inputs)
+    local = [p for p in paths if not sources.is_url(p)]      # URL inputs: traces only (sources.py)
+    if len(local) < len(paths):
+        warnings.append("logs and bundle records are read from local paths only, not from "
+                        + ", ".join(p for p in paths if sources.is_url(p)))
+    bundle = _bundle_facts(local, warnings, inputs)
     tfacts = trace_facts(analysis) if analysis is not None else {"trace.present": False}
-    logs = _logs(paths, merge_facts(tfacts, bundle), warnings, inputs)
+    logs = _logs(local, merge_facts(tfacts, bundle), warnings, inputs)
     if analysis is None and logs is None:
         raise InputError(f"{no_traces}; no log files either (*.log, *.txt, *.out, *.err, NCCL debug files): "
                          "nothing to analyze")

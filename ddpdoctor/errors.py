@@ -2,7 +2,8 @@
 
 Exit codes of every command (README, "Exit codes"): 0 done; 1 internal error, a failed
 `rules test`, or `compare` over its regression limit; 2 bad input; 3 `analyze` found that the
-run itself failed (a crash, an OOM, a timeout); 130 interrupted.  `run` exits with the
+run itself failed (a crash, an OOM, a timeout); 4 `analyze` could not reach the Dask scheduler
+(`--scheduler`) or the store behind a URL input; 130 interrupted.  `run` exits with the
 training's own exit code."""
 
 FAILED_RUN = 3
@@ -16,3 +17,9 @@ class InputError(Exception):
 
 class NoTracesError(InputError):
     """The inputs hold no usable profiler trace (they may still hold logs)."""
+
+
+class UnreachableError(InputError):
+    """A service the user pointed to (a Dask scheduler, an object store) cannot be reached or refused us."""
+
+    exit_code = 4

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from .. import safe_io
+from .. import safe_io, sources
 from .inputs import walk
 from ..errors import InputError, NoTracesError
 from ..trace.schema import DistributedInfo
@@ -41,7 +41,7 @@ NAMING_HELP = ("name each file after its rank (e.g. rank3.pt.trace.json or worke
 
 @dataclass
 class TraceFile:
-    path: Path
+    path: Path | sources.RemoteFile             # a RemoteFile for URL inputs (s3://…, see sources.py)
     size: int
     rank: int | None
     rank_source: str            # "distributedInfo", "file name" or "none"
@@ -67,8 +67,11 @@ class Discovery:
 
 
 def find_trace_files(paths: list[str], inputs=None) -> list[Path]:
-    found: list[Path] = []
+    found: list = []
     for p in paths:
+        if sources.is_url(p):
+            found.extend(_remote_traces(p))
+            continue
         path = Path(p)
         if not path.exists():
             raise InputError(f"{p}: no such file or directory")
@@ -85,14 +88,22 @@ def find_trace_files(paths: list[str], inputs=None) -> list[Path]:
     # the same file reached through two paths counts once
     seen, unique = set(), []
     for f in found:
-        try:
-            key = f.resolve()
-        except (OSError, RuntimeError):        # a symlink loop: described (and skipped) later
-            key = f
+        key = _resolve(f)                      # a symlink loop: described (and skipped) later
         if key not in seen:
             seen.add(key)
             unique.append(f)
     return unique
+
+
+def _remote_traces(url: str) -> list[sources.RemoteFile]:
+    """The trace files of a URL input, chosen by the same names as in a local folder."""
+    files = sources.list_files(url)
+    if len(files) == 1 and files[0].given:
+        f = files[0]
+        return [f] if f.name.endswith((".json", ".json.gz")) or not f.name.endswith(LOG_SUFFIXES) else []
+    manifests = {f.url.rsplit("/", 1)[0] for f in files if f.name == "manifest.json"}
+    return [f for f in files if f.name.endswith((".json", ".json.gz")) and f.name not in OWN_FILES
+            and not (f.folder_name in OWN_DIRS and f.url.rsplit("/", 2)[0] in manifests)]
 
 
 def _in_own_dir(folder: Path) -> bool:
@@ -102,7 +113,10 @@ def _in_own_dir(folder: Path) -> bool:
 
 def peek(path: Path) -> tuple[bytes, bool]:
     """The first bytes of a (possibly gzipped) file, and whether it is gzip."""
-    head = safe_io.read_head(path, PEEK_BYTES)
+    if isinstance(path, sources.RemoteFile):
+        head = sources.read_range(path, 0, PEEK_BYTES)
+    else:
+        head = safe_io.read_head(path, PEEK_BYTES)
     if head[:2] != b"\x1f\x8b":
         return head, False
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -140,9 +154,12 @@ def describe(path: Path) -> TraceFile:
         raise InputError(f"{path}: JSON is not a profiler trace (no 'traceEvents')")
     info = None
     m = _DIST_INFO.search(head)
+    remote = isinstance(path, sources.RemoteFile)
     if m is None and not gz:
-        size = path.stat().st_size
-        if size > PEEK_BYTES:
+        size = path.size if remote else path.stat().st_size
+        if size > PEEK_BYTES and remote:
+            m = _DIST_INFO.search(sources.read_range(path, size - 64 * 1024, size))
+        elif size > PEEK_BYTES:
             with safe_io.open_regular(path) as fh:
                 fh.seek(size - 64 * 1024)
                 m = _DIST_INFO.search(fh.read())
@@ -161,11 +178,16 @@ def describe(path: Path) -> TraceFile:
     pid_m = _PID.search(head)
     base = _BASE_TIME.search(head)
     tm = _TIME_IN_NAME.search(path.name)
-    st = path.stat()
-    order = (int(tm.group(1)) if tm else 0, int(base.group(1)) if base else 0, st.st_mtime_ns)
+    size, mtime_ns = (path.size, path.mtime_ns) if remote else _size_mtime(path)
+    order = (int(tm.group(1)) if tm else 0, int(base.group(1)) if base else 0, mtime_ns)
     world = safe_io.sane_world_size(info.world_size, str(path)) if info else None
-    return TraceFile(path, st.st_size, rank, source, world,
+    return TraceFile(path, size, rank, source, world,
                      int(pid_m.group(1)) if pid_m else None, order)
+
+
+def _size_mtime(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
 
 
 def _int(v) -> int | None:
@@ -175,7 +197,9 @@ def _int(v) -> int | None:
         return None
 
 
-def _resolve(p: Path) -> Path:
+def _resolve(p):
+    if isinstance(p, sources.RemoteFile):
+        return p.url
     try:
         return p.resolve()
     except (OSError, RuntimeError):
@@ -184,7 +208,8 @@ def _resolve(p: Path) -> Path:
 
 def discover(paths: list[str], all_windows: bool = False, inputs=None) -> Discovery:
     files = find_trace_files(paths, inputs)
-    explicit = {_resolve(Path(p)) for p in paths if not Path(p).is_dir()}
+    explicit = {_resolve(Path(p)) for p in paths if not sources.is_url(p) and not Path(p).is_dir()}
+    explicit |= {str(f) for f in files if isinstance(f, sources.RemoteFile) and f.given}
     if not files:
         raise NoTracesError(f"no trace files (*.json, *.json.gz) under {', '.join(paths)}")
     warnings: list[str] = []

@@ -51,6 +51,8 @@ def cross_check(analysis, mode: str = "auto") -> dict | None:
         return None if mode == "auto" else {"error": "HTA needs GPU traces (it fails on CPU-only/gloo traces)"}
     if mode == "auto" and analysis.bytes_read > AUTO_MAX_BYTES:
         return None
+    if any(isinstance(s.paths[-1], str) and "://" in s.paths[-1] for s in gpu):
+        return None if mode == "auto" else {"error": "HTA reads local files only, not URL inputs"}
     if len(gpu) > 1 and any(analysis.discovery.by_rank[s.rank][-1].rank_source != "distributedInfo" for s in gpu):
         return {"error": "HTA reads ranks only from distributedInfo, which some traces lack"}
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from .. import safe_io
+from .. import safe_io, sources
 from ..errors import InputError
 from . import classify
 from .schema import EVENT_LIST_DECODER, TRACE_DECODER, Args, DeviceProperties, DistributedInfo, Event, Trace
@@ -100,9 +100,12 @@ class RankTrace:
     forward_inputs: list = field(default_factory=list)   # (forward start, input shapes) per forward pass
 
 
-def read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path | sources.RemoteFile) -> bytes:
     cap = safe_io.max_trace_bytes()
-    raw = safe_io.read_capped(path, cap, "trace")
+    if isinstance(path, sources.RemoteFile):
+        raw = sources.read_capped(path, cap, "trace")
+    else:
+        raw = safe_io.read_capped(path, cap, "trace")
     if raw[:2] == b"\x1f\x8b":
         raw = safe_io.gunzip_capped(raw, path, cap)
     return raw
