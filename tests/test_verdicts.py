@@ -356,3 +356,21 @@ def test_on_a_contended_cpu_host_communication_counts_as_measured():
     assert costs[0].cost == pytest.approx(0.37) and costs[0].material and costs[0].eligible
     # the workload's own larger cost still comes first
     assert ranked_costs(_cost_findings(0.21, 0.31), facts)[0].rule == "DL003"
+
+
+def test_no_dominant_cost_says_which_costs_were_set_aside_as_noise_and_which_are_small():
+    from ddpdoctor.rules_engine.engine import Finding
+    from ddpdoctor.rules_engine.verdict import NOISE, Cost, _no_dominant_summary
+    costs = [Cost("IM001", "imbalance", "imbalance-bound", 0.213, True, False, f"late on a contended host: {NOISE}"),
+             Cost("CM001", "communication", "communication-bound", 0.107, True, False,
+                  f"seen on rank 1 only: {NOISE}"),
+             Cost("DL001", "dataloader", "dataloader-bound", 0.02, False, True, "below the materiality")]
+    contention = Finding(rule="IM004", name="host.contention", category="imbalance", severity="medium",
+                         title="contended", summary="", ranks=[], evidence={}, fixes=[])
+    text = _no_dominant_summary(costs, [contention])
+    # a 21 % cost set aside as noise is not called small (it was, before)
+    assert "set aside as machine noise on a contended host (imbalance-bound 21.3%, communication-bound 10.7%; see IM004" in text
+    assert "what else the rules found stays small (dataloader-bound 2.0%)" in text
+    only_small = _no_dominant_summary(costs[2:], [])
+    assert only_small.startswith("no dominant avoidable cost: what the rules found stays small (dataloader-bound 2.0%)")
+    assert "noise" not in only_small

@@ -42,6 +42,10 @@ class Verdict:
     confidence_hints: list[str] = field(default_factory=list)   # what to record to raise the confidence
 
 
+# the words every "set aside as machine noise" reason of a Cost ends with (the summary looks for them)
+NOISE = "machine noise, not the workload"
+
+
 @dataclass
 class Cost:
     """One entry of the ranked list of costs every output reads."""
@@ -119,16 +123,16 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None) -> list[Cos
             (f.agreement is not None and f.agreement < t["alternating_max_agreement"]))
         if contended and alternating and not (f.rule == "IM001" and explained):
             c.eligible = False
-            c.why_not = "the ranks take turns being late on a contended host: machine noise, not the workload"
+            c.why_not = f"the ranks take turns being late on a contended host: {NOISE}"
         elif contended and f.rule == "IM001" and _unexplained_straggler(facts, t):
             c.eligible = False
             c.why_not = ("the late rank computes the same inputs longer on a contended host and nothing it does "
-                         "differs (no uneven inputs, no extra work seen): machine noise, not the workload")
+                         f"differs (no uneven inputs, no extra work seen): {NOISE}")
         elif contended and f.category != "imbalance" and _sporadic(f, facts, t):
             c.eligible = False
             on = f"rank {f.ranks[0]}" if len(f.ranks) == 1 else f"ranks {', '.join(map(str, f.ranks))}"
             c.why_not = (f"seen on {on} only, in {f.agreement:.0%} of the rank-steps, "
-                         "on a contended host: machine noise, not the workload (which runs the same code on every rank)")
+                         f"on a contended host: {NOISE} (which runs the same code on every rank)")
         out.append(c)
     _fold_late_rank_costs(out, {f.rule: f for f in findings}, facts)
     return out
@@ -277,12 +281,28 @@ def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
         summary = (failures[0].summary if failures else "no traces: only logs were analyzed, and they show no failure")
         return Verdict(None, None, None, None, summary, failures[0].rule if failures else None, failed)
     if costs:
-        small = ", ".join(f"{c.label} {c.cost:.1%}" for c in costs[:3])
-        return Verdict(None, None, None, None,
-                       f"no dominant avoidable cost: what the rules found stays small ({small}); "
-                       "no single change promises a large gain", None, failed, "no dominant avoidable cost")
+        return Verdict(None, None, None, None, _no_dominant_summary(costs, findings), None, failed,
+                       "no dominant avoidable cost")
     return Verdict(None, None, None, None,
                    "undetermined: no rule could classify this run (see the abstentions)", None, failed)
+
+
+def _no_dominant_summary(costs: list[Cost], findings: list[Finding]) -> str:
+    """Why no cost decides the run: each one is small, or was set aside as machine noise (the two are
+    said apart: a 21 % straggler on a contended host is not "small")."""
+    def listed(cs: list[Cost]) -> str:
+        return ", ".join(f"{c.label} {c.cost:.1%}" for c in cs[:3])
+
+    noise = [c for c in costs if c.material and not c.eligible and NOISE in (c.why_not or "")]
+    rest = [c for c in costs if c not in noise]
+    parts = []
+    if noise:
+        contention = sorted({f.rule for f in findings if f.rule in metric_params()["verdict"].get("contention_rules", [])})
+        parts.append(f"what the rules found was set aside as machine noise on a contended host ({listed(noise)}; "
+                     f"see {', '.join(contention) or 'the contention finding'}: re-record on an idle host to tell)")
+    if rest:
+        parts.append(f"what {'else ' if noise else ''}the rules found stays small ({listed(rest)})")
+    return f"no dominant avoidable cost: {'; '.join(parts)}; no single change promises a large gain"
 
 
 def diagnose(facts: dict, ruleset: RuleSet, log_search=None) -> Diagnosis:
