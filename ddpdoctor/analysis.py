@@ -32,6 +32,7 @@ class AnalyzeOptions:
     comm_patterns: tuple[str, ...] = ()
     hta: str = "auto"              # "auto", "on" or "off"
     scheduler: str | None = None   # a Dask scheduler address (tcp://host:8786): ranks run on that cluster
+    ranks: str | None = None       # --ranks SPEC: analyze only these ranks, on purpose ("0-7,512")
 
 
 @dataclass
@@ -47,9 +48,10 @@ class Analysis:
 
     @property
     def partial(self) -> bool:
-        """True when some ranks of the job are missing or were skipped."""
+        """True when some ranks of the job are missing, were skipped, or were left out on purpose (--ranks)."""
         world = self.discovery.world_size
-        return (world is not None and len(self.summaries) < world) or any(w.startswith("skipped") for w in self.warnings)
+        return ((world is not None and len(self.summaries) < world) or self.discovery.chosen is not None
+                or any(w.startswith("skipped") for w in self.warnings))
 
     def rank_share(self, s: RankSummary) -> dict[str, float | None]:
         """Mean share of step time of each column: column total / step-time total."""
@@ -155,7 +157,7 @@ def _worker(args):
 def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None, inputs=None) -> Analysis:
     opts = opts or AnalyzeOptions()
     t0 = time.perf_counter()
-    disc = discover(paths, all_windows=opts.all_windows, inputs=inputs)
+    disc = discover(paths, all_windows=opts.all_windows, inputs=inputs, ranks=opts.ranks)
     warnings = list(disc.warnings)
     ranks = disc.ranks
     total_bytes = sum(f.size for r in ranks for f in disc.by_rank[r])

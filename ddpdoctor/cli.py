@@ -154,6 +154,8 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
               help="Use every profiling window of a rank, not only the latest one.")
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None,
               help="Worker processes for decoding ranks in parallel (default: number of CPUs).")
+@click.option("--ranks", "ranks_spec", metavar="SPEC", default=None,
+              help="Analyze only these ranks, e.g. 0-7,512,1020-1023 (the others are not read; every output says so).")
 @click.option("--scheduler", metavar="ADDRESS", default=None,
               help="Decode ranks on this Dask distributed cluster, e.g. tcp://host:8786 (extra: ddpdoctor[dask]); "
                    "PATHS must be readable from its workers (a shared filesystem or URLs).")
@@ -165,7 +167,7 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
 @_redact_hosts_option
 @click.option("-v", "--verbose", is_flag=True, help="Every finding, every fix and the per-rank table, not only the card.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (use with --json or --report).")
-def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, scheduler, comm_patterns, hta, rules_dirs, sets, no_config,
+def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, ranks_spec, scheduler, comm_patterns, hta, rules_dirs, sets, no_config,
             redact_hosts, verbose, quiet):
     """Diagnose a run: why is it slow or why did it fail, and what to change.
 
@@ -194,7 +196,7 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, scheduler, com
     paths, trial = trial_arm(list(paths), quiet)
     ruleset = _ruleset(rules_dirs, sets, no_config)
     opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_patterns), hta=hta,
-                          scheduler=scheduler)
+                          scheduler=scheduler, ranks=ranks_spec)
     with _progress(quiet) as progress:
         report = run_analyze(list(paths), opts, ruleset, progress=progress)
     hosts = HostRedactor() if redact_hosts else None

@@ -95,6 +95,37 @@ def test_missing_ranks_warn_and_give_partial_results(tmp_path):
     assert data["partial"] is True and data["analysis"]["ranks_present"] == list(range(6))
 
 
+def test_ranks_analyzes_the_chosen_ranks_only_and_every_output_says_so(tmp_path):
+    from ddpdoctor.synth import Scenario, generate
+    traces = tmp_path / "traces"
+    generate(Scenario(world_size=12, steps=3, straggler_rank=9, straggler_extra_us=15000.0), traces)
+    out, report = tmp_path / "a.json", tmp_path / "report"
+    res = run_cli("analyze", traces, "--ranks", "0-3,9,40", "--hta", "off", "--no-config", "--json", out,
+                  "--report", report)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(out.read_text())
+    assert data["analysis"]["ranks_present"] == [0, 1, 2, 3, 9] and data["partial"] is True
+    assert [s["rank"] for s in data["analysis"]["cross_rank"]["stragglers"]] == [9]
+    notice = "analyzed 5 of 12 ranks on purpose (--ranks 0-3,9,40)"
+    flat = " ".join(res.stdout.split())                    # the terminal wraps at 80 columns
+    assert notice in flat and "no trace for rank(s) 40" in flat
+    assert "chosen with --ranks 0-3,9,40: drop --ranks to compare every rank" in data["verdict"]["confidence_hints"][0]
+    assert "record every rank" not in flat                 # the missing ranks were not lost: they were left out
+    for name in ("report.md", "report.html", "report.json"):
+        assert notice in " ".join((report / name).read_text().split()), name
+    # without --ranks the same folder is whole
+    whole = run_cli("analyze", traces, "--hta", "off", "--no-config", "--json", out)
+    assert whole.returncode == 0 and json.loads(out.read_text())["partial"] is False
+
+
+@pytest.mark.parametrize("spec,needle", [("0-x", "0-x is not a rank or a range"), ("7-3", "runs backwards"),
+                                         ("", "an empty item is not a rank"), ("50-60", "no trace for any of those ranks (the traces hold ranks 0-1)")])
+def test_a_bad_ranks_spec_is_one_line_and_exit_2(tmp_path, spec, needle):
+    gpu_step_trace(rank=0, world_size=2).write(tmp_path / "rank0.json")
+    gpu_step_trace(rank=1, world_size=2).write(tmp_path / "rank1.json")
+    assert_one_line_error(run_cli("analyze", tmp_path, "--ranks", spec), needle)
+
+
 def test_a_bad_file_inside_a_folder_is_skipped_with_a_warning(tmp_path):
     gpu_step_trace(rank=0, world_size=2).write(tmp_path / "rank0.json")
     gpu_step_trace(rank=1, world_size=2).write(tmp_path / "rank1.json")

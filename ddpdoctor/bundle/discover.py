@@ -60,6 +60,7 @@ class Discovery:
     skipped_windows: dict[int, list[TraceFile]]
     world_size: int | None
     warnings: list[str] = field(default_factory=list)
+    chosen: str | None = None                  # the --ranks SPEC that picked these ranks on purpose
 
     @property
     def ranks(self) -> list[int]:
@@ -206,7 +207,39 @@ def _resolve(p):
         return p
 
 
-def discover(paths: list[str], all_windows: bool = False, inputs=None) -> Discovery:
+def parse_ranks(spec: str) -> list[int]:
+    """`--ranks` SPEC: rank numbers and inclusive ranges, comma-separated ("0-7,512,1020-1023")."""
+    out: set[int] = set()
+    for part in (p.strip() for p in spec.split(",")):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise InputError(f"--ranks {spec}: {part or 'an empty item'} is not a rank or a range "
+                             "(rank numbers and ranges, e.g. 0-7,512,1020-1023)")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise InputError(f"--ranks {spec}: the range {part} runs backwards")
+        if hi - lo >= 1 << 20:
+            raise InputError(f"--ranks {spec}: the range {part} is larger than any world size believed (2^20)")
+        out.update(range(lo, hi + 1))
+    return sorted(out)
+
+
+def _choose(by_rank: dict, skipped: dict, spec: str, warnings: list[str]) -> None:
+    """Keep only the ranks --ranks asked for (in place); the others are not decoded at all."""
+    wanted = parse_ranks(spec)
+    present = sorted(set(wanted) & set(by_rank))
+    if not present:
+        raise InputError(f"--ranks {spec}: no trace for any of those ranks (the traces hold ranks "
+                         f"{compact_ranks(sorted(by_rank))})")
+    absent = sorted(set(wanted) - set(by_rank))
+    if absent:
+        warnings.append(f"--ranks {spec}: no trace for rank(s) {compact_ranks(absent)}")
+    for r in [r for r in by_rank if r not in present]:
+        del by_rank[r]
+        skipped.pop(r, None)
+
+
+def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: str | None = None) -> Discovery:
     files = find_trace_files(paths, inputs)
     explicit = {_resolve(Path(p)) for p in paths if not sources.is_url(p) and not Path(p).is_dir()}
     explicit |= {str(f) for f in files if isinstance(f, sources.RemoteFile) and f.given}
@@ -261,11 +294,18 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None) -> Discov
         bad = [r for r in by_rank if r >= world]
         if bad:
             raise InputError(f"rank {bad[0]} is out of range for world_size {world} ({by_rank[bad[0]][0].path})")
+    recorded = len(by_rank)
+    if ranks is not None:
+        _choose(by_rank, skipped, ranks, warnings)
+        warnings.append(f"analyzed {len(by_rank)} of {world or recorded} ranks on purpose (--ranks {ranks}); the "
+                        "others were not read — cross-rank results, stragglers included, cover these ranks only "
+                        "(partial)")
+    elif world:
         missing = sorted(set(range(world)) - set(by_rank))
         if missing and len(by_rank) > 1:
             warnings.append(f"world_size is {world} but traces cover {len(by_rank)} rank(s); missing: "
                             f"{compact_ranks(missing)} — cross-rank results cover the ranks present (partial)")
-    return Discovery(by_rank, skipped, world, warnings)
+    return Discovery(by_rank, skipped, world, warnings, chosen=ranks)
 
 
 def compact_ranks(nums: list[int]) -> str:

@@ -68,6 +68,8 @@ def trace_facts(analysis) -> dict:
     facts["run.device"] = "gpu" if gpu else "cpu"
     facts["run.ranks"] = [int(r) for r in ranks]
     facts["run.ranks_analyzed"] = len(ranks)
+    if analysis.discovery.chosen is not None:
+        facts["run.ranks_chosen"] = analysis.discovery.chosen
     if analysis.discovery.world_size is not None:
         facts["run.world_size"] = int(analysis.discovery.world_size)
     facts["run.partial"] = bool(analysis.partial)

@@ -211,7 +211,10 @@ def calibrate(evidence: float, rule: str, facts: dict) -> tuple[float, list[str]
         cov = analyzed / world
         conf *= t["ranks_floor"] + (1 - t["ranks_floor"]) * cov
         conf = min(conf, t["partial_ranks_max"])
-        hints.append(f"only {analyzed} of {world} ranks were analyzed: record every rank "
+        chosen = facts.get("run.ranks_chosen")
+        hints.append(f"only {analyzed} of {world} ranks were analyzed, chosen with --ranks {chosen}: drop --ranks "
+                     "to compare every rank" if chosen else
+                     f"only {analyzed} of {world} ranks were analyzed: record every rank "
                      f"(ddpdoctor run records them all) to compare ranks")
     steps = facts.get("run.steps")
     if isinstance(steps, int) and 0 < steps < t["full_steps"]:
