@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import msgspec
@@ -30,11 +31,6 @@ LEGACY_CATS = ("Kernel", "Runtime", "Operator", "Memcpy", "Memset")
 
 def _category_code(cat: str) -> int:
     return CATEGORY_CODES.get(cat.lower(), 0)
-
-
-def _columns(rows: list[tuple], width: int) -> list[list]:
-    """Transpose row tuples into ``width`` column lists."""
-    return [list(c) for c in zip(*rows)] if rows else [[] for _ in range(width)]
 
 
 @dataclass
@@ -192,120 +188,116 @@ def load_rank_trace(path: Path, rank_hint: int | None = None, rank_hint_source: 
 def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: str,
               comm_patterns: tuple[str, ...] = ()) -> RankTrace:
     is_comm_name = classify.comm_kernel_matcher(comm_patterns)
-    # One pass, one append per event: category strings repeat, so their meaning is cached.
-    codes: dict[str, int] = {}
-    gpu_rows: list[tuple] = []     # (ts, end, kind, name, args)
-    op_rows: list[tuple] = []      # (ts, end, tid, name, ext, pid, ann)  ann: 0 op, 1 annotation, 2 runtime
-    rt_rows: list[tuple] = []      # (ts, end, correlation)
-    n = 0
-    for ev in trace.traceEvents:
-        if ev.ph != "X":
-            continue
-        n += 1
-        code = codes.get(ev.cat)
-        if code is None:
-            code = codes[ev.cat] = _category_code(ev.cat)
-        if not code:
-            continue
-        ts = ev.ts
-        dur = ev.dur
-        end = ts + dur if dur > 0 else ts
-        args = ev.args
-        if code <= 3:
-            gpu_rows.append((ts, end, code, ev.name, args))
-        elif code == 4:
-            rt_rows.append((ts, end, args.correlation if args else None))
-            op_rows.append((ts, end, ev.tid, ev.name, None, ev.pid, 2, None))
-        else:
-            ext = (args.external_id if args.external_id is not None else args.external_id_2021) if args else None
-            op_rows.append((ts, end, ev.tid, ev.name, ext, ev.pid, code - 5,
-                            args.input_dims if args is not None and args.input_dims else None))
+    # Columnar: each field is read once per event by a C-level map over the event list,
+    # and every name or category is classified once per distinct value (dict lookups),
+    # so no per-event Python tuples are built (docs/DESIGN.md, "Decode").
+    evs = [ev for ev in trace.traceEvents if ev.ph == "X"]
+    n = len(evs)
+    cats = list(map(_CAT, evs))
+    codes = {c: _category_code(c) for c in set(cats)}
+    code = np.fromiter(map(codes.__getitem__, cats), dtype=np.int8, count=n)
+    del cats
     schema = "2021" if any(c in codes for c in LEGACY_CATS) else "current"
-    k_s, k_e, k_code, k_names, k_args = _columns(gpu_rows, 5)
-    rt_s, rt_e, rt_corr = _columns(rt_rows, 3)
-    op_s, op_e, op_tid, op_name, op_ext, op_pid, op_ann, op_dims = _columns(op_rows, 8)
-    del gpu_rows, op_rows, rt_rows
-    starts = [min(x) for x in (k_s, op_s) if x]
-    ends = [max(x) for x in (k_e, op_e) if x]
+    gpu_idx = np.flatnonzero((code >= 1) & (code <= 3))
+    op_idx = np.flatnonzero(code >= 4)
+    k_ev = _take(evs, gpu_idx)
+    ops = _take(evs, op_idx)
+    del evs
+    k_s, k_e = _times(k_ev)
+    op_s, op_e = _times(ops)
+    k_code = code[gpu_idx]
+    op_code = code[op_idx]
+    del code
+    starts = [x.min() for x in (k_s, op_s) if x.size]
+    ends = [x.max() for x in (k_e, op_e) if x.size]
     first, last = (min(starts), max(ends)) if starts else (0.0, 0.0)
 
     # --- host side -------------------------------------------------------------------
-    flags_of = classify.cached_by_name(classify.name_flags)
-    steps_idx = [i for i, nm in enumerate(op_name) if op_ann[i] != 2 and nm.startswith("ProfilerStep#")]
+    op_name = list(map(_NAME, ops))
+    op_tid = list(map(_TID, ops))
+    op_pid = list(map(_PID, ops))
+    op_ann = np.where(op_code == 4, 2, op_code - 5).astype(np.int8)   # 0 op, 1 annotation, 2 runtime
+    rt_mask = op_code == 4
+    F = classify
+    flag_of = {nm: F.name_flags(nm) for nm in set(op_name)}
+    flags = np.fromiter(map(flag_of.__getitem__, op_name), dtype=np.int32, count=len(op_name))
+    steps_idx = [i for i in np.flatnonzero(~rt_mask).tolist() if op_name[i].startswith("ProfilerStep#")]
     if steps_idx:
         main_tid, main_pid = op_tid[steps_idx[0]], op_pid[steps_idx[0]]
     else:
-        main_tid, main_pid = classify.busiest_thread(op_s, op_e, op_tid, op_pid, op_ann)
-    steps = sorted(((op_name[i], op_s[i], op_e[i]) for i in steps_idx
+        main_tid, main_pid = classify.busiest_thread(op_s.tolist(), op_e.tolist(), op_tid, op_pid, op_ann.tolist())
+    steps = sorted(((op_name[i], float(op_s[i]), float(op_e[i])) for i in steps_idx
                     if op_tid[i] == main_tid and op_pid[i] == main_pid), key=lambda x: x[1])
-    buckets: dict[str, list[int]] = {k: [] for k in ("host", "main", "dl", "fwd", "bwd", "opt", "coll",
-                                                      "alloc", "sync")}
-    F = classify
+    in_pid = np.fromiter((p == main_pid for p in op_pid), dtype=bool, count=len(op_pid))
+    on_main = np.fromiter((t == main_tid for t in op_tid), dtype=bool, count=len(op_tid))
+    host = in_pid & ((flags & F.MARKER) == 0)
+    host_rt = host & rt_mask
+    host_op = host & ~rt_mask
+
+    def has(flag: int) -> np.ndarray:
+        return (flags & flag) != 0
+
+    sel = {"host": host, "main": host_op & (op_ann == 0) & on_main,
+           "dl": host_op & has(F.DATALOADER), "fwd": host_op & has(F.FORWARD),
+           "bwd": host_op & has(F.BACKWARD), "opt": host_op & has(F.OPTIMIZER),
+           "coll": host_op & has(F.COLLECTIVE),
+           "alloc": host_rt & has(F.RT_ALLOC), "sync": host_rt & ~has(F.RT_ALLOC) & has(F.RT_SYNC)}
+    buckets = {k: np.flatnonzero(m) for k, m in sel.items()}
     ext_to_coll: dict = {}
-    for i, nm in enumerate(op_name):
-        if op_pid[i] != main_pid:
-            continue
-        f = flags_of(nm)
-        if f & F.MARKER:
-            continue
-        buckets["host"].append(i)
-        if op_ann[i] == 2:
-            if f & (F.RT_ALLOC | F.RT_SYNC):
-                buckets["alloc" if f & F.RT_ALLOC else "sync"].append(i)
-            continue
-        if op_ann[i] == 0 and op_tid[i] == main_tid:
-            buckets["main"].append(i)
-        if f & F.DATALOADER:
-            buckets["dl"].append(i)
-        if f & F.FORWARD:
-            buckets["fwd"].append(i)
-        if f & F.BACKWARD:
-            buckets["bwd"].append(i)
-        if f & F.OPTIMIZER:
-            buckets["opt"].append(i)
-        if f & F.COLLECTIVE:
-            buckets["coll"].append(i)
-            if op_ext[i] is not None:
-                ext_to_coll[op_ext[i]] = classify.host_collective_kind(nm)
+    for i in buckets["coll"].tolist():
+        ext = _ext(ops[i].args)
+        if ext is not None:
+            ext_to_coll[ext] = classify.host_collective_kind(op_name[i])
 
     def spans(key: str) -> Spans:
-        sel = buckets[key]
-        return Spans.build([op_s[i] for i in sel], [op_e[i] for i in sel], [op_name[i] for i in sel])
+        idx = buckets[key]
+        return Spans(op_s[idx], op_e[idx], _take(op_name, idx))
 
     host_ops, main_ops, dataloader = spans("host"), spans("main"), spans("dl")
     forward, backward, optimizer, host_coll = spans("fwd"), spans("bwd"), spans("opt"), spans("coll")
     rt_alloc, rt_sync = spans("alloc"), spans("sync")
-    forward_inputs = _forward_inputs(forward, buckets["main"], op_s, op_dims)
+    forward_inputs = _forward_inputs(forward, buckets["main"].tolist(), op_s, ops) if len(forward) else []
 
     # --- device side -----------------------------------------------------------------
-    kinds = np.empty(len(k_s), dtype=np.int8)
-    pageable = np.zeros(len(k_s), dtype=bool)
-    traits = np.zeros(len(k_s), dtype=np.int8)
+    k_names = list(map(_NAME, k_ev))
+    k_args = list(map(_ARGS, k_ev))
+    del k_ev
+    nk = len(k_names)
+    kinds = np.full(nk, GpuOps.KERNEL, dtype=np.int8)
+    pageable = np.zeros(nk, dtype=bool)
+    traits = np.zeros(nk, dtype=np.int8)
+    comm_kind: list[str] = [""] * nk
+    mem = np.flatnonzero(k_code == 2)
+    kinds[mem] = GpuOps.MEMCPY
+    kinds[k_code == 3] = GpuOps.MEMSET
+    page_of = {nm: "HtoD" in nm and "Pageable" in nm for nm in set(_take(k_names, mem))}
+    pageable[mem] = [page_of[k_names[j]] for j in mem.tolist()]
+    kern = np.flatnonzero(k_code == 1).tolist()
+    kern_names = [k_names[j] for j in kern]
+    comm_of = {nm: bool(is_comm_name(nm)) for nm in set(kern_names)}
     trait_of = classify.cached_by_name(classify.kernel_traits)
-    comm_kind: list[str] = []
-    k_corr = []
-    for j, (name, args) in enumerate(zip(k_names, k_args)):
-        k_corr.append(args.correlation if args else None)
-        if k_code[j] == 2:
-            kinds[j] = GpuOps.MEMCPY
-            pageable[j] = "HtoD" in name and "Pageable" in name
-        elif k_code[j] == 3:
-            kinds[j] = GpuOps.MEMSET
-        else:
-            marked = args is not None and args.collective
-            ext = (args.external_id if args.external_id is not None else args.external_id_2021) if args else None
+    kind_of: dict = {}
+    for j, name in zip(kern, kern_names):
+        args = k_args[j]
+        marked = args.collective if args is not None else None
+        parent = None
+        if ext_to_coll and args is not None:
+            ext = _ext(args)
             parent = ext_to_coll.get(ext) if ext is not None else None
-            if marked or parent is not None or is_comm_name(name):
-                kinds[j] = GpuOps.COMM
-                ck = classify.collective_kind(args.collective if marked else None, name, parent)
-                comm_kind.append(ck)
-                continue
-            kinds[j] = GpuOps.KERNEL
+        if marked or parent is not None or comm_of[name]:
+            kinds[j] = GpuOps.COMM
+            key = (marked or None, name, parent)
+            ck = kind_of.get(key)
+            if ck is None:
+                ck = kind_of[key] = classify.collective_kind(*key)
+            comm_kind[j] = ck
+        else:
             traits[j] = trait_of(name)
-        comm_kind.append("")
-    gpu = GpuOps(np.asarray(k_s, dtype=np.float64), np.asarray(k_e, dtype=np.float64), kinds,
-                 np.asarray([_corr(c) for c in k_corr], dtype=np.int64), comm_kind, pageable, traits, list(k_names))
-    rt_keep = [i for i, c in enumerate(rt_corr) if _corr(c) >= 0]
+    gpu = GpuOps(k_s, k_e, kinds, _corr_array([a.correlation if a is not None else None for a in k_args]),
+                 comm_kind, pageable, traits, k_names)
+    rt_idx = np.flatnonzero(rt_mask)
+    rt_corr = _corr_array([a.correlation if a is not None else None for a in map(_ARGS, _take(ops, rt_idx))])
+    rt_keep = rt_corr >= 0
 
     dist = trace.distributedInfo
     rank = _int_or_none(dist.rank) if dist else None
@@ -321,21 +313,60 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
         schema=schema, main_tid=main_tid, steps=steps,
         dataloader=dataloader, host_ops=host_ops, main_ops=main_ops,
         forward=forward, backward=backward, optimizer=optimizer, host_collectives=host_coll,
-        runtime_launch=Spans.build([rt_s[i] for i in rt_keep], [rt_e[i] for i in rt_keep]),
-        runtime_corr=np.asarray([_corr(rt_corr[i]) for i in rt_keep], dtype=np.int64),
+        runtime_launch=Spans(op_s[rt_idx][rt_keep], op_e[rt_idx][rt_keep]),
+        runtime_corr=rt_corr[rt_keep],
         gpu=gpu, first_ts=float(first) if n else 0.0, last_ts=float(last) if n else 0.0, n_events=n,
         runtime_alloc=rt_alloc, runtime_sync=rt_sync, forward_inputs=forward_inputs,
     )
 
 
-def _forward_inputs(forward: Spans, main_idx: list[int], op_s: list, op_dims: list) -> list[tuple[float, str]]:
+_CAT, _NAME, _TID, _PID, _ARGS = (attrgetter(f) for f in ("cat", "name", "tid", "pid", "args"))
+_TS, _DUR = attrgetter("ts"), attrgetter("dur")
+
+
+def _take(items: list, idx: np.ndarray) -> list:
+    """``[items[i] for i in idx]`` at C speed."""
+    if len(idx) == 0:
+        return []
+    if len(idx) == 1:
+        return [items[int(idx[0])]]
+    return list(itemgetter(*idx.tolist())(items))
+
+
+def _times(evs: list) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) arrays; an event without a positive duration ends where it starts."""
+    ts = np.fromiter(map(_TS, evs), dtype=np.float64, count=len(evs))
+    dur = np.fromiter(map(_DUR, evs), dtype=np.float64, count=len(evs))
+    return ts, np.where(dur > 0, ts + dur, ts)
+
+
+def _ext(args) -> int | str | None:
+    if args is None:
+        return None
+    return args.external_id if args.external_id is not None else args.external_id_2021
+
+
+def _corr_array(values: list) -> np.ndarray:
+    """int64 correlation ids, -1 where absent or not a number."""
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except (TypeError, ValueError, OverflowError):
+        return np.asarray([_corr(c) for c in values], dtype=np.int64)
+
+
+def _forward_inputs(forward: Spans, main_idx: list[int], op_s: np.ndarray, ops: list) -> list[tuple[float, str]]:
     """(start, input shapes of the first main-thread op of the forward) for each forward span:
     with record_shapes, this is the batch the model received (e.g. [[32, 3, 224, 224], ...])."""
     if not len(forward):
         return []
-    cand = sorted((op_s[i], i) for i in main_idx if op_dims[i] is not None)
+    cand = []
+    for i in main_idx:
+        args = ops[i].args
+        if args is not None and args.input_dims:
+            cand.append((float(op_s[i]), i))
     if not cand:
         return []
+    cand.sort()
     starts = [c[0] for c in cand]
     out: list[tuple[float, str]] = []
     for fs, fe in sorted(zip(forward.start.tolist(), forward.end.tolist())):
@@ -343,7 +374,7 @@ def _forward_inputs(forward: Spans, main_idx: list[int], op_s: list, op_dims: li
             continue
         j = bisect.bisect_left(starts, fs)
         if j < len(cand) and starts[j] <= fe:
-            out.append((fs, bytes(op_dims[cand[j][1]]).decode("utf-8", "replace")))
+            out.append((fs, bytes(ops[cand[j][1]].args.input_dims).decode("utf-8", "replace")))
     return out
 
 
