@@ -9,6 +9,7 @@ current ones (``kernel``, ``cuda_runtime``, ``cuda_driver``, ``cpu_op``,
 from __future__ import annotations
 
 import bisect
+import os
 
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
@@ -101,10 +102,36 @@ def read_bytes(path: Path | sources.RemoteFile) -> bytes:
     if isinstance(path, sources.RemoteFile):
         raw = sources.read_capped(path, cap, "trace")
     else:
-        raw = safe_io.read_capped(path, cap, "trace")
+        raw = _read_local(path, cap)
     if raw[:2] == b"\x1f\x8b":
         raw = safe_io.gunzip_capped(raw, path, cap)
     return raw
+
+
+def _read_local(path: Path, cap: int) -> bytes | bytearray:
+    """``safe_io.read_capped(path, cap, "trace")`` without its chunk join: a regular file
+    of known size is read into one buffer, which saves a copy of the file and halves the
+    memory the read needs (the chunks and their join were alive together)."""
+    with safe_io.open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > cap:
+            raise InputError(f"{path}: trace larger than the limit of {cap} bytes "
+                             "(raise it with DDPDOCTOR_MAX_TRACE_BYTES)")
+        buf = bytearray(size + 1)          # one byte more: a file that grew is noticed
+        got = 0
+        with memoryview(buf) as view:
+            try:
+                while got <= size:
+                    k = fh.readinto(view[got:])
+                    if not k:
+                        break
+                    got += k
+            except OSError as exc:
+                raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if got > size:                         # written to while we read: the general path
+        return safe_io.read_capped(path, cap, "trace")
+    del buf[got:]
+    return buf
 
 
 def _decode(path: Path, raw: bytes) -> Trace:
@@ -219,17 +246,16 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     op_ann = np.where(op_code == 4, 2, op_code - 5).astype(np.int8)   # 0 op, 1 annotation, 2 runtime
     rt_mask = op_code == 4
     F = classify
-    flag_of = {nm: F.name_flags(nm) for nm in set(op_name)}
+    flag_of = {nm: F.name_flags(nm) | (_STEP if nm.startswith("ProfilerStep#") else 0) for nm in set(op_name)}
     flags = np.fromiter(map(flag_of.__getitem__, op_name), dtype=np.int32, count=len(op_name))
-    steps_idx = [i for i in np.flatnonzero(~rt_mask).tolist() if op_name[i].startswith("ProfilerStep#")]
+    steps_idx = np.flatnonzero(~rt_mask & ((flags & _STEP) != 0)).tolist()
     if steps_idx:
         main_tid, main_pid = op_tid[steps_idx[0]], op_pid[steps_idx[0]]
     else:
         main_tid, main_pid = classify.busiest_thread(op_s.tolist(), op_e.tolist(), op_tid, op_pid, op_ann.tolist())
     steps = sorted(((op_name[i], float(op_s[i]), float(op_e[i])) for i in steps_idx
                     if op_tid[i] == main_tid and op_pid[i] == main_pid), key=lambda x: x[1])
-    in_pid = np.fromiter((p == main_pid for p in op_pid), dtype=bool, count=len(op_pid))
-    on_main = np.fromiter((t == main_tid for t in op_tid), dtype=bool, count=len(op_tid))
+    in_pid, on_main = _equals(op_pid, main_pid), _equals(op_tid, main_tid)
     host = in_pid & ((flags & F.MARKER) == 0)
     host_rt = host & rt_mask
     host_op = host & ~rt_mask
@@ -272,27 +298,9 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     kinds[k_code == 3] = GpuOps.MEMSET
     page_of = {nm: "HtoD" in nm and "Pageable" in nm for nm in set(_take(k_names, mem))}
     pageable[mem] = [page_of[k_names[j]] for j in mem.tolist()]
-    kern = np.flatnonzero(k_code == 1).tolist()
-    kern_names = [k_names[j] for j in kern]
-    comm_of = {nm: bool(is_comm_name(nm)) for nm in set(kern_names)}
-    trait_of = classify.cached_by_name(classify.kernel_traits)
-    kind_of: dict = {}
-    for j, name in zip(kern, kern_names):
-        args = k_args[j]
-        marked = args.collective if args is not None else None
-        parent = None
-        if ext_to_coll and args is not None:
-            ext = _ext(args)
-            parent = ext_to_coll.get(ext) if ext is not None else None
-        if marked or parent is not None or comm_of[name]:
-            kinds[j] = GpuOps.COMM
-            key = (marked or None, name, parent)
-            ck = kind_of.get(key)
-            if ck is None:
-                ck = kind_of[key] = classify.collective_kind(*key)
-            comm_kind[j] = ck
-        else:
-            traits[j] = trait_of(name)
+    kern = np.flatnonzero(k_code == 1)
+    _kernel_kinds(kern, _take(k_names, kern), _take(k_args, kern), ext_to_coll, is_comm_name,
+                  kinds, traits, comm_kind)
     gpu = GpuOps(k_s, k_e, kinds, _corr_array([a.correlation if a is not None else None for a in k_args]),
                  comm_kind, pageable, traits, k_names)
     rt_idx = np.flatnonzero(rt_mask)
@@ -320,8 +328,9 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     )
 
 
+_STEP = 1 << 16    # beside classify's name flags: a ProfilerStep#N span
 _CAT, _NAME, _TID, _PID, _ARGS = (attrgetter(f) for f in ("cat", "name", "tid", "pid", "args"))
-_TS, _DUR = attrgetter("ts"), attrgetter("dur")
+_TS, _DUR, _EXT = attrgetter("ts"), attrgetter("dur"), attrgetter("external_id")
 
 
 def _take(items: list, idx: np.ndarray) -> list:
@@ -338,6 +347,47 @@ def _times(evs: list) -> tuple[np.ndarray, np.ndarray]:
     ts = np.fromiter(map(_TS, evs), dtype=np.float64, count=len(evs))
     dur = np.fromiter(map(_DUR, evs), dtype=np.float64, count=len(evs))
     return ts, np.where(dur > 0, ts + dur, ts)
+
+
+def _kernel_kinds(kern: np.ndarray, names: list[str], args: list, ext_to_coll: dict, is_comm_name,
+                  kinds: np.ndarray, traits: np.ndarray, comm_kind: list[str]) -> None:
+    """Fill kinds, traits and collective kinds of the kernels at ``kern``: a kernel is a
+    communication kernel when its args name a collective, when it was launched from a host
+    collective (external id), or when its name matches a communication-kernel pattern."""
+    if not len(kern):
+        return
+    comm_of = {nm: bool(is_comm_name(nm)) for nm in set(names)}
+    comm = np.fromiter(map(comm_of.__getitem__, names), dtype=bool, count=len(names))
+    marked = [a.collective if a is not None else None for a in args]
+    comm |= np.fromiter(map(bool, marked), dtype=bool, count=len(marked))
+    parents = [None] * len(names)
+    if ext_to_coll:
+        exts = list(map(_ext, args)) if None in args else list(map(_EXT, args))
+        if None in exts:    # 2021 traces spell it "external id"
+            exts = list(map(_ext, args))
+        parents = list(map(ext_to_coll.get, exts))
+        comm |= np.fromiter(map(ext_to_coll.__contains__, exts), dtype=bool, count=len(exts))
+    kind_of: dict = {}
+    for j in np.flatnonzero(comm).tolist():
+        key = (marked[j] or None, names[j], parents[j])
+        ck = kind_of.get(key)
+        if ck is None:
+            ck = kind_of[key] = classify.collective_kind(*key)
+        comm_kind[int(kern[j])] = ck
+    kinds[kern[comm]] = GpuOps.COMM
+    plain = np.flatnonzero(~comm)
+    plain_names = _take(names, plain)
+    trait_of = {nm: classify.kernel_traits(nm) for nm in set(plain_names)}
+    traits[kern[plain]] = np.fromiter(map(trait_of.__getitem__, plain_names), dtype=np.int8, count=len(plain))
+
+
+def _equals(ids: list, value) -> np.ndarray:
+    """``[x == value for x in ids]`` as a bool array; vectorised when every id is an int."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        arr = np.array(ids)
+        if arr.dtype.kind == "i":          # not when a string or a huge id is among them
+            return arr == value
+    return np.fromiter((x == value for x in ids), dtype=bool, count=len(ids))
 
 
 def _ext(args) -> int | str | None:
