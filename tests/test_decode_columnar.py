@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ddpdoctor.errors import InputError
-from ddpdoctor.trace import decode
+from ddpdoctor.trace import columnar, decode
 from ddpdoctor.trace.decode import GpuOps, load_rank_trace
 
 
@@ -73,7 +73,7 @@ def test_local_read_is_the_file_and_keeps_the_size_limit(tmp_path, monkeypatch):
 
 
 def test_equals_is_python_equality():
-    assert decode._equals([1, 2, 1], 1).tolist() == [True, False, True]
-    assert decode._equals([1, "1", 1 << 70], 1).tolist() == [True, False, False]
-    assert decode._equals(["a", 1], "a").tolist() == [True, False]
-    assert decode._equals([], 1).dtype == np.bool_
+    assert columnar.equals([1, 2, 1], 1).tolist() == [True, False, True]
+    assert columnar.equals([1, "1", 1 << 70], 1).tolist() == [True, False, False]
+    assert columnar.equals(["a", 1], "a").tolist() == [True, False]
+    assert columnar.equals([], 1).dtype == np.bool_

@@ -12,7 +12,6 @@ import bisect
 import os
 
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import msgspec
@@ -21,6 +20,7 @@ import numpy as np
 from .. import safe_io, sources
 from ..errors import InputError
 from . import classify
+from . import columnar as C
 from .schema import EVENT_LIST_DECODER, TRACE_DECODER, Args, DeviceProperties, DistributedInfo, Event, Trace
 
 # category (lower case) -> code: 1 kernel, 2 memcpy, 3 memset, 4 runtime, 5 operator, 6 annotation
@@ -220,18 +220,16 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     # so no per-event Python tuples are built (docs/DESIGN.md, "Decode").
     evs = [ev for ev in trace.traceEvents if ev.ph == "X"]
     n = len(evs)
-    cats = list(map(_CAT, evs))
-    codes = {c: _category_code(c) for c in set(cats)}
-    code = np.fromiter(map(codes.__getitem__, cats), dtype=np.int8, count=n)
-    del cats
+    codes = C.PerValue(_category_code)
+    code = np.fromiter(map(codes.__getitem__, map(C.CAT, evs)), dtype=np.int8, count=n)
     schema = "2021" if any(c in codes for c in LEGACY_CATS) else "current"
     gpu_idx = np.flatnonzero((code >= 1) & (code <= 3))
     op_idx = np.flatnonzero(code >= 4)
-    k_ev = _take(evs, gpu_idx)
-    ops = _take(evs, op_idx)
+    k_ev = C.take(evs, gpu_idx)
+    ops = C.take(evs, op_idx)
     del evs
-    k_s, k_e = _times(k_ev)
-    op_s, op_e = _times(ops)
+    k_s, k_e = C.times(k_ev)
+    op_s, op_e = C.times(ops)
     k_code = code[gpu_idx]
     op_code = code[op_idx]
     del code
@@ -240,13 +238,13 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     first, last = (min(starts), max(ends)) if starts else (0.0, 0.0)
 
     # --- host side -------------------------------------------------------------------
-    op_name = list(map(_NAME, ops))
-    op_tid = list(map(_TID, ops))
-    op_pid = list(map(_PID, ops))
+    op_name = list(map(C.NAME, ops))
+    op_tid = list(map(C.TID, ops))
+    op_pid = list(map(C.PID, ops))
     op_ann = np.where(op_code == 4, 2, op_code - 5).astype(np.int8)   # 0 op, 1 annotation, 2 runtime
     rt_mask = op_code == 4
     F = classify
-    flag_of = {nm: F.name_flags(nm) | (_STEP if nm.startswith("ProfilerStep#") else 0) for nm in set(op_name)}
+    flag_of = C.PerValue(lambda nm: F.name_flags(nm) | (_STEP if nm.startswith("ProfilerStep#") else 0))
     flags = np.fromiter(map(flag_of.__getitem__, op_name), dtype=np.int32, count=len(op_name))
     steps_idx = np.flatnonzero(~rt_mask & ((flags & _STEP) != 0)).tolist()
     if steps_idx:
@@ -255,7 +253,7 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
         main_tid, main_pid = classify.busiest_thread(op_s.tolist(), op_e.tolist(), op_tid, op_pid, op_ann.tolist())
     steps = sorted(((op_name[i], float(op_s[i]), float(op_e[i])) for i in steps_idx
                     if op_tid[i] == main_tid and op_pid[i] == main_pid), key=lambda x: x[1])
-    in_pid, on_main = _equals(op_pid, main_pid), _equals(op_tid, main_tid)
+    in_pid, on_main = C.equals(op_pid, main_pid), C.equals(op_tid, main_tid)
     host = in_pid & ((flags & F.MARKER) == 0)
     host_rt = host & rt_mask
     host_op = host & ~rt_mask
@@ -271,13 +269,13 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     buckets = {k: np.flatnonzero(m) for k, m in sel.items()}
     ext_to_coll: dict = {}
     for i in buckets["coll"].tolist():
-        ext = _ext(ops[i].args)
+        ext = C.ext(ops[i].args)
         if ext is not None:
             ext_to_coll[ext] = classify.host_collective_kind(op_name[i])
 
     def spans(key: str) -> Spans:
         idx = buckets[key]
-        return Spans(op_s[idx], op_e[idx], _take(op_name, idx))
+        return Spans(op_s[idx], op_e[idx], C.take(op_name, idx))
 
     host_ops, main_ops, dataloader = spans("host"), spans("main"), spans("dl")
     forward, backward, optimizer, host_coll = spans("fwd"), spans("bwd"), spans("opt"), spans("coll")
@@ -285,8 +283,8 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     forward_inputs = _forward_inputs(forward, buckets["main"].tolist(), op_s, ops) if len(forward) else []
 
     # --- device side -----------------------------------------------------------------
-    k_names = list(map(_NAME, k_ev))
-    k_args = list(map(_ARGS, k_ev))
+    k_names = list(map(C.NAME, k_ev))
+    k_args = list(map(C.ARGS, k_ev))
     del k_ev
     nk = len(k_names)
     kinds = np.full(nk, GpuOps.KERNEL, dtype=np.int8)
@@ -296,15 +294,15 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     mem = np.flatnonzero(k_code == 2)
     kinds[mem] = GpuOps.MEMCPY
     kinds[k_code == 3] = GpuOps.MEMSET
-    page_of = {nm: "HtoD" in nm and "Pageable" in nm for nm in set(_take(k_names, mem))}
+    page_of = {nm: "HtoD" in nm and "Pageable" in nm for nm in set(C.take(k_names, mem))}
     pageable[mem] = [page_of[k_names[j]] for j in mem.tolist()]
     kern = np.flatnonzero(k_code == 1)
-    _kernel_kinds(kern, _take(k_names, kern), _take(k_args, kern), ext_to_coll, is_comm_name,
+    _kernel_kinds(kern, C.take(k_names, kern), C.take(k_args, kern), ext_to_coll, is_comm_name,
                   kinds, traits, comm_kind)
-    gpu = GpuOps(k_s, k_e, kinds, _corr_array([a.correlation if a is not None else None for a in k_args]),
+    gpu = GpuOps(k_s, k_e, kinds, C.corr_array(C.correlations(k_args)),
                  comm_kind, pageable, traits, k_names)
     rt_idx = np.flatnonzero(rt_mask)
-    rt_corr = _corr_array([a.correlation if a is not None else None for a in map(_ARGS, _take(ops, rt_idx))])
+    rt_corr = C.corr_array(C.correlations(list(map(C.ARGS, C.take(ops, rt_idx)))))
     rt_keep = rt_corr >= 0
 
     dist = trace.distributedInfo
@@ -329,26 +327,6 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
 
 
 _STEP = 1 << 16    # beside classify's name flags: a ProfilerStep#N span
-_CAT, _NAME, _TID, _PID, _ARGS = (attrgetter(f) for f in ("cat", "name", "tid", "pid", "args"))
-_TS, _DUR, _EXT = attrgetter("ts"), attrgetter("dur"), attrgetter("external_id")
-
-
-def _take(items: list, idx: np.ndarray) -> list:
-    """``[items[i] for i in idx]`` at C speed."""
-    if len(idx) == 0:
-        return []
-    if len(idx) == 1:
-        return [items[int(idx[0])]]
-    return list(itemgetter(*idx.tolist())(items))
-
-
-def _times(evs: list) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) arrays; an event without a positive duration ends where it starts."""
-    ts = np.fromiter(map(_TS, evs), dtype=np.float64, count=len(evs))
-    dur = np.fromiter(map(_DUR, evs), dtype=np.float64, count=len(evs))
-    return ts, np.where(dur > 0, ts + dur, ts)
-
-
 def _kernel_kinds(kern: np.ndarray, names: list[str], args: list, ext_to_coll: dict, is_comm_name,
                   kinds: np.ndarray, traits: np.ndarray, comm_kind: list[str]) -> None:
     """Fill kinds, traits and collective kinds of the kernels at ``kern``: a kernel is a
@@ -356,15 +334,15 @@ def _kernel_kinds(kern: np.ndarray, names: list[str], args: list, ext_to_coll: d
     collective (external id), or when its name matches a communication-kernel pattern."""
     if not len(kern):
         return
-    comm_of = {nm: bool(is_comm_name(nm)) for nm in set(names)}
+    comm_of = C.PerValue(lambda nm: bool(is_comm_name(nm)))
     comm = np.fromiter(map(comm_of.__getitem__, names), dtype=bool, count=len(names))
     marked = [a.collective if a is not None else None for a in args]
     comm |= np.fromiter(map(bool, marked), dtype=bool, count=len(marked))
     parents = [None] * len(names)
     if ext_to_coll:
-        exts = list(map(_ext, args)) if None in args else list(map(_EXT, args))
+        exts = list(map(C.ext, args)) if None in args else list(map(C.EXT, args))
         if None in exts:    # 2021 traces spell it "external id"
-            exts = list(map(_ext, args))
+            exts = list(map(C.ext, args))
         parents = list(map(ext_to_coll.get, exts))
         comm |= np.fromiter(map(ext_to_coll.__contains__, exts), dtype=bool, count=len(exts))
     kind_of: dict = {}
@@ -376,32 +354,9 @@ def _kernel_kinds(kern: np.ndarray, names: list[str], args: list, ext_to_coll: d
         comm_kind[int(kern[j])] = ck
     kinds[kern[comm]] = GpuOps.COMM
     plain = np.flatnonzero(~comm)
-    plain_names = _take(names, plain)
-    trait_of = {nm: classify.kernel_traits(nm) for nm in set(plain_names)}
+    plain_names = C.take(names, plain)
+    trait_of = C.PerValue(classify.kernel_traits)
     traits[kern[plain]] = np.fromiter(map(trait_of.__getitem__, plain_names), dtype=np.int8, count=len(plain))
-
-
-def _equals(ids: list, value) -> np.ndarray:
-    """``[x == value for x in ids]`` as a bool array; vectorised when every id is an int."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        arr = np.array(ids)
-        if arr.dtype.kind == "i":          # not when a string or a huge id is among them
-            return arr == value
-    return np.fromiter((x == value for x in ids), dtype=bool, count=len(ids))
-
-
-def _ext(args) -> int | str | None:
-    if args is None:
-        return None
-    return args.external_id if args.external_id is not None else args.external_id_2021
-
-
-def _corr_array(values: list) -> np.ndarray:
-    """int64 correlation ids, -1 where absent or not a number."""
-    try:
-        return np.fromiter(values, dtype=np.int64, count=len(values))
-    except (TypeError, ValueError, OverflowError):
-        return np.asarray([_corr(c) for c in values], dtype=np.int64)
 
 
 def _forward_inputs(forward: Spans, main_idx: list[int], op_s: np.ndarray, ops: list) -> list[tuple[float, str]]:
@@ -426,10 +381,3 @@ def _forward_inputs(forward: Spans, main_idx: list[int], op_s: np.ndarray, ops: 
         if j < len(cand) and starts[j] <= fe:
             out.append((fs, bytes(ops[cand[j][1]].args.input_dims).decode("utf-8", "replace")))
     return out
-
-
-def _corr(c) -> int:
-    try:
-        return int(c)
-    except (TypeError, ValueError):
-        return -1
