@@ -1,6 +1,6 @@
 """`ddpdoctor analyze` against the decode limit and HTA's load, in one run (issue #17).
 
-    python benchmarks/bench_decode_limit.py --set 2x450 --write docs/SPEED.md
+    python benchmarks/bench_decode_limit.py --set 2x450 --write docs/SPEED.md --write README.md
     python benchmarks/bench_decode_limit.py --set 2x450 --before /tmp/old-tree --no-hta
 
 Measured on the same generated traces (bench_analyze.generate, reused from --work):
@@ -89,7 +89,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--before", help="a checkout of an older commit to time the same way (PYTHONPATH)")
     ap.add_argument("--no-hta", action="store_true")
-    ap.add_argument("--write", help="Markdown file whose generated block gets the table")
+    ap.add_argument("--write", action="append", default=[],
+                    help="Markdown file whose generated block gets the table (repeatable)")
     args = ap.parse_args()
     ranks, mb = args.set.lower().split("x")
     traces = generate(Path(args.work), int(ranks), float(mb), False)
@@ -120,8 +121,8 @@ def main() -> None:
             print(f"  HTA load failed (exit {hta['rc']})")
     table = _table(rows, size)
     print(table)
-    if args.write:
-        _write(Path(args.write), table, args, len(files), size)
+    for path in args.write:
+        _write(Path(path), table, args, len(files), size)
 
 
 def _commit(tree: str | None = None) -> str:
