@@ -21,6 +21,7 @@ command, machine); figures in the docs come only from such a run.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -30,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_analyze import HTA_LOAD, generate, measure  # noqa: E402
+from bench_analyze import HTA_LOAD, MEASURE, generate  # noqa: E402
 
 DECODE_LIMIT = r"""
 import sys, msgspec
@@ -55,17 +56,22 @@ print(n, file=sys.stderr)
 BEGIN, END = "<!-- bench_decode_limit: begin -->", "<!-- bench_decode_limit: end -->"
 
 
-def _run(cmd: list[str], pythonpath: str) -> dict:
-    """measure() with PYTHONPATH set for the measured process (restored afterwards)."""
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = pythonpath
-    try:
-        return measure(cmd)
-    finally:
-        if old is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = old
+def _run(cmd: list[str], pythonpath: str, cwd: str) -> dict:
+    """bench_analyze's MEASURE in a fresh process with PYTHONPATH set, started in ``cwd`` (not
+    a source tree: ``python -m`` puts the working directory first on sys.path, which would
+    shadow PYTHONPATH)."""
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    out = subprocess.run([sys.executable, "-c", MEASURE, *cmd], capture_output=True, text=True, check=True,
+                         env=env, cwd=cwd)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _module_file(pythonpath: str, cwd: str) -> str:
+    """Which ddpdoctor the measured command imports with this PYTHONPATH (a check, printed)."""
+    out = subprocess.run([sys.executable, "-c", "import ddpdoctor.trace.decode as d; print(d.__file__)"],
+                         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": pythonpath},
+                         cwd=cwd)
+    return out.stdout.strip()
 
 
 def _best(runs: list[dict]) -> dict:
@@ -102,19 +108,21 @@ def main() -> None:
            "--json", str(traces.parent / "analysis.json")]
     print(f"{len(files)} files, {size:.0f} MB; {os.cpu_count()} CPUs; {_load()}", flush=True)
 
+    for tree in [here] + ([args.before] if args.before else []):
+        print(f"  {tree}: runs {_module_file(str(Path(tree).resolve()), args.work)}", flush=True)
     limit, after, before = [], [], []
     for i in range(args.repeat):          # interleaved, so every variant sees the same load
-        limit.append(_run([sys.executable, "-c", DECODE_LIMIT, *files], here))
-        after.append(_run(cmd, here))
+        limit.append(_run([sys.executable, "-c", DECODE_LIMIT, *files], here, args.work))
+        after.append(_run(cmd, here, args.work))
         if args.before:
-            before.append(_run(cmd, str(Path(args.before).resolve())))
+            before.append(_run(cmd, str(Path(args.before).resolve()), args.work))
         print(f"  round {i + 1}: decode limit {limit[-1]['seconds']:.2f}s, analyze {after[-1]['seconds']:.2f}s"
               + (f", before {before[-1]['seconds']:.2f}s" if before else "") + f"; {_load()}", flush=True)
     rows = {"decode limit (1 process, 7-field struct)": _best(limit), "ddpdoctor analyze": _best(after)}
     if before:
         rows[f"ddpdoctor analyze before ({_commit(args.before)})"] = _best(before)
     if not args.no_hta:
-        hta = measure([sys.executable, "-c", HTA_LOAD, str(traces)])
+        hta = _run([sys.executable, "-c", HTA_LOAD, str(traces)], here, args.work)
         if hta["rc"] == 0:
             rows["HTA TraceAnalysis load (once)"] = {**hta, "all": [round(hta["seconds"], 2)]}
         else:
