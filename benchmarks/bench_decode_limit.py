@@ -129,8 +129,9 @@ def main() -> None:
             print(f"  HTA load failed (exit {hta['rc']})")
     table = _table(rows, size)
     print(table)
+    commit = _commit()                   # before any --write file changes the tree
     for path in args.write:
-        _write(Path(path), table, args, len(files), size)
+        _write(Path(path), table, args, len(files), size, commit)
 
 
 def _commit(tree: str | None = None) -> str:
@@ -158,10 +159,10 @@ def _table(rows: dict, size: float) -> str:
     return "\n".join(lines)
 
 
-def _write(path: Path, table: str, args, n_files: int, size: float) -> None:
+def _write(path: Path, table: str, args, n_files: int, size: float, commit: str) -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     argv = " ".join(["python", "benchmarks/bench_decode_limit.py", *sys.argv[1:]])
-    block = "\n".join([BEGIN, f"Measured {stamp} at commit {_commit()} by `{argv}`;",
+    block = "\n".join([BEGIN, f"Measured {stamp} at commit {commit} by `{argv}`;",
                        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
                        f"{_load()} at the end (shared machine); {n_files} generated files ({args.set}, {size:.0f} MB).",
                        "", table, END])
