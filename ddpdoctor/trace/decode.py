@@ -9,6 +9,7 @@ current ones (``kernel``, ``cuda_runtime``, ``cuda_driver``, ``cpu_op``,
 from __future__ import annotations
 
 import bisect
+import os
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ import numpy as np
 from .. import safe_io, sources
 from ..errors import InputError
 from . import classify
+from . import columnar as C
 from .schema import EVENT_LIST_DECODER, TRACE_DECODER, Args, DeviceProperties, DistributedInfo, Event, Trace
 
 # category (lower case) -> code: 1 kernel, 2 memcpy, 3 memset, 4 runtime, 5 operator, 6 annotation
@@ -30,11 +32,6 @@ LEGACY_CATS = ("Kernel", "Runtime", "Operator", "Memcpy", "Memset")
 
 def _category_code(cat: str) -> int:
     return CATEGORY_CODES.get(cat.lower(), 0)
-
-
-def _columns(rows: list[tuple], width: int) -> list[list]:
-    """Transpose row tuples into ``width`` column lists."""
-    return [list(c) for c in zip(*rows)] if rows else [[] for _ in range(width)]
 
 
 @dataclass
@@ -105,10 +102,36 @@ def read_bytes(path: Path | sources.RemoteFile) -> bytes:
     if isinstance(path, sources.RemoteFile):
         raw = sources.read_capped(path, cap, "trace")
     else:
-        raw = safe_io.read_capped(path, cap, "trace")
+        raw = _read_local(path, cap)
     if raw[:2] == b"\x1f\x8b":
         raw = safe_io.gunzip_capped(raw, path, cap)
     return raw
+
+
+def _read_local(path: Path, cap: int) -> bytes | bytearray:
+    """``safe_io.read_capped(path, cap, "trace")`` without its chunk join: a regular file
+    of known size is read into one buffer, which saves a copy of the file and halves the
+    memory the read needs (the chunks and their join were alive together)."""
+    with safe_io.open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > cap:
+            raise InputError(f"{path}: trace larger than the limit of {cap} bytes "
+                             "(raise it with DDPDOCTOR_MAX_TRACE_BYTES)")
+        buf = bytearray(size + 1)          # one byte more: a file that grew is noticed
+        got = 0
+        with memoryview(buf) as view:
+            try:
+                while got <= size:
+                    k = fh.readinto(view[got:])
+                    if not k:
+                        break
+                    got += k
+            except OSError as exc:
+                raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if got > size:                         # written to while we read: the general path
+        return safe_io.read_capped(path, cap, "trace")
+    del buf[got:]
+    return buf
 
 
 def _decode(path: Path, raw: bytes) -> Trace:
@@ -192,120 +215,95 @@ def load_rank_trace(path: Path, rank_hint: int | None = None, rank_hint_source: 
 def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: str,
               comm_patterns: tuple[str, ...] = ()) -> RankTrace:
     is_comm_name = classify.comm_kernel_matcher(comm_patterns)
-    # One pass, one append per event: category strings repeat, so their meaning is cached.
-    codes: dict[str, int] = {}
-    gpu_rows: list[tuple] = []     # (ts, end, kind, name, args)
-    op_rows: list[tuple] = []      # (ts, end, tid, name, ext, pid, ann)  ann: 0 op, 1 annotation, 2 runtime
-    rt_rows: list[tuple] = []      # (ts, end, correlation)
-    n = 0
-    for ev in trace.traceEvents:
-        if ev.ph != "X":
-            continue
-        n += 1
-        code = codes.get(ev.cat)
-        if code is None:
-            code = codes[ev.cat] = _category_code(ev.cat)
-        if not code:
-            continue
-        ts = ev.ts
-        dur = ev.dur
-        end = ts + dur if dur > 0 else ts
-        args = ev.args
-        if code <= 3:
-            gpu_rows.append((ts, end, code, ev.name, args))
-        elif code == 4:
-            rt_rows.append((ts, end, args.correlation if args else None))
-            op_rows.append((ts, end, ev.tid, ev.name, None, ev.pid, 2, None))
-        else:
-            ext = (args.external_id if args.external_id is not None else args.external_id_2021) if args else None
-            op_rows.append((ts, end, ev.tid, ev.name, ext, ev.pid, code - 5,
-                            args.input_dims if args is not None and args.input_dims else None))
+    # Columnar: each field is read once per event by a C-level map over the event list,
+    # and every name or category is classified once per distinct value (dict lookups),
+    # so no per-event Python tuples are built (docs/DESIGN.md, "Decode").
+    evs = [ev for ev in trace.traceEvents if ev.ph == "X"]
+    n = len(evs)
+    codes = C.PerValue(_category_code)
+    code = np.fromiter(map(codes.__getitem__, map(C.CAT, evs)), dtype=np.int8, count=n)
     schema = "2021" if any(c in codes for c in LEGACY_CATS) else "current"
-    k_s, k_e, k_code, k_names, k_args = _columns(gpu_rows, 5)
-    rt_s, rt_e, rt_corr = _columns(rt_rows, 3)
-    op_s, op_e, op_tid, op_name, op_ext, op_pid, op_ann, op_dims = _columns(op_rows, 8)
-    del gpu_rows, op_rows, rt_rows
-    starts = [min(x) for x in (k_s, op_s) if x]
-    ends = [max(x) for x in (k_e, op_e) if x]
+    gpu_idx = np.flatnonzero((code >= 1) & (code <= 3))
+    op_idx = np.flatnonzero(code >= 4)
+    k_ev = C.take(evs, gpu_idx)
+    ops = C.take(evs, op_idx)
+    del evs
+    k_s, k_e = C.times(k_ev)
+    op_s, op_e = C.times(ops)
+    k_code = code[gpu_idx]
+    op_code = code[op_idx]
+    del code
+    starts = [x.min() for x in (k_s, op_s) if x.size]
+    ends = [x.max() for x in (k_e, op_e) if x.size]
     first, last = (min(starts), max(ends)) if starts else (0.0, 0.0)
 
     # --- host side -------------------------------------------------------------------
-    flags_of = classify.cached_by_name(classify.name_flags)
-    steps_idx = [i for i, nm in enumerate(op_name) if op_ann[i] != 2 and nm.startswith("ProfilerStep#")]
+    op_name = list(map(C.NAME, ops))
+    op_tid = list(map(C.TID, ops))
+    op_pid = list(map(C.PID, ops))
+    op_ann = np.where(op_code == 4, 2, op_code - 5).astype(np.int8)   # 0 op, 1 annotation, 2 runtime
+    rt_mask = op_code == 4
+    F = classify
+    flag_of = C.PerValue(lambda nm: F.name_flags(nm) | (_STEP if nm.startswith("ProfilerStep#") else 0))
+    flags = np.fromiter(map(flag_of.__getitem__, op_name), dtype=np.int32, count=len(op_name))
+    steps_idx = np.flatnonzero(~rt_mask & ((flags & _STEP) != 0)).tolist()
     if steps_idx:
         main_tid, main_pid = op_tid[steps_idx[0]], op_pid[steps_idx[0]]
     else:
-        main_tid, main_pid = classify.busiest_thread(op_s, op_e, op_tid, op_pid, op_ann)
-    steps = sorted(((op_name[i], op_s[i], op_e[i]) for i in steps_idx
+        main_tid, main_pid = classify.busiest_thread(op_s.tolist(), op_e.tolist(), op_tid, op_pid, op_ann.tolist())
+    steps = sorted(((op_name[i], float(op_s[i]), float(op_e[i])) for i in steps_idx
                     if op_tid[i] == main_tid and op_pid[i] == main_pid), key=lambda x: x[1])
-    buckets: dict[str, list[int]] = {k: [] for k in ("host", "main", "dl", "fwd", "bwd", "opt", "coll",
-                                                      "alloc", "sync")}
-    F = classify
+    in_pid, on_main = C.equals(op_pid, main_pid), C.equals(op_tid, main_tid)
+    host = in_pid & ((flags & F.MARKER) == 0)
+    host_rt = host & rt_mask
+    host_op = host & ~rt_mask
+
+    def has(flag: int) -> np.ndarray:
+        return (flags & flag) != 0
+
+    sel = {"host": host, "main": host_op & (op_ann == 0) & on_main,
+           "dl": host_op & has(F.DATALOADER), "fwd": host_op & has(F.FORWARD),
+           "bwd": host_op & has(F.BACKWARD), "opt": host_op & has(F.OPTIMIZER),
+           "coll": host_op & has(F.COLLECTIVE),
+           "alloc": host_rt & has(F.RT_ALLOC), "sync": host_rt & ~has(F.RT_ALLOC) & has(F.RT_SYNC)}
+    buckets = {k: np.flatnonzero(m) for k, m in sel.items()}
     ext_to_coll: dict = {}
-    for i, nm in enumerate(op_name):
-        if op_pid[i] != main_pid:
-            continue
-        f = flags_of(nm)
-        if f & F.MARKER:
-            continue
-        buckets["host"].append(i)
-        if op_ann[i] == 2:
-            if f & (F.RT_ALLOC | F.RT_SYNC):
-                buckets["alloc" if f & F.RT_ALLOC else "sync"].append(i)
-            continue
-        if op_ann[i] == 0 and op_tid[i] == main_tid:
-            buckets["main"].append(i)
-        if f & F.DATALOADER:
-            buckets["dl"].append(i)
-        if f & F.FORWARD:
-            buckets["fwd"].append(i)
-        if f & F.BACKWARD:
-            buckets["bwd"].append(i)
-        if f & F.OPTIMIZER:
-            buckets["opt"].append(i)
-        if f & F.COLLECTIVE:
-            buckets["coll"].append(i)
-            if op_ext[i] is not None:
-                ext_to_coll[op_ext[i]] = classify.host_collective_kind(nm)
+    for i in buckets["coll"].tolist():
+        ext = C.ext(ops[i].args)
+        if ext is not None:
+            ext_to_coll[ext] = classify.host_collective_kind(op_name[i])
 
     def spans(key: str) -> Spans:
-        sel = buckets[key]
-        return Spans.build([op_s[i] for i in sel], [op_e[i] for i in sel], [op_name[i] for i in sel])
+        idx = buckets[key]
+        return Spans(op_s[idx], op_e[idx], C.take(op_name, idx))
 
     host_ops, main_ops, dataloader = spans("host"), spans("main"), spans("dl")
     forward, backward, optimizer, host_coll = spans("fwd"), spans("bwd"), spans("opt"), spans("coll")
     rt_alloc, rt_sync = spans("alloc"), spans("sync")
-    forward_inputs = _forward_inputs(forward, buckets["main"], op_s, op_dims)
+    forward_inputs = _forward_inputs(forward, buckets["main"].tolist(), op_s, ops) if len(forward) else []
 
     # --- device side -----------------------------------------------------------------
-    kinds = np.empty(len(k_s), dtype=np.int8)
-    pageable = np.zeros(len(k_s), dtype=bool)
-    traits = np.zeros(len(k_s), dtype=np.int8)
-    trait_of = classify.cached_by_name(classify.kernel_traits)
-    comm_kind: list[str] = []
-    k_corr = []
-    for j, (name, args) in enumerate(zip(k_names, k_args)):
-        k_corr.append(args.correlation if args else None)
-        if k_code[j] == 2:
-            kinds[j] = GpuOps.MEMCPY
-            pageable[j] = "HtoD" in name and "Pageable" in name
-        elif k_code[j] == 3:
-            kinds[j] = GpuOps.MEMSET
-        else:
-            marked = args is not None and args.collective
-            ext = (args.external_id if args.external_id is not None else args.external_id_2021) if args else None
-            parent = ext_to_coll.get(ext) if ext is not None else None
-            if marked or parent is not None or is_comm_name(name):
-                kinds[j] = GpuOps.COMM
-                ck = classify.collective_kind(args.collective if marked else None, name, parent)
-                comm_kind.append(ck)
-                continue
-            kinds[j] = GpuOps.KERNEL
-            traits[j] = trait_of(name)
-        comm_kind.append("")
-    gpu = GpuOps(np.asarray(k_s, dtype=np.float64), np.asarray(k_e, dtype=np.float64), kinds,
-                 np.asarray([_corr(c) for c in k_corr], dtype=np.int64), comm_kind, pageable, traits, list(k_names))
-    rt_keep = [i for i, c in enumerate(rt_corr) if _corr(c) >= 0]
+    k_names = list(map(C.NAME, k_ev))
+    k_args = list(map(C.ARGS, k_ev))
+    del k_ev
+    nk = len(k_names)
+    kinds = np.full(nk, GpuOps.KERNEL, dtype=np.int8)
+    pageable = np.zeros(nk, dtype=bool)
+    traits = np.zeros(nk, dtype=np.int8)
+    comm_kind: list[str] = [""] * nk
+    mem = np.flatnonzero(k_code == 2)
+    kinds[mem] = GpuOps.MEMCPY
+    kinds[k_code == 3] = GpuOps.MEMSET
+    page_of = {nm: "HtoD" in nm and "Pageable" in nm for nm in set(C.take(k_names, mem))}
+    pageable[mem] = [page_of[k_names[j]] for j in mem.tolist()]
+    kern = np.flatnonzero(k_code == 1)
+    _kernel_kinds(kern, C.take(k_names, kern), C.take(k_args, kern), ext_to_coll, is_comm_name,
+                  kinds, traits, comm_kind)
+    gpu = GpuOps(k_s, k_e, kinds, C.corr_array(C.correlations(k_args)),
+                 comm_kind, pageable, traits, k_names)
+    rt_idx = np.flatnonzero(rt_mask)
+    rt_corr = C.corr_array(C.correlations(list(map(C.ARGS, C.take(ops, rt_idx)))))
+    rt_keep = rt_corr >= 0
 
     dist = trace.distributedInfo
     rank = _int_or_none(dist.rank) if dist else None
@@ -321,21 +319,59 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
         schema=schema, main_tid=main_tid, steps=steps,
         dataloader=dataloader, host_ops=host_ops, main_ops=main_ops,
         forward=forward, backward=backward, optimizer=optimizer, host_collectives=host_coll,
-        runtime_launch=Spans.build([rt_s[i] for i in rt_keep], [rt_e[i] for i in rt_keep]),
-        runtime_corr=np.asarray([_corr(rt_corr[i]) for i in rt_keep], dtype=np.int64),
+        runtime_launch=Spans(op_s[rt_idx][rt_keep], op_e[rt_idx][rt_keep]),
+        runtime_corr=rt_corr[rt_keep],
         gpu=gpu, first_ts=float(first) if n else 0.0, last_ts=float(last) if n else 0.0, n_events=n,
         runtime_alloc=rt_alloc, runtime_sync=rt_sync, forward_inputs=forward_inputs,
     )
 
 
-def _forward_inputs(forward: Spans, main_idx: list[int], op_s: list, op_dims: list) -> list[tuple[float, str]]:
+_STEP = 1 << 16    # beside classify's name flags: a ProfilerStep#N span
+def _kernel_kinds(kern: np.ndarray, names: list[str], args: list, ext_to_coll: dict, is_comm_name,
+                  kinds: np.ndarray, traits: np.ndarray, comm_kind: list[str]) -> None:
+    """Fill kinds, traits and collective kinds of the kernels at ``kern``: a kernel is a
+    communication kernel when its args name a collective, when it was launched from a host
+    collective (external id), or when its name matches a communication-kernel pattern."""
+    if not len(kern):
+        return
+    comm_of = C.PerValue(lambda nm: bool(is_comm_name(nm)))
+    comm = np.fromiter(map(comm_of.__getitem__, names), dtype=bool, count=len(names))
+    marked = [a.collective if a is not None else None for a in args]
+    comm |= np.fromiter(map(bool, marked), dtype=bool, count=len(marked))
+    parents = [None] * len(names)
+    if ext_to_coll:
+        exts = list(map(C.ext, args)) if None in args else list(map(C.EXT, args))
+        if None in exts:    # 2021 traces spell it "external id"
+            exts = list(map(C.ext, args))
+        parents = list(map(ext_to_coll.get, exts))
+        comm |= np.fromiter(map(ext_to_coll.__contains__, exts), dtype=bool, count=len(exts))
+    kind_of: dict = {}
+    for j in np.flatnonzero(comm).tolist():
+        key = (marked[j] or None, names[j], parents[j])
+        ck = kind_of.get(key)
+        if ck is None:
+            ck = kind_of[key] = classify.collective_kind(*key)
+        comm_kind[int(kern[j])] = ck
+    kinds[kern[comm]] = GpuOps.COMM
+    plain = np.flatnonzero(~comm)
+    plain_names = C.take(names, plain)
+    trait_of = C.PerValue(classify.kernel_traits)
+    traits[kern[plain]] = np.fromiter(map(trait_of.__getitem__, plain_names), dtype=np.int8, count=len(plain))
+
+
+def _forward_inputs(forward: Spans, main_idx: list[int], op_s: np.ndarray, ops: list) -> list[tuple[float, str]]:
     """(start, input shapes of the first main-thread op of the forward) for each forward span:
     with record_shapes, this is the batch the model received (e.g. [[32, 3, 224, 224], ...])."""
     if not len(forward):
         return []
-    cand = sorted((op_s[i], i) for i in main_idx if op_dims[i] is not None)
+    cand = []
+    for i in main_idx:
+        args = ops[i].args
+        if args is not None and args.input_dims:
+            cand.append((float(op_s[i]), i))
     if not cand:
         return []
+    cand.sort()
     starts = [c[0] for c in cand]
     out: list[tuple[float, str]] = []
     for fs, fe in sorted(zip(forward.start.tolist(), forward.end.tolist())):
@@ -343,12 +379,5 @@ def _forward_inputs(forward: Spans, main_idx: list[int], op_s: list, op_dims: li
             continue
         j = bisect.bisect_left(starts, fs)
         if j < len(cand) and starts[j] <= fe:
-            out.append((fs, bytes(op_dims[cand[j][1]]).decode("utf-8", "replace")))
+            out.append((fs, bytes(ops[cand[j][1]].args.input_dims).decode("utf-8", "replace")))
     return out
-
-
-def _corr(c) -> int:
-    try:
-        return int(c)
-    except (TypeError, ValueError):
-        return -1
