@@ -103,7 +103,7 @@ def block(rows: list[dict], meta: dict, subset: dict | None = None) -> str:
         lines += ["", f"`--ranks {subset['spec']}` on the {subset['ranks']:,}-rank job (9 ranks chosen on purpose): "
                       f"{subset['seconds']:.1f} s ({full['seconds'] / subset['seconds']:.0f}x less than all ranks), "
                       f"peak {subset['peak_mb']:.0f} MB, stragglers named among them: "
-                      f"{', '.join(map(str, subset['named'])) or 'none'}. (discovery still opens "
+                      f"{', '.join(map(str, subset['named'])) or 'none'} (discovery still opens "
                       "the head of every file to learn its rank)."]
     lines += ["", END]
     return "\n".join(lines)
