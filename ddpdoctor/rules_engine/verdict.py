@@ -42,7 +42,7 @@ class Verdict:
     confidence_hints: list[str] = field(default_factory=list)   # what to record to raise the confidence
 
 
-# the words every "set aside as machine noise" reason of a Cost ends with (the summary looks for them)
+# the words every "set aside as machine noise" reason of a Cost contains (the summary looks for them)
 NOISE = "machine noise, not the workload"
 
 
