@@ -40,7 +40,9 @@ def bundles(tmp_path_factory):
 def test_same_batches_extra_work_and_input_work(bundles):
     out, f = bundles("same")
     assert f["python.sampled"] is True
-    assert f["python.extra_work.rank"] == 0, {k: v for k, v in f.items() if k.startswith("python")}
+    # .get: when the extra work is not found, the message shows what the sampler did record (a KeyError
+    # would hide it; a clean-clone .ci/run hit that once on 2026-11-24, not reproduced in 10 runs since)
+    assert f.get("python.extra_work.rank") == 0, {k: v for k, v in f.items() if k.startswith("python")}
     assert "write_checkpoint (evidence_train.py:" in f["python.extra_work.where"]
     assert f["python.extra_work.ms_per_step"] > 0 and 0 < f["python.extra_work.share"] < 1
     assert f["python.input_work.ms_per_step"] > 0 and 0 < f["python.input_work.share"] < 1
