@@ -139,6 +139,10 @@ def test_slow_rank_is_named_straggler_and_run_analyzes(example):
     c = example("slow_rank", options=())            # with the analysis printed by `run`
     a = assert_complete_bundle(c)
     assert [s.rank for s in a.cross.stragglers] == [1]
+    # stopped after the window, every rank left the process group together at exit (no gloo teardown abort)
+    for r in (0, 1):
+        kinds = [e["kind"] for e in c.events(r)]
+        assert kinds.index("stop") < kinds.index("left_process_group"), kinds
     # run ends with the card: the verdict names the late rank, and the Next: line comes last
     assert "Rank 1 is a straggler" in c.res.stdout and "\nNext: " in c.res.stdout
     assert c.res.stdout.rstrip().splitlines()[-1].startswith("      ")

@@ -189,17 +189,37 @@ class Ending:
             a.life.exit_code = 0
             a.event("stop", step=a.steps, reason="profiled window complete; ending training (use --keep-going to continue)")
             self._touch(".window_done")
-            self._wait_for_peers()
+            together = self._wait_for_peers()
             t = threading.Timer(float(a.env.get("DDPDOCTOR_STOP_GRACE_S", "30")), self._force_exit)
             t.daemon = True
             t.start()
+            if together:
+                atexit.register(self._leave_group_together)
         raise SystemExit(0)
 
-    def _wait_for_peers(self) -> None:
+    def _leave_group_together(self) -> None:
+        """At exit (after the script's own ``finally`` blocks), tear down the default process group
+        the script did not destroy, together: the training loop was left mid-way, so the script's own
+        barrier and ``destroy_process_group`` never ran, and gloo aborts a process (SIGABRT,
+        'terminate called without an active exception') whose group is still alive when a peer
+        exits first (seen once in CI on examples/comm_heavy.py).  A barrier a peer never reaches is
+        ended by the grace timer of ``stop_training``.  Runs before the exit handler that writes the
+        rank's record (atexit is last in, first out); the settings keep the group's values from
+        their earlier copy."""
+        torch = self.agent.torch or sys.modules.get("torch")
+        with self.agent.errors.quiet("leaving the process group"):
+            if torch is None or not torch.distributed.is_available() or not torch.distributed.is_initialized():
+                return
+            torch.distributed.barrier()
+            torch.distributed.destroy_process_group()
+            self.agent.event("left_process_group", reason="after the window, together with the other ranks")
+
+    def _wait_for_peers(self) -> bool:
         """Stop together: a rank that ends first can take its peers down with it (Lightning's
         launcher kills the ranks it started when rank 0 raises; a peer still exporting its trace
         finds its collectives' partner gone).  Wait, bounded, until every rank of the world has
-        finished its window; peers at the same step are there within milliseconds."""
+        finished its window; peers at the same step are there within milliseconds.  True when they all
+        did (then the ranks also leave the process group together, at exit)."""
         a = self.agent
         world = a.world_size
         torch = a.torch or sys.modules.get("torch")
@@ -207,7 +227,7 @@ class Ending:
             if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
                 world = max(world, torch.distributed.get_world_size())
         if world <= 1:
-            return
+            return False
         ranks_dir = os.path.join(a.bundle, "ranks")
         deadline = time.time() + float(a.env.get("DDPDOCTOR_STOP_WAIT_S", "20"))
         missing = list(range(world))
@@ -216,9 +236,10 @@ class Ending:
             missing = [r for r in range(world) if os.path.isdir(os.path.join(ranks_dir, f"rank{r}"))
                        and not os.path.exists(os.path.join(ranks_dir, f"rank{r}", ".window_done"))]
             if not missing:
-                return
+                return True
             time.sleep(0.05)
         a.event("stop_wait", missing_ranks=missing, message="stopping while these ranks had not finished their window")
+        return False
 
     def _force_exit(self):
         self.agent.event("forced_exit", reason="training did not end within the grace period after the window")

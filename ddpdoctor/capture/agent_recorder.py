@@ -202,7 +202,9 @@ class SettingsRecorder:
         d["evidence"] = a.evidence.record()
         d["nccl_version"] = r._nccl_version(torch, errors=a.errors)
         for key in ("distributed", "memory", "nccl_version", "precision"):
-            if lite:
+            if lite or (key == "distributed" and d[key] is None):
+                # lite: torch must not be called; distributed: the group was destroyed at exit (after
+                # the window the ranks leave it together, agent_lifecycle.py) -- its values as seen alive
                 d[key] = self.torch_cache.get(key, d[key])
             elif d[key] is not None:
                 self.torch_cache[key] = d[key]
