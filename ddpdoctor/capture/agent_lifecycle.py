@@ -62,6 +62,24 @@ class Lifecycle:
             self.exit_code = 0
             self.exit_reason = self.exit_reason or "end of program"
         self.agent.finalize("exit")
+        if self.exit_reason == "window complete" and self.exit_code == 0:
+            self._end_without_teardown()
+
+    def _end_without_teardown(self) -> None:
+        """We stopped this rank after its window; its record is written and the script's ``finally``
+        blocks and later atexit handlers have run.  End here, without the interpreter's teardown of
+        torch's C++ objects: with the training loop left mid-way, gloo aborted a rank there (SIGABRT,
+        'terminate called without an active exception') after it had left the process group, in 2
+        of 3 clean-clone CI runs on 2026-11-24, turning a complete capture into a failed run."""
+        import logging
+
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(0)
 
     def after_fork_in_child(self) -> None:
         """A forked child (fork-start DataLoader worker, os.fork in user code) is not this
