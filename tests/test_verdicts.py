@@ -303,6 +303,47 @@ def test_a_cost_on_one_rank_in_few_steps_on_a_contended_host_is_noise():
 
 
 
+def _tiny_buckets_busy_facts(rank0_wait: float):
+    """comm_tiny_buckets_deep on a contended host (acc24 busy run 2): a CPU burner slows rank 1, whose
+    lateness is set aside as noise; rank 0 spends `rank0_wait` of its step waiting for it, so its
+    exposed transfer (every rank runs the same all-reduces) is a smaller share of its longer step."""
+    import numpy as np
+    from ddpdoctor.rules_engine.expr import Vec
+    rows = np.array([0] * 5 + [1] * 5)
+    both = np.array([0, 1])
+    facts = _contended_straggler_facts(**{
+        "straggler.ranks": [1], "straggler.rank": 1, "straggler.late_share": 0.25,
+        "straggler.late_us": 25000.0, "straggler.extra_us": 24000.0,
+        "rank.share.compute": Vec(np.array([0.55, 0.80]), both),
+        "rank.share.comm_transfer_exposed": Vec(np.array([0.09, 0.14]), both),
+        "rank.share.comm_wait_exposed": Vec(np.array([rank0_wait, 0.01]), both),
+        "step.share.comm_transfer_exposed": Vec(np.array([0.09] * 5 + [0.14, 0.14, 0.14, 0.14, 0.14]), rows),
+        "step.share.comm_wait_exposed": Vec(np.array([rank0_wait] * 5 + [0.01] * 5), rows),
+        "rank.share.comm": Vec(np.array([0.40, 0.15]), both), "rank.collectives_per_step": Vec(np.array([300., 300.]), both),
+    })
+    return facts
+
+
+def test_a_cost_every_rank_pays_is_judged_net_of_the_wait_for_a_late_rank_set_aside_as_noise():
+    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts, net_of_peer_wait
+    d = decide_facts(_tiny_buckets_busy_facts(rank0_wait=0.30), build_ruleset())
+    im = next(c for c in d.costs if c.rule == "IM001")
+    assert not im.eligible and "machine noise" in im.why_not
+    cm = next(c for c in d.costs if c.rule == "CM001")
+    # measured as it is (mean of 9 % and 14 %), but not noise: net of rank 0's 30 % wait it is 13 % there
+    assert cm.cost == pytest.approx(0.115) and cm.eligible and cm.why_not is None
+    assert d.verdict.rule == "CM001" and d.verdict.bottleneck == "communication", d.verdict.summary
+    net = net_of_peer_wait(_tiny_buckets_busy_facts(rank0_wait=0.30))
+    assert net["rank.share.comm_transfer_exposed"].values[0] == pytest.approx(0.09 / 0.70)
+    assert list(net["step.share.comm_wait_exposed"].values) == [0.0] * 10
+    # without that wait, rank 0's transfer stays under the bar: a cost on rank 1 alone, in half the
+    # rank-steps, on a contended host is still noise
+    d = decide_facts(_tiny_buckets_busy_facts(rank0_wait=0.0), build_ruleset())
+    cm = next(c for c in d.costs if c.rule == "CM001")
+    assert not cm.eligible and "rank 1 only" in cm.why_not
+    assert d.verdict.rule != "CM001", d.verdict.summary
+
+
 def test_extra_work_the_sampler_found_on_one_rank_is_the_imbalance_without_a_straggler():
     """one_rank_larger_images on a contended host (keep20 busy-0): no steady straggler in 5 steps,
     DL001 on rank 1 in half of its steps (machine-noise pattern), but the Python sampler puts 25 %

@@ -104,14 +104,15 @@ def _order(f: Finding, verdict_rule: str | None) -> tuple:
     return (3, SEVERITY_ORDER[f.severity], f.rule)
 
 
-def ranked_costs(findings: list[Finding], facts: dict | None = None) -> list[Cost]:
-    """Every fired performance finding with a cost, biggest first, marked material / eligible."""
+def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=None) -> list[Cost]:
+    """Every fired performance finding with a cost, biggest first, marked material / eligible.
+    `reevaluate(rule_id, facts)` runs one rule again on other facts (see _judge_net_of_wait)."""
     facts = facts or {}
     t = metric_params()["verdict"]
     materiality = t.get("materiality", {})
     contended = any(f.rule in t.get("contention_rules", []) for f in findings)
     explained = _straggler_explained(facts)
-    out = []
+    out, sporadic = [], []
     for f in sorted((f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
                     key=lambda f: (-f.cost, f.rule)):
         c = Cost(f.rule, f.category, f.label, round(float(f.cost), 6),
@@ -133,8 +134,51 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None) -> list[Cos
             on = f"rank {f.ranks[0]}" if len(f.ranks) == 1 else f"ranks {', '.join(map(str, f.ranks))}"
             c.why_not = (f"seen on {on} only, in {f.agreement:.0%} of the rank-steps, "
                          f"on a contended host: {NOISE} (which runs the same code on every rank)")
+            sporadic.append(c)
         out.append(c)
+    if sporadic and reevaluate is not None:
+        _judge_net_of_wait(out, sporadic, facts, t, reevaluate)
     _fold_late_rank_costs(out, {f.rule: f for f in findings}, facts)
+    return out
+
+
+def _judge_net_of_wait(costs: list[Cost], sporadic: list[Cost], facts: dict, t: dict, reevaluate) -> None:
+    """When a late rank was set aside as machine noise, the other ranks' steps hold their wait for it,
+    which shrinks every other share on those ranks only: a cost that every rank pays can then clear
+    its rule's bar on the late rank alone and look sporadic. Judge such a cost again against each
+    rank's step net of its wait for peers (the rule run again on those shares); if it then shows on
+    every rank, step after step, it is the workload's, not noise. Its cost stays as measured."""
+    late_rules = t.get("late_rank_rules", [])
+    if not any(c.rule in late_rules and c.material and not c.eligible and NOISE in (c.why_not or "")
+               for c in costs):
+        return
+    net = net_of_peer_wait(facts)
+    if net is None:
+        return
+    for c in sporadic:
+        again = reevaluate(c.rule, net)
+        if again is not None and again.cost is not None and not _sporadic(again, facts, t):
+            c.eligible = True
+            c.why_not = None
+
+
+def net_of_peer_wait(facts: dict) -> dict | None:
+    """The facts with every step and rank share taken of the step net of the wait for late peers
+    (share / (1 - wait share)); None when the wait was not measured."""
+    out = dict(facts)
+    for level in ("step", "rank"):
+        wait = facts.get(f"{level}.share.comm_wait_exposed")
+        if not isinstance(wait, Vec):
+            return None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            keep = 1.0 - np.nan_to_num(wait.values.astype(float))
+            keep = np.where(keep > 0, keep, np.nan)
+            prefix = f"{level}.share."
+            for k, v in facts.items():
+                if k.startswith(prefix) and isinstance(v, Vec) and len(v.values) == len(keep) and \
+                        np.array_equal(np.asarray(v.ranks), np.asarray(wait.ranks)):
+                    out[k] = Vec(v.values.astype(float) / keep, v.ranks)
+        out[f"{level}.share.comm_wait_exposed"] = Vec(np.zeros(len(keep)), wait.ranks)
     return out
 
 
@@ -313,7 +357,10 @@ def diagnose(facts: dict, ruleset: RuleSet, log_search=None) -> Diagnosis:
     for rule in ruleset.active():
         outcomes.append(evaluate(rule, facts, ruleset.params.get(rule.id), log_search))
     findings = [o.finding for o in outcomes if o.finding is not None]
-    costs = ranked_costs(findings, facts)
+    def reevaluate(rule_id: str, other_facts: dict):
+        return evaluate(ruleset.rules[rule_id], other_facts, ruleset.params.get(rule_id), log_search).finding
+
+    costs = ranked_costs(findings, facts, reevaluate)
     verdict = decide(findings, facts, costs)
     findings.sort(key=lambda f: _order(f, verdict.rule))
     fired_categories = {f.category for f in findings}
