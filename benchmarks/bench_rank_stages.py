@@ -1,0 +1,120 @@
+"""Where one rank's time goes in `analyze`: read, decode, normalize, summarize (issue #17).
+
+    python benchmarks/bench_rank_stages.py --set 2x450 --repeat 3 --write docs/SPEED.md
+
+One process, the first rank file of the generated set (bench_analyze.generate, reused from
+--work), each stage timed on its own, best of --repeat (fresh objects each round, garbage
+collected between rounds). Beside it, the 7-field decode of the same bytes (what
+bench_decode_limit.py calls the decode limit, per file). `analyze -j CPUS` runs one such
+pipeline per rank in parallel, so with as many CPUs as files this is the floor of its wall
+time, before process start-up and the cross-rank stage.
+
+--write replaces the generated block of a Markdown file; figures in the docs come only from
+such a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_analyze import generate  # noqa: E402
+from bench_decode_limit import _commit, _load  # noqa: E402
+
+BEGIN, END = "<!-- bench_rank_stages: begin -->", "<!-- bench_rank_stages: end -->"
+
+
+class _Event7(msgspec.Struct, gc=False):
+    name: str = ""
+    cat: str = ""
+    ph: str = ""
+    ts: float = 0.0
+    dur: float = 0.0
+    pid: int | str = 0
+    tid: int | str = 0
+
+
+class _Trace7(msgspec.Struct, gc=False):
+    traceEvents: list[_Event7] = []
+
+
+def _round(path: Path) -> dict[str, float]:
+    from ddpdoctor.metrics.breakdown import summarize
+    from ddpdoctor.trace import decode as D
+
+    out = {}
+    t = time.perf_counter()
+    raw = D.read_bytes(path)
+    out["read"] = time.perf_counter() - t
+    t = time.perf_counter()
+    msgspec.json.Decoder(_Trace7).decode(raw)
+    out["decode, 7-field struct (the limit)"] = time.perf_counter() - t
+    gc.collect()
+    t = time.perf_counter()
+    trace = D._decode(path, raw)
+    out["decode, ddpdoctor's structs (with args)"] = time.perf_counter() - t
+    del raw
+    t = time.perf_counter()
+    rt = D.normalize(str(path), trace, 0, "file name")
+    out["normalize (columns, classification)"] = time.perf_counter() - t
+    del trace
+    t = time.perf_counter()
+    summarize(rt, 0)
+    out["summarize (steps, breakdown, collectives)"] = time.perf_counter() - t
+    del rt
+    gc.collect()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--set", default="2x450", help="RANKSxMB (default 2x450)")
+    ap.add_argument("--work", default="/tmp/ddpdoctor-bench")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--write", action="append", default=[])
+    args = ap.parse_args()
+    commit = _commit()
+    ranks, mb = args.set.split("x")
+    traces = generate(Path(args.work), int(ranks), float(mb), False)
+    path = sorted(traces.glob("*.json"))[0]
+    rounds = [_round(path) for _ in range(args.repeat)]
+    stages = list(rounds[0])
+    best = {s: min(r[s] for r in rounds) for s in stages}
+    pipeline = [s for s in stages if s != "decode, 7-field struct (the limit)"]
+    total = sum(best[s] for s in pipeline)
+    lines = ["| stage (one rank file) | best (s) | runs (s) | share of the pipeline |", "|---|---:|---|---:|"]
+    for s in stages:
+        share = f"{best[s] / total:.0%}" if s in pipeline else "–"
+        lines.append(f"| {s} | {best[s]:.2f} | {', '.join(f'{r[s]:.2f}' for r in rounds)} | {share} |")
+    lines.append(f"| **pipeline** (read + ddpdoctor decode + normalize + summarize) | **{total:.2f}** | | 100 % |")
+    size = path.stat().st_size / 1e6
+    lines += ["", f"{path.name}: {size:.0f} MB."]
+    table = "\n".join(lines)
+    print(table)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    argv = " ".join(["python", "benchmarks/bench_rank_stages.py", *sys.argv[1:]])
+    block = "\n".join([BEGIN, f"Measured {stamp} at commit {commit} by `{argv}`;",
+                       f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+                       f"{_load()} at the end (shared machine).", "", table, END])
+    for target in args.write:
+        p = Path(target)
+        text = p.read_text()
+        if BEGIN in text and END in text:
+            text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+        else:
+            text += ("\n" if text else "") + block + "\n"
+        p.write_text(text)
+        print(f"wrote {p}")
+
+
+if __name__ == "__main__":
+    main()
