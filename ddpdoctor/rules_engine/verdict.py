@@ -175,8 +175,8 @@ def net_of_peer_wait(facts: dict) -> dict | None:
             keep = np.where(keep > 0, keep, np.nan)
             prefix = f"{level}.share."
             for k, v in facts.items():
-                if k.startswith(prefix) and isinstance(v, Vec) and len(v.values) == len(keep) and \
-                        np.array_equal(np.asarray(v.ranks), np.asarray(wait.ranks)):
+                if k.startswith(prefix) and isinstance(v, Vec) and v.values.dtype.kind in "fiu" and \
+                        len(v.values) == len(keep) and np.array_equal(np.asarray(v.ranks), np.asarray(wait.ranks)):
                     out[k] = Vec(v.values.astype(float) / keep, v.ranks)
         out[f"{level}.share.comm_wait_exposed"] = Vec(np.zeros(len(keep)), wait.ranks)
     return out
@@ -357,6 +357,7 @@ def diagnose(facts: dict, ruleset: RuleSet, log_search=None) -> Diagnosis:
     for rule in ruleset.active():
         outcomes.append(evaluate(rule, facts, ruleset.params.get(rule.id), log_search))
     findings = [o.finding for o in outcomes if o.finding is not None]
+
     def reevaluate(rule_id: str, other_facts: dict):
         return evaluate(ruleset.rules[rule_id], other_facts, ruleset.params.get(rule_id), log_search).finding
 
