@@ -1,0 +1,497 @@
+/* Column reader for Kineto traces (ddpdoctor/trace/fastscan.py loads it with ctypes).
+ *
+ * One pass over the JSON bytes of a trace object: every event of "traceEvents" is checked
+ * against the types of trace/schema.py, and each complete event ("ph": "X") writes one row of
+ * columns (ts, dur, string ids of cat and name, pid, tid, correlation, external id, collective
+ * name, span of "Input Dims").  Strings are interned in a hash table: one id per distinct
+ * spelling.  No Python API: the caller owns every buffer.
+ *
+ * Whenever the input is anything but plain, well-formed JSON of the schema's types (a float id,
+ * a string correlation, an escaped key, a duplicate field, deep nesting, a number msgspec might
+ * read differently, ...) the scan stops with KS_BAIL and the caller uses the msgspec path, so
+ * results never depend on which path ran.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KS_OK 0
+#define KS_BAIL 1
+#define KS_FULL 2
+
+#define F_PID_STR 1
+#define F_TID_STR 2
+#define F_CORR 4
+#define F_EXT 8
+
+typedef struct {
+    /* rows (capacity cap) */
+    int64_t cap, n;
+    double *ts, *dur;
+    int32_t *cat, *name, *coll;
+    int64_t *pid, *tid, *corr, *ext, *dims_off;
+    int32_t *dims_len;
+    uint8_t *flags;
+    /* interned strings (capacity strcap), hash table of hsize = 2^k slots (filled with -1) */
+    int32_t strcap, nstr;
+    int64_t *str_off;
+    int32_t *str_len;
+    uint8_t *str_esc;
+    int32_t *htab;
+    int64_t hsize;
+    /* result */
+    int64_t events_start, events_end, fail_at;
+} KScan;
+
+typedef struct {
+    const uint8_t *b, *p, *e;
+    KScan *k;
+    int rc;
+} Cur;
+
+#define FAIL(c) do { if ((c)->rc == KS_OK) { (c)->rc = KS_BAIL; (c)->k->fail_at = (c)->p - (c)->b; } return -1; } while (0)
+
+static inline void ws(Cur *c) {
+    while (c->p < c->e && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t')) c->p++;
+}
+
+static int utf8_ok(const uint8_t *s, const uint8_t *e) {
+    while (s < e) {
+        uint8_t x = *s;
+        if (x < 0x80) { s++; continue; }
+        int n; uint32_t cp;
+        if (x >= 0xC2 && x <= 0xDF) { n = 1; cp = x & 0x1F; }
+        else if (x >= 0xE0 && x <= 0xEF) { n = 2; cp = x & 0x0F; }
+        else if (x >= 0xF0 && x <= 0xF4) { n = 3; cp = x & 0x07; }
+        else return 0;
+        if (e - s <= n) return 0;
+        for (int i = 1; i <= n; i++) {
+            if ((s[i] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i] & 0x3F);
+        }
+        if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        s += n + 1;
+    }
+    return 1;
+}
+
+static inline int hexd(uint8_t x) {
+    return (x >= '0' && x <= '9') || (x >= 'a' && x <= 'f') || (x >= 'A' && x <= 'F');
+}
+
+/* at the opening quote; leaves c->p after the closing quote; body in [*s, *s + *len) */
+static int str_span(Cur *c, const uint8_t **s, int64_t *len, int *esc, uint64_t *hash) {
+    const uint8_t *p = c->p + 1;
+    uint64_t h = 1469598103934665603ULL;
+    int e = 0, hi = 0;
+    for (;;) {
+        if (p >= c->e) FAIL(c);
+        uint8_t x = *p;
+        if (x == '"') break;
+        if (x < 0x20) FAIL(c);
+        if (x == '\\') {
+            e = 1;
+            if (p + 1 >= c->e) FAIL(c);
+            uint8_t y = p[1];
+            if (y == 'u') {
+                if (p + 5 >= c->e || !hexd(p[2]) || !hexd(p[3]) || !hexd(p[4]) || !hexd(p[5])) FAIL(c);
+                if ((p[2] == 'd' || p[2] == 'D') && strchr("89abcdefABCDEF", p[3])) FAIL(c);   /* surrogates */
+                h = (h ^ x) * 1099511628211ULL;
+                h = (h ^ y) * 1099511628211ULL;
+                for (int i = 2; i < 6; i++) h = (h ^ p[i]) * 1099511628211ULL;
+                p += 6;
+                continue;
+            }
+            if (!(y == '"' || y == '\\' || y == '/' || y == 'b' || y == 'f' || y == 'n' || y == 'r' || y == 't')) FAIL(c);
+            h = (h ^ x) * 1099511628211ULL;
+            h = (h ^ y) * 1099511628211ULL;
+            p += 2;
+            continue;
+        }
+        if (x >= 0x80) hi = 1;
+        h = (h ^ x) * 1099511628211ULL;
+        p++;
+    }
+    *s = c->p + 1;
+    *len = p - *s;
+    if (hi && !utf8_ok(*s, p)) FAIL(c);
+    *esc = e;
+    if (hash) *hash = h;
+    c->p = p + 1;
+    return 0;
+}
+
+static int intern(Cur *c, const uint8_t *s, int64_t len, int esc, uint64_t h) {
+    KScan *k = c->k;
+    uint64_t mask = (uint64_t)k->hsize - 1;
+    uint64_t i = h & mask;
+    for (;;) {
+        int32_t id = k->htab[i];
+        if (id < 0) break;
+        if (k->str_len[id] == len && memcmp(c->b + k->str_off[id], s, (size_t)len) == 0) return id;
+        i = (i + 1) & mask;
+    }
+    if (k->nstr >= k->strcap || len > 0x7fffffff) { c->rc = KS_FULL; k->fail_at = c->p - c->b; return -1; }
+    int32_t id = k->nstr++;
+    k->str_off[id] = s - c->b;
+    k->str_len[id] = (int32_t)len;
+    k->str_esc[id] = (uint8_t)esc;
+    k->htab[i] = id;
+    return id;
+}
+
+static int str_id(Cur *c) {
+    const uint8_t *s; int64_t len; int esc; uint64_t h;
+    if (c->p >= c->e || *c->p != '"') FAIL(c);
+    if (str_span(c, &s, &len, &esc, &h)) return -1;
+    return intern(c, s, len, esc, h);
+}
+
+/* a JSON number token: [p, end), whether it has a fraction or exponent */
+static int num_token(Cur *c, const uint8_t **end, int *is_float) {
+    const uint8_t *p = c->p, *e = c->e;
+    *is_float = 0;
+    if (p < e && *p == '-') p++;
+    if (p >= e) FAIL(c);
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') { while (p < e && *p >= '0' && *p <= '9') p++; }
+    else FAIL(c);
+    if (p < e && *p == '.') {
+        p++; *is_float = 1;
+        if (p >= e || !(*p >= '0' && *p <= '9')) FAIL(c);
+        while (p < e && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        p++; *is_float = 1;
+        if (p < e && (*p == '+' || *p == '-')) p++;
+        if (p >= e || !(*p >= '0' && *p <= '9')) FAIL(c);
+        while (p < e && *p >= '0' && *p <= '9') p++;
+    }
+    *end = p;
+    return 0;
+}
+
+/* an integer literal of at most 18 digits (no fraction, no exponent) */
+static int int_value(Cur *c, int64_t *out) {
+    const uint8_t *end; int fl;
+    if (num_token(c, &end, &fl)) return -1;
+    if (fl) FAIL(c);
+    const uint8_t *p = c->p;
+    int neg = 0;
+    if (*p == '-') { neg = 1; p++; }
+    if (end - p > 18) FAIL(c);
+    int64_t v = 0;
+    for (; p < end; p++) v = v * 10 + (*p - '0');
+    *out = neg ? -v : v;
+    c->p = end;
+    return 0;
+}
+
+static const double P10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                             1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* a long number: glibc's strtod, correctly rounded like msgspec and Python's float(); bails
+ * when the token is very long or strtod does not read all of it (a locale's decimal comma) */
+static int float_slow(Cur *c, const uint8_t *end, double *out) {
+    char tmp[64];
+    size_t len = (size_t)(end - c->p);
+    if (len >= sizeof tmp) FAIL(c);
+    memcpy(tmp, c->p, len);
+    tmp[len] = 0;
+    char *stop;
+    double v = strtod(tmp, &stop);
+    if (stop != tmp + len || v != v || v - v != 0) FAIL(c);
+    *out = v;
+    c->p = end;
+    return 0;
+}
+
+/* a number as a double, exactly rounded: Clinger's fast path (mantissa below 2^53, power of ten
+ * at most 22, both exact, one correctly rounded operation); anything else goes to strtod */
+static int float_value(Cur *c, double *out) {
+    const uint8_t *end; int fl;
+    if (num_token(c, &end, &fl)) return -1;
+    if (!fl && end - c->p > 18) FAIL(c);          /* a long int: msgspec's own conversion */
+    const uint8_t *p = c->p;
+    int neg = 0, digits = 0;
+    if (*p == '-') { neg = 1; p++; }
+    uint64_t m = 0;
+    int64_t exp10 = 0;
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        if (m || *p != '0') digits++;
+        m = m * 10 + (uint64_t)(*p - '0');
+        if (digits > 17) return float_slow(c, end, out);
+    }
+    if (p < end && *p == '.') {
+        for (p++; p < end && *p >= '0' && *p <= '9'; p++) {
+            if (m || *p != '0') digits++;
+            if (digits > 17) return float_slow(c, end, out);
+            m = m * 10 + (uint64_t)(*p - '0');
+            exp10--;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        int eneg = 0;
+        if (*p == '+' || *p == '-') { eneg = *p == '-'; p++; }
+        int64_t x = 0;
+        for (; p < end; p++) { x = x * 10 + (*p - '0'); if (x > 1000) return float_slow(c, end, out); }
+        exp10 += eneg ? -x : x;
+    }
+    if (m > (1ULL << 53)) return float_slow(c, end, out);
+    double v = (double)m;
+    if (m == 0) v = 0.0;
+    else if (exp10 >= 0 && exp10 <= 22) v = v * P10[exp10];
+    else if (exp10 < 0 && exp10 >= -22) v = v / P10[-exp10];
+    else return float_slow(c, end, out);
+    *out = (neg && (m || fl)) ? -v : v;       /* "-0" is the int 0, "-0.0" is -0.0 */
+    c->p = end;
+    return 0;
+}
+
+static int skip_value(Cur *c, int depth);
+
+static int skip_container(Cur *c, int depth, uint8_t close) {
+    if (depth > 64) FAIL(c);
+    c->p++;
+    ws(c);
+    if (c->p < c->e && *c->p == close) { c->p++; return 0; }
+    for (;;) {
+        if (close == '}') {
+            const uint8_t *s; int64_t len; int esc;
+            if (c->p >= c->e || *c->p != '"') FAIL(c);
+            if (str_span(c, &s, &len, &esc, NULL)) return -1;
+            ws(c);
+            if (c->p >= c->e || *c->p != ':') FAIL(c);
+            c->p++;
+            ws(c);
+        }
+        if (skip_value(c, depth + 1)) return -1;
+        ws(c);
+        if (c->p >= c->e) FAIL(c);
+        if (*c->p == ',') { c->p++; ws(c); continue; }
+        if (*c->p == close) { c->p++; return 0; }
+        FAIL(c);
+    }
+}
+
+static int lit(Cur *c, const char *w, size_t n) {
+    if ((size_t)(c->e - c->p) < n || memcmp(c->p, w, n) != 0) FAIL(c);
+    c->p += n;
+    return 0;
+}
+
+static int skip_value(Cur *c, int depth) {
+    if (c->p >= c->e) FAIL(c);
+    uint8_t x = *c->p;
+    if (x == '"') { const uint8_t *s; int64_t len; int esc; return str_span(c, &s, &len, &esc, NULL); }
+    if (x == '{') return skip_container(c, depth, '}');
+    if (x == '[') return skip_container(c, depth, ']');
+    if (x == 't') return lit(c, "true", 4);
+    if (x == 'f') return lit(c, "false", 5);
+    if (x == 'n') return lit(c, "null", 4);
+    const uint8_t *end; int fl;
+    if (num_token(c, &end, &fl)) return -1;
+    if (end - c->p > 24) FAIL(c);                /* long ints, huge exponents: msgspec's call */
+    for (const uint8_t *q = c->p; q < end; q++)
+        if ((*q == 'e' || *q == 'E') && end - q > 4) FAIL(c);
+    c->p = end;
+    return 0;
+}
+
+static inline int is_null(Cur *c) {
+    if (c->e - c->p >= 4 && memcmp(c->p, "null", 4) == 0) { c->p += 4; return 1; }
+    return 0;
+}
+
+/* key at the opening quote; leaves c->p after the colon. Escaped keys bail. */
+static int key(Cur *c, const uint8_t **s, int64_t *len) {
+    int esc;
+    if (c->p >= c->e || *c->p != '"') FAIL(c);
+    if (str_span(c, s, len, &esc, NULL)) return -1;
+    if (esc) FAIL(c);
+    ws(c);
+    if (c->p >= c->e || *c->p != ':') FAIL(c);
+    c->p++;
+    ws(c);
+    return 0;
+}
+
+#define KEY_IS(lit_) (len == (int64_t)sizeof(lit_) - 1 && memcmp(s, lit_, sizeof(lit_) - 1) == 0)
+
+typedef struct {
+    int64_t corr, ext_a, ext_b, dims_off;
+    int32_t coll, dims_len;
+    int has_corr, has_ext_a, has_ext_b;
+} Args;
+
+/* an id field of args: int or null (a string or anything else bails) */
+static int opt_int(Cur *c, int64_t *v, int *has) {
+    if (is_null(c)) { *has = 0; return 0; }
+    *has = 1;
+    return int_value(c, v);
+}
+
+static int parse_args(Cur *c, Args *a) {
+    unsigned seen = 0;
+    c->p++;
+    ws(c);
+    if (c->p < c->e && *c->p == '}') { c->p++; return 0; }
+    for (;;) {
+        const uint8_t *s; int64_t len;
+        if (key(c, &s, &len)) return -1;
+        unsigned bit = 0;
+        if (KEY_IS("correlation")) { bit = 1; if (opt_int(c, &a->corr, &a->has_corr)) return -1; }
+        else if (KEY_IS("External id")) { bit = 2; if (opt_int(c, &a->ext_a, &a->has_ext_a)) return -1; }
+        else if (KEY_IS("external id")) { bit = 4; if (opt_int(c, &a->ext_b, &a->has_ext_b)) return -1; }
+        else if (KEY_IS("Collective name")) {
+            bit = 8;
+            if (is_null(c)) a->coll = -1;
+            else if ((a->coll = str_id(c)) < 0) return -1;
+        } else if (KEY_IS("Input Dims")) {
+            bit = 16;
+            const uint8_t *v = c->p;
+            if (skip_value(c, 2)) return -1;
+            a->dims_off = v - c->b;
+            a->dims_len = (int32_t)(c->p - v);
+        } else if (skip_value(c, 2)) return -1;
+        if (seen & bit) FAIL(c);
+        seen |= bit;
+        ws(c);
+        if (c->p >= c->e) FAIL(c);
+        if (*c->p == ',') { c->p++; ws(c); continue; }
+        if (*c->p == '}') { c->p++; return 0; }
+        FAIL(c);
+    }
+}
+
+static int parse_event(Cur *c) {
+    KScan *k = c->k;
+    if (c->p >= c->e || *c->p != '{') FAIL(c);
+    c->p++;
+    ws(c);
+    unsigned seen = 0;
+    int is_x = 0;
+    int32_t cat = -2, name = -2;        /* -2: absent (""), interned lazily */
+    int64_t pid = 0, tid = 0;
+    uint8_t fl = 0;
+    double ts = 0.0, dur = 0.0;
+    Args a = {0, 0, 0, 0, -1, -1, 0, 0, 0};
+    if (c->p < c->e && *c->p == '}') { c->p++; return 0; }
+    for (;;) {
+        const uint8_t *s; int64_t len;
+        if (key(c, &s, &len)) return -1;
+        unsigned bit = 0;
+        if (KEY_IS("ph")) {
+            bit = 1;
+            const uint8_t *v; int64_t vl; int esc;
+            if (c->p >= c->e || *c->p != '"') FAIL(c);
+            if (str_span(c, &v, &vl, &esc, NULL)) return -1;
+            if (esc) FAIL(c);
+            is_x = vl == 1 && v[0] == 'X';
+        } else if (KEY_IS("cat")) { bit = 2; if ((cat = str_id(c)) < 0) return -1; }
+        else if (KEY_IS("name")) { bit = 4; if ((name = str_id(c)) < 0) return -1; }
+        else if (KEY_IS("pid") || KEY_IS("tid")) {
+            int is_pid = s[0] == 'p';
+            bit = is_pid ? 8 : 16;
+            int64_t v;
+            if (c->p < c->e && *c->p == '"') {
+                int id = str_id(c);
+                if (id < 0) return -1;
+                v = id;
+                fl |= is_pid ? F_PID_STR : F_TID_STR;
+            } else {
+                if (int_value(c, &v)) return -1;
+                fl &= is_pid ? ~F_PID_STR : ~F_TID_STR;
+            }
+            if (is_pid) pid = v; else tid = v;
+        } else if (KEY_IS("ts")) { bit = 32; if (float_value(c, &ts)) return -1; }
+        else if (KEY_IS("dur")) { bit = 64; if (float_value(c, &dur)) return -1; }
+        else if (KEY_IS("args")) {
+            bit = 128;
+            if (!is_null(c)) {
+                if (c->p >= c->e || *c->p != '{') FAIL(c);
+                if (parse_args(c, &a)) return -1;
+            }
+        } else if (skip_value(c, 1)) return -1;
+        if (seen & bit) FAIL(c);
+        seen |= bit;
+        ws(c);
+        if (c->p >= c->e) FAIL(c);
+        if (*c->p == ',') { c->p++; ws(c); continue; }
+        if (*c->p == '}') { c->p++; break; }
+        FAIL(c);
+    }
+    if (!is_x) return 0;
+    if (k->n >= k->cap) { c->rc = KS_FULL; return -1; }
+    if (cat == -2 || name == -2) {
+        int id = intern(c, c->b, 0, 0, 1469598103934665603ULL);   /* "" */
+        if (id < 0) return -1;
+        if (cat == -2) cat = id;
+        if (name == -2) name = id;
+    }
+    int64_t i = k->n++;
+    k->ts[i] = ts;
+    k->dur[i] = dur;
+    k->cat[i] = cat;
+    k->name[i] = name;
+    k->pid[i] = pid;
+    k->tid[i] = tid;
+    k->corr[i] = a.corr;
+    if (a.has_corr) fl |= F_CORR;
+    k->ext[i] = a.has_ext_a ? a.ext_a : a.ext_b;
+    if (a.has_ext_a || a.has_ext_b) fl |= F_EXT;
+    k->coll[i] = a.coll;
+    k->dims_off[i] = a.dims_off;
+    k->dims_len[i] = a.dims_len;
+    k->flags[i] = fl;
+    return 0;
+}
+
+static int parse_events(Cur *c) {
+    if (c->p >= c->e || *c->p != '[') FAIL(c);
+    c->k->events_start = c->p - c->b;
+    c->p++;
+    ws(c);
+    if (c->p < c->e && *c->p == ']') { c->p++; c->k->events_end = c->p - c->b; return 0; }
+    for (;;) {
+        if (parse_event(c)) return -1;
+        ws(c);
+        if (c->p >= c->e) FAIL(c);
+        if (*c->p == ',') { c->p++; ws(c); continue; }
+        if (*c->p == ']') { c->p++; c->k->events_end = c->p - c->b; return 0; }
+        FAIL(c);
+    }
+}
+
+/* the top-level object: "traceEvents" is scanned, every other value only skipped (the caller
+ * decodes the document without the events with msgspec, which checks the rest) */
+int ks_scan(const uint8_t *buf, int64_t size, KScan *k) {
+    Cur c = {buf, buf, buf + size, k, KS_OK};
+    int found = 0;
+    k->n = 0; k->nstr = 0; k->events_start = k->events_end = -1; k->fail_at = -1;
+    ws(&c);
+    if (c.p >= c.e || *c.p != '{') { k->fail_at = 0; return KS_BAIL; }
+    c.p++;
+    ws(&c);
+    if (c.p < c.e && *c.p == '}') { k->fail_at = 0; return KS_BAIL; }
+    for (;;) {
+        const uint8_t *s; int64_t len;
+        if (key(&c, &s, &len)) return c.rc;
+        if (KEY_IS("traceEvents")) {
+            if (found) { k->fail_at = c.p - c.b; return KS_BAIL; }
+            found = 1;
+            if (parse_events(&c)) return c.rc;
+        } else if (skip_value(&c, 1)) return c.rc;
+        ws(&c);
+        if (c.p >= c.e) { k->fail_at = c.p - c.b; return KS_BAIL; }
+        if (*c.p == ',') { c.p++; ws(&c); continue; }
+        if (*c.p == '}') { c.p++; break; }
+        k->fail_at = c.p - c.b;
+        return KS_BAIL;
+    }
+    ws(&c);
+    if (c.p != c.e || !found) { k->fail_at = c.p - c.b; return KS_BAIL; }
+    return KS_OK;
+}
