@@ -20,7 +20,7 @@ class KScanBuildHook(BuildHookInterface):
     def initialize(self, version: str, build_data: dict) -> None:
         src = Path(self.root) / "ddpdoctor" / "trace" / "_kscan.c"
         out = src.with_name("_kscan.so")
-        cmd = [*shlex.split(os.environ.get("CC", "cc")), "-O2", "-shared", "-fPIC", "-o", str(out), str(src)]
+        cmd = [*shlex.split(os.environ.get("CC", "cc")), "-O2", "-shared", "-fPIC", "-pthread", "-o", str(out), str(src)]
         try:
             subprocess.run(cmd, check=True, capture_output=True, text=True)
         except (OSError, subprocess.CalledProcessError) as exc:

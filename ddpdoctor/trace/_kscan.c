@@ -11,6 +11,10 @@
  * read differently, ...) the scan stops with KS_BAIL and the caller uses the msgspec path, so
  * results never depend on which path ran.
  */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,12 +84,26 @@ static inline int hexd(uint8_t x) {
     return (x >= '0' && x <= '9') || (x >= 'a' && x <= 'f') || (x >= 'A' && x <= 'F');
 }
 
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* a byte of the word that is '"', '\\', a control character or not ASCII */
+static inline uint64_t special(uint64_t w) {
+    uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
+    return (((q - ONES) & ~q) | ((b - ONES) & ~b) | (w - ONES * 0x20) | w) & HIGHS;
+}
+
 /* at the opening quote; leaves c->p after the closing quote; body in [*s, *s + *len) */
-static int str_span(Cur *c, const uint8_t **s, int64_t *len, int *esc, uint64_t *hash) {
+static int str_span(Cur *c, const uint8_t **s, int64_t *len, int *esc) {
     const uint8_t *p = c->p + 1;
-    uint64_t h = 1469598103934665603ULL;
     int e = 0, hi = 0;
     for (;;) {
+        while (p + 8 <= c->e) {               /* eight plain bytes at a time */
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (special(w)) break;
+            p += 8;
+        }
         if (p >= c->e) FAIL(c);
         uint8_t x = *p;
         if (x == '"') break;
@@ -97,35 +115,43 @@ static int str_span(Cur *c, const uint8_t **s, int64_t *len, int *esc, uint64_t 
             if (y == 'u') {
                 if (p + 5 >= c->e || !hexd(p[2]) || !hexd(p[3]) || !hexd(p[4]) || !hexd(p[5])) FAIL(c);
                 if ((p[2] == 'd' || p[2] == 'D') && strchr("89abcdefABCDEF", p[3])) FAIL(c);   /* surrogates */
-                h = (h ^ x) * 1099511628211ULL;
-                h = (h ^ y) * 1099511628211ULL;
-                for (int i = 2; i < 6; i++) h = (h ^ p[i]) * 1099511628211ULL;
                 p += 6;
                 continue;
             }
             if (!(y == '"' || y == '\\' || y == '/' || y == 'b' || y == 'f' || y == 'n' || y == 'r' || y == 't')) FAIL(c);
-            h = (h ^ x) * 1099511628211ULL;
-            h = (h ^ y) * 1099511628211ULL;
             p += 2;
             continue;
         }
         if (x >= 0x80) hi = 1;
-        h = (h ^ x) * 1099511628211ULL;
         p++;
     }
     *s = c->p + 1;
     *len = p - *s;
     if (hi && !utf8_ok(*s, p)) FAIL(c);
     *esc = e;
-    if (hash) *hash = h;
     c->p = p + 1;
     return 0;
 }
 
-static int intern(Cur *c, const uint8_t *s, int64_t len, int esc, uint64_t h) {
+static inline uint64_t hash_bytes(const uint8_t *s, int64_t len) {
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)len;
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+        h ^= h >> 29;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s + i, (size_t)(len - i));
+    h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+    return h ^ (h >> 32);
+}
+
+static int intern(Cur *c, const uint8_t *s, int64_t len, int esc) {
     KScan *k = c->k;
     uint64_t mask = (uint64_t)k->hsize - 1;
-    uint64_t i = h & mask;
+    uint64_t i = hash_bytes(s, len) & mask;
     for (;;) {
         int32_t id = k->htab[i];
         if (id < 0) break;
@@ -142,10 +168,10 @@ static int intern(Cur *c, const uint8_t *s, int64_t len, int esc, uint64_t h) {
 }
 
 static int str_id(Cur *c) {
-    const uint8_t *s; int64_t len; int esc; uint64_t h;
+    const uint8_t *s; int64_t len; int esc;
     if (c->p >= c->e || *c->p != '"') FAIL(c);
-    if (str_span(c, &s, &len, &esc, &h)) return -1;
-    return intern(c, s, len, esc, h);
+    if (str_span(c, &s, &len, &esc)) return -1;
+    return intern(c, s, len, esc);
 }
 
 /* a JSON number token: [p, end), whether it has a fraction or exponent */
@@ -261,7 +287,7 @@ static int skip_container(Cur *c, int depth, uint8_t close) {
         if (close == '}') {
             const uint8_t *s; int64_t len; int esc;
             if (c->p >= c->e || *c->p != '"') FAIL(c);
-            if (str_span(c, &s, &len, &esc, NULL)) return -1;
+            if (str_span(c, &s, &len, &esc)) return -1;
             ws(c);
             if (c->p >= c->e || *c->p != ':') FAIL(c);
             c->p++;
@@ -285,7 +311,7 @@ static int lit(Cur *c, const char *w, size_t n) {
 static int skip_value(Cur *c, int depth) {
     if (c->p >= c->e) FAIL(c);
     uint8_t x = *c->p;
-    if (x == '"') { const uint8_t *s; int64_t len; int esc; return str_span(c, &s, &len, &esc, NULL); }
+    if (x == '"') { const uint8_t *s; int64_t len; int esc; return str_span(c, &s, &len, &esc); }
     if (x == '{') return skip_container(c, depth, '}');
     if (x == '[') return skip_container(c, depth, ']');
     if (x == 't') return lit(c, "true", 4);
@@ -309,7 +335,7 @@ static inline int is_null(Cur *c) {
 static int key(Cur *c, const uint8_t **s, int64_t *len) {
     int esc;
     if (c->p >= c->e || *c->p != '"') FAIL(c);
-    if (str_span(c, s, len, &esc, NULL)) return -1;
+    if (str_span(c, s, len, &esc)) return -1;
     if (esc) FAIL(c);
     ws(c);
     if (c->p >= c->e || *c->p != ':') FAIL(c);
@@ -387,7 +413,7 @@ static int parse_event(Cur *c) {
             bit = 1;
             const uint8_t *v; int64_t vl; int esc;
             if (c->p >= c->e || *c->p != '"') FAIL(c);
-            if (str_span(c, &v, &vl, &esc, NULL)) return -1;
+            if (str_span(c, &v, &vl, &esc)) return -1;
             if (esc) FAIL(c);
             is_x = vl == 1 && v[0] == 'X';
         } else if (KEY_IS("cat")) { bit = 2; if ((cat = str_id(c)) < 0) return -1; }
@@ -426,7 +452,7 @@ static int parse_event(Cur *c) {
     if (!is_x) return 0;
     if (k->n >= k->cap) { c->rc = KS_FULL; return -1; }
     if (cat == -2 || name == -2) {
-        int id = intern(c, c->b, 0, 0, 1469598103934665603ULL);   /* "" */
+        int id = intern(c, c->b, 0, 0);   /* "" */
         if (id < 0) return -1;
         if (cat == -2) cat = id;
         if (name == -2) name = id;
@@ -494,4 +520,49 @@ int ks_scan(const uint8_t *buf, int64_t size, KScan *k) {
     ws(&c);
     if (c.p != c.e || !found) { k->fail_at = c.p - c.b; return KS_BAIL; }
     return KS_OK;
+}
+
+/* ks_scan on a memory-mapped file: a file truncated while it is scanned raises SIGBUS on the
+ * pages past its new end; the scan then ends with KS_BAIL (the caller reads the file the usual
+ * way) instead of the process.  The handler is installed for the scans in flight only. */
+static __thread sigjmp_buf *ks_jmp;
+static struct sigaction ks_old_bus;
+static int ks_guards;
+static pthread_mutex_t ks_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void ks_on_bus(int sig, siginfo_t *si, void *ctx) {
+    (void)si; (void)ctx;
+    if (ks_jmp) siglongjmp(*ks_jmp, 1);
+    sigaction(sig, &ks_old_bus, NULL);          /* not a scan's: what was there before */
+    raise(sig);
+}
+
+int ks_scan_mapped(const uint8_t *buf, int64_t size, KScan *k) {
+    pthread_mutex_lock(&ks_lock);
+    if (ks_guards++ == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = ks_on_bus;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGBUS, &sa, &ks_old_bus) != 0) {
+            ks_guards--;
+            pthread_mutex_unlock(&ks_lock);
+            return KS_BAIL;
+        }
+    }
+    pthread_mutex_unlock(&ks_lock);
+    sigjmp_buf jb;
+    volatile int rc = KS_BAIL;
+    if (sigsetjmp(jb, 1) == 0) {
+        ks_jmp = &jb;
+        rc = ks_scan(buf, size, k);
+    } else {
+        k->fail_at = -2;
+    }
+    ks_jmp = NULL;
+    pthread_mutex_lock(&ks_lock);
+    if (--ks_guards == 0) sigaction(SIGBUS, &ks_old_bus, NULL);
+    pthread_mutex_unlock(&ks_lock);
+    return rc;
 }

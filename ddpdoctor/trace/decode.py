@@ -205,12 +205,15 @@ def _int_or_none(v) -> int | None:
 
 def load_rank_trace(path: Path, rank_hint: int | None = None, rank_hint_source: str = "file name",
                     comm_patterns: tuple[str, ...] = ()) -> RankTrace:
-    raw = read_bytes(path)
-    fast = fastscan.scan(raw)
+    # the compiled reader on the file mapped in memory, else on its bytes; else msgspec
+    tried, fast = (False, None) if isinstance(path, sources.RemoteFile) else fastscan.scan_file(Path(path))
+    if fast is None or not fast[0].n:
+        raw = read_bytes(path)
+        if not tried:
+            fast = fastscan.scan(raw)
     if fast is not None and fast[0].n:
         from .colnorm import normalize_columns
 
-        del raw
         return normalize_columns(str(path), *fast, rank_hint, rank_hint_source, comm_patterns)
     del fast
     trace = _decode(path, raw)

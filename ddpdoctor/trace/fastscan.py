@@ -10,6 +10,7 @@ JSON of the schema's types (see the C file); the caller then decodes with msgspe
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from .. import safe_io
+from ..errors import InputError
 from .schema import TRACE_DECODER, Trace
 
 OK, BAIL, FULL = 0, 1, 2
@@ -46,8 +49,9 @@ def _lib():
         if so.exists() and not os.environ.get("DDPDOCTOR_NO_KSCAN"):
             try:
                 lib = ctypes.CDLL(str(so))
-                lib.ks_scan.argtypes = [_P, ctypes.c_int64, ctypes.POINTER(_KScan)]
-                lib.ks_scan.restype = ctypes.c_int
+                for fn in (lib.ks_scan, lib.ks_scan_mapped):
+                    fn.argtypes = [_P, ctypes.c_int64, ctypes.POINTER(_KScan)]
+                    fn.restype = ctypes.c_int
             except OSError:
                 lib = None
         _lib_cache.append(lib)
@@ -77,24 +81,46 @@ class Columns:
     dims_len: np.ndarray      # -1: no "Input Dims"
     flags: np.ndarray
     strings: list[str]
-    raw: bytes | bytearray    # the file, for the few "Input Dims" read
+    raw: bytes | bytearray | mmap.mmap    # the file, for the few "Input Dims" read
 
     def input_dims(self, i: int) -> str:
         o = int(self.dims_off[i])
         return bytes(self.raw[o:o + int(self.dims_len[i])]).decode("utf-8", "replace")
 
 
-def scan(raw: bytes | bytearray) -> tuple[Columns, Trace] | None:
+def scan_file(path: Path) -> tuple[bool, tuple[Columns, Trace] | None]:
+    """(tried, :func:`scan` of the file mapped in memory): no copy of the file is made. Not
+    tried (the caller reads the file) when the reader is not built or the file is compressed,
+    empty, over the size limit or unreadable; tried and ``None`` when the scan bailed."""
+    if _lib() is None:
+        return False, None
+    try:
+        with safe_io.open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if not size or size > safe_io.max_trace_bytes():
+                return False, None
+            m = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_COPY)
+    except (InputError, OSError, ValueError):
+        return False, None
+    if m[:2] == b"\x1f\x8b":
+        m.close()
+        return False, None
+    if hasattr(m, "madvise"):
+        m.madvise(mmap.MADV_SEQUENTIAL)
+    return True, scan(m, mapped=True)
+
+
+def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Columns, Trace] | None:
     lib = _lib()
     if lib is None or not raw:
         return None
     size = len(raw)
-    if isinstance(raw, bytearray):
-        cbuf = (ctypes.c_char * size).from_buffer(raw)
-        ptr = ctypes.addressof(cbuf)
-    else:
+    if isinstance(raw, bytes):
         cbuf = ctypes.c_char_p(raw)
         ptr = ctypes.cast(cbuf, _P).value
+    else:                                   # bytearray, a writable (copy-on-write) mmap
+        cbuf = (ctypes.c_char * size).from_buffer(raw)
+        ptr = ctypes.addressof(cbuf)
     cap, strcap = max(1024, size // 150), 1 << 16
     try:
         for _ in range(4):
@@ -103,7 +129,7 @@ def scan(raw: bytes | bytearray) -> tuple[Columns, Trace] | None:
                     "str_esc": np.empty(strcap, np.uint8), "htab": np.full(2 * strcap, -1, np.int32)}
             k = _KScan(cap=cap, strcap=strcap, hsize=2 * strcap,
                        **{f: a.ctypes.data for f, a in {**cols, **strs}.items()})
-            rc = lib.ks_scan(ptr, size, ctypes.byref(k))
+            rc = (lib.ks_scan_mapped if mapped else lib.ks_scan)(ptr, size, ctypes.byref(k))
             if rc != FULL:
                 break
             if k.n >= cap:
