@@ -25,9 +25,13 @@ class _Strings:
     def table(self, fn, ids: np.ndarray, dtype) -> np.ndarray:
         """``fn(string)`` for the strings at ``ids`` (others 0), as an array indexed by id."""
         out = np.zeros(len(self.strings), dtype=dtype)
-        for i in np.unique(ids).tolist():
+        for i in self.present(ids).tolist():
             out[i] = fn(self.strings[i])
         return out
+
+    def present(self, ids: np.ndarray) -> np.ndarray:
+        """The distinct ids, sorted (``np.unique`` without a sort)."""
+        return np.flatnonzero(np.bincount(ids, minlength=len(self.strings)))
 
     def take(self, ids: np.ndarray) -> list[str]:
         return self.obj[ids].tolist() if len(ids) else []
@@ -59,7 +63,7 @@ def normalize_columns(path: str, cols: Columns, meta: Trace, rank_hint: int | No
     S = _Strings(cols.strings)
     n = cols.n
     code = S.table(_category_code, cols.cat, np.int8)[cols.cat]
-    schema = "2021" if any(cols.strings[i] in LEGACY_CATS for i in np.unique(cols.cat).tolist()) else "current"
+    schema = "2021" if any(cols.strings[i] in LEGACY_CATS for i in S.present(cols.cat).tolist()) else "current"
     gpu_idx = np.flatnonzero((code >= 1) & (code <= 3))
     op_idx = np.flatnonzero(code >= 4)
     ts, dur = cols.ts, cols.dur
