@@ -6,6 +6,7 @@ same results)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import subprocess
@@ -20,7 +21,9 @@ class KScanBuildHook(BuildHookInterface):
     def initialize(self, version: str, build_data: dict) -> None:
         src = Path(self.root) / "ddpdoctor" / "trace" / "_kscan.c"
         out = src.with_name("_kscan.so")
-        cmd = [*shlex.split(os.environ.get("CC", "cc")), "-O2", "-shared", "-fPIC", "-pthread", "-o", str(out), str(src)]
+        source_id = source_hash(src.parent)
+        cmd = [*shlex.split(os.environ.get("CC", "cc")), "-O2", "-shared", "-fPIC", "-pthread",
+               f'-DKS_SOURCE_ID="{source_id}"', "-o", str(out), str(src)]
         try:
             subprocess.run(cmd, check=True, capture_output=True, text=True)
         except (OSError, subprocess.CalledProcessError) as exc:
@@ -32,3 +35,12 @@ class KScanBuildHook(BuildHookInterface):
         build_data["infer_tag"] = True
         if version != "editable":
             build_data["force_include"][str(out)] = "ddpdoctor/trace/_kscan.so"
+
+
+def source_hash(folder: Path) -> str:
+    """The same hash as ddpdoctor.trace.fastscan.source_hash (kept apart: the build cannot import
+    the package)."""
+    h = hashlib.sha256()
+    for name in ("_kscan.c", "_kscan_lex.h"):
+        h.update((folder / name).read_bytes())
+    return h.hexdigest()[:16]

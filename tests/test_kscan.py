@@ -103,3 +103,11 @@ def test_a_file_truncated_during_the_scan_bails(tmp_path):
         m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
     os.truncate(p, 100)                     # the pages past byte 100 now raise SIGBUS
     assert fastscan.scan(m, mapped=True) is None
+
+
+def test_the_library_is_built_from_the_sources_beside_it(tmp_path, monkeypatch):
+    lib = fastscan._lib()
+    assert lib.ks_source_id().decode() == fastscan.source_hash(fastscan.Path(fastscan.__file__).parent)
+    for name in ("_kscan.c", "_kscan_lex.h"):       # an edited source: the old library is not used
+        (tmp_path / name).write_bytes(b"/* edited */\n" + (fastscan.Path(fastscan.__file__).parent / name).read_bytes())
+    assert fastscan.source_hash(tmp_path) != lib.ks_source_id().decode()

@@ -18,6 +18,13 @@
 
 #include "_kscan_lex.h"
 
+/* set by hatch_build.py: a hash of this file and _kscan_lex.h, so that fastscan.py never uses
+ * a library built from other sources (a checkout updated without a reinstall) */
+#ifndef KS_SOURCE_ID
+#define KS_SOURCE_ID "unknown"
+#endif
+const char *ks_source_id(void) { return KS_SOURCE_ID; }
+
 typedef struct {
     int64_t corr, ext_a, ext_b, dims_off;
     int32_t coll, dims_len;

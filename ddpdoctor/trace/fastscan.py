@@ -4,12 +4,14 @@ straight into numpy columns, without a Python object per event.
 :func:`scan` returns ``None`` whenever the reader is not built or the trace is anything but plain
 JSON of the schema's types (see the C file); the caller then decodes with msgspec
 (:func:`ddpdoctor.trace.decode._decode`), so the RankTrace never depends on the path taken.
-``DDPDOCTOR_NO_KSCAN=1`` turns the reader off.
+``DDPDOCTOR_NO_KSCAN=1`` turns the reader off; a library built from other sources than the
+ones beside it (a checkout updated without a reinstall) is not used.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import mmap
 import os
 from dataclasses import dataclass
@@ -49,13 +51,25 @@ def _lib():
         if so.exists() and not os.environ.get("DDPDOCTOR_NO_KSCAN"):
             try:
                 lib = ctypes.CDLL(str(so))
-                for fn in (lib.ks_scan, lib.ks_scan_mapped):
-                    fn.argtypes = [_P, ctypes.c_int64, ctypes.POINTER(_KScan)]
-                    fn.restype = ctypes.c_int
-            except OSError:
+                lib.ks_source_id.restype = ctypes.c_char_p
+                if lib.ks_source_id().decode() != source_hash(so.parent):
+                    lib = None                   # built from other sources: reinstall to use it
+                else:
+                    for fn in (lib.ks_scan, lib.ks_scan_mapped):
+                        fn.argtypes = [_P, ctypes.c_int64, ctypes.POINTER(_KScan)]
+                        fn.restype = ctypes.c_int
+            except (OSError, AttributeError):
                 lib = None
         _lib_cache.append(lib)
     return _lib_cache[0]
+
+
+def source_hash(folder: Path) -> str:
+    """The hash hatch_build.py compiles into the library (see there)."""
+    h = hashlib.sha256()
+    for name in ("_kscan.c", "_kscan_lex.h"):
+        h.update((folder / name).read_bytes())
+    return h.hexdigest()[:16]
 
 
 def available() -> bool:
