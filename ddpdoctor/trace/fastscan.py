@@ -119,7 +119,7 @@ def scan_file(path: Path) -> tuple[bool, tuple[Columns, Trace] | None]:
     if m[:2] == b"\x1f\x8b":
         m.close()
         return False, None
-    if hasattr(m, "madvise"):
+    if hasattr(m, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
         m.madvise(mmap.MADV_SEQUENTIAL)
     return True, scan(m, mapped=True)
 
