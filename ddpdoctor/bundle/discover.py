@@ -233,7 +233,7 @@ def _choose(by_rank: dict, skipped: dict, spec: str, warnings: list[str]) -> Non
                          f"{compact_ranks(sorted(by_rank))})")
     absent = sorted(set(wanted) - set(by_rank))
     if absent:
-        warnings.append(f"--ranks {spec}: no trace for rank(s) {compact_ranks(absent)}")
+        warnings.append(f"--ranks {spec}: no trace for rank{'s' if len(absent) > 1 else ''} {compact_ranks(absent)}")
     for r in [r for r in by_rank if r not in present]:
         del by_rank[r]
         skipped.pop(r, None)
@@ -263,7 +263,7 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
     if not described and not errors:
         raise NoTracesError(f"no trace files under {', '.join(paths)}: only ddpdoctor's own outputs")
     if not described:
-        more = f" (and {len(errors) - 1} more unreadable file(s))" if len(errors) > 1 else ""
+        more = f" (and {len(errors) - 1} more unreadable file{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise NoTracesError(f"no readable profiler trace: {errors[0]}{more}")
     warnings.extend(f"skipped {e}" for e in errors)
     unranked = [t for t in described if t.rank is None]
@@ -303,7 +303,7 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
     elif world:
         missing = sorted(set(range(world)) - set(by_rank))
         if missing and len(by_rank) > 1:
-            warnings.append(f"world_size is {world} but traces cover {len(by_rank)} rank(s); missing: "
+            warnings.append(f"world_size is {world} but traces cover {len(by_rank)} ranks; missing: "
                             f"{compact_ranks(missing)} — cross-rank results cover the ranks present (partial)")
     return Discovery(by_rank, skipped, world, warnings, chosen=ranks)
 
