@@ -131,7 +131,12 @@ def test_a_bad_file_inside_a_folder_is_skipped_with_a_warning(tmp_path):
     gpu_step_trace(rank=1, world_size=2).write(tmp_path / "rank1.json")
     (tmp_path / "notes.json").write_text('{"not": "a trace"}')
     res = run_cli("analyze", tmp_path)
-    assert res.returncode == 0 and "skipped" in res.stdout and "notes.json" in res.stdout
+    # another JSON beside the traces is named, as a note: the job's traces are whole
+    assert res.returncode == 0 and "ignored notes.json" in res.stdout and "note:" in res.stdout
+    assert "partial" not in res.stdout
+    (tmp_path / "rank2.json").write_text("{ not json")          # a trace-named file that cannot be read
+    res = run_cli("analyze", tmp_path)
+    assert res.returncode == 0 and "skipped" in res.stdout and "rank2.json" in res.stdout
 
 
 def test_help_on_every_command():
