@@ -101,7 +101,7 @@ def _progress(quiet: bool):
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    prog = Progress(SpinnerColumn(), TextColumn("loading traces: {task.completed} rank(s) done"),
+    prog = Progress(SpinnerColumn(), TextColumn("loading traces, ranks done: {task.completed}"),
                     TimeElapsedColumn(), console=Console(stderr=True), transient=True)
 
     @contextlib.contextmanager
@@ -312,7 +312,7 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
     res = build_bundle(source, output, d, max_mb=max_mb, with_traces=with_traces, trim_traces=trim_traces,
                        hosts=hosts)
     if not quiet:
-        click.echo(f"{res.path}: {res.size / 1024 / 1024:.2f} MiB, {len(res.members)} file(s)")
+        click.echo(f"{res.path}: {res.size / 1024 / 1024:.2f} MiB, {len(res.members)} file{'' if len(res.members) == 1 else 's'}")
         for x in res.left_out:
             click.echo(f"  left out: {hosts.sub(x) if hosts else x}")
 

@@ -132,3 +132,45 @@ def test_step_table_dataframe(tmp_path):
     df = analyze([str(tmp_path)], AnalyzeOptions(jobs=1)).table()
     assert len(df) == 2 and list(df["rank"]) == [0, 1]
     assert df.loc[0, "dataloader_wait"] == pytest.approx(300) and df.loc[1, "comm_sync_wait"] == pytest.approx(0)
+
+
+def test_allreduce_message_sizes_come_from_the_collective_records(tmp_path):
+    """record_param_comms carries 'In msg nelems' and 'dtype': bytes and records per step, counted in the
+    host's steps (the synthetic writer puts them on the backward thread, inside each ProfilerStep)."""
+    from ddpdoctor.synth import Scenario, generate
+
+    generate(Scenario(world_size=2, steps=3, buckets=5, bucket_kb=16.0), tmp_path, gzip=False)
+    rt = load_rank_trace(tmp_path / "rank0.pt.trace.json")
+    assert len(rt.coll_messages) == 15 and set(rt.coll_messages.kind) == {"all_reduce"}
+    ex = summarize(rt, 0).extras
+    assert ex["allreduce_msgs_per_step"] == 5 and ex["allreduce_bytes_per_step"] == 5 * 16_000
+    assert ex["allreduce_elem_bytes"] == 4                    # "dtype": "Float"
+
+
+def test_a_record_without_a_known_dtype_or_size_is_left_out(tmp_path):
+    from ddpdoctor.trace.decode import message_bytes
+
+    assert message_bytes(1000, "BFloat16") == 2000 and message_bytes("1000", "Float") == 4000
+    assert message_bytes(1000, "NewDtype") is None and message_bytes("many", "Float") is None
+    assert message_bytes(-1, "Float") is None and message_bytes(None, "Float") is None
+
+
+def test_real_bf16_ddp_trace_gets_sized_buckets_and_no_16_bit_hook(real_traces):
+    """TraceLens's 8xMI300X DDP ResNet (rank 0 only, no run settings): two all-reduces of 5.7 and 17.6 MB of
+    BFloat16 per step. CM001 sizes the buckets from them instead of 'not recorded for this run', and does
+    not offer bf16 compression for gradients that already travel in 16 bits."""
+    from ddpdoctor.analysis import AnalyzeOptions
+    from ddpdoctor.diagnosis import run_analyze
+    from ddpdoctor.rules_engine.registry import build_ruleset
+
+    r = run_analyze([str(real_traces / "tracelens_ddp_resnet_actckpt_8xMI300X_rank0")],
+                    AnalyzeOptions(jobs=1, hta="off"), build_ruleset(use_config=False))
+    ex = r.analysis.summaries[0].extras
+    assert ex["allreduce_bytes_per_step"] == pytest.approx(23_379_024) and ex["allreduce_msgs_per_step"] == 2
+    assert ex["allreduce_elem_bytes"] == 2
+    cm = next(f for f in r.diagnosis.findings if f.rule == "CM001")
+    titles = [f.title for f in cm.fixes]
+    assert titles[0] == "Use smaller gradient buckets so all-reduce starts earlier in backward", titles
+    assert "bucket_cap_mb=4" in cm.fixes[0].change and "23.4 MB of gradients" in cm.fixes[0].change
+    assert not any("compress" in t.lower() and "16 bits" in t for t in titles), titles
+    assert not any("not recorded for this run" in t for t in titles), titles

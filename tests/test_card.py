@@ -153,6 +153,31 @@ def test_log_events_in_time_order_across_ranks():
     d["logs"]["events"][3]["time"] = None           # rank 1's log has no timestamp at all: no shared time axis
     assert view.timed_events(d)[1] is False
     assert [e["rank"] for e in view.ordered_events(d)] == [0, 1]
+    # ... unless the same error of the same rank is timed in another of its files (events.jsonl
+    # beside an untimestamped output.log): it takes that time
+    d["logs"]["events"][3]["text"] = "CUDA out of memory"
+    d["logs"]["events"].append({"rank": 1, "kind": "oom", "time": 111.0, "file": "r1/events.jsonl", "line_no": 2,
+                                "text": "CUDA out of memory"})
+    timed, complete = view.timed_events(d)
+    assert complete and [(t, e["rank"], e["kind"]) for t, e in timed if e["kind"] != "progress"] == \
+        [(111.0, 1, "oom"), (111.0, 1, "oom"), (112.0, 0, "exit")]
+    d["logs"]["events"][-1]["rank"] = 0              # the same text on another rank is another error
+    assert view.timed_events(d)[1] is False
+
+
+def test_failed_sample_lists_its_events_in_time_order_in_plain_words():
+    """The OOM sample's rank 0 error is in its untimestamped output.log too: it takes the time of the same
+    error in rank 0's events.jsonl, so the report's table (and plot) keep one time order across ranks:
+    rank 1's OOM first, though rank 0's files come first by name."""
+    res = _cli("analyze", SAMPLES / "capture_gloo_2ranks_oom_skip_batch", "--format", "md", "--hta", "off")
+    assert res.returncode == 3, res.stderr
+    table = res.stdout[res.stdout.index("## Log events"):]
+    table = table[:table.index("</details>")]
+    rows = [ln.split("|")[1:3] for ln in table.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    kinds = [(r.strip(), k.strip()) for r, k in rows]
+    assert kinds[0] == ("1", "out of memory"), kinds
+    assert ("0", "peer error") in kinds and ("0", "torchrun's root cause") in kinds
+    assert not any("_" in k for _, k in kinds), kinds
 
 
 def test_text_layout():

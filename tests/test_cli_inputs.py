@@ -90,7 +90,7 @@ def test_missing_ranks_warn_and_give_partial_results(tmp_path):
     out = tmp_path / "a.json"
     res = run_cli("analyze", tmp_path, "--json", out)
     assert res.returncode == 0, res.stderr
-    assert "world_size is 8 but traces cover 6 rank(s); missing: 6-7" in res.stdout
+    assert "world_size is 8 but traces cover 6 ranks; missing: 6-7" in res.stdout
     data = json.loads(out.read_text())
     assert data["partial"] is True and data["analysis"]["ranks_present"] == list(range(6))
 
@@ -108,7 +108,7 @@ def test_ranks_analyzes_the_chosen_ranks_only_and_every_output_says_so(tmp_path)
     assert [s["rank"] for s in data["analysis"]["cross_rank"]["stragglers"]] == [9]
     notice = "analyzed 5 of 12 ranks on purpose (--ranks 0-3,9,40)"
     flat = " ".join(res.stdout.split())                    # the terminal wraps at 80 columns
-    assert notice in flat and "no trace for rank(s) 40" in flat
+    assert notice in flat and "no trace for rank 40" in flat
     assert "chosen with --ranks 0-3,9,40: drop --ranks to compare every rank" in data["verdict"]["confidence_hints"][0]
     assert "record every rank" not in flat                 # the missing ranks were not lost: they were left out
     for name in ("report.md", "report.html", "report.json"):
@@ -131,7 +131,12 @@ def test_a_bad_file_inside_a_folder_is_skipped_with_a_warning(tmp_path):
     gpu_step_trace(rank=1, world_size=2).write(tmp_path / "rank1.json")
     (tmp_path / "notes.json").write_text('{"not": "a trace"}')
     res = run_cli("analyze", tmp_path)
-    assert res.returncode == 0 and "skipped" in res.stdout and "notes.json" in res.stdout
+    # another JSON beside the traces is named, as a note: the job's traces are whole
+    assert res.returncode == 0 and "ignored notes.json" in res.stdout and "note:" in res.stdout
+    assert "partial" not in res.stdout
+    (tmp_path / "rank2.json").write_text("{ not json")          # a trace-named file that cannot be read
+    res = run_cli("analyze", tmp_path)
+    assert res.returncode == 0 and "skipped" in res.stdout and "rank2.json" in res.stdout
 
 
 def test_help_on_every_command():

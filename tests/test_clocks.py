@@ -54,7 +54,7 @@ def test_too_few_collectives_are_not_trusted():
     b = est.units["b"]
     assert not est.applied and not b.applied and b.guarded and b.collectives == 5
     assert set(est.offset_us_by_rank.values()) == {0.0}
-    assert "not corrected (only 5 collective(s)" in est.notes[0]
+    assert "not corrected (only 5 collectives" in est.notes[0]
 
 
 def test_inconsistent_ends_are_not_trusted():

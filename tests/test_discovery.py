@@ -110,3 +110,20 @@ def test_own_outputs_beside_the_traces_are_not_inputs(tmp_path):
     gpu_step_trace(rank=0, world_size=1).write(tmp_path / "rank0.json")
     (tmp_path / "other.json").write_text('{"schema": "someone-else/1"}')
     assert any("other.json" in w for w in discover([str(tmp_path)]).warnings)
+
+
+def test_other_json_beside_the_traces_is_a_note_not_a_partial_result(tmp_path):
+    """A config or an expected-output fixture in the trace folder leaves the job's traces whole: it is
+    named ('ignored …'), the analysis is not partial; a trace that cannot be read still makes it partial."""
+    from ddpdoctor.analysis import AnalyzeOptions, analyze
+
+    for r in (0, 1):
+        gpu_step_trace(rank=r, world_size=2).write(tmp_path / f"rank{r}.json")
+    (tmp_path / "config.json").write_text('{"lr": 0.1, "batch_size": 32}')
+    d = discover([str(tmp_path)])
+    assert d.warnings == [f"ignored config.json (in {tmp_path}): JSON, but not a profiler trace (no 'traceEvents')"]
+    assert analyze([str(tmp_path)], AnalyzeOptions(jobs=1, hta="off")).partial is False
+    whole = (tmp_path / "rank1.json").read_bytes()
+    (tmp_path / "rank1.json").write_bytes(whole[:len(whole) // 2])       # rank 1's trace cut short
+    a = analyze([str(tmp_path)], AnalyzeOptions(jobs=1, hta="off"))
+    assert a.partial is True and any(w.startswith("skipped") and "rank1.json" in w for w in a.warnings), a.warnings

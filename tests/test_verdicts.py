@@ -59,6 +59,18 @@ def test_deepseek_is_neither_communication_nor_imbalance_bound(real_traces):
     assert missing, "one rank of 64: imbalance must abstain, not pass"
 
 
+@pytest.mark.parametrize("folder, world", [("hta_cpu_only_gloo_rank34_of300", 300),
+                                            ("deepseek_v3_train_ep64_H800_rank0", 64)])
+def test_one_rank_of_a_large_job_is_never_high_confidence(real_traces, folder, world):
+    """#10: one rank of 300 (one step) was "communication-bound, confidence high 1.00"; one rank of 64 "high".
+    Coverage and steps now lower the confidence, and the hints say what to record to raise it."""
+    v = diagnose(real_traces / folder).diagnosis.verdict
+    assert v.confidence_label == "low" and v.confidence < 0.35, (v.confidence, v.confidence_label)
+    hints = " / ".join(v.confidence_hints)
+    assert f"only 1 of {world} ranks were analyzed: record every rank" in hints, hints
+    assert "1 step recorded: record at least" in hints and "(s)" not in hints, hints
+
+
 def test_tracelens_no_pool_trace_names_the_allocator(real_traces):
     r = diagnose(real_traces / "tracelens_resnet18_no_pool_1xMI300X")
     cp = fired(r)["CP002"]

@@ -25,6 +25,11 @@ class OwnDocument(Exception):
     """describe() met a file ddpdoctor wrote itself."""
 
 
+class NotATrace(InputError):
+    """describe() read a whole small JSON object with no 'traceEvents': some other file (a config, metrics,
+    an expected-output fixture) beside the traces, not a trace of the job that could not be read."""
+
+
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_.]?(\d+)(?!\d)", re.IGNORECASE)
 _TIME_IN_NAME = re.compile(r"\.(\d{12,})\.pt\.trace")
 _DIST_INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})')
@@ -152,7 +157,11 @@ def describe(path: Path) -> TraceFile:
     if text[:1] not in (b"{", b"["):
         raise InputError(f"{path}: not JSON (a Kineto trace is a JSON object with 'traceEvents')")
     if text[:1] == b"{" and b'"traceEvents"' not in head and len(head) < PEEK_BYTES and not gz:
-        raise InputError(f"{path}: JSON is not a profiler trace (no 'traceEvents')")
+        try:
+            msgspec.json.decode(head)                  # the whole file: a JSON document of its own
+        except msgspec.DecodeError:
+            raise InputError(f"{path}: not valid JSON, and no 'traceEvents' (a cut or damaged file)") from None
+        raise NotATrace(f"{path}: JSON is not a profiler trace (no 'traceEvents')")
     info = None
     m = _DIST_INFO.search(head)
     remote = isinstance(path, sources.RemoteFile)
@@ -198,6 +207,18 @@ def _int(v) -> int | None:
         return None
 
 
+def _beside(f, paths: list[str]) -> str:
+    """A file by its name inside the given folder it was found in (short enough for the card), else as is."""
+    if not isinstance(f, sources.RemoteFile):
+        for p in paths:
+            if not sources.is_url(p) and Path(p).is_dir():
+                try:
+                    return f"{Path(f).relative_to(p)} (in {p})"
+                except ValueError:
+                    continue
+    return str(f)
+
+
 def _resolve(p):
     if isinstance(p, sources.RemoteFile):
         return p.url
@@ -233,7 +254,7 @@ def _choose(by_rank: dict, skipped: dict, spec: str, warnings: list[str]) -> Non
                          f"{compact_ranks(sorted(by_rank))})")
     absent = sorted(set(wanted) - set(by_rank))
     if absent:
-        warnings.append(f"--ranks {spec}: no trace for rank(s) {compact_ranks(absent)}")
+        warnings.append(f"--ranks {spec}: no trace for rank{'s' if len(absent) > 1 else ''} {compact_ranks(absent)}")
     for r in [r for r in by_rank if r not in present]:
         del by_rank[r]
         skipped.pop(r, None)
@@ -248,6 +269,7 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
     warnings: list[str] = []
     described: list[TraceFile] = []
     errors: list[str] = []
+    others: list = []
     for f in files:
         try:
             described.append(describe(f))
@@ -256,16 +278,25 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
                 raise InputError(f"{f}: a ddpdoctor output (diagnosis, comparison or trial), not a profiler "
                                  "trace: give the run's folder or its traces") from None
             continue                                    # our own output beside the traces: not an input
+        except NotATrace as exc:
+            if _resolve(f) in explicit:
+                raise
+            others.append((f, str(exc)))
         except InputError as exc:
             if _resolve(f) in explicit:
                 raise
             errors.append(str(exc))
+    if not described and not errors and others:
+        errors = [e for _, e in others]              # nothing but other JSON: say what was found
     if not described and not errors:
         raise NoTracesError(f"no trace files under {', '.join(paths)}: only ddpdoctor's own outputs")
     if not described:
-        more = f" (and {len(errors) - 1} more unreadable file(s))" if len(errors) > 1 else ""
+        more = f" (and {len(errors) - 1} more unreadable file{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise NoTracesError(f"no readable profiler trace: {errors[0]}{more}")
     warnings.extend(f"skipped {e}" for e in errors)
+    # not "skipped": another file beside the traces leaves the job's traces whole (not partial)
+    warnings.extend(f"ignored {_beside(f, paths)}: JSON, but not a profiler trace (no 'traceEvents')"
+                    for f, _ in others)
     unranked = [t for t in described if t.rank is None]
     if unranked:
         if len(described) == 1:
@@ -303,7 +334,7 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
     elif world:
         missing = sorted(set(range(world)) - set(by_rank))
         if missing and len(by_rank) > 1:
-            warnings.append(f"world_size is {world} but traces cover {len(by_rank)} rank(s); missing: "
+            warnings.append(f"world_size is {world} but traces cover {len(by_rank)} ranks; missing: "
                             f"{compact_ranks(missing)} — cross-rank results cover the ranks present (partial)")
     return Discovery(by_rank, skipped, world, warnings, chosen=ranks)
 

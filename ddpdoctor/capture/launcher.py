@@ -276,7 +276,7 @@ def bundle_notes(argv: list[str], rank_dirs: list[int], traces: list[int], world
         what = ("`accelerate launch --cpu` runs the script as one process whatever --num_processes says; "
                 "`accelerate launch --multi_gpu --num_processes N` starts N ranks (gloo on CPU)"
                 if "accelerate" in " ".join(argv[:2]) and "--cpu" in argv else "see launcher.log")
-        notes.append(f"the command asked for {asked} processes but {world} rank(s) ran: {what}")
+        notes.append(f"the command asked for {asked} processes but {world} rank{'' if world == 1 else 's'} ran: {what}")
     untraced = [r for r in rank_dirs if r not in traces]
     for r in untraced:
         s = settings.get(r) or {}

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.decode import GpuOps, RankTrace, Spans
+from ..trace.decode import CollMessages, GpuOps, RankTrace, Spans
 from . import intervals as iv
 from .columns import COLUMNS, CROSS_RANK, GPU_ONLY, PARTITION_CPU, PARTITION_GPU
 from .steps import ACTIVITY_SPAN, OPTIMIZER_STEP, StepWindow, step_windows
@@ -134,6 +134,11 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
         total = float(np.sum(step_time))
         extras["alloc_share"] = float(np.sum(m(_union(rt.runtime_alloc)))) / total if total > 0 else None
         extras["sync_share"] = float(np.sum(m(_union(rt.runtime_sync)))) / total if total > 0 else None
+    if rt.steps:           # the records are host events: count them in the host's ProfilerStep spans
+        extras.update(_message_extras(rt.coll_messages, np.asarray([s for _, s, _ in rt.steps]),
+                                      np.asarray([e for _, _, e in rt.steps])))
+    else:
+        extras.update(_message_extras(rt.coll_messages, ws, we))
     extras["dataloader_single_process"] = _single_process_loader(rt.dataloader.names)
     timeline = _timeline(windows, step_time, segs, gpu, kernels | comm_k)
     rows = {c: (None if values[c] is None else [float(v) for v in values[c]]) for c in COLUMNS}
@@ -247,6 +252,31 @@ def _extras(gpu: GpuOps, kernels: np.ndarray, coll: Collectives, ws, we) -> dict
         "h2d_pageable_share": float(dur[pageable].sum()) / total if total > 0 else None,
         "memcpy_count_per_step": _per_step(int(copies.sum()), ws),
     }
+
+
+def _message_extras(msgs: CollMessages, ws: np.ndarray, we: np.ndarray) -> dict[str, float]:
+    """All-reduce bytes and messages per step from the collective records that carry their size
+    (DDP's gradient buckets on a trace with no ``ddpdoctor run`` settings beside it), the steps given
+    in host time (``ws``/``we``: sorted, not overlapping)."""
+    if not len(msgs) or not ws.size:
+        return {}
+    step = np.searchsorted(ws, msgs.start, side="right") - 1
+    inside = step >= 0
+    inside[inside] = msgs.start[inside] < we[step[inside]]
+    sel = inside & np.asarray([k == "all_reduce" for k in msgs.kind], dtype=bool)
+    if not sel.any():
+        return {}
+    nbytes, elem = msgs.nbytes[sel], msgs.elem_bytes[sel]
+    return {"allreduce_bytes_per_step": float(nbytes.sum()) / ws.size,
+            "allreduce_msgs_per_step": float(sel.sum()) / ws.size,
+            # the element size that carries most of the bytes: 2 when gradients already travel in 16 bits
+            "allreduce_elem_bytes": _weighted_median(elem, nbytes) if nbytes.sum() > 0 else float(np.median(elem))}
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cum, cum[-1] / 2.0)])
 
 
 def _host_collectives(sp: Spans) -> Spans:

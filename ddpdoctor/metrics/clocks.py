@@ -121,7 +121,7 @@ def _judge(d: np.ndarray, p: dict) -> ClockUnit:
     off = float(np.median(d))
     spread = float(MAD_TO_SIGMA * np.median(np.abs(d - off)))
     if n < p["min_collectives"]:
-        why = f"only {n} collective(s) shared with the reference (need {p['min_collectives']})"
+        why = f"only {n} collective{'' if n == 1 else 's'} shared with the reference (need {p['min_collectives']})"
         return ClockUnit(off, spread, n, False, why, guarded=True)
     if spread > p["max_spread_us"]:
         why = f"end-time differences inconsistent (spread {spread:.0f} µs > {p['max_spread_us']:.0f} µs)"

@@ -120,7 +120,8 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tup
             waits[(s.rank, i)].append((t, t + w))
             spans[(s.rank, i)].append((t, t + d))
     if out.unmatched_collectives:
-        out.notes.append(f"{out.unmatched_collectives} collective(s) seen on one rank only were not matched")
+        out.notes.append((f"{out.unmatched_collectives} collective{'' if out.unmatched_collectives == 1 else 's'} seen on one "
+                         f"rank only {'was' if out.unmatched_collectives == 1 else 'were'} not matched"))
     for s in summaries:
         if len(s.collectives) == 0:
             continue

@@ -63,10 +63,16 @@ def _problem_line(p: dict) -> str:
 
 def partial_note(d: dict) -> str:
     """The partial-result sentence of the Markdown and HTML reports: always with its reason."""
-    reasons = partial_reasons(d) or [("the run failed, so the recorded steps may not be typical"
+    reasons = [r for r in partial_reasons(d) if not _only_a_note(r)] or [("the run failed, so the recorded steps may not be typical"
                                       if (d.get("verdict") or {}).get("failed") else
                                       "the run did not complete every recorded step on every rank")]
     return "; ".join(reasons[:3])
+
+
+def _only_a_note(warning: str) -> bool:
+    """A warning that makes nothing partial: another JSON file beside the traces, which discovery names
+    as 'ignored …' (bundle.discover), not a trace of the job that could not be read ('skipped …')."""
+    return warning.startswith("ignored ")
 
 
 def partial_reasons(d: dict) -> list[str]:
@@ -123,8 +129,9 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
     lines += why_lines
     lines.append("")
     lines += _numbers(d, v, perf, conf, width)
-    label = "partial:" if d.get("partial") or d.get("analysis") is None else "note:"
+    partial = d.get("partial") or d.get("analysis") is None
     for reason in partial_reasons(d)[:3]:
+        label = "partial:" if partial and not _only_a_note(reason) else "note:"
         lines += wrap(reason, width, f"  {label:<12}", " " * 14)
     fix, rule = _first_fix(d, deciding)
     if fix:

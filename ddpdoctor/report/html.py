@@ -141,7 +141,7 @@ def _logs_section(d: dict) -> str:
     if not events:
         return ""
     key = view.ordered_events(d)
-    rows = [["?" if e.get("rank") is None else e["rank"], e.get("kind"), view.plain(e.get("text"))[:500],
+    rows = [["?" if e.get("rank") is None else e["rank"], view.event_kind(e.get("kind")), view.plain(e.get("text"))[:500],
              f"{e.get('file', '')}:{e.get('line_no', '')}"] for e in key]
     return (f"<h2>Log events</h2><details open><summary>{len(key)} event{'' if len(key) == 1 else 's'}</summary>"
             + _table(["rank", "kind", "line", "where"], rows, {1, 2, 3}) + "</details>")

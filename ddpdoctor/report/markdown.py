@@ -189,7 +189,7 @@ def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[
     if events:
         def logs_md(n):
             key = view.ordered_events(d)
-            rows = [[md("?" if e.get("rank") is None else e["rank"]), md(e.get("kind")),
+            rows = [[md("?" if e.get("rank") is None else e["rank"]), md(view.event_kind(e.get("kind"))),
                      md(view.plain(e.get("text"))[:300]), md(f"{e.get('file', '')}:{e.get('line_no', '')}")] for e in key[:n]]
             more = f"\n\n*{len(key) - n} more events in report.json.*" if len(key) > n else ""
             return "## Log events\n\n" + _fold(f"{_n(len(key), 'event')} from "

@@ -167,7 +167,7 @@ def failure(d: dict) -> bytes | None:
     for kind, xy in sorted(by_kind.items(), key=lambda kv: kv[0] == "progress", reverse=True):
         color, marker = EVENT_STYLE.get(kind, ("#1d3557", "o"))
         ax.scatter([p[0] for p in xy], [p[1] for p in xy], c=color, marker=marker, s=14 if kind == "progress" else 46,
-                   label=kind.replace("_", " "), zorder=1 if kind == "progress" else 3)
+                   label=view.event_kind(kind), zorder=1 if kind == "progress" else 3)
     labels = [f"rank {r}" for r in ranks] + (["rank ?"] if any(e.get("rank") is None for _, e in pts) else [])
     if len(labels) <= 24:
         ax.set_yticks(range(len(labels)), labels, fontsize=8)

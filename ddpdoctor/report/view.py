@@ -143,6 +143,19 @@ def findings(d: dict) -> list[dict]:
     return list(d.get("findings") or [])
 
 
+# A log event's kind (logs.model.KINDS) in the words a ticket reader knows.
+EVENT_WORDS = {"oom": "out of memory", "nccl_timeout": "NCCL timeout", "work_state": "NCCL work state",
+               "dump_signal": "Flight Recorder dump", "gloo_timeout": "gloo timeout", "nccl_warn": "NCCL warning",
+               "nccl_error": "NCCL error", "torchrun_root": "torchrun's root cause",
+               "torchrun_failure": "torchrun failure", "mismatch": "collective mismatch", "network": "network fault",
+               "net_setting": "network setting"}
+
+
+def event_kind(kind) -> str:
+    """A log event's kind in words: ``torchrun_root`` → "torchrun's root cause", ``peer_error`` → "peer error"."""
+    return EVENT_WORDS.get(kind) or str(kind or "").replace("_", " ")
+
+
 def log_events(d: dict) -> list[dict]:
     return list((d.get("logs") or {}).get("events") or [])
 
@@ -158,14 +171,19 @@ def plain(text) -> str:
 
 def timed_events(d: dict) -> tuple[list[tuple[float, dict]], bool]:
     """Log events placed in time across ranks: an untimed line takes the time of the last
-    timestamped line before it in the same file (else the next one).  Returns (time, event)
+    timestamped line before it in the same file (else the next one), or, in a file with no
+    timestamp at all, the time of the same error text on the same rank in another file.  Returns (time, event)
     pairs and whether every failure event got a time; when not, the caller must not draw
     them on one time axis."""
     events = [e for e in log_events(d) if e.get("kind")]
     anchors: dict = {}
+    twins: dict = {}
     for e in events:
-        if isinstance(e.get("time"), (int, float)) and e.get("line_no") is not None:
-            anchors.setdefault(e.get("file"), []).append((e["line_no"], e["time"]))
+        if isinstance(e.get("time"), (int, float)):
+            if e.get("line_no") is not None:
+                anchors.setdefault(e.get("file"), []).append((e["line_no"], e["time"]))
+            if e.get("kind") != "progress" and e.get("text"):
+                twins.setdefault((e.get("rank"), e["text"]), e["time"])
     out, complete = [], True
     for e in events:
         t = e.get("time") if isinstance(e.get("time"), (int, float)) else None
@@ -173,6 +191,10 @@ def timed_events(d: dict) -> tuple[list[tuple[float, dict]], bool]:
             lines = sorted(anchors[e.get("file")])
             before = [tt for ln, tt in lines if ln <= e["line_no"]]
             t = before[-1] if before else lines[0][1]
+        if t is None and e.get("kind") != "progress" and e.get("text"):
+            # the same error text on the same rank, timed in another of its files (the agent's
+            # events.jsonl beside the untimed stderr in output.log): one error, one time
+            t = twins.get((e.get("rank"), e["text"]))
         if t is None:
             complete = complete and e.get("kind") == "progress"
             continue

@@ -32,5 +32,5 @@ def explain(rule: Rule, overrides: dict | None = None) -> str:
             out += [f"      {line}".rstrip() for line in fx.change.placeholders().strip("\n").splitlines()]
     if rule.references:
         out += ["", "References:"] + [f"  {r}" for r in rule.references]
-    out += ["", f"Defined in {rule.path} ({rule.origin}); {len(rule.tests)} stored test case(s)."]
+    out += ["", f"Defined in {rule.path} ({rule.origin}); {len(rule.tests)} stored test case{'' if len(rule.tests) == 1 else 's'}."]
     return "\n".join(out)

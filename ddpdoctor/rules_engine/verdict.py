@@ -263,7 +263,7 @@ def calibrate(evidence: float, rule: str, facts: dict) -> tuple[float, list[str]
     steps = facts.get("run.steps")
     if isinstance(steps, int) and 0 < steps < t["full_steps"]:
         conf *= steps / t["full_steps"]
-        hints.append(f"{steps} step(s) recorded: record at least {t['full_steps']} (ddpdoctor run --active 5)")
+        hints.append(f"{steps} step{'' if steps == 1 else 's'} recorded: record at least {t['full_steps']} (ddpdoctor run --active 5)")
     cv = _step_cv(facts)
     if cv is not None and cv > t["cv_ok"]:
         bad = min(1.0, (cv - t["cv_ok"]) / (t["cv_bad"] - t["cv_ok"]))

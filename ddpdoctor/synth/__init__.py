@@ -75,6 +75,8 @@ def trace_path(out_dir: str | Path, rank: int, gzip: bool) -> Path:
 
 
 def _bucket_nelems(sc: Scenario, layout: Layout) -> list[int]:
+    if sc.bucket_kb is not None:
+        return [max(1, int(sc.bucket_kb * 1000 / 4))] * len(layout.T)
     W = sc.world_size
     factor = 2 * (W - 1) / W if W > 1 else 1.0
     return [max(1, int(t / 1000 * BUS_BANDWIDTH_BYTES_PER_US / factor / 4)) for t in layout.T]

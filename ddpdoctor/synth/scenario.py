@@ -66,6 +66,9 @@ class Scenario:
     ranks_per_node: int = 0
     node_skew_ms: list[float] = field(default_factory=list)
     end_jitter_us: float = 0.0      # noise (σ) on each rank's recorded all-reduce kernel ends
+    # KB of float32 gradients in every all-reduce's record ("In msg nelems"); None: what comm_us moves at
+    # 100 GB/s (bandwidth-bound). A latency-bound job sends small messages that still take comm_us
+    bucket_kb: float | None = None
     rank_overrides: dict[int, dict[str, float]] = field(default_factory=dict)
     name: str = "synthetic"
 
@@ -112,6 +115,8 @@ class Scenario:
             raise ValueError(f"straggler_rank {self.straggler_rank} is not a rank of world_size {self.world_size}")
         if not (math.isfinite(self.end_jitter_us) and self.end_jitter_us >= 0):
             raise ValueError("end_jitter_us must be a finite number >= 0")
+        if self.bucket_kb is not None and not (math.isfinite(self.bucket_kb) and self.bucket_kb > 0):
+            raise ValueError("bucket_kb must be a finite number > 0")
         if self.ranks_per_node < 0:
             raise ValueError("ranks_per_node must be >= 0")
         nodes = -(-self.world_size // self.ranks_per_node) if self.ranks_per_node else 0
@@ -209,7 +214,7 @@ def scenario_from_dict(d: dict[str, Any]) -> Scenario:
     for k in list(d):
         if k in float_fields:
             d[k] = float(d[k])
-        elif k == "target_mb_per_rank" and d[k] is not None:
+        elif k in ("target_mb_per_rank", "bucket_kb") and d[k] is not None:
             d[k] = float(d[k])
         elif k == "node_skew_ms":
             d[k] = [float(x) for x in d[k]]

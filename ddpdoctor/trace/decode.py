@@ -66,6 +66,24 @@ class GpuOps:
 
 
 @dataclass
+class CollMessages:
+    """The collective records that carry their message (``record_param_comms`` with ``In msg nelems``
+    and ``dtype``): when each was issued, its bytes and its canonical kind (``all_reduce``, …)."""
+
+    start: np.ndarray
+    nbytes: np.ndarray
+    kind: list[str]
+    elem_bytes: np.ndarray            # bytes per element of each message's dtype (2: already 16-bit)
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+
+def _no_messages() -> CollMessages:
+    return CollMessages(np.zeros(0), np.zeros(0), [], np.zeros(0))
+
+
+@dataclass
 class RankTrace:
     """Everything the per-rank breakdown needs from one trace file."""
 
@@ -96,6 +114,7 @@ class RankTrace:
     runtime_alloc: Spans = field(default_factory=lambda: Spans.build([], []))   # cudaMalloc/Free, hipMalloc/Free
     runtime_sync: Spans = field(default_factory=lambda: Spans.build([], []))    # device/stream/event synchronize
     forward_inputs: list = field(default_factory=list)   # (forward start, input shapes) per forward pass
+    coll_messages: CollMessages = field(default_factory=_no_messages)
 
 
 def read_bytes(path: Path | sources.RemoteFile) -> bytes:
@@ -284,6 +303,8 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
         if ext is not None:
             ext_to_coll[ext] = classify.host_collective_kind(op_name[i])
 
+    messages = _collective_messages(buckets["coll"].tolist(), ops, op_s)
+
     def spans(key: str) -> Spans:
         idx = buckets[key]
         return Spans(op_s[idx], op_e[idx], C.take(op_name, idx))
@@ -333,8 +354,43 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
         runtime_launch=Spans(op_s[rt_idx][rt_keep], op_e[rt_idx][rt_keep]),
         runtime_corr=rt_corr[rt_keep],
         gpu=gpu, first_ts=float(first) if n else 0.0, last_ts=float(last) if n else 0.0, n_events=n,
-        runtime_alloc=rt_alloc, runtime_sync=rt_sync, forward_inputs=forward_inputs,
+        runtime_alloc=rt_alloc, runtime_sync=rt_sync, forward_inputs=forward_inputs, coll_messages=messages,
     )
+
+
+# bytes per element of the dtype names collective records carry (c10d's ScalarType names)
+DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+               "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "ComplexHalf": 4,
+               "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1}
+
+
+def message_bytes(nelems, dtype) -> float | None:
+    """A collective record's message in bytes: ``In msg nelems`` × the size of its ``dtype``."""
+    size = DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
+    try:
+        n = float(nelems)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return n * size if size is not None and 0 <= n < 1e15 else None
+
+
+def _collective_messages(idx: list[int], ops: list, op_s: np.ndarray) -> CollMessages:
+    """The host collective records (a few per step) that name their message size."""
+    start, nbytes, kind, elem = [], [], [], []
+    for i in idx:
+        a = ops[i].args
+        if a is None or not a.collective or a.in_nelems is None:
+            continue
+        b = message_bytes(a.in_nelems, a.dtype)
+        if b is not None:
+            start.append(float(op_s[i]))
+            nbytes.append(b)
+            kind.append(classify.collective_kind(a.collective, "", None))
+            elem.append(DTYPE_BYTES[a.dtype])
+    if not start:
+        return _no_messages()
+    return CollMessages(np.asarray(start, dtype=np.float64), np.asarray(nbytes, dtype=np.float64), kind,
+                        np.asarray(elem, dtype=np.float64))
 
 
 _STEP = 1 << 16    # beside classify's name flags: a ProfilerStep#N span

@@ -19,6 +19,9 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     external_id: int | str | None = msgspec.field(default=None, name="External id")
     external_id_2021: int | str | None = msgspec.field(default=None, name="external id")
     collective: str | None = msgspec.field(default=None, name="Collective name")
+    # the message of a collective record (record_param_comms): elements and their dtype
+    in_nelems: int | float | str | None = msgspec.field(default=None, name="In msg nelems")
+    dtype: str | None = None
     # record_shapes=True: kept as raw JSON bytes (no parsing) and read only where needed
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
 

@@ -105,8 +105,10 @@ def bucket_prediction(changes: dict, report) -> dict | None:
 
     - Fewer, larger collectives: each collective pays a fixed latency, and on a CPU backend with one core
       per rank every collective's thread also takes CPU from the training thread. What the change can save
-      is the communication time of the collectives that go away, ``comm × (1 − n_new / n_now)``; on a GPU,
-      or with cores to spare, only the exposed part of it.
+      is the transfer time of the collectives that go away, ``transfer × (1 − n_new / n_now)``, overlapped
+      or not (the ablation in docs/DESIGN.md: with one CPU per rank the measured cost of communication
+      follows the whole transfer share, not its exposed part nor the time waiting for peers, which
+      fewer collectives do not remove); on a GPU, or with cores to spare, only the exposed part of it.
     - More, smaller collectives only help by overlapping communication with backward; a CPU backend with
       at most one core per rank has no core to overlap on: no gain expected."""
     import math
@@ -116,7 +118,10 @@ def bucket_prediction(changes: dict, report) -> dict | None:
     if value is None or len(changes) != 1 or cm is None:
         return None
     ev, facts = cm.evidence or {}, report.facts
-    grad_mb, n_now, comm = ev.get("grad_mb"), ev.get("colls") or ev.get("buckets"), ev.get("comm_share")
+    grad_mb, n_now = ev.get("grad_mb"), ev.get("colls") or ev.get("buckets")
+    comm = ev.get("all_transfer_share")
+    if not isinstance(comm, (int, float)) or comm <= 0:
+        comm = ev.get("comm_share")          # a document from before the transfer share was recorded
     if not all(isinstance(x, (int, float)) and x > 0 for x in (grad_mb, n_now, comm)) or float(value) <= 0:
         return None
     n_new = max(1, math.ceil(grad_mb / float(value)))
@@ -134,7 +139,7 @@ def bucket_prediction(changes: dict, report) -> dict | None:
     return {"predicted_speedup": round(1 / (1 - min(saved, 0.95)), 3), "predicted_by": "CM001",
             "prediction_note": (f"CM001: {n_now:.0f} → {n_new} collectives per step ({grad_mb:.1f} MB of gradients in "
                                 f"{float(value):g} MB buckets); up to {saved:.0%} of the step saved, the "
-                                + ("communication time of the collectives that go away (one core per rank: their "
+                                + ("transfer time of the collectives that go away (one core per rank: their "
                                    "threads take the training thread's CPU)" if one_core else
                                    "exposed communication of the collectives that go away"))}
 

@@ -97,7 +97,7 @@ def test_requested_processes_and_bundle_notes():
     assert requested_processes(["torchrun", "--nproc-per-node=4", "t.py"]) == 4
     assert requested_processes(["python", "t.py"]) is None
     notes = bundle_notes(argv, [0], [0], 1, {0: {}})
-    assert len(notes) == 1 and "asked for 2 processes but 1 rank(s) ran" in notes[0] and "--multi_gpu" in notes[0]
+    assert len(notes) == 1 and "asked for 2 processes but 1 rank ran" in notes[0] and "--multi_gpu" in notes[0]
     notes = bundle_notes(["python", "t.py"], [0], [], 1,
                          {0: {"steps_completed": 3, "window": {"warmup": 5}, "exit": {"reason": "end of program"}}})
     assert notes == ["rank 0 recorded no trace: training ended after 3 optimizer step(s), before the window (--warmup 5)"]
