@@ -3,7 +3,7 @@
  * One pass over the JSON bytes of a trace object: every event of "traceEvents" is checked
  * against the types of trace/schema.py, and each complete event ("ph": "X") writes one row of
  * columns (ts, dur, string ids of cat and name, pid, tid, correlation, external id, collective
- * name, span of "Input Dims").  Strings are interned in a hash table: one id per distinct
+ * name, spans of "Input Dims" and "In msg nelems", string id of "dtype").  Strings are interned in a hash table: one id per distinct
  * spelling.  No Python API: the caller owns every buffer.
  *
  * Whenever the input is anything but plain, well-formed JSON of the schema's types (a float id,
@@ -26,8 +26,8 @@
 const char *ks_source_id(void) { return KS_SOURCE_ID; }
 
 typedef struct {
-    int64_t corr, ext_a, ext_b, dims_off;
-    int32_t coll, dims_len;
+    int64_t corr, ext_a, ext_b, dims_off, msg_off;
+    int32_t coll, dims_len, msg_len, dtype;
     int has_corr, has_ext_a, has_ext_b;
 } Args;
 
@@ -60,6 +60,21 @@ static int parse_args(Cur *c, Args *a) {
             if (skip_value(c, 2)) return -1;
             a->dims_off = v - c->b;
             a->dims_len = (int32_t)(c->p - v);
+        } else if (KEY_IS("In msg nelems")) {        /* int | float | str | None */
+            bit = 32;
+            if (is_null(c)) a->msg_len = -1;
+            else {
+                const uint8_t *v = c->p;
+                if (c->p < c->e && (*c->p == '"' || *c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) {
+                    if (skip_value(c, 2)) return -1;
+                } else FAIL(c);
+                a->msg_off = v - c->b;
+                a->msg_len = (int32_t)(c->p - v);
+            }
+        } else if (KEY_IS("dtype")) {                /* str | None */
+            bit = 64;
+            if (is_null(c)) a->dtype = -1;
+            else if ((a->dtype = str_id(c)) < 0) return -1;
         } else if (skip_value(c, 2)) return -1;
         if (seen & bit) FAIL(c);
         seen |= bit;
@@ -82,7 +97,7 @@ static int parse_event(Cur *c) {
     int64_t pid = 0, tid = 0;
     uint8_t fl = 0;
     double ts = 0.0, dur = 0.0;
-    Args a = {0, 0, 0, 0, -1, -1, 0, 0, 0};
+    Args a = {.coll = -1, .dims_len = -1, .msg_len = -1, .dtype = -1};
     if (c->p < c->e && *c->p == '}') { c->p++; return 0; }
     for (;;) {
         const uint8_t *s; int64_t len;
@@ -151,6 +166,9 @@ static int parse_event(Cur *c) {
     k->dims_off[i] = a.dims_off;
     k->dims_len[i] = a.dims_len;
     k->flags[i] = fl;
+    k->msg_off[i] = a.msg_off;
+    k->msg_len[i] = a.msg_len;
+    k->dtype[i] = a.dtype;
     return 0;
 }
 

@@ -28,6 +28,8 @@ typedef struct {
     int64_t *pid, *tid, *corr, *ext, *dims_off;
     int32_t *dims_len;
     uint8_t *flags;
+    int64_t *msg_off;                 /* span of args "In msg nelems" (msg_len -1: none) */
+    int32_t *msg_len, *dtype;         /* dtype: string id of args "dtype", -1: none */
     /* interned strings (capacity strcap), hash table of hsize = 2^k slots (filled with -1) */
     int32_t strcap, nstr;
     int64_t *str_off;

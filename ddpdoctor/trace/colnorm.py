@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import classify
-from .decode import _STEP, LEGACY_CATS, GpuOps, RankTrace, Spans, _category_code, _int_or_none
+from .decode import (_STEP, DTYPE_BYTES, LEGACY_CATS, CollMessages, GpuOps, RankTrace, Spans, _category_code,
+                     _int_or_none, _no_messages, message_bytes)
 from .fastscan import HAS_EXT, PID_STR, TID_STR, Columns
 from .schema import Trace
 
@@ -112,6 +113,8 @@ def normalize_columns(path: str, cols: Columns, meta: Trace, rank_hint: int | No
         if cols.flags[j] & HAS_EXT:
             ext_to_coll[int(cols.ext[j])] = classify.host_collective_kind(cols.strings[op_name[i]])
 
+    messages = _collective_messages(op_idx[buckets["coll"]], op_s[buckets["coll"]], cols)
+
     def spans(key: str) -> Spans:
         idx = buckets[key]
         return Spans(op_s[idx], op_e[idx], S.take(op_name[idx]))
@@ -157,7 +160,7 @@ def normalize_columns(path: str, cols: Columns, meta: Trace, rank_hint: int | No
         runtime_launch=Spans(op_s[rt_idx][rt_keep], op_e[rt_idx][rt_keep]),
         runtime_corr=rt_corr[rt_keep],
         gpu=gpu, first_ts=float(first) if n else 0.0, last_ts=float(last) if n else 0.0, n_events=n,
-        runtime_alloc=rt_alloc, runtime_sync=rt_sync, forward_inputs=forward_inputs,
+        runtime_alloc=rt_alloc, runtime_sync=rt_sync, forward_inputs=forward_inputs, coll_messages=messages,
     )
 
 
@@ -195,6 +198,27 @@ def _kernel_kinds(kern: np.ndarray, rows: np.ndarray, cols: Columns, S: _Strings
     kinds[kern[comm]] = GpuOps.COMM
     plain = np.flatnonzero(~comm)
     traits[kern[plain]] = S.table(classify.kernel_traits, names[plain], np.int8)[names[plain]]
+
+
+def _collective_messages(rows: np.ndarray, starts: np.ndarray, cols: Columns) -> CollMessages:
+    """decode._collective_messages on columns (rows of the host collective ops)."""
+    start, nbytes, kind, elem = [], [], [], []
+    for r, s in zip(rows.tolist(), starts.tolist()):
+        coll = int(cols.coll[r])
+        collective = cols.strings[coll] if coll >= 0 else None
+        if not collective or cols.msg_len[r] < 0:
+            continue
+        dtype = cols.strings[int(cols.dtype[r])] if cols.dtype[r] >= 0 else None
+        b = message_bytes(cols.in_nelems(r), dtype)
+        if b is not None:
+            start.append(float(s))
+            nbytes.append(b)
+            kind.append(classify.collective_kind(collective, "", None))
+            elem.append(DTYPE_BYTES[dtype])
+    if not start:
+        return _no_messages()
+    return CollMessages(np.asarray(start, dtype=np.float64), np.asarray(nbytes, dtype=np.float64), kind,
+                        np.asarray(elem, dtype=np.float64))
 
 
 def _forward_inputs(forward: Spans, main_rows: np.ndarray, cols: Columns) -> list[tuple[float, str]]:

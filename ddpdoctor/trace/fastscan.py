@@ -32,7 +32,7 @@ _P = ctypes.c_void_p
 class _KScan(ctypes.Structure):
     _fields_ = [("cap", ctypes.c_int64), ("n", ctypes.c_int64),
                 *((f, _P) for f in ("ts", "dur", "cat", "name", "coll", "pid", "tid", "corr", "ext",
-                                    "dims_off", "dims_len", "flags")),
+                                    "dims_off", "dims_len", "flags", "msg_off", "msg_len", "dtype")),
                 ("strcap", ctypes.c_int32), ("nstr", ctypes.c_int32),
                 ("str_off", _P), ("str_len", _P), ("str_esc", _P), ("htab", _P), ("hsize", ctypes.c_int64),
                 ("events_start", ctypes.c_int64), ("events_end", ctypes.c_int64), ("fail_at", ctypes.c_int64)]
@@ -40,8 +40,10 @@ class _KScan(ctypes.Structure):
 
 _ROW = (("ts", np.float64), ("dur", np.float64), ("cat", np.int32), ("name", np.int32), ("coll", np.int32),
         ("pid", np.int64), ("tid", np.int64), ("corr", np.int64), ("ext", np.int64),
-        ("dims_off", np.int64), ("dims_len", np.int32), ("flags", np.uint8))
+        ("dims_off", np.int64), ("dims_len", np.int32), ("flags", np.uint8),
+        ("msg_off", np.int64), ("msg_len", np.int32), ("dtype", np.int32))
 _lib_cache: list = []
+_NELEMS = msgspec.json.Decoder(int | float | str | None)
 
 
 def _lib():
@@ -94,8 +96,18 @@ class Columns:
     dims_off: np.ndarray
     dims_len: np.ndarray      # -1: no "Input Dims"
     flags: np.ndarray
+    msg_off: np.ndarray
+    msg_len: np.ndarray       # -1: no "In msg nelems" (or null)
+    dtype: np.ndarray         # -1: no "dtype" (or null)
     strings: list[str]
     raw: bytes | bytearray | mmap.mmap    # the file, for the few "Input Dims" read
+
+    def in_nelems(self, i: int) -> int | float | str | None:
+        """args "In msg nelems" of row ``i`` as msgspec decodes it into the schema's type."""
+        if self.msg_len[i] < 0:
+            return None
+        o = int(self.msg_off[i])
+        return _NELEMS.decode(bytes(self.raw[o:o + int(self.msg_len[i])]))
 
     def input_dims(self, i: int) -> str:
         o = int(self.dims_off[i])
@@ -168,8 +180,9 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
     c = {f: a[:n] for f, a in cols.items()}
     for f in ("cat", "name"):
         c[f] = remap[c[f]] if n else c[f].copy()
-    has_coll = c["coll"] >= 0
-    c["coll"] = np.where(has_coll, remap[np.where(has_coll, c["coll"], 0)], -1) if nstr else c["coll"].copy()
+    for f in ("coll", "dtype"):
+        has = c[f] >= 0
+        c[f] = np.where(has, remap[np.where(has, c[f], 0)], -1) if nstr else c[f].copy()
     for f, bit in (("pid", PID_STR), ("tid", TID_STR)):
         is_str = (c["flags"] & bit) != 0
         if is_str.any():
@@ -177,7 +190,7 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
         else:
             c[f] = c[f].copy()
     c["corr"] = np.where((c["flags"] & HAS_CORR) != 0, c["corr"], -1)
-    for f in ("ts", "dur", "ext", "dims_off", "dims_len", "flags"):
+    for f in ("ts", "dur", "ext", "dims_off", "dims_len", "flags", "msg_off", "msg_len"):
         c[f] = c[f].copy()                  # compact: the capacity beyond n is released
     return Columns(n=n, strings=list(canon), raw=raw, **c), meta
 
