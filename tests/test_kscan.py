@@ -111,3 +111,15 @@ def test_the_library_is_built_from_the_sources_beside_it(tmp_path, monkeypatch):
     for name in ("_kscan.c", "_kscan_lex.h"):       # an edited source: the old library is not used
         (tmp_path / name).write_bytes(b"/* edited */\n" + (fastscan.Path(fastscan.__file__).parent / name).read_bytes())
     assert fastscan.source_hash(tmp_path) != lib.ks_source_id().decode()
+
+
+def test_the_reader_knows_every_field_of_the_schema():
+    """A field added to trace/schema.py must be read by _kscan.c / fastscan.py / colnorm.py too."""
+    import msgspec
+
+    from ddpdoctor.trace.schema import Args, Event
+
+    assert {f.encode_name for f in msgspec.structs.fields(Event)} == {"ph", "cat", "name", "pid", "tid", "ts", "dur",
+                                                                      "args"}
+    assert {f.encode_name for f in msgspec.structs.fields(Args)} == {
+        "correlation", "External id", "external id", "Collective name", "In msg nelems", "dtype", "Input Dims"}
