@@ -59,7 +59,11 @@ def _device_aligned(rt: RankTrace) -> list[StepWindow]:
         # GPU ops grouped by correlation id -> earliest start and latest end of each group
         order = np.argsort(gpu.correlation, kind="stable")
         corr = gpu.correlation[order]
-        uniq, first = np.unique(corr, return_index=True)
+        new_group = np.empty(corr.size, dtype=bool)      # sorted: np.unique(corr, return_index=True)
+        new_group[:1] = True
+        np.not_equal(corr[1:], corr[:-1], out=new_group[1:])
+        first = np.flatnonzero(new_group)
+        uniq = corr[first]
         g_start = np.minimum.reduceat(gpu.start[order], first)
         g_end = np.maximum.reduceat(gpu.end[order], first)
         rs, re_, rc = rt.runtime_launch.start, rt.runtime_launch.end, rt.runtime_corr
@@ -74,8 +78,10 @@ def _device_aligned(rt: RankTrace) -> list[StepWindow]:
         ks, ps = k[inside], pos[inside]
         np.minimum.at(dev_start, ks, g_start[ps])
         np.maximum.at(dev_end, ks, g_end[ps])
-        launched_corr = uniq[np.unique(ps)]
-        launched = np.isin(gpu.correlation, launched_corr)
+        hit_group = np.zeros(uniq.size, dtype=bool)       # np.isin(gpu.correlation, uniq[np.unique(ps)])
+        hit_group[ps] = True
+        launched = np.empty(gpu.start.size, dtype=bool)
+        launched[order] = hit_group[np.cumsum(new_group) - 1]
     prev_end = cpu_s[0]
     if np.isfinite(dev_start[0]):
         # GPU work queued before the window that finished before step 0's own work began

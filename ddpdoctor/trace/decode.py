@@ -21,6 +21,7 @@ from .. import safe_io, sources
 from ..errors import InputError
 from . import classify
 from . import columnar as C
+from . import fastscan
 from .schema import EVENT_LIST_DECODER, TRACE_DECODER, Args, DeviceProperties, DistributedInfo, Event, Trace
 
 # category (lower case) -> code: 1 kernel, 2 memcpy, 3 memset, 4 runtime, 5 operator, 6 annotation
@@ -223,7 +224,17 @@ def _int_or_none(v) -> int | None:
 
 def load_rank_trace(path: Path, rank_hint: int | None = None, rank_hint_source: str = "file name",
                     comm_patterns: tuple[str, ...] = ()) -> RankTrace:
-    raw = read_bytes(path)
+    # the compiled reader on the file mapped in memory, else on its bytes; else msgspec
+    tried, fast = (False, None) if isinstance(path, sources.RemoteFile) else fastscan.scan_file(Path(path))
+    if fast is None or not fast[0].n:
+        raw = read_bytes(path)
+        if not tried:
+            fast = fastscan.scan(raw)
+    if fast is not None and fast[0].n:
+        from .colnorm import normalize_columns
+
+        return normalize_columns(str(path), *fast, rank_hint, rank_hint_source, comm_patterns)
+    del fast
     trace = _decode(path, raw)
     del raw
     if not trace.traceEvents:

@@ -1,0 +1,240 @@
+""":func:`ddpdoctor.trace.decode.normalize` for the compiled reader's columns (trace/fastscan.py).
+
+The same RankTrace as ``normalize`` on msgspec's events, step for step, but every field is
+already a numpy column and every string an id: categories, names, collective names and string
+pids / tids are classified once per distinct string and spread with an array take.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import classify
+from .decode import (_STEP, DTYPE_BYTES, LEGACY_CATS, CollMessages, GpuOps, RankTrace, Spans, _category_code,
+                     _int_or_none, _no_messages, message_bytes)
+from .fastscan import HAS_EXT, PID_STR, TID_STR, Columns
+from .schema import Trace
+
+
+class _Strings:
+    """Per distinct string (an id of ``Columns.strings``), a value computed once."""
+
+    def __init__(self, strings: list[str]):
+        self.strings = strings
+        self.obj = np.array(strings + [""], dtype=object)[:-1]    # a 1-d object array, even of tuples
+
+    def table(self, fn, ids: np.ndarray, dtype) -> np.ndarray:
+        """``fn(string)`` for the strings at ``ids`` (others 0), as an array indexed by id."""
+        out = np.zeros(len(self.strings), dtype=dtype)
+        for i in self.present(ids).tolist():
+            out[i] = fn(self.strings[i])
+        return out
+
+    def present(self, ids: np.ndarray) -> np.ndarray:
+        """The distinct ids, sorted (``np.unique`` without a sort)."""
+        return np.flatnonzero(np.bincount(ids, minlength=len(self.strings)))
+
+    def take(self, ids: np.ndarray) -> list[str]:
+        return self.obj[ids].tolist() if len(ids) else []
+
+
+def _ids(col: np.ndarray, flags: np.ndarray, bit: int, strings: list[str]):
+    """Python values of an int-or-string id column: ``at(i)``, ``equals(value)``, ``tolist()``."""
+    is_str = (flags & bit) != 0
+    any_str = bool(is_str.any())
+
+    def at(i: int):
+        return strings[int(col[i])] if any_str and is_str[i] else int(col[i])
+
+    def equals(value) -> np.ndarray:
+        if isinstance(value, str):
+            sid = strings.index(value) if value in strings else -1
+            return is_str & (col == sid)
+        return ~is_str & (col == value) if any_str else col == value
+
+    def tolist() -> list:
+        return [at(i) for i in range(len(col))] if any_str else col.tolist()
+
+    return at, equals, tolist
+
+
+def normalize_columns(path: str, cols: Columns, meta: Trace, rank_hint: int | None, rank_hint_source: str,
+                      comm_patterns: tuple[str, ...] = ()) -> RankTrace:
+    is_comm_name = classify.comm_kernel_matcher(comm_patterns)
+    S = _Strings(cols.strings)
+    n = cols.n
+    code = S.table(_category_code, cols.cat, np.int8)[cols.cat]
+    schema = "2021" if any(cols.strings[i] in LEGACY_CATS for i in S.present(cols.cat).tolist()) else "current"
+    gpu_idx = np.flatnonzero((code >= 1) & (code <= 3))
+    op_idx = np.flatnonzero(code >= 4)
+    ts, dur = cols.ts, cols.dur
+    end = np.where(dur > 0, ts + dur, ts)
+    k_s, k_e, op_s, op_e = ts[gpu_idx], end[gpu_idx], ts[op_idx], end[op_idx]
+    k_code, op_code = code[gpu_idx], code[op_idx]
+    starts = [x.min() for x in (k_s, op_s) if x.size]
+    ends = [x.max() for x in (k_e, op_e) if x.size]
+    first, last = (min(starts), max(ends)) if starts else (0.0, 0.0)
+
+    # --- host side -------------------------------------------------------------------
+    op_name = cols.name[op_idx]
+    op_flags = cols.flags[op_idx]
+    tid_at, tid_eq, tid_list = _ids(cols.tid[op_idx], op_flags, TID_STR, cols.strings)
+    pid_at, pid_eq, pid_list = _ids(cols.pid[op_idx], op_flags, PID_STR, cols.strings)
+    op_ann = np.where(op_code == 4, 2, op_code - 5).astype(np.int8)   # 0 op, 1 annotation, 2 runtime
+    rt_mask = op_code == 4
+    F = classify
+    flags = S.table(lambda nm: F.name_flags(nm) | (_STEP if nm.startswith("ProfilerStep#") else 0),
+                    op_name, np.int32)[op_name]
+    steps_idx = np.flatnonzero(~rt_mask & ((flags & _STEP) != 0)).tolist()
+    if steps_idx:
+        main_tid, main_pid = tid_at(steps_idx[0]), pid_at(steps_idx[0])
+    else:
+        main_tid, main_pid = classify.busiest_thread(op_s.tolist(), op_e.tolist(), tid_list(), pid_list(),
+                                                     op_ann.tolist())
+    in_pid, on_main = pid_eq(main_pid), tid_eq(main_tid)
+    steps = sorted(((cols.strings[op_name[i]], float(op_s[i]), float(op_e[i])) for i in steps_idx
+                    if on_main[i] and in_pid[i]), key=lambda x: x[1])
+    host = in_pid & ((flags & F.MARKER) == 0)
+    host_rt = host & rt_mask
+    host_op = host & ~rt_mask
+
+    def has(flag: int) -> np.ndarray:
+        return (flags & flag) != 0
+
+    sel = {"host": host, "main": host_op & (op_ann == 0) & on_main,
+           "dl": host_op & has(F.DATALOADER), "fwd": host_op & has(F.FORWARD),
+           "bwd": host_op & has(F.BACKWARD), "opt": host_op & has(F.OPTIMIZER),
+           "coll": host_op & has(F.COLLECTIVE),
+           "alloc": host_rt & has(F.RT_ALLOC), "sync": host_rt & ~has(F.RT_ALLOC) & has(F.RT_SYNC)}
+    buckets = {k: np.flatnonzero(m) for k, m in sel.items()}
+    ext_to_coll: dict = {}
+    for i in buckets["coll"].tolist():
+        j = int(op_idx[i])
+        if cols.flags[j] & HAS_EXT:
+            ext_to_coll[int(cols.ext[j])] = classify.host_collective_kind(cols.strings[op_name[i]])
+
+    messages = _collective_messages(op_idx[buckets["coll"]], op_s[buckets["coll"]], cols)
+
+    def spans(key: str) -> Spans:
+        idx = buckets[key]
+        return Spans(op_s[idx], op_e[idx], S.take(op_name[idx]))
+
+    host_ops, main_ops, dataloader = spans("host"), spans("main"), spans("dl")
+    forward, backward, optimizer, host_coll = spans("fwd"), spans("bwd"), spans("opt"), spans("coll")
+    rt_alloc, rt_sync = spans("alloc"), spans("sync")
+    forward_inputs = _forward_inputs(forward, op_idx[buckets["main"]], cols) if len(forward) else []
+
+    # --- device side -----------------------------------------------------------------
+    k_name = cols.name[gpu_idx]
+    k_names = S.take(k_name)
+    nk = len(k_names)
+    kinds = np.full(nk, GpuOps.KERNEL, dtype=np.int8)
+    pageable = np.zeros(nk, dtype=bool)
+    traits = np.zeros(nk, dtype=np.int8)
+    comm_kind: list[str] = [""] * nk
+    mem = np.flatnonzero(k_code == 2)
+    kinds[mem] = GpuOps.MEMCPY
+    kinds[k_code == 3] = GpuOps.MEMSET
+    pageable[mem] = S.table(lambda nm: "HtoD" in nm and "Pageable" in nm, k_name[mem], bool)[k_name[mem]]
+    kern = np.flatnonzero(k_code == 1)
+    _kernel_kinds(kern, gpu_idx[kern], cols, S, ext_to_coll, is_comm_name, kinds, traits, comm_kind)
+    gpu = GpuOps(k_s, k_e, kinds, cols.corr[gpu_idx], comm_kind, pageable, traits, k_names)
+    rt_idx = np.flatnonzero(rt_mask)
+    rt_corr = cols.corr[op_idx[rt_idx]]
+    rt_keep = rt_corr >= 0
+
+    dist = meta.distributedInfo
+    rank = _int_or_none(dist.rank) if dist else None
+    rank_source = "distributedInfo" if rank is not None else (rank_hint_source if rank_hint is not None else "none")
+    if rank is None:
+        rank = rank_hint
+    return RankTrace(
+        path=path, rank=rank, rank_source=rank_source,
+        world_size=_int_or_none(dist.world_size) if dist else None,
+        backend=dist.backend if dist else None,
+        devices=[d.name for d in (meta.deviceProperties or []) if d.name],
+        host=meta.host_name, pid=main_pid if isinstance(main_pid, int) else None,
+        schema=schema, main_tid=main_tid, steps=steps,
+        dataloader=dataloader, host_ops=host_ops, main_ops=main_ops,
+        forward=forward, backward=backward, optimizer=optimizer, host_collectives=host_coll,
+        runtime_launch=Spans(op_s[rt_idx][rt_keep], op_e[rt_idx][rt_keep]),
+        runtime_corr=rt_corr[rt_keep],
+        gpu=gpu, first_ts=float(first) if n else 0.0, last_ts=float(last) if n else 0.0, n_events=n,
+        runtime_alloc=rt_alloc, runtime_sync=rt_sync, forward_inputs=forward_inputs, coll_messages=messages,
+    )
+
+
+def _kernel_kinds(kern: np.ndarray, rows: np.ndarray, cols: Columns, S: _Strings, ext_to_coll: dict,
+                  is_comm_name, kinds: np.ndarray, traits: np.ndarray, comm_kind: list[str]) -> None:
+    """decode._kernel_kinds on columns: ``kern`` indexes the GPU ops, ``rows`` the same kernels'
+    rows of ``cols``."""
+    if not len(kern):
+        return
+    names = cols.name[rows]
+    comm = S.table(lambda nm: bool(is_comm_name(nm)), names, bool)[names]
+    coll = cols.coll[rows]
+    has_coll = coll >= 0
+    marked = np.zeros(len(rows), dtype=bool)
+    if has_coll.any():
+        nonempty = S.table(bool, coll[has_coll], bool)
+        marked[has_coll] = nonempty[coll[has_coll]]
+    comm |= marked
+    parents = None
+    if ext_to_coll:
+        ext = cols.ext[rows]
+        keys = np.fromiter(ext_to_coll, dtype=np.int64, count=len(ext_to_coll))
+        parented = ((cols.flags[rows] & HAS_EXT) != 0) & np.isin(ext, keys)
+        comm |= parented
+        parents = (parented, ext)
+    kind_of: dict = {}
+    for j in np.flatnonzero(comm).tolist():
+        mark = cols.strings[coll[j]] if marked[j] else None
+        parent = ext_to_coll[int(parents[1][j])] if parents is not None and parents[0][j] else None
+        key = (mark, cols.strings[names[j]], parent)
+        ck = kind_of.get(key)
+        if ck is None:
+            ck = kind_of[key] = classify.collective_kind(*key)
+        comm_kind[int(kern[j])] = ck
+    kinds[kern[comm]] = GpuOps.COMM
+    plain = np.flatnonzero(~comm)
+    traits[kern[plain]] = S.table(classify.kernel_traits, names[plain], np.int8)[names[plain]]
+
+
+def _collective_messages(rows: np.ndarray, starts: np.ndarray, cols: Columns) -> CollMessages:
+    """decode._collective_messages on columns (rows of the host collective ops)."""
+    start, nbytes, kind, elem = [], [], [], []
+    for r, s in zip(rows.tolist(), starts.tolist()):
+        coll = int(cols.coll[r])
+        collective = cols.strings[coll] if coll >= 0 else None
+        if not collective or cols.msg_len[r] < 0:
+            continue
+        dtype = cols.strings[int(cols.dtype[r])] if cols.dtype[r] >= 0 else None
+        b = message_bytes(cols.in_nelems(r), dtype)
+        if b is not None:
+            start.append(float(s))
+            nbytes.append(b)
+            kind.append(classify.collective_kind(collective, "", None))
+            elem.append(DTYPE_BYTES[dtype])
+    if not start:
+        return _no_messages()
+    return CollMessages(np.asarray(start, dtype=np.float64), np.asarray(nbytes, dtype=np.float64), kind,
+                        np.asarray(elem, dtype=np.float64))
+
+
+def _forward_inputs(forward: Spans, main_rows: np.ndarray, cols: Columns) -> list[tuple[float, str]]:
+    """decode._forward_inputs on columns (rows of the main-thread ops)."""
+    import bisect
+
+    with_dims = main_rows[cols.dims_len[main_rows] > 0]
+    if not len(with_dims):
+        return []
+    cand = sorted(zip(cols.ts[with_dims].tolist(), with_dims.tolist()))
+    starts = [c[0] for c in cand]
+    out: list[tuple[float, str]] = []
+    for fs, fe in sorted(zip(forward.start.tolist(), forward.end.tolist())):
+        if out and fs < out[-1][0] + 1e-9:
+            continue
+        j = bisect.bisect_left(starts, fs)
+        if j < len(cand) and starts[j] <= fe:
+            out.append((fs, cols.input_dims(cand[j][1])))
+    return out

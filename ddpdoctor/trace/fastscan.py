@@ -1,0 +1,205 @@
+"""The compiled column reader (``_kscan.c``, built by ``pip install``): a trace's complete events
+straight into numpy columns, without a Python object per event.
+
+:func:`scan` returns ``None`` whenever the reader is not built or the trace is anything but plain
+JSON of the schema's types (see the C file); the caller then decodes with msgspec
+(:func:`ddpdoctor.trace.decode._decode`), so the RankTrace never depends on the path taken.
+``DDPDOCTOR_NO_KSCAN=1`` turns the reader off; a library built from other sources than the
+ones beside it (a checkout updated without a reinstall) is not used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from .. import safe_io
+from ..errors import InputError
+from .schema import TRACE_DECODER, Trace
+
+OK, BAIL, FULL = 0, 1, 2
+PID_STR, TID_STR, HAS_CORR, HAS_EXT = 1, 2, 4, 8
+_P = ctypes.c_void_p
+
+
+class _KScan(ctypes.Structure):
+    _fields_ = [("cap", ctypes.c_int64), ("n", ctypes.c_int64),
+                *((f, _P) for f in ("ts", "dur", "cat", "name", "coll", "pid", "tid", "corr", "ext",
+                                    "dims_off", "dims_len", "flags", "msg_off", "msg_len", "dtype")),
+                ("strcap", ctypes.c_int32), ("nstr", ctypes.c_int32),
+                ("str_off", _P), ("str_len", _P), ("str_esc", _P), ("htab", _P), ("hsize", ctypes.c_int64),
+                ("events_start", ctypes.c_int64), ("events_end", ctypes.c_int64), ("fail_at", ctypes.c_int64)]
+
+
+_ROW = (("ts", np.float64), ("dur", np.float64), ("cat", np.int32), ("name", np.int32), ("coll", np.int32),
+        ("pid", np.int64), ("tid", np.int64), ("corr", np.int64), ("ext", np.int64),
+        ("dims_off", np.int64), ("dims_len", np.int32), ("flags", np.uint8),
+        ("msg_off", np.int64), ("msg_len", np.int32), ("dtype", np.int32))
+_lib_cache: list = []
+_NELEMS = msgspec.json.Decoder(int | float | str | None)
+
+
+def _lib():
+    if not _lib_cache:
+        lib = None
+        so = Path(__file__).with_name("_kscan.so")
+        if so.exists() and not os.environ.get("DDPDOCTOR_NO_KSCAN"):
+            try:
+                lib = ctypes.CDLL(str(so))
+                lib.ks_source_id.restype = ctypes.c_char_p
+                if lib.ks_source_id().decode() != source_hash(so.parent):
+                    lib = None                   # built from other sources: reinstall to use it
+                else:
+                    for fn in (lib.ks_scan, lib.ks_scan_mapped):
+                        fn.argtypes = [_P, ctypes.c_int64, ctypes.POINTER(_KScan)]
+                        fn.restype = ctypes.c_int
+            except (OSError, AttributeError):
+                lib = None
+        _lib_cache.append(lib)
+    return _lib_cache[0]
+
+
+def source_hash(folder: Path) -> str:
+    """The hash hatch_build.py compiles into the library (see there)."""
+    h = hashlib.sha256()
+    for name in ("_kscan.c", "_kscan_lex.h"):
+        h.update((folder / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def available() -> bool:
+    return _lib() is not None
+
+
+@dataclass
+class Columns:
+    """One row per complete event ("ph": "X"), in file order. String fields are ids into
+    ``strings`` (one id per distinct string); pid / tid are ids there where ``flags`` says so."""
+
+    n: int
+    ts: np.ndarray
+    dur: np.ndarray
+    cat: np.ndarray
+    name: np.ndarray
+    coll: np.ndarray          # -1: no collective name
+    pid: np.ndarray
+    tid: np.ndarray
+    corr: np.ndarray          # -1 where absent
+    ext: np.ndarray
+    dims_off: np.ndarray
+    dims_len: np.ndarray      # -1: no "Input Dims"
+    flags: np.ndarray
+    msg_off: np.ndarray
+    msg_len: np.ndarray       # -1: no "In msg nelems" (or null)
+    dtype: np.ndarray         # -1: no "dtype" (or null)
+    strings: list[str]
+    raw: bytes | bytearray | mmap.mmap    # the file, for the few "Input Dims" read
+
+    def in_nelems(self, i: int) -> int | float | str | None:
+        """args "In msg nelems" of row ``i`` as msgspec decodes it into the schema's type."""
+        if self.msg_len[i] < 0:
+            return None
+        o = int(self.msg_off[i])
+        return _NELEMS.decode(bytes(self.raw[o:o + int(self.msg_len[i])]))
+
+    def input_dims(self, i: int) -> str:
+        o = int(self.dims_off[i])
+        return bytes(self.raw[o:o + int(self.dims_len[i])]).decode("utf-8", "replace")
+
+
+def scan_file(path: Path) -> tuple[bool, tuple[Columns, Trace] | None]:
+    """(tried, :func:`scan` of the file mapped in memory): no copy of the file is made. Not
+    tried (the caller reads the file) when the reader is not built or the file is compressed,
+    empty, over the size limit or unreadable; tried and ``None`` when the scan bailed."""
+    if _lib() is None:
+        return False, None
+    try:
+        with safe_io.open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if not size or size > safe_io.max_trace_bytes():
+                return False, None
+            m = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_COPY)
+    except (InputError, OSError, ValueError):
+        return False, None
+    if m[:2] == b"\x1f\x8b":
+        m.close()
+        return False, None
+    if hasattr(m, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
+        m.madvise(mmap.MADV_SEQUENTIAL)
+    return True, scan(m, mapped=True)
+
+
+def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Columns, Trace] | None:
+    lib = _lib()
+    if lib is None or not raw:
+        return None
+    size = len(raw)
+    if isinstance(raw, bytes):
+        cbuf = ctypes.c_char_p(raw)
+        ptr = ctypes.cast(cbuf, _P).value
+    else:                                   # bytearray, a writable (copy-on-write) mmap
+        cbuf = (ctypes.c_char * size).from_buffer(raw)
+        ptr = ctypes.addressof(cbuf)
+    cap, strcap = max(1024, size // 150), 1 << 16
+    try:
+        for _ in range(4):
+            cols = {f: np.empty(cap, dtype=t) for f, t in _ROW}
+            strs = {"str_off": np.empty(strcap, np.int64), "str_len": np.empty(strcap, np.int32),
+                    "str_esc": np.empty(strcap, np.uint8), "htab": np.full(2 * strcap, -1, np.int32)}
+            k = _KScan(cap=cap, strcap=strcap, hsize=2 * strcap,
+                       **{f: a.ctypes.data for f, a in {**cols, **strs}.items()})
+            rc = (lib.ks_scan_mapped if mapped else lib.ks_scan)(ptr, size, ctypes.byref(k))
+            if rc != FULL:
+                break
+            if k.n >= cap:
+                cap = raw.count(b'"X"') + 1          # every complete event spells "X"
+            elif strcap < (1 << 24):
+                strcap *= 16
+            else:
+                return None
+        if rc != OK:
+            return None
+        n, nstr, ev0, ev1 = k.n, k.nstr, k.events_start, k.events_end
+    finally:
+        del cbuf
+    try:
+        strings = _strings(raw, strs["str_off"][:nstr], strs["str_len"][:nstr], strs["str_esc"][:nstr])
+        meta = TRACE_DECODER.decode(bytes(raw[:ev0]) + b"[]" + bytes(raw[ev1:]))
+    except (msgspec.DecodeError, UnicodeDecodeError):        # ValidationError is a DecodeError
+        return None
+    # one id per distinct string: escaped spellings of the same text share it
+    canon: dict[str, int] = {}
+    remap = np.fromiter((canon.setdefault(s, len(canon)) for s in strings), dtype=np.int32, count=len(strings))
+    c = {f: a[:n] for f, a in cols.items()}
+    for f in ("cat", "name"):
+        c[f] = remap[c[f]] if n else c[f].copy()
+    for f in ("coll", "dtype"):
+        has = c[f] >= 0
+        c[f] = np.where(has, remap[np.where(has, c[f], 0)], -1) if nstr else c[f].copy()
+    for f, bit in (("pid", PID_STR), ("tid", TID_STR)):
+        is_str = (c["flags"] & bit) != 0
+        if is_str.any():
+            c[f] = np.where(is_str, remap[np.where(is_str, c[f], 0)], c[f])
+        else:
+            c[f] = c[f].copy()
+    c["corr"] = np.where((c["flags"] & HAS_CORR) != 0, c["corr"], -1)
+    for f in ("ts", "dur", "ext", "dims_off", "dims_len", "flags", "msg_off", "msg_len"):
+        c[f] = c[f].copy()                  # compact: the capacity beyond n is released
+    return Columns(n=n, strings=list(canon), raw=raw, **c), meta
+
+
+def _strings(raw, off: np.ndarray, ln: np.ndarray, esc: np.ndarray) -> list[str]:
+    mv = memoryview(raw)
+    out = []
+    for o, k, e in zip(off.tolist(), ln.tolist(), esc.tolist()):
+        b = bytes(mv[o:o + k])
+        out.append(msgspec.json.decode(b'"' + b + b'"') if e else b.decode("utf-8"))
+    mv.release()
+    return out

@@ -1,0 +1,125 @@
+"""The compiled column reader (trace/_kscan.c, trace/fastscan.py, trace/colnorm.py): the same
+RankTrace as the msgspec path, and a bail (never a different answer) on anything irregular."""
+
+import dataclasses
+import json
+import mmap
+import os
+
+import numpy as np
+import pytest
+
+from ddpdoctor.trace import decode, fastscan
+from ddpdoctor.trace.colnorm import normalize_columns
+
+pytestmark = pytest.mark.skipif(not fastscan.available(), reason="the C reader is not built")
+
+
+def _same(a, b, where="rt"):
+    assert type(a) is type(b), where
+    if isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b), where
+        if a.dtype.kind == "f":
+            assert np.array_equal(np.signbit(a), np.signbit(b)), where
+    elif dataclasses.is_dataclass(a):
+        for f in dataclasses.fields(a):
+            _same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def _x(name, cat, ts, dur, pid=1, tid=1, **args):
+    ev = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+    if args:
+        ev["args"] = args
+    return ev
+
+
+EVENTS = [
+    _x("ProfilerStep#1", "user_annotation", 1712195495519689.047, 1000.0005),
+    _x("DistributedDataParallel.forward", "user_annotation", 1712195495519690, 100),
+    _x("aten::mm", "cpu_op", 1712195495519691.5, 5, **{"Input Dims": [[32, 3], []], "External id": 9}),
+    _x("na\"me \\ caf\u00e9 \u2603", "cpu_op", -0.0, 2, pid=1, tid="1"),
+    _x("aten::add", "cpu_op", 30, -0, pid="Spans", tid="PyTorch Profiler"),
+    _x("nccl:all_reduce", "user_annotation", 40, 50, **{"External id": 3}),
+    _x("cudaLaunchKernel", "cuda_runtime", 41, 2, correlation=7, cbid=211, grid=[1, 2, {"a": [None, True]}]),
+    _x("cudaMalloc", "cuda_runtime", 44, 2),
+    _x("fused", "kernel", 45, 5, pid=0, tid=7, correlation=7, **{"External id": 3}),
+    _x("fused", "kernel", 52, 1e-3, pid=0, tid=7, **{"external id": 3, "Collective name": "allgather"}),
+    _x("ncclKernel_Broadcast_RING", "kernel", 60, 5.25e2, pid=0, tid=7, **{"Collective name": ""}),
+    _x("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 70, 5, pid=0, tid=7, correlation=None),
+    _x("Memset (Device)", "Memset", 80, 5, pid=0, tid=7),
+    {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 45, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+    {"name": "process_name", "ph": "M", "pid": "Spans", "tid": 0, "args": {"name": "Spans"}},
+]
+
+
+def _both(path):
+    raw = decode.read_bytes(path)
+    tried, fast = fastscan.scan_file(path)
+    assert tried and fast is not None, "the reader bailed"
+    new = normalize_columns(str(path), *fast, 0, "file name", ("fused",))
+    old = decode.normalize(str(path), decode._decode(path, raw), 0, "file name", ("fused",))
+    return old, new
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+@pytest.mark.parametrize("ascii_only", [True, False])
+def test_same_rank_trace_as_msgspec(tmp_path, indent, ascii_only):
+    p = tmp_path / "rank0.json"
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 2, "backend": "nccl"},
+           "deviceProperties": [{"id": 0, "name": "A100"}], "traceEvents": EVENTS, "traceName": "x"}
+    p.write_text(json.dumps(doc, indent=indent, ensure_ascii=ascii_only))
+    old, new = _both(p)
+    _same(old, new)
+    assert [(s, json.loads(dims)) for s, dims in new.forward_inputs] == [(1712195495519690.0, [[32, 3], []])]
+    assert new.host_ops.names[2] == "na\"me \\ caf\u00e9 \u2603"
+
+
+@pytest.mark.parametrize("text", [
+    '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1.0, "tid": 1, "ts": 1, "dur": 1}]}',
+    '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "a", "ts": 1, "args": {"correlation": "12"}}]}',
+    '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "name": "b", "ts": 1}]}',
+    '{"traceEvents": [{"ph": "X", "c\\u0061t": "cpu_op", "name": "a", "ts": 1}]}',
+    '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": "1"}]}',
+    '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1}]',
+    '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "args": "x"}]}',
+    '[{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1}]',
+])
+def test_irregular_input_bails(tmp_path, text):
+    p = tmp_path / "rank0.json"
+    p.write_text(text)
+    assert fastscan.scan(p.read_bytes()) is None
+
+
+def test_a_file_truncated_during_the_scan_bails(tmp_path):
+    p = tmp_path / "rank0.json"
+    p.write_text(json.dumps({"traceEvents": EVENTS * 2000}))
+    with open(p, "rb") as fh:
+        m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    os.truncate(p, 100)                     # the pages past byte 100 now raise SIGBUS
+    assert fastscan.scan(m, mapped=True) is None
+
+
+def test_the_library_is_built_from_the_sources_beside_it(tmp_path, monkeypatch):
+    lib = fastscan._lib()
+    assert lib.ks_source_id().decode() == fastscan.source_hash(fastscan.Path(fastscan.__file__).parent)
+    for name in ("_kscan.c", "_kscan_lex.h"):       # an edited source: the old library is not used
+        (tmp_path / name).write_bytes(b"/* edited */\n" + (fastscan.Path(fastscan.__file__).parent / name).read_bytes())
+    assert fastscan.source_hash(tmp_path) != lib.ks_source_id().decode()
+
+
+def test_the_reader_knows_every_field_of_the_schema():
+    """A field added to trace/schema.py must be read by _kscan.c / fastscan.py / colnorm.py too."""
+    import msgspec
+
+    from ddpdoctor.trace.schema import Args, Event
+
+    assert {f.encode_name for f in msgspec.structs.fields(Event)} == {"ph", "cat", "name", "pid", "tid", "ts", "dur",
+                                                                      "args"}
+    assert {f.encode_name for f in msgspec.structs.fields(Args)} == {
+        "correlation", "External id", "external id", "Collective name", "In msg nelems", "dtype", "Input Dims"}
