@@ -43,6 +43,31 @@ def test_aggregate_ms_per_step_signatures_functions_and_input():
     assert out["input"]["ms_per_step"] == 20.0 and out["input"]["where"] == "json.loads in decode (train.py:30)"
 
 
+def test_samples_of_ddpdoctors_own_work_are_not_charged_to_the_script():
+    """acc27's one busy healthy_balanced miss: under a CPU burner the training thread sat 140 ms in
+    threading.Thread.start at the window's first step (the agent starting its sampler thread from the
+    optimizer hook), and IM001 named 'threading.Thread.start in main (healthy_balanced.py:45)' as rank 0's
+    extra work. Samples taken while the agent works at a boundary are phase "capture": counted as time,
+    charged to no line of the script."""
+    records = [rec("main", 80, lib="torch.Tensor.backward", line=44, sync=True),
+               rec("main", 14, lib="threading.Thread.start", line=45, phase="capture"),
+               rec("main", 6, lib="torch.optim.Adam.step", line=45)]
+    out = st.aggregate(records, samples=100, wall_s=1.0, steps=10, forwards=10)
+    assert all(s["lib"] != "threading.Thread.start" for s in out["signatures"]), out["signatures"]
+    assert {f["func"]: f["ms_per_step"] for f in out["functions"]} == {"main": 6.0}
+    assert out["phases"] == {"capture": 14.0, "step": 86.0} and out["ms_per_sample"] == 10.0
+    e = ev.Evidence({}, st)
+    e.phase = "step"
+    prev = e.own_work_begins()
+    assert e.phase == "capture"
+    e.own_work_ends(prev)
+    assert e.phase == "step"
+    prev = e.own_work_begins()
+    e.phase = "loader"                     # a hook inside the boundary moved on: kept
+    e.own_work_ends(prev)
+    assert e.phase == "loader"
+
+
 def test_aggregate_without_forward_or_samples():
     assert st.aggregate([rec("main", 3)], samples=3, wall_s=0.03, steps=1, forwards=0)["input"] is None
     assert st.aggregate([], samples=0, wall_s=1.0, steps=5, forwards=5)["sampled"] is False

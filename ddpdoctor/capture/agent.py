@@ -255,6 +255,13 @@ class Agent:
     # ---------------------------------------------------------------- the window's decisions
     def _on_boundary(self, b) -> None:
         """Carry out what the step window decided at this boundary."""
+        prev = self.evidence.own_work_begins()
+        try:
+            self._carry_out(b)
+        finally:
+            self.evidence.own_work_ends(prev)
+
+    def _carry_out(self, b) -> None:
         try:
             self.event("step", step=b.step, source=self.window.step_source,
                        duration_s=round(b.duration, 6) if b.duration is not None else None)

@@ -270,7 +270,7 @@ class Evidence:
     def __init__(self, env, stacks_module):
         self.env = env
         self._stacks = stacks_module
-        self.phase = None                  # "loader" | "input" | "step": read by the sampler thread
+        self.phase = None                  # "loader" | "input" | "step" | "capture": read by the sampler thread
         self.window_forwards = 0
         self.in_window = False
         self._start = None
@@ -298,6 +298,17 @@ class Evidence:
                     fps.append(batch_fingerprint(batch))
                 except Exception:  # noqa: BLE001
                     fps.append(None)          # unhashable batch: recorded once, the rank is left out of the comparison
+
+    def own_work_begins(self):
+        """ddpdoctor's own work on the training thread at a step boundary (the window's start: the sampler
+        thread's start, the early copy of the settings): its samples are set aside as "capture", not
+        charged to the script's line that stepped the optimizer. Returns the phase to restore."""
+        prev, self.phase = self.phase, "capture"
+        return prev
+
+    def own_work_ends(self, prev) -> None:
+        if self.phase == "capture":
+            self.phase = prev
 
     def forward_entered(self) -> None:
         self.phase = "step"

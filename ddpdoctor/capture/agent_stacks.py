@@ -216,11 +216,13 @@ def aggregate(records: list[dict], samples: int, wall_s: float, steps: int, forw
     phases: dict[str, int] = {}
     input_sigs: dict[tuple, int] = {}
     for r in records:
+        phases[str(r["phase"])] = phases.get(str(r["phase"]), 0) + r["count"]
+        if r["phase"] == "capture":             # ddpdoctor's own work at a step boundary: not the script's
+            continue
         key = (r["lib"], r["func"], r["file"], r["line"], bool(r["sync"]))
         s = sigs.setdefault(key, {"where": where_text(r), "lib": r["lib"], "func": r["func"], "file": r["file"],
                                   "line": r["line"], "sync": bool(r["sync"]), "count": 0})
         s["count"] += r["count"]
-        phases[str(r["phase"])] = phases.get(str(r["phase"]), 0) + r["count"]
         if r["phase"] == "input":
             input_sigs[key] = input_sigs.get(key, 0) + r["count"]
     for key, s in sigs.items():
