@@ -11,7 +11,7 @@ import numpy as np
 
 from . import classify
 from .decode import (_STEP, DTYPE_BYTES, LEGACY_CATS, CollMessages, GpuOps, RankTrace, Spans, _category_code,
-                     _int_or_none, _no_messages, message_bytes)
+                     _no_messages, message_bytes, rank_trace)
 from .fastscan import HAS_EXT, PID_STR, TID_STR, Columns
 from .schema import Trace
 
@@ -143,17 +143,8 @@ def normalize_columns(path: str, cols: Columns, meta: Trace, rank_hint: int | No
     rt_corr = cols.corr[op_idx[rt_idx]]
     rt_keep = rt_corr >= 0
 
-    dist = meta.distributedInfo
-    rank = _int_or_none(dist.rank) if dist else None
-    rank_source = "distributedInfo" if rank is not None else (rank_hint_source if rank_hint is not None else "none")
-    if rank is None:
-        rank = rank_hint
-    return RankTrace(
-        path=path, rank=rank, rank_source=rank_source,
-        world_size=_int_or_none(dist.world_size) if dist else None,
-        backend=dist.backend if dist else None,
-        devices=[d.name for d in (meta.deviceProperties or []) if d.name],
-        host=meta.host_name, pid=main_pid if isinstance(main_pid, int) else None,
+    return rank_trace(
+        path, meta, rank_hint, rank_hint_source, main_pid,
         schema=schema, main_tid=main_tid, steps=steps,
         dataloader=dataloader, host_ops=host_ops, main_ops=main_ops,
         forward=forward, backward=backward, optimizer=optimizer, host_collectives=host_coll,

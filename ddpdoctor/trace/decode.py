@@ -337,17 +337,8 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     rt_corr = C.corr_array(C.correlations(list(map(C.ARGS, C.take(ops, rt_idx)))))
     rt_keep = rt_corr >= 0
 
-    dist = trace.distributedInfo
-    rank = _int_or_none(dist.rank) if dist else None
-    rank_source = "distributedInfo" if rank is not None else (rank_hint_source if rank_hint is not None else "none")
-    if rank is None:
-        rank = rank_hint
-    return RankTrace(
-        path=path, rank=rank, rank_source=rank_source,
-        world_size=_int_or_none(dist.world_size) if dist else None,
-        backend=dist.backend if dist else None,
-        devices=[d.name for d in (trace.deviceProperties or []) if d.name],
-        host=trace.host_name, pid=main_pid if isinstance(main_pid, int) else None,
+    return rank_trace(
+        path, trace, rank_hint, rank_hint_source, main_pid,
         schema=schema, main_tid=main_tid, steps=steps,
         dataloader=dataloader, host_ops=host_ops, main_ops=main_ops,
         forward=forward, backward=backward, optimizer=optimizer, host_collectives=host_coll,
@@ -391,6 +382,21 @@ def _collective_messages(idx: list[int], ops: list, op_s: np.ndarray) -> CollMes
         return _no_messages()
     return CollMessages(np.asarray(start, dtype=np.float64), np.asarray(nbytes, dtype=np.float64), kind,
                         np.asarray(elem, dtype=np.float64))
+
+
+def rank_trace(path: str, meta: Trace, rank_hint: int | None, rank_hint_source: str, main_pid,
+               **parts) -> RankTrace:
+    """The RankTrace of either decode path (this module's ``normalize`` or colnorm's): the rank and
+    the run facts from the trace's top-level fields (``meta``), the rest as the path built it."""
+    dist = meta.distributedInfo
+    rank = _int_or_none(dist.rank) if dist else None
+    rank_source = "distributedInfo" if rank is not None else (rank_hint_source if rank_hint is not None else "none")
+    return RankTrace(
+        path=path, rank=rank if rank is not None else rank_hint, rank_source=rank_source,
+        world_size=_int_or_none(dist.world_size) if dist else None,
+        backend=dist.backend if dist else None,
+        devices=[d.name for d in (meta.deviceProperties or []) if d.name],
+        host=meta.host_name, pid=main_pid if isinstance(main_pid, int) else None, **parts)
 
 
 _STEP = 1 << 16    # beside classify's name flags: a ProfilerStep#N span
