@@ -11,7 +11,7 @@ import numpy as np
 
 from . import classify
 from .decode import (_STEP, DTYPE_BYTES, LEGACY_CATS, CollMessages, GpuOps, RankTrace, Spans, _category_code,
-                     _no_messages, message_bytes, rank_trace)
+                     _no_messages, host_buckets, message_bytes, rank_trace)
 from .fastscan import HAS_EXT, PID_STR, TID_STR, Columns
 from .schema import Trace
 
@@ -94,19 +94,7 @@ def normalize_columns(path: str, cols: Columns, meta: Trace, rank_hint: int | No
     in_pid, on_main = pid_eq(main_pid), tid_eq(main_tid)
     steps = sorted(((cols.strings[op_name[i]], float(op_s[i]), float(op_e[i])) for i in steps_idx
                     if on_main[i] and in_pid[i]), key=lambda x: x[1])
-    host = in_pid & ((flags & F.MARKER) == 0)
-    host_rt = host & rt_mask
-    host_op = host & ~rt_mask
-
-    def has(flag: int) -> np.ndarray:
-        return (flags & flag) != 0
-
-    sel = {"host": host, "main": host_op & (op_ann == 0) & on_main,
-           "dl": host_op & has(F.DATALOADER), "fwd": host_op & has(F.FORWARD),
-           "bwd": host_op & has(F.BACKWARD), "opt": host_op & has(F.OPTIMIZER),
-           "coll": host_op & has(F.COLLECTIVE),
-           "alloc": host_rt & has(F.RT_ALLOC), "sync": host_rt & ~has(F.RT_ALLOC) & has(F.RT_SYNC)}
-    buckets = {k: np.flatnonzero(m) for k, m in sel.items()}
+    buckets = host_buckets(flags, in_pid, on_main, rt_mask, op_ann)
     ext_to_coll: dict = {}
     for i in buckets["coll"].tolist():
         j = int(op_idx[i])

@@ -284,19 +284,7 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     steps = sorted(((op_name[i], float(op_s[i]), float(op_e[i])) for i in steps_idx
                     if op_tid[i] == main_tid and op_pid[i] == main_pid), key=lambda x: x[1])
     in_pid, on_main = C.equals(op_pid, main_pid), C.equals(op_tid, main_tid)
-    host = in_pid & ((flags & F.MARKER) == 0)
-    host_rt = host & rt_mask
-    host_op = host & ~rt_mask
-
-    def has(flag: int) -> np.ndarray:
-        return (flags & flag) != 0
-
-    sel = {"host": host, "main": host_op & (op_ann == 0) & on_main,
-           "dl": host_op & has(F.DATALOADER), "fwd": host_op & has(F.FORWARD),
-           "bwd": host_op & has(F.BACKWARD), "opt": host_op & has(F.OPTIMIZER),
-           "coll": host_op & has(F.COLLECTIVE),
-           "alloc": host_rt & has(F.RT_ALLOC), "sync": host_rt & ~has(F.RT_ALLOC) & has(F.RT_SYNC)}
-    buckets = {k: np.flatnonzero(m) for k, m in sel.items()}
+    buckets = host_buckets(flags, in_pid, on_main, rt_mask, op_ann)
     ext_to_coll: dict = {}
     for i in buckets["coll"].tolist():
         ext = C.ext(ops[i].args)
@@ -382,6 +370,27 @@ def _collective_messages(idx: list[int], ops: list, op_s: np.ndarray) -> CollMes
         return _no_messages()
     return CollMessages(np.asarray(start, dtype=np.float64), np.asarray(nbytes, dtype=np.float64), kind,
                         np.asarray(elem, dtype=np.float64))
+
+
+def host_buckets(flags: np.ndarray, in_pid: np.ndarray, on_main: np.ndarray, rt_mask: np.ndarray,
+                 op_ann: np.ndarray) -> dict[str, np.ndarray]:
+    """Indices of the host events of each kind (both decode paths): every op and runtime call of the
+    main process but markers, the main thread's ops, DataLoader, forward, backward, optimizer and
+    collective ops, allocator and synchronizing runtime calls."""
+    F = classify
+    host = in_pid & ((flags & F.MARKER) == 0)
+    host_rt = host & rt_mask
+    host_op = host & ~rt_mask
+
+    def has(flag: int) -> np.ndarray:
+        return (flags & flag) != 0
+
+    sel = {"host": host, "main": host_op & (op_ann == 0) & on_main,
+           "dl": host_op & has(F.DATALOADER), "fwd": host_op & has(F.FORWARD),
+           "bwd": host_op & has(F.BACKWARD), "opt": host_op & has(F.OPTIMIZER),
+           "coll": host_op & has(F.COLLECTIVE),
+           "alloc": host_rt & has(F.RT_ALLOC), "sync": host_rt & ~has(F.RT_ALLOC) & has(F.RT_SYNC)}
+    return {k: np.flatnonzero(m) for k, m in sel.items()}
 
 
 def rank_trace(path: str, meta: Trace, rank_hint: int | None, rank_hint_source: str, main_pid,
