@@ -148,7 +148,7 @@ def test_allreduce_message_sizes_come_from_the_collective_records(tmp_path):
 
 
 def test_a_record_without_a_known_dtype_or_size_is_left_out(tmp_path):
-    from ddpdoctor.trace.decode import message_bytes
+    from ddpdoctor.trace.messages import message_bytes
 
     assert message_bytes(1000, "BFloat16") == 2000 and message_bytes("1000", "Float") == 4000
     assert message_bytes(1000, "NewDtype") is None and message_bytes("many", "Float") is None

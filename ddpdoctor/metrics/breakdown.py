@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.decode import CollMessages, GpuOps, RankTrace, Spans
+from ..trace.decode import GpuOps, RankTrace, Spans
+from ..trace.messages import CollMessages
 from . import intervals as iv
 from .columns import COLUMNS, CROSS_RANK, GPU_ONLY, PARTITION_CPU, PARTITION_GPU
 from .steps import ACTIVITY_SPAN, OPTIMIZER_STEP, StepWindow, step_windows

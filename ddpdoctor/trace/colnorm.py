@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import classify
-from .decode import (_STEP, DTYPE_BYTES, LEGACY_CATS, CollMessages, GpuOps, RankTrace, Spans, _category_code,
-                     _no_messages, host_buckets, message_bytes, rank_trace)
+from .decode import _STEP, LEGACY_CATS, GpuOps, RankTrace, Spans, _category_code, host_buckets, rank_trace
+from .messages import CollMessages, coll_messages
 from .fastscan import HAS_EXT, PID_STR, TID_STR, Columns
 from .schema import Trace
 
@@ -181,23 +181,10 @@ def _kernel_kinds(kern: np.ndarray, rows: np.ndarray, cols: Columns, S: _Strings
 
 def _collective_messages(rows: np.ndarray, starts: np.ndarray, cols: Columns) -> CollMessages:
     """decode._collective_messages on columns (rows of the host collective ops)."""
-    start, nbytes, kind, elem = [], [], [], []
-    for r, s in zip(rows.tolist(), starts.tolist()):
-        coll = int(cols.coll[r])
-        collective = cols.strings[coll] if coll >= 0 else None
-        if not collective or cols.msg_len[r] < 0:
-            continue
-        dtype = cols.strings[int(cols.dtype[r])] if cols.dtype[r] >= 0 else None
-        b = message_bytes(cols.in_nelems(r), dtype)
-        if b is not None:
-            start.append(float(s))
-            nbytes.append(b)
-            kind.append(classify.collective_kind(collective, "", None))
-            elem.append(DTYPE_BYTES[dtype])
-    if not start:
-        return _no_messages()
-    return CollMessages(np.asarray(start, dtype=np.float64), np.asarray(nbytes, dtype=np.float64), kind,
-                        np.asarray(elem, dtype=np.float64))
+    return coll_messages(
+        (s, cols.strings[int(cols.coll[r])], cols.in_nelems(r),
+         cols.strings[int(cols.dtype[r])] if cols.dtype[r] >= 0 else None)
+        for r, s in zip(rows.tolist(), starts.tolist()) if cols.coll[r] >= 0 and cols.msg_len[r] >= 0)
 
 
 def _forward_inputs(forward: Spans, main_rows: np.ndarray, cols: Columns) -> list[tuple[float, str]]:

@@ -22,6 +22,7 @@ from ..errors import InputError
 from . import classify
 from . import columnar as C
 from . import fastscan
+from .messages import CollMessages, _no_messages, coll_messages
 from .schema import EVENT_LIST_DECODER, TRACE_DECODER, Args, DeviceProperties, DistributedInfo, Event, Trace
 
 # category (lower case) -> code: 1 kernel, 2 memcpy, 3 memset, 4 runtime, 5 operator, 6 annotation
@@ -63,24 +64,6 @@ class GpuOps:
     names: list[str] | None = None           # kernel / copy names (for the report's top kernels)
 
     KERNEL, COMM, MEMCPY, MEMSET = 0, 1, 2, 3
-
-
-@dataclass
-class CollMessages:
-    """The collective records that carry their message (``record_param_comms`` with ``In msg nelems``
-    and ``dtype``): when each was issued, its bytes and its canonical kind (``all_reduce``, …)."""
-
-    start: np.ndarray
-    nbytes: np.ndarray
-    kind: list[str]
-    elem_bytes: np.ndarray            # bytes per element of each message's dtype (2: already 16-bit)
-
-    def __len__(self) -> int:
-        return int(self.start.size)
-
-
-def _no_messages() -> CollMessages:
-    return CollMessages(np.zeros(0), np.zeros(0), [], np.zeros(0))
 
 
 @dataclass
@@ -337,39 +320,10 @@ def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: 
     )
 
 
-# bytes per element of the dtype names collective records carry (c10d's ScalarType names)
-DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
-               "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "ComplexHalf": 4,
-               "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1}
-
-
-def message_bytes(nelems, dtype) -> float | None:
-    """A collective record's message in bytes: ``In msg nelems`` × the size of its ``dtype``."""
-    size = DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
-    try:
-        n = float(nelems)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return n * size if size is not None and 0 <= n < 1e15 else None
-
-
 def _collective_messages(idx: list[int], ops: list, op_s: np.ndarray) -> CollMessages:
     """The host collective records (a few per step) that name their message size."""
-    start, nbytes, kind, elem = [], [], [], []
-    for i in idx:
-        a = ops[i].args
-        if a is None or not a.collective or a.in_nelems is None:
-            continue
-        b = message_bytes(a.in_nelems, a.dtype)
-        if b is not None:
-            start.append(float(op_s[i]))
-            nbytes.append(b)
-            kind.append(classify.collective_kind(a.collective, "", None))
-            elem.append(DTYPE_BYTES[a.dtype])
-    if not start:
-        return _no_messages()
-    return CollMessages(np.asarray(start, dtype=np.float64), np.asarray(nbytes, dtype=np.float64), kind,
-                        np.asarray(elem, dtype=np.float64))
+    return coll_messages((float(op_s[i]), a.collective, a.in_nelems, a.dtype)
+                         for i in idx if (a := ops[i].args) is not None)
 
 
 def host_buckets(flags: np.ndarray, in_pid: np.ndarray, on_main: np.ndarray, rt_mask: np.ndarray,
