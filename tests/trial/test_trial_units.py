@@ -2,6 +2,7 @@
 statistics of a trial and its prediction, on small inputs built here."""
 
 import json
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -171,10 +172,11 @@ def _grads_after_hook(rank: int, world: int, store_file: str, hook: str, out: st
     ov.after_ddp(model, torch, {"ddp.comm_hook": hook}, record)
     model(torch.full((3, 4), float(rank + 1))).sum().backward()
     torch.save({"grad": model.module.weight.grad.clone(), "applied": record["applied"]}, f"{out}.{rank}")
-    # both ranks done before either tears gloo down: a rank that destroys its group while its peer still
-    # reads the last all-reduce message aborts ("terminate called without an active exception")
+    # Both ranks have saved before either leaves. Then leave without tearing gloo down: gloo's teardown
+    # can abort a rank ("terminate called without an active exception", SIGABRT) even after a barrier
+    # (CI, 2026-11-25), and teardown is not what this test is about. os._exit skips the C++ destructors.
     dist.barrier()
-    dist.destroy_process_group()
+    os._exit(0)
 
 
 @pytest.mark.parametrize("hook", ["skip", "none"])
