@@ -119,3 +119,26 @@ def test_errors_the_capture_agent_swallowed_become_facts_and_a_warning(tmp_path)
         (d / "settings.json").write_text(json.dumps({"schema": SETTINGS_SCHEMA, "rank": r, "agent_errors": errs}))
     facts = load_bundle_facts([str(tmp_path)])
     assert facts["capture.agent_errors"] == 3 and facts["capture.agent_error_places"] == ["rank 1: event log"]
+
+
+def _epoch_batches(tmp_path, name, **dataloader):
+    base = settings(0)["dataloader"]
+    root = tmp_path / name
+    write_node(root, "node0", [0], per_rank={0: settings(0, dataloader={**base, **dataloader})})
+    return load_bundle_facts([str(root)]).get("config.dataloader.batches_per_epoch")
+
+
+def test_batches_per_epoch_recorded_derived_and_observed(tmp_path):
+    # recorded len(loader) wins over the derivation
+    assert _epoch_batches(tmp_path, "recorded", batches_per_epoch=7) == 7
+    # older bundles: 1000 samples sharded over 4 ranks = 250 per rank, 32 per batch: 8 (7 with drop_last)
+    assert _epoch_batches(tmp_path, "derived") == 8
+    assert _epoch_batches(tmp_path, "derived_drop", drop_last=True) == 7
+    assert _epoch_batches(tmp_path, "unsharded", sharded_by=None) == 32            # ceil(1000 / 32)
+    assert _epoch_batches(tmp_path, "sharded", sharded_by="DistributedSampler") == 8
+    # a loop that leaves each epoch after 3 batches restarts the loader every 3 batches, whatever its length
+    assert _epoch_batches(tmp_path, "early_break", batches_per_epoch=5000, iterations=4, batches=12) == 3
+    # one pass seen: nothing observed beyond the length
+    assert _epoch_batches(tmp_path, "one_pass", batches_per_epoch=5000, iterations=1, batches=40) == 5000
+    # no length (an IterableDataset) and no restart seen: unknown, not a guess
+    assert _epoch_batches(tmp_path, "iterable", dataset_len=None, batches_per_epoch=None) is None

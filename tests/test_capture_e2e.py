@@ -105,10 +105,12 @@ def test_slow_loader_bundle_and_breakdown(example):
     assert s["dataloader"]["num_workers"] == 0 and s["dataloader"]["set_epoch_called"] is True
     assert s["dataloader"]["batch_size"] == 16 and s["dataloader"]["drop_last"] is True
     assert s["dataloader"]["dataset_len"] == 4096 and s["dataloader"]["prefetch_factor"] is None
+    assert s["dataloader"]["batches_per_epoch"] == 4096 // 2 // 16      # len(loader): the sampler's half
     assert s["optimizer"]["type"] == "SGD" and s["precision"]["mixed_precision"] == "none"
     assert s["distributed"]["backend"] == "gloo" and s["ddp"]["bucket_cap_mb"] == 25.0
     f = load_bundle_facts([str(c.out)])
     assert f["config.dataloader.num_workers"] == 0 and f["config.optimizer"] == "SGD" and f["run.status"] == "complete"
+    assert f["config.dataloader.batches_per_epoch"] == 128 and f["config.dataloader.iterations"] == 1
     assert f["host.local_world_size"] == 2 and f["run.steps_completed.per_rank"] == {0: 10, 1: 10}
     assert f["config.ddp.num_buckets"] >= 1 and f["config.ddp.used"] is True
     # NCCL_DEBUG_FILE points into the rank's folder; the process ran with the injected agent only

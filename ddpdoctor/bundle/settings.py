@@ -27,7 +27,7 @@ SETTINGS_SCHEMA = "ddpdoctor.settings/1"
 
 # fact name -> path inside settings.json
 _DATALOADER = ("num_workers", "pin_memory", "batch_size", "persistent_workers", "prefetch_factor", "sampler",
-               "drop_last", "dataset_len", "set_epoch_called")
+               "drop_last", "dataset_len", "set_epoch_called", "iterations")
 _DDP = ("bucket_cap_mb", "find_unused_parameters", "gradient_as_bucket_view", "static_graph", "comm_hook",
         "param_count", "grad_bytes", "num_buckets", "bucket_sizes_bytes", "unused_parameter_count",
         "broadcast_buffers")
@@ -112,6 +112,34 @@ def _put_ranked(facts: dict, name: str, per_rank: dict[int, object]) -> None:
         facts[f"{name}.per_rank"] = {r: per_rank[r] for r in ranks}
 
 
+def _batches_per_epoch(d: dict) -> int | None:
+    """Batches one pass over the rank's main loader yields before it starts the next epoch.
+
+    len(loader) as recorded (bundles from before it was recorded: dataset_len / batch_size, divided by
+    the world size when something shards the data: `sharded_by`, or in older bundles a Distributed* sampler). A loop that leaves each epoch early (`if i == N: break`)
+    restarts the loader sooner than its length says: when the loader was iterated more than once, the
+    batches seen per iteration bound it too (the count includes each pass's closing next() call, so it
+    errs long, never short)."""
+    dl = d.get("dataloader")
+    if not isinstance(dl, dict):
+        return None
+    n = dl.get("batches_per_epoch")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        n = None
+        size, bs = dl.get("dataset_len"), dl.get("batch_size")
+        if isinstance(size, int) and isinstance(bs, int) and size > 0 and bs > 0:
+            sharded = dl["sharded_by"] if "sharded_by" in dl else "Distributed" in str(dl.get("sampler") or "")
+            world = d.get("world_size") if sharded else 1
+            per_rank = -(-size // world) if isinstance(world, int) and world > 0 else size
+            n = per_rank // bs if dl.get("drop_last") else -(-per_rank // bs)
+            n = n if n > 0 else None
+    its, seen = dl.get("iterations"), dl.get("batches")
+    if isinstance(its, int) and isinstance(seen, int) and its >= 2 and seen > 0:
+        observed = -(-seen // its)
+        n = observed if n is None else min(n, observed)
+    return n
+
+
 def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     manifests, host_files, settings_files = find_bundle_files(paths, inputs)
     facts: dict[str, object] = {}
@@ -147,6 +175,8 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
                 continue
             per[r] = v
         _put_ranked(facts, name, per)
+    _put_ranked(facts, "config.dataloader.batches_per_epoch",
+                {r: n for r, d in ranks.items() if (n := _batches_per_epoch(d)) is not None})
 
     # ---- memory
     peaks = {}

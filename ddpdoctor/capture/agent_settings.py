@@ -17,6 +17,10 @@ def _loader_settings(loader) -> dict:
     if batch_sampler is not None and hasattr(batch_sampler, "drop_last"):
         drop_last = batch_sampler.drop_last
     nw = loader.num_workers
+    try:
+        batches = len(loader)       # batches per epoch on this rank (after the sampler's sharding)
+    except Exception:  # noqa: BLE001 - no length (an IterableDataset without __len__): unknown, not an error
+        batches = None
     sharded_by = _sharded_by(loader, sampler, batch_sampler)
     return {
         "sharded_by": sharded_by,
@@ -25,7 +29,8 @@ def _loader_settings(loader) -> dict:
         "prefetch_factor": loader.prefetch_factor if nw > 0 else None,
         "sampler": type(sampler).__name__ if sampler is not None else None,
         "batch_sampler": type(batch_sampler).__name__ if batch_sampler is not None else None,
-        "drop_last": bool(drop_last), "dataset_len": n, "dataset": type(loader.dataset).__name__,
+        "drop_last": bool(drop_last), "dataset_len": n, "batches_per_epoch": batches,
+        "dataset": type(loader.dataset).__name__,
         "multiprocessing_context": str(getattr(loader, "multiprocessing_context", None) or "") or None,
         "iterable_dataset": any(c.__name__ == "IterableDataset" for c in type(loader.dataset).__mro__),
     }

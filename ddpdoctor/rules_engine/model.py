@@ -65,6 +65,7 @@ class RuleCase:
     ranks: list[int] | None = None
     fixes_contain: list[str] = field(default_factory=list)     # each must appear in some fix
     fixes_exclude: list[str] = field(default_factory=list)     # none may appear in any fix
+    first_fix: str | None = None                                # must appear in the first fix's title
 
 
 @dataclass
@@ -339,5 +340,6 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
             name=str(tc.get("name", f"case {i + 1}")), expect=tc["expect"], facts=dict(tc.get("facts", {})),
             params=dict(tc.get("params", {})), log=list(tc.get("log", [])),
             summary_contains=list(tc.get("summary_contains", [])), ranks=tc.get("ranks"),
-            fixes_contain=list(tc.get("fixes_contain", [])), fixes_exclude=list(tc.get("fixes_exclude", []))))
+            fixes_contain=list(tc.get("fixes_contain", [])), fixes_exclude=list(tc.get("fixes_exclude", [])),
+            first_fix=tc.get("first_fix")))
     return rule

@@ -61,6 +61,8 @@ def run_case(rule: Rule, case: RuleCase) -> list[str]:
         for text in case.fixes_exclude:
             if text in blob:
                 problems.append(f"a fix contains {text!r}, which it must not here")
+        if case.first_fix is not None and not (f.fixes and case.first_fix in f.fixes[0].title):
+            problems.append(f"the first fix is not {case.first_fix!r}; fixes: {[x.title for x in f.fixes]}")
         if case.ranks is not None and f.ranks != case.ranks:
             problems.append(f"expected ranks {case.ranks}, got {f.ranks}")
     return problems
