@@ -24,6 +24,7 @@ import zlib
 from pathlib import Path
 
 from .errors import InputError
+from .report.text import plural
 
 DEFAULT_MAX_TRACE_BYTES = 4 << 30
 DEFAULT_MAX_LOG_BYTES = 256 << 20
@@ -223,7 +224,7 @@ def read_log_text(path: Path | str, warnings: list | None = None) -> str:
         if truncated:
             warnings.append(f"{path}: only the first {cap} bytes were read (raise DDPDOCTOR_MAX_LOG_BYTES)")
         if cut_lines:
-            warnings.append(f"{path}: {cut_lines} line(s) longer than {MAX_LOG_LINE_CHARS} bytes were cut")
+            warnings.append(f"{path}: {plural(cut_lines, 'line')} longer than {MAX_LOG_LINE_CHARS} bytes were cut")
     return b"".join(parts).decode("utf-8", errors="replace")
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ddpdoctor.errors import InputError
+from ddpdoctor.resources import rules_dir
 from ddpdoctor.rules_engine.engine import evaluate
 from ddpdoctor.rules_engine.expr import ExprError, Missing, Vec, compile_expr
 from ddpdoctor.rules_engine.model import RuleError, load_rule_file
@@ -374,3 +375,12 @@ def test_a_per_rank_variant_condition_is_an_error(tmp_path):
     p.write_text(VARIANT_RULE.replace('"run.steps > 10"', '"rank.step_time > 10"'))
     out = evaluate(load_rule_file(p), {"run.steps": 3, "rank.step_time": Vec(np.asarray([1.0, 20.0]), np.asarray([0, 1]))})
     assert out.status == "error" and "one value per rank" in out.error
+
+
+def test_no_rule_text_says_word_s():
+    """Counts take their noun through plural() ("1 worker", "2 workers"), never "worker(s)" (#14)."""
+    leaks = [f"{p.relative_to(rules_dir())}:{i}: {line.strip()}"
+             for p in sorted(rules_dir().rglob("*.toml"))
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"[a-z]\((s|es)\)", line) and not line.lstrip().startswith("#")]
+    assert not leaks, "\n".join(leaks)

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ..report.text import plural
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
@@ -157,7 +158,7 @@ def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, report_d
         if settings and not any(steps):
             why = "no training step was seen (no torch.optim optimizer step and no DDP forward)"
         elif steps and max(steps) <= warmup:
-            why = (f"training ended after {max(steps)} step(s), before the window (--warmup {warmup}); "
+            why = (f"training ended after {plural(max(steps), 'step')}, before the window (--warmup {warmup}); "
                    f"use a smaller --warmup")
         else:
             why = "no rank recorded a trace"

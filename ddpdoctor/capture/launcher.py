@@ -29,6 +29,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import InputError
 from ..redact import join_argv, redact_argv
+from ..report.text import plural
 from . import hostinfo
 from .agent_hang import signal_ranks_on_request
 from .processes import _alive, _die_with_parent, _reap_orphans, _tee_pids, _wait_for
@@ -287,7 +288,7 @@ def bundle_notes(argv: list[str], rank_dirs: list[int], traces: list[int], world
         elif not steps:
             why = "no training step was seen (no torch.optim optimizer step and no DDP forward)"
         elif warm is not None and steps <= warm:
-            why = f"training ended after {steps} optimizer step(s), before the window (--warmup {warm})"
+            why = f"training ended after {plural(steps, 'optimizer step')}, before the window (--warmup {warm})"
         else:
             why = f"exit: {(s.get('exit') or {}).get('reason') or 'not recorded'}"
         notes.append(f"rank {r} recorded no trace: {why}")

@@ -33,6 +33,7 @@ from .. import safe_io
 from ..errors import InputError
 from ..redact import collect_secrets, redact_known_formats, strip_terminal
 from ..report.redaction import HostRedactor, redact_secrets, redact_string
+from ..report.text import plural
 
 TOP = "ddpdoctor-ticket"
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
@@ -299,7 +300,7 @@ def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0
                 if add(Member(tname, _host_trace(t, hosts), "trace")):
                     ok = True
                     if not trim_traces or steps:
-                        res.left_out.append(f"{name}: trimmed to {'the last %d step(s)' % steps if steps else 'the profiled steps'}"
+                        res.left_out.append(f"{name}: trimmed to {'the last ' + plural(steps, 'step') if steps else 'the profiled steps'}"
                                             " to fit the size budget")
                     break
                 tried.append(steps)
