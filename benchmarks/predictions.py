@@ -41,7 +41,7 @@ def run_one(exp, repeat: int) -> dict:
         rec = {"name": exp.name, "rule": exp.rule, "seconds": round(time.monotonic() - t0, 1)}
         if (out / "trial.json").is_file():
             t = json.loads((out / "trial.json").read_text(encoding="utf-8"))
-            rec.update({k: t.get(k) for k in ("change", "measured_speedup", "ci95", "predicted_speedup",
+            rec.update({k: t.get(k) for k in ("change", "measured_speedup", "ci95", "median_speedup", "predicted_speedup",
                                               "predicted_by", "baseline_verdict", "try_verdict", "failed_arm")})
         else:
             why = [ln for ln in res.stderr.splitlines() if ln.startswith("ddpdoctor: error:")]
@@ -61,21 +61,22 @@ def render(rows: list[dict], meta: dict) -> str:
              f"- Command: `{meta['command']}`"]
     if meta.get("note"):
         lines.append(f"- Note: {meta['note']}")
-    lines += ["- Predicted: the finding's upper bound 1/(1 − cost) from the baseline's diagnosis. Measured: median "
-              "baseline step / median step with the change, interleaved arms (`ddpdoctor run --try RULE`); "
-              "interval: bootstrap 95 % over the recorded steps.", "",
-              "| scenario | rule | change tried | predicted | measured (95 %) | verdict before → after |",
-              "|---|---|---|---|---|---|"]
+    lines += ["- Predicted: the finding's upper bound 1/(1 − cost) from the baseline's diagnosis. Measured: mean "
+              "baseline step / mean step with the change (the job's time per step), interleaved arms "
+              "(`ddpdoctor run --try RULE`); interval: bootstrap 95 % over the recorded steps. Typical step: the "
+              "same ratio of medians.", "",
+              "| scenario | rule | change tried | predicted | measured (95 %) | typical step | verdict before → after |",
+              "|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.get("not_applicable"):
-            lines.append(f"| {r['name']} | {r['rule']} | not tried: {r['not_applicable']} | – | – | – |")
+            lines.append(f"| {r['name']} | {r['rule']} | not tried: {r['not_applicable']} | – | – | – | – |")
             continue
         change = ", ".join(f"`{k}={v}`" for k, v in (r.get("change") or {}).items())
         ci = r.get("ci95")
         meas = "failed arm: " + r["failed_arm"] if r.get("failed_arm") else (
             f"{_x(r.get('measured_speedup'))} ({ci[0]:.2f}–{ci[1]:.2f})" if ci else _x(r.get("measured_speedup")))
         lines.append(f"| {r['name']} | {r['rule']} | {change} | {_x(r.get('predicted_speedup'))} | {meas} | "
-                     f"{r.get('baseline_verdict')} → {r.get('try_verdict')} |")
+                     f"{_x(r.get('median_speedup'))} | {r.get('baseline_verdict')} → {r.get('try_verdict')} |")
     lines += ["", accuracy.PREDICTIONS[1]]
     return "\n".join(lines) + "\n"
 

@@ -349,7 +349,7 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     if trial is not None:
         from .trial.runner import summary_line
 
-        c["trial"] = {k: trial.get(k) for k in ("change", "measured_speedup", "ci95", "predicted_speedup",
+        c["trial"] = {k: trial.get(k) for k in ("change", "measured_speedup", "ci95", "median_speedup", "predicted_speedup",
                                                  "predicted_by", "baseline_verdict", "try_verdict")}
         if fmt != "json":
             sys.stdout.write(f"Trial of {', '.join(f'{k}={v}' for k, v in (trial.get('change') or {}).items())}: "

@@ -99,8 +99,9 @@ class Logs(msgspec.Struct):
 class Trial(msgspec.Struct):
     line: str
     change: Optional[dict[str, Any]] = None
-    measured_speedup: Optional[float] = None
+    measured_speedup: Optional[float] = None            # ratio of mean step times (the job's time per step)
     ci95: Optional[list[Optional[float]]] = None
+    median_speedup: Optional[float] = None              # ratio of median step times (the typical step)
     predicted_speedup: Optional[float] = None
     predicted_by: Optional[str] = None
     trial_json: Optional[str] = None
