@@ -174,3 +174,22 @@ def test_real_bf16_ddp_trace_gets_sized_buckets_and_no_16_bit_hook(real_traces):
     assert "bucket_cap_mb=4" in cm.fixes[0].change and "23.4 MB of gradients" in cm.fixes[0].change
     assert not any("compress" in t.lower() and "16 bits" in t for t in titles), titles
     assert not any("not recorded for this run" in t for t in titles), titles
+
+
+@pytest.mark.parametrize("reader", ["default", "msgspec"])
+def test_a_new_epochs_iterator_is_dataloader_wait_not_unexplained(tmp_path, monkeypatch, reader):
+    """`ddpdoctor run` spans iter(loader) (old workers shut down, new ones start): a step that ends one
+    epoch and starts the next waits for the loader from the closing next() to the first batch."""
+    if reader == "msgspec":
+        from ddpdoctor.trace import fastscan
+        monkeypatch.setattr(fastscan, "_lib_cache", [None])
+    b = TraceBuilder(backend="gloo", world_size=2)
+    b.step(1, 0, 1000)
+    b.dataloader(0, 150)                                                   # next(): StopIteration, workers shut down
+    b.annotation("enumerate(DataLoader)#DataLoader.__iter__", 150, 400)    # new workers start
+    b.dataloader(400, 700)                                                 # the new epoch's first batch
+    b.op("aten::linear", 700, 950)
+    s = summary_of(b, tmp_path)
+    v = {k: x[0] for k, x in s.values.items()}
+    assert v["dataloader_wait"] == pytest.approx(700)
+    assert v["other"] == pytest.approx(50)

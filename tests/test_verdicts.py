@@ -427,3 +427,34 @@ def test_no_dominant_cost_says_which_costs_were_set_aside_as_noise_and_which_are
     only_small = _no_dominant_summary(costs[2:], [])
     assert only_small.startswith("no dominant avoidable cost: what the rules found stays small (dataloader-bound 2.0%)")
     assert "noise" not in only_small
+
+
+def _periodic_facts(loader_ms, other_ms):
+    """Two ranks, 6 steps: every other step waits for new DataLoader workers (rank 1 the longer)."""
+    import numpy as np
+
+    from ddpdoctor.rules_engine.expr import Vec
+
+    rows = np.array([0] * 6 + [1] * 6)
+    l0 = np.array(loader_ms, float)
+    l1 = l0 * np.array([1.0, 1.3] * 3)
+    job = np.maximum(l0, l1) + np.array(other_ms, float)
+    return {"step.step_time": Vec(np.concatenate([job, job]), rows),
+            "step.dataloader_wait": Vec(np.concatenate([l0, l1]), rows), "run.steps": 6}
+
+
+def test_step_variation_the_loader_explains_is_not_noise():
+    """Steps of 10 and 80 ms because each epoch starts new workers: the variation is the loader's own,
+    so the confidence of a dataloader verdict is not cut and no 're-record on an idle host' is said."""
+    from ddpdoctor.rules_engine.verdict import calibrate
+
+    steady = [5.0, 5.2, 4.9, 5.1, 5.0, 5.1]
+    facts = _periodic_facts([2, 60, 2, 62, 3, 61], steady)
+    conf, hints = calibrate(0.8, "DL001", facts, "dataloader")
+    assert conf == pytest.approx(0.8) and hints == []
+    # the same steps under another verdict: the variation is unexplained, so it is noise to that verdict
+    conf, hints = calibrate(0.8, "CP001", facts, "compute")
+    assert conf < 0.5 and "step times vary by" in hints[0]
+    # a loader verdict whose other time jumps about too: what the loader leaves unexplained still counts
+    conf, hints = calibrate(0.8, "DL001", _periodic_facts([2, 60, 2, 62, 3, 61], [5, 30, 4, 2, 28, 6]), "dataloader")
+    assert conf < 0.8 and "less the dataloader wait vary by" in hints[0]

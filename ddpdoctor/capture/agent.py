@@ -70,6 +70,8 @@ is_helper_process, should_activate, start_fd_tee = _process.is_helper_process, _
 _first_int, _env_int, _process_argv = _process.first_int, _process.env_int, _process._process_argv
 _LOCAL_RANK_VARS, _WORLD_VARS = _process._LOCAL_RANK_VARS, _process._WORLD_VARS
 SETTINGS_SCHEMA = _recorder.SETTINGS_SCHEMA
+# the span around iter(loader) while the window records (trace/classify.py counts it as DataLoader wait)
+LOADER_ITER_SPAN = "enumerate(DataLoader)#DataLoader.__iter__"
 
 
 def maybe_activate() -> None:
@@ -217,6 +219,15 @@ class Agent:
     def fsdp_forward(self, fsdp, *args, **kwargs) -> None:
         if self.settings.is_fsdp_root(fsdp):
             self.window.micro_batch(bool(getattr(fsdp, "_sync_gradients", True)))
+
+    def loader_iter_span(self, loader, *args, **kwargs):
+        """While the window records: a span around ``iter(loader)`` (a new epoch: the old workers shut
+        down, new ones start) named like the profiler's own ``enumerate(DataLoader)#…__next__`` spans,
+        so analysis counts it as DataLoader wait, not as unexplained time."""
+        torch = self.torch
+        if self.profiler.prof is None or torch is None:
+            return None
+        return torch.profiler.record_function(LOADER_ITER_SPAN)
 
     def loader_next(self, it, *args, **kwargs) -> None:
         info = getattr(it, "_ddpdoctor_info", None)

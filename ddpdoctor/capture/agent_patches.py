@@ -8,6 +8,8 @@ runs around the original, each a dotted name resolved on the agent (``settings.l
 - ``args(orig, args, kwargs) -> (args, kwargs)``: the call's arguments, changed before the call
   (``run --try``: DataLoader and DDP arguments at construction, agent_overrides.py);
 - ``before(*args, **kwargs)`` / ``after(result, *args, **kwargs)``: hooks around the original call;
+- ``around(*args, **kwargs) -> context manager or None``: the original call runs inside it (a
+  profiler span of ddpdoctor's own, ``DataLoader.__iter__`` while the window records);
 - ``register``: a torch registration function called with the hook (the optimizer step post hook);
 - ``on_import``: called with the module itself.
 
@@ -29,6 +31,7 @@ class Patch(NamedTuple):
     before: str | None = None
     after: str | None = None
     args: str | None = None
+    around: str | None = None
     register: str | None = None
     on_import: str | None = None
     when: str | None = None
@@ -46,6 +49,7 @@ PATCHES = (
     Patch(_DDP, "DistributedDataParallel.__init__", args="tried_ddp", after="ddp_created"),
     Patch(_DDP, "DistributedDataParallel.forward", before="ddp_forward"),
     Patch(_LOADER, "DataLoader.__init__", args="tried_dataloader", when="tries_dataloader"),
+    Patch(_LOADER, "DataLoader.__iter__", around="loader_iter_span"),
     Patch(_LOADER, "_BaseDataLoaderIter.__init__", after="settings.loader_iter"),
     Patch(_LOADER, "_BaseDataLoaderIter.__next__", before="loader_next", after="batch_returned"),
     Patch("torch.utils.data.distributed", "DistributedSampler.set_epoch", before="settings.set_epoch"),
@@ -66,7 +70,7 @@ def resolve(obj, dotted: str):
     return obj
 
 
-def wrap(owner, attr: str, *, args=None, before=None, after=None, on_error=None, place: str = ""):
+def wrap(owner, attr: str, *, args=None, before=None, after=None, around=None, on_error=None, place: str = ""):
     """Replace ``owner.attr`` by a wrapper that runs the hooks around the original; the hooks'
     exceptions go to ``on_error(place, exc)``.  Returns the wrapper, or None when ``owner.attr``
     is already a ddpdoctor wrapper."""
@@ -85,7 +89,23 @@ def wrap(owner, attr: str, *, args=None, before=None, after=None, on_error=None,
                 before(*a, **k)
             except Exception as exc:  # noqa: BLE001
                 on_error(f"{place} before", exc)
-        result = orig(*a, **k)
+        span = None
+        if around is not None:
+            try:
+                span = around(*a, **k)
+                if span is not None:
+                    span.__enter__()
+            except Exception as exc:  # noqa: BLE001 - the call goes on outside the span
+                span = None
+                on_error(f"{place} around", exc)
+        try:
+            result = orig(*a, **k)
+        finally:
+            if span is not None:
+                try:
+                    span.__exit__(None, None, None)
+                except Exception as exc:  # noqa: BLE001
+                    on_error(f"{place} around", exc)
         if after is not None:
             try:
                 after(result, *a, **k)
@@ -135,7 +155,7 @@ def _apply_one(agent, p: Patch, module) -> None:
         getattr(owner, attr)(resolve(agent, p.register))
         return
     hook = (lambda n: resolve(agent, n) if n else None)
-    wrap(owner, attr, args=hook(p.args), before=hook(p.before), after=hook(p.after),
+    wrap(owner, attr, args=hook(p.args), before=hook(p.before), after=hook(p.after), around=hook(p.around),
          on_error=agent.internal_error, place=p.target)
 
 

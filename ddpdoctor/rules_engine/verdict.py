@@ -245,7 +245,32 @@ def _step_cv(facts: dict) -> float | None:
     return float(np.median(cvs)) if cvs else None
 
 
-def calibrate(evidence: float, rule: str, facts: dict) -> tuple[float, list[str]]:
+def _unexplained_cv(facts: dict, columns: tuple[str, ...]) -> float | None:
+    """The job's step-to-step variation that these step columns leave unexplained: per step, the slowest
+    rank's time (DDP makes every rank wait for it) less the largest of those columns on any rank (a
+    rank that waits for its peer's loader waits, in the end, for that loader); the spread of what is
+    left, as a share of the mean job step. None unless every rank recorded the same number of steps."""
+    v = facts.get("step.step_time")
+    if not isinstance(v, Vec) or not len(v.values):
+        return None
+    ranks = np.asarray(v.ranks)
+    names = np.unique(ranks)
+    n = int((ranks == names[0]).sum())
+    if n < 2 or any(int((ranks == r).sum()) != n for r in names):
+        return None
+    grid = lambda x: np.vstack([x[ranks == r] for r in names]).astype(float)  # noqa: E731 - rank x step
+    job = np.nanmax(grid(v.values), axis=0)
+    explained = np.zeros(n)
+    for col in columns:
+        c = facts.get(f"step.{col}")
+        if not isinstance(c, Vec) or len(c.values) != len(v.values) or not np.array_equal(np.asarray(c.ranks), ranks):
+            return None
+        explained = np.maximum(explained, np.nan_to_num(np.nanmax(np.nan_to_num(grid(c.values), nan=0.0), axis=0)))
+    mean = float(np.nanmean(job))
+    return float(np.nanstd(job - explained) / mean) if mean > 0 else None
+
+
+def calibrate(evidence: float, rule: str, facts: dict, category: str | None = None) -> tuple[float, list[str]]:
     """Confidence from the rule's evidence, the coverage of ranks and steps, noise and inference."""
     t = metric_params()["verdict"]
     hints = []
@@ -265,10 +290,15 @@ def calibrate(evidence: float, rule: str, facts: dict) -> tuple[float, list[str]
         conf *= steps / t["full_steps"]
         hints.append(f"{steps} step{'' if steps == 1 else 's'} recorded: record at least {t['full_steps']} (ddpdoctor run --active 5)")
     cv = _step_cv(facts)
+    own = tuple(t.get("own_variation_columns", {}).get(category or "", ()))
+    rest = _unexplained_cv(facts, own) if cv is not None and cv > t["cv_ok"] and own else None
+    if rest is not None:
+        cv = rest                   # the variation the verdict's own mechanism explains is not noise
     if cv is not None and cv > t["cv_ok"]:
         bad = min(1.0, (cv - t["cv_ok"]) / (t["cv_bad"] - t["cv_ok"]))
         conf *= 1 - t["noise_penalty"] * bad
-        hints.append(f"step times vary by {cv:.0%} from step to step: re-record on an idle host or record more steps")
+        what = "step times" if rest is None else "step times less the " + ", ".join(c.replace("_", " ") for c in own)
+        hints.append(f"{what} vary by {cv:.0%} from step to step: re-record on an idle host or record more steps")
     if rule in t.get("inferred_rules", []):
         conf *= t["inferred_factor"]
         hints.append("inferred from the step pattern only: record with ddpdoctor run for the host's own evidence")
@@ -309,7 +339,7 @@ def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
             margin = (top.cost - runner) / top.cost if top.cost > 0 else 0.0
             agreement = top.agreement if top.agreement is not None else 0.5
             top.confidence = round(0.5 * margin + 0.5 * agreement, 3)
-        conf, hints = calibrate(top.confidence, top.rule, facts)
+        conf, hints = calibrate(top.confidence, top.rule, facts, top.category)
         top.confidence = conf
         summary = f"{top.label}: {top.summary}"
         return Verdict(top.category, conf, _label(conf), top.expected_speedup,
@@ -319,7 +349,7 @@ def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
         top = compute[0]
         evidence = top.confidence if top.confidence is not None else (
             top.agreement if top.agreement is not None else 0.5)
-        conf, hints = calibrate(evidence, top.rule, facts)
+        conf, hints = calibrate(evidence, top.rule, facts, top.category)
         top.confidence = conf
         return Verdict("compute", conf, _label(conf), None,
                        f"{top.label}: {top.summary}", top.rule, failed, top.label, hints)

@@ -51,7 +51,10 @@ def comm_kernel_matcher(extra_patterns: tuple[str, ...] = ()):
 
 
 def is_dataloader(name: str) -> bool:
-    return (name.startswith("enumerate(DataLoader)#") and name.endswith("__next__")) \
+    """The profiler's ``enumerate(DataLoader)#…__next__`` spans (waiting for a batch), and the span
+    `ddpdoctor run` puts around ``iter(loader)`` (``enumerate(DataLoader)#DataLoader.__iter__``: a new
+    epoch shuts the old workers down and starts new ones)."""
+    return (name.startswith("enumerate(DataLoader)#") and name.endswith(("__next__", "__iter__"))) \
         or name.startswith("enumerate(DataPipe)#")
 
 

@@ -153,9 +153,56 @@ def test_hook_failures_are_reported_never_raised_but_exit_passes():
         Loader.__init__ = orig
 
 
+class Span:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.log.append("enter")
+
+    def __exit__(self, *exc):
+        self.log.append("exit")
+
+
+def test_around_runs_the_call_inside_the_span_even_when_it_raises():
+    log, errors = [], []
+    orig = Loader.next
+    try:
+        patches.wrap(Loader, "next", around=lambda it, **k: Span(log),
+                     after=lambda res, it, **k: log.append(("after", res)),
+                     on_error=lambda place, exc: errors.append(place), place="Loader.next")
+        it = Loader(5)
+        assert it.next() == 4 and log == ["enter", "exit", ("after", 4)]
+        it.n, log[:] = 0, []
+        with pytest.raises(StopIteration):                # the span is closed, the exception passes unchanged
+            it.next()
+        assert log == ["enter", "exit"] and errors == []
+        Loader.next = orig
+        patches.wrap(Loader, "next", around=lambda it, **k: None, on_error=None)    # no span (window not recording)
+        assert Loader(5).next() == 4
+        Loader.next = orig
+
+        def broken(*a, **k):
+            raise RuntimeError("capture bug")
+        patches.wrap(Loader, "next", around=broken, on_error=lambda place, exc: errors.append(place), place="L")
+        assert Loader(5).next() == 4 and errors == ["L around"]      # the call goes on outside the span
+    finally:
+        Loader.next = orig
+
+
+def test_the_loader_iter_span_only_while_the_window_records(rank):
+    assert rank.loader_iter_span(object()) is None                 # no profiler running
+    spans = []
+    rank.torch = types.SimpleNamespace(profiler=types.SimpleNamespace(record_function=lambda n: spans.append(n) or n))
+    rank.profiler.prof = object()
+    assert rank.loader_iter_span(object()) == "enumerate(DataLoader)#DataLoader.__iter__"
+    from ddpdoctor.trace.classify import is_dataloader
+    assert is_dataloader(spans[0])                                   # analysis counts it as DataLoader wait
+
+
 # ---------------------------------------------------------------------------- the table
 
-HOOK_FIELDS = ("before", "after", "args", "register", "on_import", "when")
+HOOK_FIELDS = ("before", "after", "args", "around", "register", "on_import", "when")
 
 
 def test_every_hook_the_table_names_exists_on_the_agent(rank):
@@ -172,7 +219,7 @@ def test_the_table_covers_what_docs_bundle_lists():
             "DistributedDataParallel.__init__", "DistributedDataParallel.forward", "_BaseDataLoaderIter.__init__",
             "_BaseDataLoaderIter.__next__", "DistributedSampler.set_epoch", "autocast.__enter__",
             "GradScaler.__init__", "_KinetoProfile.prepare_trace", "FullyShardedDataParallel.__init__",
-            "FullyShardedDataParallel.forward", "fully_shard", "DataLoader.__init__"} == targets
+            "FullyShardedDataParallel.forward", "fully_shard", "DataLoader.__init__", "DataLoader.__iter__"} == targets
 
 
 def _sampler_module():
@@ -199,7 +246,7 @@ def test_optional_targets_missing_from_torch_are_skipped_quietly(rank):
 
 
 def test_a_required_target_missing_is_reported_and_the_rest_applied(rank):
-    mod = types.SimpleNamespace(DataLoader=object)         # no _BaseDataLoaderIter
+    mod = types.SimpleNamespace(DataLoader=type("DataLoader", (), {"__iter__": lambda self: iter(())}))  # no _BaseDataLoaderIter
     patches.apply(rank, "torch.utils.data.dataloader", mod)
     places = [r["place"] for r in rank.errors.record()]
     assert places == ["patching torch.utils.data.dataloader _BaseDataLoaderIter.__init__",
