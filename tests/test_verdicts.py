@@ -458,3 +458,25 @@ def test_step_variation_the_loader_explains_is_not_noise():
     # a loader verdict whose other time jumps about too: what the loader leaves unexplained still counts
     conf, hints = calibrate(0.8, "DL001", _periodic_facts([2, 60, 2, 62, 3, 61], [5, 30, 4, 2, 28, 6]), "dataloader")
     assert conf < 0.8 and "less the dataloader wait vary by" in hints[0]
+
+
+def test_a_late_rank_late_in_the_loader_wait_every_rank_pays_is_the_loaders_on_a_contended_host():
+    """acc29's miss: workers restarted at each epoch on both ranks, rank 0's restarts slower under a CPU
+    burner. Its lateness (68 %) lies in the DataLoader wait every rank pays (61 %): the loader is the
+    cause, and the late rank is that cost landing harder on one rank of a contended host."""
+    import numpy as np
+    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+    facts = _late_loader_facts(**{"rank.share.dataloader_wait": Vec(np.array([0.75, 0.47]), np.array([0, 1])),
+                                  "straggler.ranks": [0], "straggler.rank": 0, "straggler.late_share": 0.68,
+                                  "straggler.steps_late": 5, "straggler.steps": 5})
+    for k in [k for k in facts if k.startswith("python.extra_work")]:
+        del facts[k]
+    d = decide_facts(facts, build_ruleset())
+    assert d.verdict.rule == "DL001", d.verdict.summary
+    im = next(c for c in d.costs if c.rule == "IM001")
+    assert not im.eligible and "every rank pays (DL001)" in im.why_not
+    # the same run on an idle host: the late rank is not set aside
+    facts.pop("host.contention.threads_per_cpu", None)
+    d = decide_facts({k: v for k, v in facts.items() if not k.startswith("host.contention")}, build_ruleset())
+    assert d.verdict.rule == "IM001", d.verdict.summary

@@ -129,6 +129,10 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
             c.eligible = False
             c.why_not = ("the late rank computes the same inputs longer on a contended host and nothing it does "
                          f"differs (no uneven inputs, no extra work seen): {NOISE}")
+        elif contended and f.rule == "IM001" and (shared := _late_in_a_shared_cost(findings, facts, t)):
+            c.eligible = False
+            c.why_not = (f"the late rank is late in the {shared.label.split('-')[0]} cost every rank pays "
+                         f"({shared.rule}), which lands harder on one rank of a contended host: {NOISE}")
         elif contended and f.category != "imbalance" and _sporadic(f, facts, t):
             c.eligible = False
             on = f"rank {f.ranks[0]}" if len(f.ranks) == 1 else f"ranks {', '.join(map(str, f.ranks))}"
@@ -188,6 +192,24 @@ def _sporadic(f: Finding, facts: dict, t: dict) -> bool:
     analyzed = facts.get("run.ranks_analyzed")
     return (isinstance(analyzed, int) and 0 < len(f.ranks or []) < analyzed
             and f.agreement is not None and f.agreement < t["sporadic_max_agreement"])
+
+
+def _late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict) -> Finding | None:
+    """The finding whose cost every analyzed rank pays, material, in the very column where the late rank
+    spends its extra time (e.g. DL001 on every rank, the straggler late in its DataLoader wait), when
+    nothing of the late rank's own explains it: then fixing that cost removes the lateness too."""
+    if _straggler_explained(facts):
+        return None
+    column, analyzed = facts.get("straggler.extra_column"), facts.get("run.ranks_analyzed")
+    if not column or not isinstance(analyzed, int) or analyzed < 2:
+        return None
+    materiality = t.get("materiality", {})
+    for f in findings:
+        cols = t.get("own_variation_columns", {}).get(f.category, ())
+        if (column in cols and f.cost is not None and f.cost >= materiality.get(f.category, 0.0)
+                and len(set(f.ranks or [])) >= analyzed):
+            return f
+    return None
 
 
 def _straggler_explained(facts: dict) -> bool:
