@@ -281,15 +281,18 @@ def _unexplained_cv(facts: dict, columns: tuple[str, ...]) -> float | None:
     if n < 2 or any(int((ranks == r).sum()) != n for r in names):
         return None
     grid = lambda x: np.vstack([x[ranks == r] for r in names]).astype(float)  # noqa: E731 - rank x step
-    job = np.nanmax(grid(v.values), axis=0)
+    times = grid(v.values)
+    if not np.isfinite(times).any(axis=0).all():
+        return None                 # a step no rank timed
+    job = np.nanmax(times, axis=0)
     explained = np.zeros(n)
     for col in columns:
         c = facts.get(f"step.{col}")
         if not isinstance(c, Vec) or len(c.values) != len(v.values) or not np.array_equal(np.asarray(c.ranks), ranks):
             return None
-        explained = np.maximum(explained, np.nan_to_num(np.nanmax(np.nan_to_num(grid(c.values), nan=0.0), axis=0)))
-    mean = float(np.nanmean(job))
-    return float(np.nanstd(job - explained) / mean) if mean > 0 else None
+        explained = np.maximum(explained, np.nan_to_num(grid(c.values), nan=0.0).max(axis=0))
+    mean = float(job.mean())
+    return float((job - explained).std() / mean) if mean > 0 else None
 
 
 def calibrate(evidence: float, rule: str, facts: dict, category: str | None = None) -> tuple[float, list[str]]:
