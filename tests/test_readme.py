@@ -40,3 +40,13 @@ def test_readme_quickstart_analysis_runs():
                           capture_output=True, text=True, timeout=120, env=env)
     assert full.returncode == 0 and full.stdout.startswith(res.stdout.split("\nNext:")[0])
     assert "Straggler: rank 1" in full.stdout and "Every finding" in full.stdout
+
+
+def test_readme_verdict_example_is_what_analyze_prints():
+    """The example under "The diagnosis" is real output: its lines up to the elided fix are the card's."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("    $ ddpdoctor analyze sample_traces/synthetic_gpu_4ranks_dataloader_bound\n", 1)[1]
+    shown = [ln[4:] for ln in block.split("      ...\n", 1)[0].splitlines()]
+    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", "sample_traces/synthetic_gpu_4ranks_dataloader_bound"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "100"})
+    assert res.returncode == 0 and res.stdout.splitlines()[:len(shown)] == shown, res.stdout
