@@ -100,7 +100,7 @@ def test_requested_processes_and_bundle_notes():
     assert len(notes) == 1 and "asked for 2 processes but 1 rank ran" in notes[0] and "--multi_gpu" in notes[0]
     notes = bundle_notes(["python", "t.py"], [0], [], 1,
                          {0: {"steps_completed": 3, "window": {"warmup": 5}, "exit": {"reason": "end of program"}}})
-    assert notes == ["rank 0 recorded no trace: training ended after 3 optimizer step(s), before the window (--warmup 5)"]
+    assert notes == ["rank 0 recorded no trace: training ended after 3 optimizer steps, before the window (--warmup 5)"]
     assert "no process of the command was recognised" in bundle_notes(["bash", "x.sh"], [], [], None, {})[0]
 
 
