@@ -477,6 +477,5 @@ def test_a_late_rank_late_in_the_loader_wait_every_rank_pays_is_the_loaders_on_a
     im = next(c for c in d.costs if c.rule == "IM001")
     assert not im.eligible and "every rank pays (DL001)" in im.why_not
     # the same run on an idle host: the late rank is not set aside
-    facts.pop("host.contention.threads_per_cpu", None)
     d = decide_facts({k: v for k, v in facts.items() if not k.startswith("host.contention")}, build_ruleset())
     assert d.verdict.rule == "IM001", d.verdict.summary

@@ -116,10 +116,10 @@ def _batches_per_epoch(d: dict) -> int | None:
     """Batches one pass over the rank's main loader yields before it starts the next epoch.
 
     len(loader) as recorded (bundles from before it was recorded: dataset_len / batch_size, divided by
-    the world size when something shards the data: `sharded_by`, or in older bundles a Distributed* sampler). A loop that leaves each epoch early (`if i == N: break`)
-    restarts the loader sooner than its length says: when the loader was iterated more than once, the
-    batches seen per iteration bound it too (the count includes each pass's closing next() call, so it
-    errs long, never short)."""
+    the world size when something shards the data: `sharded_by`, or in older bundles a Distributed*
+    sampler). A loop that leaves each epoch early (`if i == N: break`) restarts the loader sooner than
+    its length says: when the loader was iterated more than once, the batches seen per iteration bound
+    it too (the count includes each pass's closing next() call, so it errs long, never short)."""
     dl = d.get("dataloader")
     if not isinstance(dl, dict):
         return None

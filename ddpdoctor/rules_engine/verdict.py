@@ -131,7 +131,7 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
                          f"differs (no uneven inputs, no extra work seen): {NOISE}")
         elif contended and f.rule == "IM001" and (shared := _late_in_a_shared_cost(findings, facts, t)):
             c.eligible = False
-            c.why_not = (f"the late rank is late in the {shared.label.split('-')[0]} cost every rank pays "
+            c.why_not = (f"the late rank is late in the {shared.category} cost every rank pays "
                          f"({shared.rule}), which lands harder on one rank of a contended host: {NOISE}")
         elif contended and f.category != "imbalance" and _sporadic(f, facts, t):
             c.eligible = False

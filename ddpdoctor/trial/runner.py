@@ -4,8 +4,8 @@ Every arm is an ordinary `ddpdoctor run` bundle under ``OUT/<arm>-<n>`` recorded
 --warmup / --active window); arms alternate in ABBA order so a drift of the machine hits both. The
 speed-up is mean(baseline step) / mean(treatment step) over all recorded steps of each arm (a step's
 time is its slowest rank's; the mean is the job's time per step, so a cost paid at every epoch start
-counts), with a bootstrap 95 % interval; the ratio of medians (the typical step) is reported beside it. The prediction is the upper bound of the
-baseline finding whose fixes change the same setting.
+counts), with a bootstrap 95 % interval; the ratio of medians (the typical step) is reported beside
+it. The prediction is the upper bound of the baseline finding whose fixes change the same setting.
 """
 
 from __future__ import annotations
