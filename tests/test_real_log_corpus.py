@@ -23,7 +23,9 @@ CASES = log_corpus.load_cases()
 KNOWN_MISSES: dict[str, str] = {}
 
 KINDS = {"oom", "timeout", "mismatch", "interface", "p2p", "ib", "rendezvous", "uneven_inputs", "oom_killer",
-         "nan", "unused_parameters", "exception", "exit", "other"}
+         "nan", "unused_parameters", "exception", "exit", "other",
+         # added with round 8 (issue 26): /dev/shm, device binding, DDP 'marked ready twice'
+         "shm", "device", "ready_twice"}
 
 
 def test_corpus_is_complete():
