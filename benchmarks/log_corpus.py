@@ -28,6 +28,7 @@ from pathlib import Path
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "real_logs"
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+EARLIER = "earlier rounds (no `round` in case.toml; most shaped the engine)"
 
 
 def load_cases(root: Path = CORPUS) -> list[tuple[str, Path, dict]]:
@@ -130,6 +131,19 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _engine_trees(code: str) -> str:
+    """Git tree ids of ddpdoctor/ and rules/ at the commit a record names: equal ids mean the same engine."""
+    m = re.search(r"@ ([0-9a-f]{7,40})", code)
+    if not m:
+        return ""
+    try:
+        ids = [subprocess.run(["git", "-C", str(CORPUS), "rev-parse", f"{m.group(1)}:{d}"], capture_output=True,
+                              text=True, check=True).stdout.strip()[:10] for d in ("ddpdoctor", "rules")]
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return ""
+    return f" (engine: ddpdoctor/ tree {ids[0]}, rules/ tree {ids[1]})"
+
+
 def first_sight_lines(record: dict) -> list[str]:
     by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for r in record["cases"]:
@@ -137,7 +151,8 @@ def first_sight_lines(record: dict) -> list[str]:
         by_kind[r["kind"]][0] += r["right"]
     kinds = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in sorted(by_kind.items()))
     lines = ["", f"## First sight: {record['round']}", "",
-             f"Scored once, {record['measured']}, on code {record['code']}, before any change for these cases "
+             f"Scored once, {record['measured']}, on code {record['code']}{_engine_trees(record['code'])}, "
+             "before any change for these cases "
              f"(`benchmarks/log_corpus.py --first-sight`; stored in tests/real_logs/{first_sight_path(record['round']).name}).",
              f"**{record['right']} / {record['total']}** right at first sight ({100 * record['right'] / max(record['total'], 1):.0f} %); "
              f"by kind: {kinds}.", "",
@@ -173,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.first_sight:
         return record_first_sight(args.first_sight, args.force)
     by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    by_round: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     rows = []
     for name, folder, case in load_cases():
         finding = top_finding(folder)
@@ -180,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         k = case["kind"]
         by_kind[k][1] += 1
         by_kind[k][0] += not problems
+        rnd = case.get("round", EARLIER)
+        by_round[rnd][1] += 1
+        by_round[rnd][0] += not problems
         got = f"{finding.rule}" if finding else "-"
         want = case.get("expected_rule", "-")
         result = "; ".join(problems) or "right"
@@ -195,10 +214,20 @@ def main(argv: list[str] | None = None) -> int:
              f"Measured {date} by `benchmarks/log_corpus.py` on code {code}.",
              "Each case is a log excerpt posted in a public issue thread (tests/real_logs/, see its MANIFEST.md);",
              "right = the top finding has the expected rule, names the expected rank and gives the expected fix.",
+             "First-sight scores (each round scored once, before any change for it) are kept below, next to the current one.",
              "", "| kind | right / total |", "|---|---|"]
     for k in sorted(by_kind):
         lines.append(f"| {k} | {by_kind[k][0]} / {by_kind[k][1]} |")
-    lines += [f"| **overall** | **{right} / {total}** ({100 * right / max(total, 1):.0f} %) |", "",
+    lines += [f"| **overall** | **{right} / {total}** ({100 * right / max(total, 1):.0f} %) |", ""]
+    recorded = {r["round"]: r for r in load_first_sight()}
+    lines += ["| round | right now | right at first sight |", "|---|---|---|"]
+    for rnd in sorted(by_round, key=lambda r: (r != EARLIER, r)):
+        now = by_round[rnd]
+        fs = recorded.get(rnd)
+        first = (f"{fs['right']} / {fs['total']}" if fs else
+                 "see tests/real_logs/MANIFEST.md, 'Held-out status'" if rnd == EARLIER else "not recorded")
+        lines.append(f"| {rnd} | {now[0]} / {now[1]} | {first} |")
+    lines += ["",
               "| case | kind | expected | top finding | result |", "|---|---|---|---|---|"]
     lines += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} |" for r in rows]
     for record in load_first_sight():
