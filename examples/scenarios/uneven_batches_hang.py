@@ -13,7 +13,7 @@ optimizer steps by default, so the same 3:4 split is scaled down to 6 vs 8 to ha
 that window.)
 
 Verify (plain torchrun, no ddpdoctor): each rank prints its batch count and every step; the
-job ends with a gloo timeout error about 15 s after rank 0's last step. ``--even`` gives
+job ends with a gloo timeout error about 15 s after rank 0's last step. ``--same-count`` gives
 both ranks 3 files (ablation: the job ends normally).
 
     torchrun --standalone --nproc_per_node=2 examples/scenarios/uneven_batches_hang.py
@@ -59,7 +59,7 @@ class BatchFiles(Dataset):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--even", action="store_true")
+    p.add_argument("--same-count", action="store_true")
     args = p.parse_args()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=15))
     rank = dist.get_rank()
@@ -70,7 +70,7 @@ def main():
                               torch.nn.AdaptiveAvgPool1d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
     model = DDP(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    files = 3 if rank == 0 or args.even else 4
+    files = 3 if rank == 0 or args.same_count else 4
     with tempfile.TemporaryDirectory(prefix=f"batches_r{rank}_") as folder:
         loader = DataLoader(BatchFiles(write_files(folder, rank, files)), batch_size=None, shuffle=True)
         print(f"rank {rank}: {len(loader)} batches per epoch", flush=True)
