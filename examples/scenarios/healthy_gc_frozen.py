@@ -2,7 +2,7 @@
 # expect-rule: CP001
 # expect-first-fix: -
 # expect-absent: IM004 IM001
-"""Healthy, must NOT be flagged as imbalance: a balanced 1-D CNN job with a DistributedSampler
+"""Healthy, must NOT be flagged: a balanced 1-D CNN job (no imbalance) with a DistributedSampler
 (``set_epoch`` every epoch) that builds a large Python-object index of its dataset at setup
 (per-sample metadata dicts, ~100 k tracked containers on every rank), then calls
 ``gc.collect(); gc.freeze()`` so the cyclic garbage collector never walks that setup data
