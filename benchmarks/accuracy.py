@@ -15,7 +15,8 @@ raw results with --json).
     python benchmarks/accuracy.py --idle --repeat 1 --only dl_decode_workers0
 
 Scoring, per run (see docs/ACCURACY.md for the same text):
-* verdict right: the JSON ``verdict.bottleneck`` (``none`` when null) equals expect-verdict;
+* verdict right: the JSON ``verdict.bottleneck`` (``none`` when null; ``failure`` when
+  ``verdict.failed`` is true) equals expect-verdict;
 * rule right: expect-rule ``ID`` is the verdict's rule, or for a rule outside the verdict
   categories (config, failure, …) a finding with that id exists; ``category:X`` means a
   finding of category X exists (and is the verdict's when X is a verdict category); and
@@ -152,7 +153,8 @@ def _fix_text(fix: dict) -> str:
 def score(exp: Expectation, diag: dict) -> dict:
     """Compare one diagnosis (the ``analyze --json`` dict) with the expectation."""
     verdict = diag.get("verdict") or {}
-    seen_verdict = verdict.get("bottleneck") or "none"
+    # a run that failed is a "failure" verdict (the JSON keeps the window's performance bottleneck beside it)
+    seen_verdict = "failure" if verdict.get("failed") else (verdict.get("bottleneck") or "none")
     findings = diag.get("findings") or []
     by_rule = {f.get("rule"): f for f in findings}
     verdict_finding = by_rule.get(verdict.get("rule"))

@@ -37,7 +37,10 @@ def test_every_scenario_has_a_valid_header_and_a_cause():
         doc = ast.get_docstring(ast.parse(text))
         assert doc and doc.split(":")[0] in ("Cause", "Healthy, must NOT be flagged", "Healthy"), e.name
         assert "torchrun --standalone --nproc_per_node=2 examples/scenarios/" + e.name + ".py" in doc
-        assert "time.sleep" not in text, f"{e.name}: a real mechanism, not sleep"
+        for line in text.splitlines():       # a real mechanism, not sleep: a sleep may only model a remote wait
+            if re.search(r"\btime\.sleep\(", line):
+                comment = line.partition("#")[2].lower()
+                assert any(w in comment for w in ("storage", "network", "remote")), f"{e.name}: sleep is not a mechanism: {line.strip()}"
         assert "torchvision" not in text
     verdicts = {e.verdict for e in exps}
     assert {"dataloader", "communication", "compute", "imbalance"} <= verdicts
@@ -134,6 +137,16 @@ def test_score_no_verdict_is_none():
     assert s["verdict_ok"] is True and s["rule_ok"] is False and s["fix_ok"] is False
 
 
+def test_score_failed_run_is_a_failure_verdict_whatever_the_window_bottleneck():
+    d = _diag("communication", "CM001", [("CM001", "communication", [_fix("Use larger buckets")]),
+                                         ("FL016", "failure", [_fix("Wrap the loop in Join([model])")])])
+    d["verdict"]["failed"] = True
+    s = acc.score(_exp(verdict="failure", rule="category:failure", first_fix="Join"), d)
+    assert (s["verdict"], s["verdict_ok"], s["rule_ok"], s["fix_ok"]) == ("failure", True, True, True)
+    d["verdict"]["failed"] = False
+    assert acc.score(_exp(verdict="failure", rule="category:failure", first_fix="Join"), d)["verdict_ok"] is False
+
+
 def test_score_config_rule_next_to_a_compute_verdict():
     d = _diag("compute", "CP001", [("CP001", "compute", [_fix("Compile the model")]),
                                    ("CF001", "config", [_fix("Shard the data with DistributedSampler")])])
@@ -192,7 +205,7 @@ def test_summarize_and_markdown():
 
 def test_estimate_and_cli_errors(capsys):
     exps = acc.load_scenarios()
-    assert acc.estimate_seconds(exps, ["idle", "busy"], 3) <= 35 * 60
+    assert acc.estimate_seconds(exps, ["idle", "busy"], 3) <= 60 * 60      # 41 CPU jobs: the whole matrix fits a working session
     assert acc.main(["--only", "no-such-scenario", "--out", "-", "--no-synthetic"]) == 2
     assert acc.main(["--repeat", "0", "--out", "-"]) == 2
     assert "no scenario matches" in capsys.readouterr().err
