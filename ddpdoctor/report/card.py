@@ -11,12 +11,12 @@ import datetime as _dt
 import statistics
 
 from ..bundle.discover import compact_ranks
-from .text import WIDTH, block, command, cut, plural, shell, wrap
+from .text import WIDTH, block_items, command, cut, plural, shell, wrap
 from .view import analysis, findings, verdict_summary
 
 FAILURE_CATEGORIES = ("failure", "network", "memory")
 MAX_WHY_LINES = 7
-MAX_FIX_LINES = 8
+MAX_FIX_LINES = 10
 MAX_OTHERS = 4
 
 
@@ -133,20 +133,20 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
     for reason in partial_reasons(d)[:3]:
         label = "partial:" if partial and not _only_a_note(reason) else "note:"
         lines += wrap(reason, width, f"  {label:<12}", " " * 14)
-    fix, rule = _first_fix(d, deciding)
+    fix, rule, source = _first_fix(d, deciding)
     if fix:
         lines.append("")
-        head = f"Fix first [{rule}]: " if deciding else f"Worth a look [{rule}]: "
+        head = f"Fix first [{rule}]: " if deciding or v.get("bottleneck") else f"Worth a look [{rule}]: "
         lines += wrap(fix.get("title") or "", width, head, "  ")
-        body = block(fix.get("change") or "", width, cut_code=True)
-        if len(body) > MAX_FIX_LINES:
-            body = body[:MAX_FIX_LINES - 1] + ["  … (the whole fix: -v or the report)"]
-        lines += body
+        if source is not deciding and source.get("title"):
+            # the fix comes from another finding than the verdict's (a correctness bug before a speed-up)
+            lines += wrap(f"({source['title']})", width, "  ", "   ")
+        lines += fix_body(fix.get("change") or "", width)
         if fix.get("not_recorded"):
             lines += wrap("this run did not record " + ", ".join(fix["not_recorded"]) + "; check it applies",
                           width, "  (", "   ")
             lines[-1] += ")"
-    others = [f for f in findings(d) if f is not deciding]
+    others = [f for f in findings(d) if f is not deciding and f is not source]
     if others:
         lines.append("")
         lines.append("Also found:")
@@ -199,8 +199,30 @@ def _numbers(d: dict, v: dict, perf: str | None, conf: str | None, width: int) -
     return out
 
 
-def _first_fix(d: dict, deciding: dict | None) -> tuple[dict | None, str | None]:
-    for f in ([deciding] if deciding else []) + findings(d):
+def _first_fix(d: dict, deciding: dict | None) -> tuple[dict | None, str | None, dict | None]:
+    """The first fix of the first finding that has one, in the document's order of findings, which
+    rules/metrics.toml [order] sets (a failure, then a correctness bug, then the verdict's finding, …);
+    on a failed run, the deciding failure's own fix."""
+    v = d.get("verdict") or {}
+    ordered = ([deciding] if deciding and v.get("failed") else []) + findings(d)
+    for f in ordered:
         if f and f.get("fixes"):
-            return f["fixes"][0], f.get("rule")
-    return None, None
+            return f["fixes"][0], f.get("rule"), f
+    return None, None, None
+
+
+def fix_body(change: str, width: int, max_lines: int = MAX_FIX_LINES) -> list[str]:
+    """A fix's text for the card: whole when it fits in max_lines, else its first items (paragraphs,
+    bullets, code blocks) that fit, never part of one: the rules write a fix's most important lines first
+    (and put the bullet the evidence selects first), so what is left out is the last items; a line says
+    how many. The first item is always shown whole."""
+    items = block_items(change, width, cut_code=True)
+    if sum(map(len, items)) <= max_lines:
+        return [line for item in items for line in item]
+    kept: list[str] = list(items[0])
+    for n, item in enumerate(items[1:], start=1):
+        if len(kept) + len(item) > max_lines - 1:
+            kept.append(f"  … {plural(len(items) - n, 'more item')}: -v or the report")
+            break
+        kept += item
+    return kept
