@@ -20,7 +20,8 @@ SAMPLES = ROOT / "sample_traces"
 
 def _finding(rule, category, title, summary, fixes=(), cost=None, ranks=(0, 1), evidence=None):
     return {"rule": rule, "category": category, "title": title, "summary": summary, "ranks": list(ranks),
-            "cost": cost, "evidence": evidence or {}, "fixes": list(fixes), "severity": "high"}
+            "cost": cost, "evidence": evidence or {}, "fixes": list(fixes), "severity": "high",
+            "expected_speedup": None if cost is None else 1 / (1 - cost)}
 
 
 def _rank(step_us, share):

@@ -11,6 +11,8 @@ import datetime as _dt
 import statistics
 
 from ..bundle.discover import compact_ranks
+from ..resources import metric_params
+from ..trial.predict import fix_prediction
 from .text import WIDTH, block_items, command, cut, plural, shell, wrap
 from .view import analysis, findings, verdict_summary
 
@@ -98,9 +100,11 @@ def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | Non
     cmd = facts.get("run.command")
     inputs = " ".join(command([p]) for p in d.get("inputs") or []) or "RUN_FOLDER"
     failed = (d.get("verdict") or {}).get("failed")
-    if cmd and fix and fix.get("knob") and fix.get("value") is not None and rule and not failed and not d.get("trial"):
+    predicted = (fix_prediction(d, fix) or {}).get("predicted_speedup") if cmd and rule and not failed else None
+    if predicted and predicted > metric_params()["trial"]["min_predicted_speedup"] and not d.get("trial"):
         return (f"ddpdoctor run --try {rule} -- {cmd}",
-                f"runs the job with and without {fix['knob']}={fix['value']} and measures the difference")
+                f"runs the job with and without {fix['knob']}={fix['value']} and measures the difference "
+                f"(predicted: up to {predicted:.2f}x)")
     after = (f"after the fix: `ddpdoctor run --out after -- …`, `ddpdoctor compare {inputs} after`"
              if cmd and fix and not failed else "")
     if report_dir:
