@@ -73,7 +73,7 @@ def test_a_code_fix_points_to_the_report_and_to_compare():
     d = _doc()
     d["findings"][0]["fixes"][0].update(knob=None, value=None)
     text = "\n".join(render_card(d))
-    assert "Next: ddpdoctor analyze runs/a --report ddpdoctor-report" in text
+    assert "Next: ddpdoctor analyze runs/a --report report-a" in text
     assert "ddpdoctor compare runs/a after" in text and "--try" not in text
 
 

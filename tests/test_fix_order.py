@@ -171,18 +171,41 @@ def test_a_long_fix_is_cut_only_by_whole_trailing_items():
 
 
 def test_a_try_is_suggested_only_when_its_prediction_is_worth_measuring():
-    """comm_heavy on one CPU per rank: smaller buckets are predicted at 1.00x (no core to overlap on), so
-    the card does not send the user to --try them; a 16-bit hook halves the transfer and is."""
+    """comm_heavy on one CPU per rank: smaller buckets are predicted at 1.00x (no core to overlap on) and
+    a 16-bit hook too (on CPU it measured 1.38x slower), so the card does not send the user to --try them;
+    on a GPU a 16-bit hook halves the exposed transfer and is worth a trial."""
     ev = {"grad_mb": 51.0, "colls": 1, "buckets": 1, "all_transfer_share": 0.30}
     one_core = {"run.device": "cpu", "host.cpus_per_local_rank": 1.0}
     buckets = _fd("CM001", "communication", "Gradient communication is not hidden", cost=0.35, evidence=ev,
                   fixes=[_fix("Use smaller gradient buckets", knob="ddp.bucket_cap_mb", value="9")])
-    text = "\n".join(render_card(_doc([buckets], "CM001", "communication", one_core)))
-    assert "--try" not in text and "--report" in text
     hook = dict(buckets, fixes=[_fix("Compress gradients to 16 bits", knob="ddp.comm_hook", value="fp16_compress_hook")])
-    text = "\n".join(render_card(_doc([hook], "CM001", "communication", one_core)))
+    for finding in (buckets, hook):
+        text = "\n".join(render_card(_doc([finding], "CM001", "communication", one_core)))
+        assert "--try" not in text and "--report report-a" in text
+    text = "\n".join(render_card(_doc([hook], "CM001", "communication", {"run.device": "gpu",
+                                                                            "host.cpus_per_local_rank": 8})))
     assert "Next: ddpdoctor run --try CM001 -- torchrun --nproc_per_node=2 t.py" in text
-    assert "(predicted: up to 1.18x)" in text            # half of the 30 % transfer share
+    assert "(predicted: up to 1.18x)" in text            # half of the 30 % exposed transfer
+
+
+def test_after_the_fix_commands_are_never_broken_across_lines():
+    long_input = "runs/" + "a-rather-long-experiment-folder-name-" * 3
+    fix = _fix("Shard the data")
+    d = dict(_doc([_fd("CF001", "config", "No sampler", [fix])], None, None), inputs=[long_input])
+    lines = render_card(d)
+    i = next(n for n, ln in enumerate(lines) if ln.strip().startswith("ddpdoctor compare"))
+    # the command is continued with a shell backslash, so it pastes whole
+    assert lines[i].endswith(" \\") and all(len(ln) <= 80 for ln in lines if "compare" in ln)
+    assert not any("`" in ln for ln in lines[i - 2:])
+
+
+def test_report_folder_is_named_after_the_input():
+    from ddpdoctor.report.card import report_name
+
+    assert report_name(["runs/exp3/"]) == "report-exp3"
+    assert report_name(["traces/rank0.pt.trace.json.gz", "x"]) == "report-rank0"
+    assert report_name(["my run (2)"]) == "report-my-run-2"
+    assert report_name([]) == "ddpdoctor-report"
 
 
 def test_compression_and_bucket_predictions_read_the_document():

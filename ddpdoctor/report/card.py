@@ -93,9 +93,10 @@ def partial_reasons(d: dict) -> list[str]:
     return out
 
 
-def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | None = None) -> tuple[str, str]:
-    """The one command to run next and what it is for: measure the fix on the same job when `run --try`
-    can apply it, else keep the files for the ticket."""
+def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | None = None) -> tuple[str, str, list[str]]:
+    """The one command to run next, what it is for, and the commands to compare after the fix: measure
+    the fix on the same job when `run --try` can apply it and it is predicted to gain more than noise
+    (metrics.toml [trial]), else keep the files for the ticket."""
     facts = d.get("facts") or {}
     cmd = facts.get("run.command")
     inputs = " ".join(command([p]) for p in d.get("inputs") or []) or "RUN_FOLDER"
@@ -104,14 +105,26 @@ def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | Non
     if predicted and predicted > metric_params()["trial"]["min_predicted_speedup"] and not d.get("trial"):
         return (f"ddpdoctor run --try {rule} -- {cmd}",
                 f"runs the job with and without {fix['knob']}={fix['value']} and measures the difference "
-                f"(predicted: up to {predicted:.2f}x)")
-    after = (f"after the fix: `ddpdoctor run --out after -- …`, `ddpdoctor compare {inputs} after`"
-             if cmd and fix and not failed else "")
+                f"(predicted: up to {predicted:.2f}x)", [])
+    after = (["ddpdoctor run --out after -- …", f"ddpdoctor compare {inputs} after"]
+             if cmd and fix and not failed else [])
     if report_dir:
         return ("", f"attach {report_dir}/report.html (one file, plots inside) to the ticket and paste "
-                    f"report.md into its text" + (f"; {after}" if after else ""))
-    return (f"ddpdoctor analyze {inputs} --report ddpdoctor-report",
-            "the ticket's files" + (f"; {after}" if after else ""))
+                    f"report.md into its text", after)
+    return (f"ddpdoctor analyze {inputs} --report {report_name(d.get('inputs') or [])}", "the ticket's files", after)
+
+
+def report_name(inputs: list[str]) -> str:
+    """The folder a report of these inputs is suggested into: named after the first input (a bundle
+    `runs/exp3/` → `report-exp3`), so reports of different runs do not land in one folder."""
+    import re
+    from pathlib import PurePath
+
+    name = PurePath(str(inputs[0]).rstrip("/")).name if inputs else ""
+    for ext in (".gz", ".json", ".pt.trace", ".tar", ".tgz"):
+        name = name.removesuffix(ext)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return f"report-{name}" if name else "ddpdoctor-report"
 
 
 def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_dir: str | None = None) -> list[str]:
@@ -159,15 +172,19 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
             lines.append(cut(f"  [{f.get('rule')}] {f.get('title')}{cost}", width))
         if len(others) > MAX_OTHERS:
             lines.append(f"  … and {len(others) - MAX_OTHERS} more (-v)")
-    cmd, why = next_step(d, fix, rule, report_dir)
+    cmd, why, after = next_step(d, fix, rule, report_dir)
     lines.append("")
     if (d.get("trial") or {}).get("line"):
         lines += wrap(d["trial"]["line"], width, "Trial: ", " " * 7)
+    why += " (-v: all findings)" if verbose_hint else ""
+    why += "; after the fix:" if after else ""
     if cmd:
         lines += shell(cmd, width, "Next: ", " " * 8)
-        lines += wrap(why + (" (-v: all findings)" if verbose_hint else ""), width, "      ")
+        lines += wrap(why, width, "      ")
     else:
-        lines += wrap(why + (" (-v: all findings)" if verbose_hint else ""), width, "Next: ", " " * 6)
+        lines += wrap(why, width, "Next: ", " " * 6)
+    for c in after:                      # each on lines of its own, so that it pastes whole
+        lines += shell(c, width, " " * 8, " " * 10)
     return lines
 
 

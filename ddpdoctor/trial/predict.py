@@ -117,14 +117,19 @@ def bucket_prediction(changes: dict, doc: dict) -> dict | None:
 
 def compression_prediction(changes: dict, doc: dict) -> dict | None:
     """A 16-bit hook (``ddp.comm_hook=fp16|bf16``) halves the bytes of every gradient all-reduce: at most
-    half the transfer time goes away — on one core per rank the whole transfer share (its threads take the
-    training thread's CPU, overlapped or not), else its exposed part."""
+    half the exposed transfer time goes away. Not on a CPU backend: there the casts and gloo's 16-bit
+    sums cost more than the bytes save (comm_heavy, one CPU per rank: predicted up to 1.48x by the cost's
+    bound, measured 0.72x, 95 % 0.63–0.83): no gain predicted."""
     cm = _cm001(changes, doc, "ddp.comm_hook")
     if cm is None or str(changes["ddp.comm_hook"]).lower().removesuffix("_compress_hook") not in ("fp16", "bf16"):
         return None
     comm = _transfer(cm)
     if comm is None:
         return None
+    if (doc.get("facts") or {}).get("run.device") == "cpu":
+        return {"predicted_speedup": 1.0, "predicted_by": "CM001",
+                "prediction_note": ("CM001: on a CPU backend the 16-bit casts and gloo's 16-bit sums cost more than "
+                                    "the halved bytes save (comm_heavy, one CPU per rank: 1.38x slower measured)")}
     one_core, _cpus = _one_core(doc)
     part = comm if one_core else min(comm, cm.get("cost") or comm)
     saved = part / 2
