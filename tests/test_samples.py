@@ -133,3 +133,19 @@ def test_the_timeline_shows_a_waiting_rank_waiting():
     for segs in by_rank.values():                              # wait and transfer never overlap
         for x, y in segs.get("comm_sync_wait") or []:
             assert all(b <= x or a >= y for a, b in segs["comm_exposed"])
+
+
+@pytest.mark.parametrize("example", CAPTURED)
+def test_captured_samples_are_recorded_by_todays_capture(example):
+    """A bundled capture sample shows what `ddpdoctor run` records now: one recorded before the capture
+    learned something analyze reads (e.g. the Python stack sampler that names slow_rank.py:37) shows a
+    card a fresh run would not ("Profile with with_stack=True"). Re-record it (sample_traces/README.md)."""
+    import json
+
+    from ddpdoctor.capture import CAPTURE_VERSION, CAPTURE_VERSIONS
+
+    manifest = json.loads((SAMPLES / f"capture_gloo_2ranks_{example}" / "manifest.json").read_text())
+    recorded = manifest.get("capture_version", 1)
+    assert recorded >= CAPTURE_VERSION, (
+        f"capture_gloo_2ranks_{example} was recorded by capture version {recorded}; today's is {CAPTURE_VERSION} "
+        f"({CAPTURE_VERSIONS[CAPTURE_VERSION]}): re-record it as sample_traces/README.md says")
