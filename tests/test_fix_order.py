@@ -179,9 +179,10 @@ def test_a_try_is_suggested_only_when_its_prediction_is_worth_measuring():
     buckets = _fd("CM001", "communication", "Gradient communication is not hidden", cost=0.35, evidence=ev,
                   fixes=[_fix("Use smaller gradient buckets", knob="ddp.bucket_cap_mb", value="9")])
     hook = dict(buckets, fixes=[_fix("Compress gradients to 16 bits", knob="ddp.comm_hook", value="fp16_compress_hook")])
-    for finding in (buckets, hook):
+    for finding, change in ((buckets, "ddp.bucket_cap_mb=9"), (hook, "ddp.comm_hook=fp16_compress_hook")):
         text = "\n".join(render_card(_doc([finding], "CM001", "communication", one_core)))
-        assert "--try" not in text and "--report report-a" in text
+        assert "ddpdoctor run --try" not in text and "--report report-a" in text
+        assert f"--try not suggested: {change} is predicted at 1.00x" in " ".join(text.split())
     text = "\n".join(render_card(_doc([hook], "CM001", "communication", {"run.device": "gpu",
                                                                             "host.cpus_per_local_rank": 8})))
     assert "Next: ddpdoctor run --try CM001 -- torchrun --nproc_per_node=2 t.py" in text

@@ -108,10 +108,14 @@ def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | Non
                 f"(predicted: up to {predicted:.2f}x)", [])
     after = (["ddpdoctor run --out after -- …", f"ddpdoctor compare {inputs} after"]
              if cmd and fix and not failed else [])
+    # a fix run could try, predicted at no measurable gain here: say so rather than send the user to measure it
+    no_try = (f"; --try not suggested: {fix['knob']}={fix['value']} is predicted at {predicted:.2f}x on this run"
+              if predicted and not d.get("trial") else "")
     if report_dir:
         return ("", f"attach {report_dir}/report.html (one file, plots inside) to the ticket and paste "
-                    f"report.md into its text", after)
-    return (f"ddpdoctor analyze {inputs} --report {report_name(d.get('inputs') or [])}", "the ticket's files", after)
+                    f"report.md into its text{no_try}", after)
+    return (f"ddpdoctor analyze {inputs} --report {report_name(d.get('inputs') or [])}", f"the ticket's files{no_try}",
+            after)
 
 
 def report_name(inputs: list[str]) -> str:
