@@ -40,7 +40,7 @@ change = "a"
 [[fix]]
 title = "demoted"
 change = "b"
-leads_if = "median(rank.share.dataloader_wait) < 0.1"
+trails_if = "median(rank.share.dataloader_wait) >= 0.1"
 
 [[fix]]
 title = "selected by the evidence"
@@ -60,15 +60,15 @@ def _write(tmp_path: Path, text: str) -> Path:
     return p
 
 
-def test_leads_if_puts_the_fix_the_evidence_selects_first_and_a_failing_one_last(tmp_path):
+def test_leads_if_and_trails_if_move_the_fix_the_evidence_selects(tmp_path):
     rule = load_rule_file(_write(tmp_path, RULE))
     facts = {"rank.share.dataloader_wait": Vec(np.array([0.6, 0.7]), np.array([0, 1]))}
     titles = [f.title for f in evaluate(rule, facts, {}).finding.fixes]
-    # holds → first; none or not recorded → as written; fails → last
+    # leads_if holds → first; trails_if holds → last; none, false or not recorded → as written
     assert titles == ["selected by the evidence", "written first", "not recorded", "demoted"]
     facts = {"rank.share.dataloader_wait": Vec(np.array([0.2, 0.3]), np.array([0, 1]))}
     titles = [f.title for f in evaluate(rule, facts, {}).finding.fixes]
-    assert titles == ["written first", "not recorded", "demoted", "selected by the evidence"]
+    assert titles == ["written first", "selected by the evidence", "not recorded", "demoted"]
 
 
 def test_a_rule_order_must_be_a_class_of_metrics_toml(tmp_path):

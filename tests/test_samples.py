@@ -64,15 +64,15 @@ def test_captured_samples_keep_their_breakdown(example):
     assert facts["run.world_size"] == 2 and facts["run.ranks_present"] == [0, 1] and facts["config.ddp.used"] is True
     stragglers = [st.rank for st in a.cross.stragglers]
     if example == "slow_loader":
-        assert mean_share(a, "dataloader_wait") == pytest.approx(0.91, abs=0.05)
+        assert mean_share(a, "dataloader_wait") == pytest.approx(0.85, abs=0.05)
         assert facts["config.dataloader.num_workers"] == 0 and stragglers == []
     elif example == "heavy_compute":
         assert mean_share(a, "compute") == pytest.approx(0.82, abs=0.05)
         assert mean_share(a, "comm_exposed") < 0.15 and stragglers == []
         assert facts["config.optimizer"] == "AdamW"
     elif example == "slow_rank":
-        assert stragglers == [1] and a.cross.stragglers[0].late_us == pytest.approx(41_400, abs=3000)
-        assert a.rank_share(a.summaries[0])["comm_sync_wait"] == pytest.approx(0.80, abs=0.05)
+        assert stragglers == [1] and a.cross.stragglers[0].late_us == pytest.approx(39_300, abs=3000)
+        assert a.rank_share(a.summaries[0])["comm_sync_wait"] == pytest.approx(0.85, abs=0.05)
     elif example == "comm_heavy":
         assert mean_share(a, "comm") == pytest.approx(0.37, abs=0.05)
         assert mean_share(a, "comm_exposed") == pytest.approx(0.37, abs=0.05)     # one bucket: nothing overlaps

@@ -102,6 +102,14 @@ class _Lookup:
         return Missing(frozenset({name}))
 
 
+def _holds(expr, look, what: str) -> bool:
+    """An optional fix condition that holds (not when absent, false or not recorded)."""
+    if expr is None:
+        return False
+    v = _single(expr(look), what)
+    return not isinstance(v, Missing) and bool(v)
+
+
 def _single(v, what: str):
     if isinstance(v, Vec):
         raise ExprError(f"{what} gives one value per rank; wrap it in any(), all(), count(), median() …")
@@ -163,8 +171,7 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
                 assumed |= set(ok.names)       # cannot tell: keep the fix and say what was not known
             elif not ok:
                 continue
-        leads = _single(fx.leads_if(look), "leads_if") if fx.leads_if is not None else None
-        place.append(1 if leads is None or isinstance(leads, Missing) else 0 if leads else 2)
+        place.append(0 if _holds(fx.leads_if, look, "leads_if") else 2 if _holds(fx.trails_if, look, "trails_if") else 1)
         title, m1 = fx.title.render(look)
         change, m2 = fx.change.render(look)
         value, m3 = fx.value.render(look) if fx.value is not None else (None, set())

@@ -52,9 +52,10 @@ class Fix:
     # new value, so that the fix can be phrased in the user's framework (HF Trainer, Lightning, …)
     knob: str | None = None
     value: Template | None = None
-    # where the fix goes among the finding's fixes: those whose `leads_if` holds first, then those without
-    # one (or whose answer is not recorded), then those whose `leads_if` fails; each group as written
+    # where the fix goes among the finding's fixes: those whose `leads_if` holds first, those whose `trails_if`
+    # holds last, the others between; each group as written (an answer not recorded moves nothing)
     leads_if: Expr | None = None
+    trails_if: Expr | None = None
 
 
 @dataclass
@@ -345,7 +346,8 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
             title=c.template("title", fx["title"], allow, after), change=c.template("change", fx["change"], allow, after),
             kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None,
             knob=_knob(c, fx, after), value=c.template("value", fx["value"], allow, after) if "value" in fx else None,
-            leads_if=c.expr("leads_if", fx["leads_if"], allow, after) if "leads_if" in fx else None))
+            leads_if=c.expr("leads_if", fx["leads_if"], allow, after) if "leads_if" in fx else None,
+            trails_if=c.expr("trails_if", fx["trails_if"], allow, after) if "trails_if" in fx else None))
     test_lines = [n for n, line in enumerate(text.splitlines()) if line.strip() == "[[test]]"]
     for i, tc in enumerate(data.get("test", [])):
         if tc.get("expect") not in ("fire", "quiet", "abstain"):
