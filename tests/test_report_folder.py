@@ -59,3 +59,15 @@ def test_check_report_dir_units(tmp_path):
     (tmp_path / "report.json").write_text('{"schema": "something else"}')
     with pytest.raises(InputError, match="not empty"):
         write_report_dir({}, tmp_path)
+
+
+def test_run_refuses_the_report_folder_before_the_job_runs(tmp_path):
+    """`run --report DIR` checks DIR before starting the job: a refused folder costs no run."""
+    (tmp_path / "rep").mkdir()
+    (tmp_path / "rep" / "notes.txt").write_text("mine")
+    marker = tmp_path / "ran"
+    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(tmp_path / "b"), "--report",
+                          str(tmp_path / "rep"), "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "not empty" in res.stderr and "--force" in res.stderr, res.stderr
+    assert not marker.exists() and not (tmp_path / "b").exists()
