@@ -167,8 +167,10 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
 @_redact_hosts_option
 @click.option("-v", "--verbose", is_flag=True, help="Every finding, every fix and the per-rank table, not only the card.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (use with --json or --report).")
+@click.option("--force", is_flag=True,
+              help="Write the --report folder even when it holds other files (an earlier report is always replaced).")
 def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, ranks_spec, scheduler, comm_patterns, hta, rules_dirs, sets, no_config,
-            redact_hosts, verbose, quiet):
+            redact_hosts, verbose, quiet, force):
     """Diagnose a run: why is it slow or why did it fail, and what to change.
 
     PATHS are trace files (*.json, *.json.gz), log files, or folders searched
@@ -181,9 +183,12 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, ranks_spec, sc
     from .analysis import AnalyzeOptions
     from .diagnosis import run_analyze
     from .metrics import hta_adapter
-    from .report.files import dumps_json, prepare, render, write_report_dir
+    from .report.files import check_report_dir, dumps_json, prepare, render, write_report_dir
     from .report.json_report import to_dict
     from .report.redaction import HostRedactor
+
+    if report_dir:
+        check_report_dir(report_dir, force)          # before the analysis: a refused folder costs nothing
 
     for p in comm_patterns:
         try:
@@ -207,7 +212,7 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, ranks_spec, sc
     if json_path:
         _write_text(json_path, dumps_json(d))
     if report_dir:
-        write_report_dir(d, report_dir)
+        write_report_dir(d, report_dir, force)
     if fmt:
         sys.stdout.write(render(d, fmt))
     elif not quiet:

@@ -20,7 +20,8 @@ SAMPLES = ROOT / "sample_traces"
 
 def _finding(rule, category, title, summary, fixes=(), cost=None, ranks=(0, 1), evidence=None):
     return {"rule": rule, "category": category, "title": title, "summary": summary, "ranks": list(ranks),
-            "cost": cost, "evidence": evidence or {}, "fixes": list(fixes), "severity": "high"}
+            "cost": cost, "evidence": evidence or {}, "fixes": list(fixes), "severity": "high",
+            "expected_speedup": None if cost is None else 1 / (1 - cost)}
 
 
 def _rank(step_us, share):
@@ -72,7 +73,7 @@ def test_a_code_fix_points_to_the_report_and_to_compare():
     d = _doc()
     d["findings"][0]["fixes"][0].update(knob=None, value=None)
     text = "\n".join(render_card(d))
-    assert "Next: ddpdoctor analyze runs/a --report ddpdoctor-report" in text
+    assert "Next: ddpdoctor analyze runs/a --report report-a" in text
     assert "ddpdoctor compare runs/a after" in text and "--try" not in text
 
 

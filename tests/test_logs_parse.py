@@ -468,3 +468,17 @@ def test_a_killed_dataloader_worker_is_a_kill_not_a_python_error(tmp_path):
     k = next(e for e in a.events if e.kind == "killed")
     assert k.data["signal"] == "SIGKILL" and k.data["source"] == "dataloader_worker" and k.data["host_oom"]
     assert a.facts["failure.root_cause.kind"] == "killed"
+
+
+@pytest.mark.parametrize("after,caught", [(True, True), (False, False)])
+def test_an_oom_the_script_caught_and_went_on_from(tmp_path, after, caught):
+    """failure.oom.caught: the OOM's rank logged a step after it (the script skipped that batch on one rank)."""
+    import json as _json
+
+    rows = [{"time": 100.0, "rank": 1, "kind": "step", "step": 3},
+            {"time": 100.5, "rank": 1, "kind": "oom", "step": 4, "type": "OutOfMemoryError",
+             "message": "CUDA out of memory. Tried to allocate 2.00 GiB."}]
+    if after:
+        rows.append({"time": 100.6, "rank": 1, "kind": "step", "step": 4})
+    f = facts_of(tmp_path, {"ranks/rank1/events.jsonl": "\n".join(_json.dumps(r) for r in rows) + "\n"})
+    assert f["failure.oom.first_rank"] == 1 and f["failure.oom.caught"] is caught

@@ -50,3 +50,41 @@ def test_readme_verdict_example_is_what_analyze_prints():
     res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", "sample_traces/synthetic_gpu_4ranks_dataloader_bound"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "100"})
     assert res.returncode == 0 and res.stdout.splitlines()[:len(shown)] == shown, res.stdout
+
+
+def _layout_block() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    block = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    return [ln.split()[0] for ln in block.splitlines() if ln.startswith("    ") and ln.strip()]
+
+
+def test_readme_layout_lists_what_the_tree_holds():
+    """The layout block names every package and top-level module of ddpdoctor/, and nothing that is gone."""
+    listed = _layout_block()
+    for path in listed:
+        assert (ROOT / path).exists(), f"README layout lists {path}, which does not exist"
+    pkg = ROOT / "ddpdoctor"
+    expected = {f"ddpdoctor/{p.name}/" for p in pkg.iterdir() if (p / "__init__.py").is_file()}
+    expected |= {f"ddpdoctor/{p.name}" for p in pkg.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    missing = sorted(expected - set(listed))
+    assert not missing, f"README layout does not list {missing}"
+
+
+def test_readme_quickstart_card_is_what_analyze_prints():
+    """The card shown under Quickstart is the quickstart command's real output at 80 columns (the bundled
+    sample is re-recorded with today's capture, so it names slow_rank.py:37, not "with_stack=True")."""
+    text = (ROOT / "README.md").read_text()
+    quick = text.split("\n## Quickstart\n", 1)[1].split("\n## ", 1)[0]
+    block = quick.split("It prints this card", 1)[1].split("\n\n", 1)[1]
+    shown = []
+    for ln in block.splitlines():
+        if ln and not ln.startswith("    "):
+            break
+        shown.append(ln[4:])
+    while shown and not shown[-1]:
+        shown.pop()
+    target = re.search(r"ddpdoctor analyze (\S+)", readme_commands()[0]).group(1)
+    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", target], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert res.returncode == 0 and res.stdout.rstrip("\n").splitlines() == shown, res.stdout
+    assert "slow_rank.py:37" in res.stdout and "with_stack=True" not in res.stdout

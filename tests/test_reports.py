@@ -24,6 +24,7 @@ from ddpdoctor.diagnosis import Report, run_analyze
 from ddpdoctor.errors import InputError
 from ddpdoctor.report.files import dumps_json, prepare, render
 from ddpdoctor.report.json_report import SCHEMA, to_dict
+from ddpdoctor.report.escape import md
 from ddpdoctor.report.markdown import MAX_CHARS, render_markdown
 from ddpdoctor.report.redaction import HostRedactor, redact_report
 from ddpdoctor.rules_engine.verdict import Diagnosis, Verdict
@@ -395,3 +396,51 @@ def test_readme_report_commands_run_as_shown(tmp_path, monkeypatch):
             Path(redirect.strip()).write_text(res.output)
     assert (tmp_path / "report" / "report.html").is_file() and (tmp_path / "ticket.tar.gz").is_file()
     assert (tmp_path / "report.md").read_text().startswith("# ddpdoctor: dataloader-bound")
+
+
+def test_compare_uses_the_report_categories_for_the_wait_for_a_late_peer(tmp_path):
+    """A straggler's peers wait inside the all-reduce: the reports show that as "waiting for a late peer",
+    and compare must not call it "exposed comm (transfer)" (#27)."""
+    from ddpdoctor.report import view
+    from ddpdoctor.ticket.compare import compare
+
+    def doc(exposed_us, wait_us):
+        row = {"mean_us": {"step_time": 100_000.0, "comm_exposed": exposed_us, "comm_sync_wait": wait_us}}
+        return {"verdict": {}, "findings": [], "analysis": {"ranks": {"0": row, "1": row}}}
+
+    c = compare(doc(30_000.0, 25_000.0), doc(6_000.0, 1_000.0))
+    rows = {r["name"]: r for r in c["rows"]}
+    assert rows[view.LABEL["comm_exposed"]]["before_ms"] == pytest.approx(5.0)      # transfer only
+    assert rows[view.LABEL["comm_sync_wait"]]["before_ms"] == pytest.approx(25.0)
+    assert rows[view.LABEL["comm_sync_wait"]]["after_ms"] == pytest.approx(1.0)
+    assert "sync wait" not in rows
+
+
+def test_report_md_prose_stays_prose_paths_are_relative_and_the_verdict_is_said_once():
+    """#27: report.md put English inside code fences (one tagged bash), repeated the verdict paragraph and
+    carried absolute local paths (a virtualenv's …/bin/python)."""
+    from ddpdoctor.diagnosis import run_analyze
+    from ddpdoctor.report.markdown import render_markdown
+
+    sample = ROOT / "sample_traces" / "capture_gloo_2ranks_oom_skip_batch"
+    d = prepare(to_dict(run_analyze([str(sample.resolve())])))
+    d["findings"].append({"rule": "IM004", "category": "imbalance", "title": "Contended", "summary": "s",
+                          "fixes": [{"title": "Re-record", "kind": "command", "change":
+                                     "62 % of the host's CPU time went elsewhere.\nRecord again when idle (`uptime`):\n"
+                                     "  ddpdoctor run --active 10 -- <the same command>\n\n- Run fewer ranks per host.\n"
+                                     "- Pin each rank:\n  numactl --physcpubind=0 python train.py"}]})
+    d["logs"]["events"].append({"rank": 0, "kind": "exit", "text": "of binary: /home/u/proj/.venv/bin/python3.11",
+                                "file": str(sample.resolve() / "launcher.log"), "line_no": 5})
+    text = render_markdown(d)
+    fences = re.findall(r"^(`{3,})(\w*)\n(.*?)\n\1$", text, flags=re.S | re.M)
+    for _fence, lang, body in fences:
+        for line in body.splitlines():
+            # code lines only: diff lines, comments, commands; never a sentence of the rule's prose
+            assert not re.match(r"^[A-Z][a-z]+ [a-z]+ .*[.:]$", line.strip()), (lang, line)
+    assert ("```bash\nddpdoctor run --active 10 -- <the same command>\n```") in text
+    assert "62 % of the host's CPU time went elsewhere. Record again when idle (`uptime`):" in text
+    assert "- Run fewer ranks per host.\n- Pin each rank: numactl --physcpubind=0 python train.py" in text
+    assert str(sample.resolve()) not in text and "/.venv/bin/python" not in text
+    assert "capture\\_gloo\\_2ranks\\_oom\\_skip\\_batch/launcher.log:5" in text and "of binary: python3.11" in text
+    summary = d["findings"][0]["summary"]
+    assert text.count(md(summary)) == 1

@@ -55,6 +55,7 @@ def _bool(v: str) -> bool:
 
 def _hook(v: str) -> str:
     s = v.strip().lower()
+    s = s.removesuffix("_compress_hook")        # the hook's own name, as CM001's fix writes it
     if s in ("fp16", "bf16", "none", "skip"):
         return s
     m = re.fullmatch(r"powersgd(?::(\d+))?", s)

@@ -62,6 +62,10 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
     if tries:
         _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline)
         return
+    if report_dir:
+        from ..report.files import check_report_dir
+
+        check_report_dir(report_dir, force)      # before the job runs, not after it
     if repeat is not None or baseline is not None:
         raise InputError("--repeat and --baseline belong to --try (a trial of one change)")
     opts = RunOptions(command=command, out=Path(out) if out else None, force=force, warmup=warmup,
@@ -97,7 +101,7 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
     if not no_analyze:          # last, so the card and its Next: line end the output
         click.echo("", err=True)
         _analyze(result.out, bool(ranks), settings, opts.warmup, report_dir, json_path, verbose,
-                 failed=result.exit_code != 0)
+                 failed=result.exit_code != 0, force=force)
     sys.exit(result.exit_code)
 
 
@@ -152,7 +156,7 @@ def _prepare_trial_dir(target: Path, force: bool) -> None:
 
 
 def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, report_dir=None, json_path=None,
-             verbose=False, failed=False) -> None:
+             verbose=False, failed=False, force=False) -> None:
     if not have_traces:
         steps = [s.get("steps_completed") for s in settings if s and s.get("steps_completed") is not None]
         if settings and not any(steps):
@@ -170,7 +174,8 @@ def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, report_d
     try:
         from ..errors import FAILED_RUN
 
-        extra = (["--report", str(report_dir)] if report_dir else []) + (["--json", str(json_path)] if json_path else [])
+        extra = ((["--report", str(report_dir)] + (["--force"] if force else []) if report_dir else [])
+                 + (["--json", str(json_path)] if json_path else []))
         res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), *extra, *(["-v"] if verbose else [])],
                              timeout=1800)
         if res.returncode not in (0, FAILED_RUN):

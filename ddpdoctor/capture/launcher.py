@@ -30,7 +30,7 @@ from .. import __version__
 from ..errors import InputError
 from ..redact import join_argv, redact_argv
 from ..report.text import plural
-from . import hostinfo
+from . import CAPTURE_VERSION, hostinfo
 from .agent_hang import signal_ranks_on_request
 from .processes import _alive, _die_with_parent, _reap_orphans, _tee_pids, _wait_for
 from .streams import _Pump, _term
@@ -365,7 +365,8 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
 
     host_thread = threading.Thread(target=collect_host, daemon=True)
     manifest = {
-        "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "torch_version": hostinfo.torch_version(),
+        "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "capture_version": CAPTURE_VERSION,
+        "torch_version": hostinfo.torch_version(),
         "command": join_argv(opts.command), "argv": redact_argv(opts.command), "cwd": os.getcwd(),
         "hostname": raw_hostname, "hosts": [hostname], "host_files": [f"hosts/{hostname}.json"],
         "step_window": {"warmup": opts.warmup, "active": opts.active, "keep_going": opts.keep_going},

@@ -79,6 +79,11 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
               "failure.oom.first_rank": o.rank if o else None,
               "failure.oom.gpus": sorted({e.data["gpu"] for e in ooms if e.data.get("gpu") is not None}), "failure.oom.first_time": o.time if o else None,
               "failure.oom.tried": o.data.get("tried") if o else None, "failure.oom.text": o.text[:300] if o else None})
+    # the script caught the first OOM and went on: its rank logged a step after it (a rank that skips a batch
+    # runs one collective fewer than its peers, which then wait for it); None when no step times are logged
+    later = [e for e in g("progress") if o is not None and e.rank == o.rank and e.time is not None]
+    f["failure.oom.caught"] = (None if o is None or o.rank is None or o.time is None or not later
+                               else any(e.time > o.time for e in later))
 
     # ------------------------------------------------------------------ signals, crashes, exits
     # ranks that were waiting in a collective: their SIGABRT is the watchdog's tear-down, not a cause

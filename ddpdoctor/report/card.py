@@ -11,12 +11,14 @@ import datetime as _dt
 import statistics
 
 from ..bundle.discover import compact_ranks
-from .text import WIDTH, block, command, cut, plural, shell, wrap
+from ..resources import metric_params
+from ..trial.predict import fix_prediction
+from .text import WIDTH, block_items, command, cut, plural, shell, wrap
 from .view import analysis, findings, verdict_summary
 
 FAILURE_CATEGORIES = ("failure", "network", "memory")
 MAX_WHY_LINES = 7
-MAX_FIX_LINES = 8
+MAX_FIX_LINES = 10
 MAX_OTHERS = 4
 
 
@@ -91,23 +93,42 @@ def partial_reasons(d: dict) -> list[str]:
     return out
 
 
-def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | None = None) -> tuple[str, str]:
-    """The one command to run next and what it is for: measure the fix on the same job when `run --try`
-    can apply it, else keep the files for the ticket."""
+def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | None = None) -> tuple[str, str, list[str]]:
+    """The one command to run next, what it is for, and the commands to compare after the fix: measure
+    the fix on the same job when `run --try` can apply it and it is predicted to gain more than noise
+    (metrics.toml [trial]), else keep the files for the ticket."""
     facts = d.get("facts") or {}
     cmd = facts.get("run.command")
     inputs = " ".join(command([p]) for p in d.get("inputs") or []) or "RUN_FOLDER"
     failed = (d.get("verdict") or {}).get("failed")
-    if cmd and fix and fix.get("knob") and fix.get("value") is not None and rule and not failed and not d.get("trial"):
+    predicted = (fix_prediction(d, fix) or {}).get("predicted_speedup") if cmd and rule and not failed else None
+    if predicted and predicted > metric_params()["trial"]["min_predicted_speedup"] and not d.get("trial"):
         return (f"ddpdoctor run --try {rule} -- {cmd}",
-                f"runs the job with and without {fix['knob']}={fix['value']} and measures the difference")
-    after = (f"after the fix: `ddpdoctor run --out after -- …`, `ddpdoctor compare {inputs} after`"
-             if cmd and fix and not failed else "")
+                f"runs the job with and without {fix['knob']}={fix['value']} and measures the difference "
+                f"(predicted: up to {predicted:.2f}x)", [])
+    after = (["ddpdoctor run --out after -- …", f"ddpdoctor compare {inputs} after"]
+             if cmd and fix and not failed else [])
+    # a fix run could try, predicted at no measurable gain here: say so rather than send the user to measure it
+    no_try = (f"; --try not suggested: {fix['knob']}={fix['value']} is predicted at {predicted:.2f}x on this run"
+              if predicted and not d.get("trial") else "")
     if report_dir:
         return ("", f"attach {report_dir}/report.html (one file, plots inside) to the ticket and paste "
-                    f"report.md into its text" + (f"; {after}" if after else ""))
-    return (f"ddpdoctor analyze {inputs} --report ddpdoctor-report",
-            "the ticket's files" + (f"; {after}" if after else ""))
+                    f"report.md into its text{no_try}", after)
+    return (f"ddpdoctor analyze {inputs} --report {report_name(d.get('inputs') or [])}", f"the ticket's files{no_try}",
+            after)
+
+
+def report_name(inputs: list[str]) -> str:
+    """The folder a report of these inputs is suggested into: named after the first input (a bundle
+    `runs/exp3/` → `report-exp3`), so reports of different runs do not land in one folder."""
+    import re
+    from pathlib import PurePath
+
+    name = PurePath(str(inputs[0]).rstrip("/")).name if inputs else ""
+    for ext in (".gz", ".json", ".pt.trace", ".tar", ".tgz"):
+        name = name.removesuffix(ext)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return f"report-{name}" if name else "ddpdoctor-report"
 
 
 def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_dir: str | None = None) -> list[str]:
@@ -133,20 +154,20 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
     for reason in partial_reasons(d)[:3]:
         label = "partial:" if partial and not _only_a_note(reason) else "note:"
         lines += wrap(reason, width, f"  {label:<12}", " " * 14)
-    fix, rule = _first_fix(d, deciding)
+    fix, rule, source = _first_fix(d, deciding)
     if fix:
         lines.append("")
-        head = f"Fix first [{rule}]: " if deciding else f"Worth a look [{rule}]: "
+        head = f"Fix first [{rule}]: " if deciding or v.get("bottleneck") else f"Worth a look [{rule}]: "
         lines += wrap(fix.get("title") or "", width, head, "  ")
-        body = block(fix.get("change") or "", width, cut_code=True)
-        if len(body) > MAX_FIX_LINES:
-            body = body[:MAX_FIX_LINES - 1] + ["  … (the whole fix: -v or the report)"]
-        lines += body
+        if source is not deciding and source.get("title"):
+            # the fix comes from another finding than the verdict's (a correctness bug before a speed-up)
+            lines += wrap(f"({source['title']})", width, "  ", "   ")
+        lines += fix_body(fix.get("change") or "", width)
         if fix.get("not_recorded"):
             lines += wrap("this run did not record " + ", ".join(fix["not_recorded"]) + "; check it applies",
                           width, "  (", "   ")
             lines[-1] += ")"
-    others = [f for f in findings(d) if f is not deciding]
+    others = [f for f in findings(d) if f is not deciding and f is not source]
     if others:
         lines.append("")
         lines.append("Also found:")
@@ -155,15 +176,19 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
             lines.append(cut(f"  [{f.get('rule')}] {f.get('title')}{cost}", width))
         if len(others) > MAX_OTHERS:
             lines.append(f"  … and {len(others) - MAX_OTHERS} more (-v)")
-    cmd, why = next_step(d, fix, rule, report_dir)
+    cmd, why, after = next_step(d, fix, rule, report_dir)
     lines.append("")
     if (d.get("trial") or {}).get("line"):
         lines += wrap(d["trial"]["line"], width, "Trial: ", " " * 7)
+    why += " (-v: all findings)" if verbose_hint else ""
+    why += "; after the fix:" if after else ""
     if cmd:
         lines += shell(cmd, width, "Next: ", " " * 8)
-        lines += wrap(why + (" (-v: all findings)" if verbose_hint else ""), width, "      ")
+        lines += wrap(why, width, "      ")
     else:
-        lines += wrap(why + (" (-v: all findings)" if verbose_hint else ""), width, "Next: ", " " * 6)
+        lines += wrap(why, width, "Next: ", " " * 6)
+    for c in after:                      # each on lines of its own, so that it pastes whole
+        lines += shell(c, width, " " * 8, " " * 10)
     return lines
 
 
@@ -199,8 +224,30 @@ def _numbers(d: dict, v: dict, perf: str | None, conf: str | None, width: int) -
     return out
 
 
-def _first_fix(d: dict, deciding: dict | None) -> tuple[dict | None, str | None]:
-    for f in ([deciding] if deciding else []) + findings(d):
+def _first_fix(d: dict, deciding: dict | None) -> tuple[dict | None, str | None, dict | None]:
+    """The first fix of the first finding that has one, in the document's order of findings, which
+    rules/metrics.toml [order] sets (a failure, then a correctness bug, then the verdict's finding, …);
+    on a failed run, the deciding failure's own fix."""
+    v = d.get("verdict") or {}
+    ordered = ([deciding] if deciding and v.get("failed") else []) + findings(d)
+    for f in ordered:
         if f and f.get("fixes"):
-            return f["fixes"][0], f.get("rule")
-    return None, None
+            return f["fixes"][0], f.get("rule"), f
+    return None, None, None
+
+
+def fix_body(change: str, width: int, max_lines: int = MAX_FIX_LINES) -> list[str]:
+    """A fix's text for the card: whole when it fits in max_lines, else its first items (paragraphs,
+    bullets, code blocks) that fit, never part of one: the rules write a fix's most important lines first
+    (and put the bullet the evidence selects first), so what is left out is the last items; a line says
+    how many. The first item is always shown whole."""
+    items = block_items(change, width, cut_code=True)
+    if sum(map(len, items)) <= max_lines:
+        return [line for item in items for line in item]
+    kept: list[str] = list(items[0])
+    for n, item in enumerate(items[1:], start=1):
+        if len(kept) + len(item) > max_lines - 1:
+            kept.append(f"  … {plural(len(items) - n, 'more item')}: -v or the report")
+            break
+        kept += item
+    return kept

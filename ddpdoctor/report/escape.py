@@ -51,3 +51,16 @@ def md_code(s) -> str:
     fence = "`" * (max(runs, default=0) + 1)
     pad = " " if s.startswith("`") or s.endswith("`") or not s.strip() else ""
     return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def md_prose(s) -> str:
+    """Markdown inline text that keeps the `code spans` a rule wrote (each shown literally); the rest is
+    escaped as :func:`md`, the spaces around a code span kept."""
+    out = []
+    for x in re.split(r"(`[^`\n]+`)", re.sub(r"\s+", " ", "" if s is None else str(s))):
+        if len(x) > 2 and x.startswith("`") and x.endswith("`"):
+            out.append(md_code(x[1:-1]))
+        elif x:
+            lead, trail = x[:len(x) - len(x.lstrip())], x[len(x.rstrip()):]
+            out.append(lead + md(x) + trail if x.strip() else x)
+    return "".join(out).strip()

@@ -47,16 +47,54 @@ def render(d: dict, fmt: str, plots=None) -> str:
     raise InputError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
 
 
-def write_report_dir(d: dict, out: str | Path) -> list[Path]:
-    """report.md, report.html, report.json and plots/*.png in ``out``; returns the files."""
+REPORT_FILES = ("report.md", "report.html", "report.json")
+
+
+def is_report_dir(out: Path) -> bool:
+    """A folder an earlier `--report` wrote: its report.json is a ddpdoctor diagnosis."""
+    p = Path(out) / "report.json"
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return f'"schema": "{SCHEMA}"'.encode() in head
+
+
+def check_report_dir(out: str | Path, force: bool = False) -> None:
+    """Refuse, before any work, a --report folder that would mix with other files: a file, or a non-empty
+    folder that is not an earlier report (unless ``force``). An earlier report is replaced whole."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--report {out}: exists and is not a folder")
+    if out.is_dir() and not force and any(out.iterdir()) and not is_report_dir(out):
+        raise InputError(f"--report {out}: the folder is not empty and holds no earlier report; "
+                         "choose another folder or add --force")
+
+
+def _clear_earlier(out: Path) -> None:
+    """Remove what a report writes (report.md/html/json, plots/*.png), so an earlier run's plots do not
+    survive beside the new report; any other file is left alone."""
+    for name in REPORT_FILES:
+        (out / name).unlink(missing_ok=True)
+    plots = out / "plots"
+    if plots.is_dir():
+        for png in plots.glob("*.png"):
+            png.unlink(missing_ok=True)
+
+
+def write_report_dir(d: dict, out: str | Path, force: bool = False) -> list[Path]:
+    """report.md, report.html, report.json and plots/*.png in ``out``, replacing an earlier report there
+    whole; returns the files."""
     from .html import render_html
     from .markdown import render_markdown
     from .plots import make_plots
 
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--report {out}: exists and is not a folder")
+    check_report_dir(out, force)
     try:
+        if out.is_dir():
+            _clear_earlier(out)
         (out / "plots").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"--report {out}: cannot create the folder ({exc.strerror or exc})") from None

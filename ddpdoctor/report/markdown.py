@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 
 from . import view
-from .escape import md, md_code, md_fence, md_multiline
+from .escape import md, md_code, md_fence, md_multiline, md_prose
+from .paths import localize_doc
+from .text import is_code
 
 _URL = re.compile(r"https?://[^\s<>\"'`\\]+")
 MAX_CHARS = 65_536
@@ -50,8 +52,8 @@ def verdict_section(d: dict) -> str:
     summ = view.verdict_summary(d)
     if summ:
         lines.append(f"> **Verdict:** {md(summ)}")
-    if v.get("expected_speedup") and v.get("bottleneck"):
-        lines += ["", f"Expected gain from the top fix: up to **{v['expected_speedup']:.2f}x** faster steps."]
+    if v.get("expected_speedup") and v.get("bottleneck") and f"{v['expected_speedup']:.2f}x" not in (summ or ""):
+        lines += ["", f"Removing it: up to **{v['expected_speedup']:.2f}x** faster steps."]
     if (d.get("trial") or {}).get("line"):
         lines += ["", f"**Trial** (`ddpdoctor run --try`, the diagnosis below is its baseline): {md(d['trial']['line'])}"]
     if d.get("partial"):
@@ -61,14 +63,16 @@ def verdict_section(d: dict) -> str:
     return "\n".join(lines)
 
 
-def finding_block(i: int, f: dict) -> str:
+def finding_block(i: int, f: dict, said: str = "") -> str:
+    """One finding; its summary is left out when the verdict above already says it (``said``)."""
     cost = ""
     if f.get("cost") is not None and f.get("expected_speedup"):
         cost = f"costs {100 * f['cost']:.0f} % of the step, up to {f['expected_speedup']:.2f}x faster"
     out = [f"### {i}. [{md(f.get('rule'))}] {md(f.get('title'))}{_ranks(f.get('ranks') or [])}{' — ' + md(cost) if cost else ''}", "",
            f"*{md(f.get('category'))}, severity {md(f.get('severity'))}*" +
            (f", confidence {f['confidence']:.2f}" if isinstance(f.get("confidence"), (int, float)) else ""),
-           "", md_multiline(f.get("summary"))]
+           "", "*Its summary is the verdict above.*" if f.get("summary") and f["summary"] in said
+           else md_multiline(f.get("summary"))]
     ev = f.get("evidence") or {}
     if ev:
         out += ["", "Measured: " + md("; ".join(view.evidence_items(ev)))]
@@ -76,7 +80,7 @@ def finding_block(i: int, f: dict) -> str:
         change = fx.get("change") or ""
         out += ["", f"**Fix: {md(fx.get('title'))}**", ""]
         if change.strip():
-            out.append(md_fence(change, view.fix_lang(fx)))
+            out.append(fix_markdown(fx))
         if fx.get("not_recorded"):
             out += ["", f"*Not recorded for this run: {md(', '.join(fx['not_recorded']))}*"]
     why = f.get("why")
@@ -88,14 +92,74 @@ def finding_block(i: int, f: dict) -> str:
     return "\n".join(out)
 
 
+SHELL_START = ("$ ", "export ", "ddpdoctor ", "torchrun ", "python ", "numactl ", "taskset ", "srun ", "sbatch ",
+               "pip ", "NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "OMP_")
+
+
+def fix_parts(change: str) -> list[tuple[str, list[str]]]:
+    """A fix's change as ("prose" | "bullet" | "code", lines), in order: prose stays prose (a paragraph or
+    a bullet, a bullet's indented lines included), code lines and their comments form code blocks."""
+    diff = view.fix_is_diff(change)
+    parts: list[tuple[str, list[str]]] = []
+    for line in change.strip("\n").splitlines():
+        kind = parts[-1][0] if parts else None
+        if not line.strip():
+            parts.append(("gap", []))
+        elif line.startswith("- ") and not diff:
+            parts.append(("bullet", [line[2:].strip()]))
+        elif kind == "bullet" and line.startswith("  ") and not diff:
+            parts[-1][1].append(line.strip())
+        elif is_code(line) or (kind == "code" and line.startswith("# ")):
+            if kind == "code":
+                parts[-1][1].append(line.rstrip())
+            else:
+                parts.append(("code", [line.rstrip()]))
+        elif kind == "prose":
+            parts[-1][1].append(line.strip())
+        else:
+            parts.append(("prose", [line.strip()]))
+    return [p for p in parts if p[0] != "gap"]
+
+
+def _code_lang(lines: list[str], fx: dict, diff: bool) -> str:
+    if diff:
+        return "diff"
+    if fx.get("kind") in ("env", "command") or all(ln.strip().startswith(SHELL_START) for ln in lines):
+        return "bash"
+    return "python" if fx.get("kind") == "code" and not all(ln.lstrip().startswith("#") for ln in lines) else ""
+
+
+def fix_markdown(fx: dict) -> str:
+    """Prose as Markdown paragraphs and bullets, code in fenced blocks (diff, bash or python): English never
+    sits inside a code fence, and no prose is tagged as a shell command."""
+    change = fx.get("change") or ""
+    diff = view.fix_is_diff(change)
+    out: list[str] = []
+    for kind, lines in fix_parts(change):
+        if kind == "code":
+            block = "\n".join(lines)
+            indent = min(len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()) if not diff else 0
+            out.append(md_fence("\n".join(ln[indent:] for ln in block.splitlines()), _code_lang(lines, fx, diff)))
+        elif kind == "bullet":
+            item = md_prose(" ".join(lines))
+            if out and out[-1].startswith("- "):
+                out[-1] += "\n- " + item
+            else:
+                out.append("- " + item)
+        else:
+            out.append(md_prose(" ".join(lines)))
+    return "\n\n".join(out)
+
+
 def findings_section(d: dict, budget: int) -> str:
     fs = view.findings(d)
     if not fs:
         return "## Findings\n\nNo rule fired: nothing in the evidence points to a problem the rules know."
     out = ["## Findings"]
     used = 20
+    said = view.verdict_summary(d) or ""
     for i, f in enumerate(fs, 1):
-        block = finding_block(i, f)
+        block = finding_block(i, f, said)
         if used + len(block) > budget:
             out.append(f"*… {_n(len(fs) - i + 1, 'more finding')} not shown (size limit); see report.json.*")
             break
@@ -214,7 +278,9 @@ def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[
 
 
 def render_markdown(d: dict, plots: list[tuple[str, str]] | None = None) -> str:
-    """The Markdown report; ``plots`` = [(relative path, title)] of PNG files written beside it."""
+    """The Markdown report; ``plots`` = [(relative path, title)] of PNG files written beside it. Paths are
+    written relative to the inputs (report/paths.py): the text is for a ticket read on other machines."""
+    d = localize_doc(d)
     head = verdict_section(d)
     body = findings_section(d, BUDGET // 2)
     out = [head, body]

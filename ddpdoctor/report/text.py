@@ -40,23 +40,32 @@ def block(change: str, width: int = WIDTH, indent: str = "  ", cut_code: bool = 
     """A fix's change: code lines as written (never re-flowed; ``cut_code``: cut at the width with
     ``…``, for the card, whose full text is one ``-v`` away), comment lines re-wrapped as comments,
     prose paragraphs wrapped; a ``- `` bullet keeps its hanging indent."""
-    out: list[str] = []
+    return [line for item in block_items(change, width, indent, cut_code) for line in item]
+
+
+def block_items(change: str, width: int = WIDTH, indent: str = "  ", cut_code: bool = False) -> list[list[str]]:
+    """The lines of :func:`block`, grouped into the items a reader sees: a paragraph, a bullet, a comment,
+    a run of code lines (so that a shortened view can leave out whole items, never half of one)."""
+    out: list[list[str]] = []
     para: list[str] = []
     comment: list[str] = []          # consecutive "# " lines: one comment, re-wrapped whole when too wide
+    code: list[str] = []
     bullet = False
     diff = _diff(change)
 
     def flush():
-        nonlocal para, bullet, comment
+        nonlocal para, bullet, comment, code
+        if code:
+            out.append(code)
         if para:
             lead = indent + ("- " if bullet else "")
-            out.extend(wrap(" ".join(para), width, lead, indent + ("  " if bullet else "")))
+            out.append(wrap(" ".join(para), width, lead, indent + ("  " if bullet else "")))
         if comment:
             if any(len(indent + c) > width for c in comment):
-                out.extend(wrap(" ".join(c[2:].strip() for c in comment), width, indent + "# ", indent + "# "))
+                out.append(wrap(" ".join(c[2:].strip() for c in comment), width, indent + "# ", indent + "# "))
             else:
-                out.extend(indent + c.rstrip() for c in comment)
-        para, bullet, comment = [], False, []
+                out.append([indent + c.rstrip() for c in comment])
+        para, bullet, comment, code = [], False, [], []
 
     for line in change.strip("\n").splitlines():
         if not line.strip():
@@ -68,13 +77,16 @@ def block(change: str, width: int = WIDTH, indent: str = "  ", cut_code: bool = 
             flush()
             para, bullet = [line[2:]], True
         elif line.startswith("# "):
-            if para:
+            if para or code:
                 flush()
             comment.append(line)
         elif is_code(line) and not (bullet and line.startswith("  ") and not diff):
-            flush()
-            out.append(cut(indent + line.rstrip(), width) if cut_code else indent + line.rstrip())
+            if para:
+                flush()
+            code.append(cut(indent + line.rstrip(), width) if cut_code else indent + line.rstrip())
         else:
+            if code:
+                flush()
             para.append(line.strip())
     flush()
     return out

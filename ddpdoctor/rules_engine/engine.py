@@ -17,7 +17,7 @@ import numpy as np
 
 from .expr import ExprError, Missing, Vec, _speedup
 from .frameworks import phrase, phrased_change
-from .model import Rule, metric_value
+from .model import Rule, metric_value, order_class
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Finding:
     confidence: float | None = None
     not_recorded: list[str] = field(default_factory=list)
     label: str = ""
+    order: str = "cost"                       # its class in rules/metrics.toml [order] (model.order_class)
 
 
 @dataclass
@@ -99,6 +100,14 @@ class _Lookup:
             except (KeyError, TypeError):
                 pass
         return Missing(frozenset({name}))
+
+
+def _holds(expr, look, what: str) -> bool:
+    """An optional fix condition that holds (not when absent, false or not recorded)."""
+    if expr is None:
+        return False
+    v = _single(expr(look), what)
+    return not isinstance(v, Missing) and bool(v)
 
 
 def _single(v, what: str):
@@ -153,7 +162,7 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         cost = min(max(cost, 0.0), 1.0)
     agreement = _number(rule.agreement(look)) if rule.agreement is not None else None
     confidence = _number(rule.confidence(look)) if rule.confidence is not None else None
-    fixes = []
+    fixes, place = [], []
     for fx in rule.fixes:
         assumed: set[str] = set()
         if fx.applies_if is not None:
@@ -162,6 +171,7 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
                 assumed |= set(ok.names)       # cannot tell: keep the fix and say what was not known
             elif not ok:
                 continue
+        place.append(0 if _holds(fx.leads_if, look, "leads_if") else 2 if _holds(fx.trails_if, look, "trails_if") else 1)
         title, m1 = fx.title.render(look)
         change, m2 = fx.change.render(look)
         value, m3 = fx.value.render(look) if fx.value is not None else (None, set())
@@ -172,6 +182,8 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
             change = phrased_change(in_framework, change)
         fixes.append(FixOut(title.strip(), change, fx.kind, sorted(assumed | m1 | m2 | m3),
                             knob=fx.knob, value=value, framework=in_framework.framework if in_framework else None))
+    # the fix the evidence selects first (`leads_if`), the others as written (sorted() is stable)
+    fixes = [fx for _p, fx in sorted(zip(place, fixes), key=lambda pf: pf[0])]
     evidence = {k: _plain(v) for k, v in look.values.items() if not isinstance(v, Missing)}
     return Finding(
         rule=rule.id, name=rule.name, category=rule.category, severity=rule.severity, title=rule.title,
@@ -179,4 +191,4 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         why=rule.why, references=rule.references, cost=cost,
         expected_speedup=_speedup(cost) if cost is not None else None,
         agreement=agreement, confidence=confidence, not_recorded=sorted(missing),
-        label=rule.label or f"{rule.category}-bound")
+        label=rule.label or f"{rule.category}-bound", order=order_class(rule.order, rule.category, rule.severity))

@@ -27,7 +27,7 @@ ID_PATTERN = re.compile(r"^[A-Z]{2,4}[0-9]{3}$")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
 # what a rule's [log] patterns give it (engine.py, selftest.py)
 MATCH_NAMES = ("count", "ranks", "first_rank", "first_time", "first_line", "first_file")
-TOP_KEYS = {"id", "name", "category", "severity", "title", "label", "why", "references", "when", "cost",
+TOP_KEYS = {"id", "name", "category", "severity", "order", "title", "label", "why", "references", "when", "cost",
             "agreement", "confidence", "ranks", "summary", "params", "evidence", "log", "fix", "test"}
 
 
@@ -52,6 +52,10 @@ class Fix:
     # new value, so that the fix can be phrased in the user's framework (HF Trainer, Lightning, …)
     knob: str | None = None
     value: Template | None = None
+    # where the fix goes among the finding's fixes: those whose `leads_if` holds first, those whose `trails_if`
+    # holds last, the others between; each group as written (an answer not recorded moves nothing)
+    leads_if: Expr | None = None
+    trails_if: Expr | None = None
 
 
 @dataclass
@@ -91,11 +95,26 @@ class Rule:
     path: str = ""
     origin: str = "built-in"          # "built-in" or "user"
     label: str = ""                   # how the verdict names this bottleneck (default: "<category>-bound")
+    order: str = ""                   # the finding's class in rules/metrics.toml [order] (default: see order_class)
 
     def param_values(self, overrides: dict | None = None) -> dict:
         vals = {k: p.default for k, p in self.params.items()}
         vals.update(overrides or {})
         return vals
+
+
+# classes of rules/metrics.toml [order] that no rule declares: the engine gives them
+DERIVED_CLASSES = ("verdict",)
+
+
+def order_class(rule_order: str, category: str, severity: str) -> str:
+    """A finding's class in rules/metrics.toml [order]: the rule's own `order`, else "failure" for a
+    finding that says the run failed (a failure rule, a critical network fault), else "cost"."""
+    if rule_order:
+        return rule_order
+    if category == "failure" or (category == "network" and severity == "critical"):
+        return "failure"
+    return "cost"
 
 
 KNOB_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_]+)+$")   # env.NCCL_SOCKET_IFNAME keeps its case
@@ -257,6 +276,10 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         c.fail("category", f"category {data['category']!r} is not one of {', '.join(CATEGORIES)}")
     if data["severity"] not in SEVERITIES:
         c.fail("severity", f"severity {data['severity']!r} is not one of {', '.join(SEVERITIES)}")
+    classes = metric_params().get("order", {}).get("classes", [])
+    if "order" in data and (data["order"] not in classes or data["order"] in DERIVED_CLASSES):
+        c.fail("order", f"order {data['order']!r} is not one of "
+                        f"{', '.join(x for x in classes if x not in DERIVED_CLASSES)} (rules/metrics.toml [order])")
 
     params: dict[str, Param] = {}
     raw_params = data.get("params", {})
@@ -305,7 +328,7 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         when=c.expr("when", data["when"], allow), summary=c.template("summary", data["summary"], allow),
         cost=opt_expr("cost"), agreement=opt_expr("agreement"), confidence=opt_expr("confidence"),
         ranks=opt_expr("ranks"), log_patterns=log_patterns, path=str(path), origin=origin,
-        label=str(data.get("label", "")).strip(),
+        label=str(data.get("label", "")).strip(), order=str(data.get("order", "")),
     )
     fixes = data.get("fix", [])
     if not isinstance(fixes, list):
@@ -322,7 +345,9 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         rule.fixes.append(Fix(
             title=c.template("title", fx["title"], allow, after), change=c.template("change", fx["change"], allow, after),
             kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None,
-            knob=_knob(c, fx, after), value=c.template("value", fx["value"], allow, after) if "value" in fx else None))
+            knob=_knob(c, fx, after), value=c.template("value", fx["value"], allow, after) if "value" in fx else None,
+            leads_if=c.expr("leads_if", fx["leads_if"], allow, after) if "leads_if" in fx else None,
+            trails_if=c.expr("trails_if", fx["trails_if"], allow, after) if "trails_if" in fx else None))
     test_lines = [n for n, line in enumerate(text.splitlines()) if line.strip() == "[[test]]"]
     for i, tc in enumerate(data.get("test", [])):
         if tc.get("expect") not in ("fire", "quiet", "abstain"):

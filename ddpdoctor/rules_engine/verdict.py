@@ -95,13 +95,16 @@ def _label(c: float | None) -> str | None:
 
 
 def _order(f: Finding, verdict_rule: str | None) -> tuple:
-    if f.category in FIRST:
-        return (0, SEVERITY_ORDER[f.severity], f.rule)
-    if f.rule == verdict_rule:
-        return (1, 0, f.rule)
-    if f.cost is not None:
-        return (2, -f.cost, f.rule)
-    return (3, SEVERITY_ORDER[f.severity], f.rule)
+    """Every output's order of findings: by class (rules/metrics.toml [order]), then within a class by a
+    measured cost, largest first, then severity, then rule id."""
+    spec = metric_params().get("order", {})
+    classes = list(spec.get("classes", ["failure", "verdict", "cost"]))
+    cls = f.order if f.order in classes else "cost"
+    if f.rule == verdict_rule and cls not in spec.get("keep_own_class", []) and "verdict" in classes \
+            and classes.index("verdict") < classes.index(cls):
+        cls = "verdict"
+    within = (0, -f.cost, 0) if f.cost is not None else (1, 0.0, SEVERITY_ORDER[f.severity])
+    return (classes.index(cls), *within, f.rule)
 
 
 def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=None) -> list[Cost]:

@@ -1,7 +1,8 @@
 """``ddpdoctor compare BEFORE AFTER``: did a change make the steps faster, and did the
 verdict move?  Both sides are diagnosis dicts (report.json, a report folder, a bundle, or a
 run analyzed on the fly).  Per category: mean over ranks of the per-step time (ms); the
-step time is the median over every (rank, step)."""
+step time is the median over every (rank, step). The categories are the reports' (the exposed
+communication's transfer apart from the wait for a late peer)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import statistics
 from ..report import view
 from ..report.escape import md
 
-ROWS = ("step_time", "compute", "comm_exposed", "memcpy", "dataloader_wait", "host_idle", "other",
-        "comm", "comm_sync_wait", "gpu_busy")
-NAMES = {**view.LABEL, "step_time": "step time (median)", "comm": "communication (total)",
-         "comm_sync_wait": "sync wait", "gpu_busy": "GPU busy"}
+# the categories of the reports (report/view.py), in their order: exposed communication is split into its
+# transfer and the wait for a late peer, so a waiting rank's time does not read as a slow network
+ROWS = ("step_time", "compute", "comm_exposed", "comm_sync_wait", "memcpy", "dataloader_wait", "host_idle", "other",
+        "comm", "gpu_busy")
+NAMES = {**view.LABEL, "step_time": "step time (median)", "comm": "communication (total)", "gpu_busy": "GPU busy"}
 
 
 def _step_median(d: dict) -> float | None:
@@ -32,7 +34,7 @@ def _mean(d: dict, col: str) -> float | None:
     a = view.analysis(d)
     if not a:
         return None
-    vals = [x for r in a["ranks"].values() if (x := (r.get("mean_us") or {}).get(col)) is not None]
+    vals = [x for r in a["ranks"].values() if (x := view.segment(r, col)) is not None]
     return sum(vals) / len(vals) if vals else None
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..capture.launcher import RunOptions, run_capture
 from ..errors import InputError
-from . import stats
+from . import predict, stats
 
 SCHEMA = "ddpdoctor.trial/1"
 # the summary line adds the median step's speed-up when it is this far (either way) from the mean's
@@ -72,81 +72,22 @@ def change_from_rule(rule: str, report) -> dict:
     raise InputError(f"--try {rule}: the finding has no fix")
 
 
-# the cost a setting acts on, when no fix of the diagnosis names the setting itself (e.g. on a 2-CPU host
-# DL001's first fix is "make each batch cheaper", yet more workers still overlap waits on storage)
-KNOB_CATEGORY = {"dataloader.num_workers": "dataloader", "dataloader.prefetch_factor": "dataloader",
-                 "dataloader.persistent_workers": "dataloader", "ddp.bucket_cap_mb": "communication",
-                 "ddp.comm_hook": "communication",
-                 "ddp.gradient_as_bucket_view": "communication", "ddp.static_graph": "communication",
-                 "env.NCCL_": "communication"}
-
-
 def prediction(changes: dict, report) -> dict:
-    """The upper bound of the baseline finding whose fixes change one of the tried settings (else of the
-    finding of the category that setting acts on)."""
-    keys = set(changes)
-    cats = {c for k in keys for prefix, c in KNOB_CATEGORY.items() if k.startswith(prefix)}
-    best = None
-    for named in (True, False):
-        for f in report.diagnosis.findings:
-            hit = any(fx.knob in keys for fx in f.fixes) if named else f.category in cats
-            if f.expected_speedup and hit and (best is None or f.expected_speedup > best.expected_speedup):
-                best = f
-        if best is not None:
-            break
-    if best is None:
-        return {"predicted_speedup": None, "predicted_by": None,
-                "prediction_note": "no finding of the baseline's diagnosis proposes this change"}
-    refined = bucket_prediction(changes, report)
-    if refined is not None:
-        return refined
-    return {"predicted_speedup": round(best.expected_speedup, 3), "predicted_by": best.rule,
-            "prediction_note": f"{best.rule} ({best.title}): the upper bound if its cost were removed"}
+    """The prediction for these settings from the baseline's diagnosis (trial/predict.py reads the same
+    fields of the diagnosis document, so the card and the trial agree)."""
+    return predict.predict(changes, _doc_of(report))
 
 
-def bucket_prediction(changes: dict, report) -> dict | None:
-    """``ddp.bucket_cap_mb`` from the message counts and sizes CM001 measured, instead of the exposed-time
-    bound (which a 192-collective job beat: 2.97x measured against "up to 1.91x").
+def _doc_of(report) -> dict:
+    """The fields of the diagnosis document a prediction reads, from a live report."""
+    def fix(x):
+        return {"knob": getattr(x, "knob", None), "value": getattr(x, "value", None), "title": getattr(x, "title", "")}
 
-    - Fewer, larger collectives: each collective pays a fixed latency, and on a CPU backend with one core
-      per rank every collective's thread also takes CPU from the training thread. What the change can save
-      is the transfer time of the collectives that go away, ``transfer × (1 − n_new / n_now)``, overlapped
-      or not (the ablation in docs/DESIGN.md: with one CPU per rank the measured cost of communication
-      follows the whole transfer share, not its exposed part nor the time waiting for peers, which
-      fewer collectives do not remove); on a GPU, or with cores to spare, only the exposed part of it.
-    - More, smaller collectives only help by overlapping communication with backward; a CPU backend with
-      at most one core per rank has no core to overlap on: no gain expected."""
-    import math
-
-    value = changes.get("ddp.bucket_cap_mb")
-    cm = next((f for f in report.diagnosis.findings if f.rule == "CM001"), None)
-    if value is None or len(changes) != 1 or cm is None:
-        return None
-    ev, facts = cm.evidence or {}, report.facts
-    grad_mb, n_now = ev.get("grad_mb"), ev.get("colls") or ev.get("buckets")
-    comm = ev.get("all_transfer_share")
-    if not isinstance(comm, (int, float)) or comm <= 0:
-        comm = ev.get("comm_share")          # a document from before the transfer share was recorded
-    if not all(isinstance(x, (int, float)) and x > 0 for x in (grad_mb, n_now, comm)) or float(value) <= 0:
-        return None
-    n_new = max(1, math.ceil(grad_mb / float(value)))
-    cpus = facts.get("host.cpus_per_local_rank")
-    one_core = facts.get("run.device") == "cpu" and isinstance(cpus, (int, float)) and cpus < 2
-    if n_new >= n_now:
-        if not one_core:
-            return None
-        return {"predicted_speedup": 1.0, "predicted_by": "CM001",
-                "prediction_note": (f"CM001: {n_now:.0f} → {n_new} collectives per step; smaller buckets pay off by "
-                                    "overlapping communication with backward, and a CPU backend with "
-                                    f"{cpus:g} CPU per rank has no core to overlap on")}
-    part = comm if one_core else min(comm, cm.cost or comm)
-    saved = part * (1 - n_new / n_now)
-    return {"predicted_speedup": round(1 / (1 - min(saved, 0.95)), 3), "predicted_by": "CM001",
-            "prediction_note": (f"CM001: {n_now:.0f} → {n_new} collectives per step ({grad_mb:.1f} MB of gradients in "
-                                f"{float(value):g} MB buckets); up to {saved:.0%} of the step saved, the "
-                                + ("transfer time of the collectives that go away (one core per rank: their "
-                                   "threads take the training thread's CPU)" if one_core else
-                                   "exposed communication of the collectives that go away"))}
+    findings = [{"rule": f.rule, "title": getattr(f, "title", ""), "category": getattr(f, "category", None),
+                 "expected_speedup": getattr(f, "expected_speedup", None), "cost": getattr(f, "cost", None),
+                 "evidence": getattr(f, "evidence", None) or {}, "fixes": [fix(x) for x in getattr(f, "fixes", [])]}
+                for f in report.diagnosis.findings]
+    return {"findings": findings, "facts": getattr(report, "facts", None) or {}}
 
 
 def _capture(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> tuple[dict, object]:
@@ -255,9 +196,13 @@ def summary_line(t: dict) -> str:
     if t.get("measured_speedup") is None:
         return "no speed-up measured: an arm recorded no steps (see the bundles)"
     r, (lo, hi) = t["measured_speedup"], t["ci95"]
-    word = "faster" if r >= 1 else "slower"
-    shown = r if r >= 1 else 1 / r
-    s = f"measured {shown:.2f}x {word} (95 % {lo:.2f}–{hi:.2f}, as baseline/try mean step time)"
+    if lo <= 1.0 <= hi:
+        # the interval holds 1: neither faster nor slower can be claimed
+        s = f"no measurable change: {r:.2f}x (95 % {lo:.2f}–{hi:.2f}, as baseline/try mean step time)"
+    else:
+        word = "faster" if r >= 1 else "slower"
+        shown = r if r >= 1 else 1 / r
+        s = f"measured {shown:.2f}x {word} (95 % {lo:.2f}–{hi:.2f}, as baseline/try mean step time)"
     mid = t.get("median_speedup")
     if mid and abs(np.log(mid / r)) > np.log(SHOW_MEDIAN_APART):
         # the gain sits in some steps only (an epoch start, a periodic save): say what the typical step did
