@@ -260,8 +260,12 @@ def data_facts(ranks: dict[int, dict]) -> dict:
 
 
 def evidence_facts(ranks: dict[int, dict], params: dict) -> dict:
+    from .gil_evidence import gc_facts, gil_facts      # GC pauses and GIL-held time (imports this module)
+
     facts = contention_facts(ranks)
     facts.update(python_facts(ranks, params))
+    facts.update(gc_facts(ranks, params))
+    facts.update(gil_facts(ranks, params))
     facts.update(data_facts(ranks))
     return facts
 

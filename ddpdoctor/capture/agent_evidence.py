@@ -267,9 +267,13 @@ class Evidence:
     ``forward_entered``; the profiler window calls ``window_start`` / ``window_stop`` from the
     training thread; ``record()`` is what settings.json holds under ``evidence``."""
 
-    def __init__(self, env, stacks_module):
+    def __init__(self, env, stacks_module, gil_module=None, work_dir: str | None = None, step_of=None):
         self.env = env
         self._stacks = stacks_module
+        self._gil = gil_module             # agent_gil.py: GC pauses and the sampler's gaps (None: not recorded)
+        self._work_dir = work_dir          # where the native stack dumps are written during the window
+        self._step_of = step_of or (lambda: 0)
+        self._gc = self._gaps = self._native = None
         self.phase = None                  # "loader" | "input" | "step" | "capture": read by the sampler thread
         self.window_forwards = 0
         self.in_window = False
@@ -332,6 +336,7 @@ class Evidence:
             self._sampler = self._stacks.StackSampler(threading.get_ident(), interval, script_dir,
                                                       agent_dir=os.path.dirname(os.path.abspath(__file__)),
                                                       phase_of=lambda: self.phase)
+        self._start_gil_evidence()
         self._stop_event = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-evidence", daemon=True)
         self.in_window = True
@@ -355,6 +360,8 @@ class Evidence:
                     t0 = time.perf_counter()
                     sampler.sample()
                     sampler.busy_s += time.perf_counter() - t0
+                    if self._gaps is not None:
+                        self._gaps.seen(t0, sampler.last, self._native.offset() if self._native else 0)
                 deadline = max(deadline + interval, time.monotonic())
                 stop.wait(max(0.0, deadline - time.monotonic()))
         except Exception as exc:  # noqa: BLE001
@@ -376,9 +383,53 @@ class Evidence:
             rec["stacks"] = self._sampler.summary(wall, recorded_steps, self.window_forwards)
         else:
             rec["stacks"] = {"sampled": False, "reason": "DDPDOCTOR_SAMPLE_HZ=0"}
+        self._stop_gil_evidence(rec, recorded_steps)
         if self.errors:
             rec["errors"] = self.errors[:5]
         self._record = rec
+
+    # ---- GC pauses and the time the sampler cannot see (agent_gil.py)
+    def _start_gil_evidence(self) -> None:
+        gil = self._gil
+        if gil is None:
+            return
+        try:
+            self._gc = gil.GcRecorder(self._step_of)
+            self._gc.start()
+            if self._sampler is not None:
+                self._gaps = gil.Gaps(self._sampler.interval)
+                if self.env.get("DDPDOCTOR_NATIVE_SAMPLER") != "0" and self._work_dir:
+                    self._native = gil.NativeDumps(os.path.join(self._work_dir, "native_stacks.tmp"),
+                                                   self._sampler.interval)
+                    self._native.start()
+        except Exception as exc:  # noqa: BLE001
+            self.errors.append(f"gil evidence: {type(exc).__name__}: {exc}")
+
+    def _stop_gil_evidence(self, rec: dict, steps: int) -> None:
+        gil = self._gil
+        if gil is None:
+            return
+        try:
+            if self._gc is not None:
+                self._gc.stop()
+                rec["gc"] = self._gc.record(steps)
+            native = self._native
+            text = native.stop() if native is not None else None
+            if native is None:
+                info = {"sampler": None, "reason": "DDPDOCTOR_NATIVE_SAMPLER=0" if self._sampler is not None
+                        and self.env.get("DDPDOCTOR_NATIVE_SAMPLER") == "0" else "no stack sampler in this window"}
+            elif native.error:
+                info = {"sampler": None, "reason": native.error}
+            else:
+                info = {"sampler": "faulthandler.dump_traceback_later", "interval_s": native.interval,
+                        "dumps": text.count("Timeout ("), "paused_for_forks": native.pauses}
+            if self._gaps is not None:
+                rec["gil"] = gil.summarize(self._gaps, self._gc, text, native is not None and not native.error,
+                                           self._sampler, self._sampler.thread_id, steps, info)
+        except Exception as exc:  # noqa: BLE001
+            self.errors.append(f"gil evidence: {type(exc).__name__}: {exc}")
+        finally:
+            self._gc = self._gaps = self._native = None
 
     def record(self) -> dict | None:
         return self._record

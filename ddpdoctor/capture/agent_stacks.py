@@ -64,6 +64,7 @@ class StackSampler:
         self.missed = 0
         self.cpu_s = None                 # the sampler thread's CPU time over the window
         self.busy_s = 0.0                 # time spent taking samples (holding the GIL)
+        self.last = None                  # the last sample's key (agent_gil.Gaps: the frame before/after a gap)
         self._kinds: dict = {}            # code object -> (kind, module name)
         self._roots = _library_roots()
 
@@ -93,6 +94,7 @@ class StackSampler:
         key = (callee, f.f_code if f is not None else None, f.f_lineno if f is not None else 0, phase, sync)
         self.counts[key] = self.counts.get(key, 0) + 1
         self.samples += 1
+        self.last = key
 
     def _classify(self, code, frame) -> tuple[str, str]:
         fn = code.co_filename.replace(os.sep, "/")
@@ -131,6 +133,15 @@ class StackSampler:
             out.append({"lib": lib, "func": func, "file": file, "line": line, "phase": phase, "sync": sync,
                         "count": n})
         return out
+
+    def place_of(self, key) -> dict | None:
+        """One sample's key as a place ({lib, func, file, line}); None outside user code."""
+        if key is None or key[1] is None:
+            return None
+        callee, user, line = key[0], key[1], key[2]
+        lib = public_name(callee, self._kinds.get(callee, (None, ""))[1]) if callee is not None else None
+        return {"lib": lib, "func": _func_name(user), "line": line,
+                "file": self.display_file(user.co_filename, self._kinds.get(user, (None, ""))[1])}
 
     def display_file(self, filename: str, module: str) -> str:
         fn = os.path.abspath(filename).replace(os.sep, "/") if not filename.startswith("<") else filename
