@@ -50,8 +50,9 @@ def gc_facts(ranks: dict[int, dict], params: dict) -> dict:
     g = recs[r]
     full = (g.get("by_generation") or {}).get("2") or {}
     windows = max(1, len(g.get("per_step_ms") or {}))
-    facts.update({"python.gc.rank": r, "python.gc.extra_ms_per_step": round(excess, 3),
-                  "python.gc.extra_share": round(excess / step_ms, 4), "python.gc.others_ms_per_step": round(others, 3),
+    facts.update({"python.gc.rank": r, "python.gc.rank_ms_per_step": ms[r],
+                  "python.gc.extra_ms_per_step": round(excess, 3), "python.gc.extra_share": round(excess / step_ms, 4),
+                  "python.gc.others_ms_per_step": round(others, 3),
                   "python.gc.full_collections": int(_num(full.get("count")) or 0),
                   "python.gc.window_steps": windows})
     if _num(full.get("max_ms")) is not None:
