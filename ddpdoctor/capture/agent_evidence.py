@@ -75,6 +75,28 @@ def runnable_tasks(loadavg: str | None) -> int | None:
         return None
 
 
+def own_runnable_threads() -> int | None:
+    """Runnable tasks of the job on this rank now: this process's threads in state R (the reading thread,
+    running to read them, left out) and its child processes in state R (DataLoader workers).  Set against
+    /proc/loadavg's runnable count, what is left is other processes' (bundle/evidence.py)."""
+    def state(path: str) -> str | None:
+        text = _read(path)
+        return text.rsplit(")", 1)[1].split()[0] if text and ")" in text else None
+
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    n, kids = -1, set()
+    for tid in tids:
+        n += state(f"/proc/self/task/{tid}/stat") == "R"
+        text = _read(f"/proc/self/task/{tid}/children")
+        if text:
+            kids.update(text.split())
+    n += sum(state(f"/proc/{pid}/stat") == "R" for pid in kids)
+    return max(0, n)
+
+
 def _usage(who) -> dict | None:
     try:
         import resource
@@ -279,6 +301,7 @@ class Evidence:
         self.in_window = False
         self._start = None
         self._loads: list[int] = []
+        self._own_loads: list[int] = []    # the job's own runnable tasks at each /proc/loadavg reading
         self._torch_threads = None
         self._sampler = None
         self._stop_event = None
@@ -327,6 +350,7 @@ class Evidence:
             self._torch_threads = None
         self.window_forwards = 0
         self._loads = []
+        self._own_loads = []
         self._start = contention_snapshot()
         self._start_step = step
         interval = sample_interval_s(self.env.get("DDPDOCTOR_SAMPLE_HZ"), typical_step_s, steps)
@@ -355,6 +379,9 @@ class Evidence:
                     n = runnable_tasks(_read("/proc/loadavg"))
                     if n is not None:
                         self._loads.append(n - 1)        # minus this thread, which is running to read it
+                        own = own_runnable_threads()
+                        if own is not None:
+                            self._own_loads.append(own)
                     next_load = now + LOAD_SAMPLE_S
                 if sampler is not None:
                     t0 = time.perf_counter()
@@ -378,6 +405,7 @@ class Evidence:
         stop = contention_snapshot()
         rec = {"schema": 1, "window_first_step": self._start_step, "window_steps": recorded_steps,
                "contention": contention_record(self._start, stop, self._loads, self._torch_threads, self.env)}
+        rec["contention"]["own_runnable_samples"] = list(self._own_loads)
         wall = rec["contention"]["wall_s"]
         if self._sampler is not None:
             rec["stacks"] = self._sampler.summary(wall, recorded_steps, self.window_forwards)
