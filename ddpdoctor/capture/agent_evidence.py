@@ -407,11 +407,12 @@ class Evidence:
                "contention": contention_record(self._start, stop, self._loads, self._torch_threads, self.env)}
         rec["contention"]["own_runnable_samples"] = list(self._own_loads)
         wall = rec["contention"]["wall_s"]
+        self._stop_gil_evidence(rec, recorded_steps)
+        starved = _starved_s(rec, recorded_steps)        # the time in the sampler's gaps: no sample stands for it
         if self._sampler is not None:
-            rec["stacks"] = self._sampler.summary(wall, recorded_steps, self.window_forwards)
+            rec["stacks"] = self._sampler.summary(wall, recorded_steps, self.window_forwards, starved)
         else:
             rec["stacks"] = {"sampled": False, "reason": "DDPDOCTOR_SAMPLE_HZ=0"}
-        self._stop_gil_evidence(rec, recorded_steps)
         if self.errors:
             rec["errors"] = self.errors[:5]
         self._record = rec
@@ -461,6 +462,11 @@ class Evidence:
 
     def record(self) -> dict | None:
         return self._record
+
+
+def _starved_s(rec: dict, steps: int) -> float:
+    per_step = (rec.get("gil") or {}).get("starved_ms_per_step") or {}
+    return sum(v for v in per_step.values() if isinstance(v, (int, float))) * max(steps, 0) / 1000.0
 
 
 def _float(v, default: float) -> float:

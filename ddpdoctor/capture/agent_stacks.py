@@ -152,8 +152,8 @@ class StackSampler:
                 return fn.rsplit(marker, 1)[1]
         return fn.rsplit("/", 1)[-1]
 
-    def summary(self, wall_s: float, steps: int, forwards: int) -> dict:
-        out = aggregate(self.records(), self.samples, wall_s, steps, forwards)
+    def summary(self, wall_s: float, steps: int, forwards: int, starved_s: float = 0.0) -> dict:
+        out = aggregate(self.records(), self.samples, wall_s, steps, forwards, starved_s)
         out.update({"interval_s": self.interval, "missed": self.missed,
                     "sampler_cpu_s": round(self.cpu_s, 6) if self.cpu_s is not None else None,
                     "sampler_busy_s": round(self.busy_s, 6)})
@@ -210,14 +210,16 @@ def where_text(rec: dict) -> str:
     return f"{rec['lib']} in {place}" if rec.get("lib") else place
 
 
-def aggregate(records: list[dict], samples: int, wall_s: float, steps: int, forwards: int) -> dict:
+def aggregate(records: list[dict], samples: int, wall_s: float, steps: int, forwards: int,
+              starved_s: float = 0.0) -> dict:
     """Per-signature, per-function and per-phase time of one rank's window, in ms per step.
 
     ``records``: [{lib, func, file, line, phase, sync, count}]; every sample stands for
-    wall_s / samples of wall time."""
+    (wall_s - starved_s) / samples of wall time: ``starved_s`` is the time the sampler could not run
+    (GC, a call holding the GIL: agent_gil.py), which no sample covers and which is reported apart."""
     if samples <= 0 or wall_s <= 0 or steps <= 0:
         return {"sampled": False, "samples": max(0, samples), "reason": "no samples in the window"}
-    ms_per_sample = wall_s * 1000.0 / samples
+    ms_per_sample = max(wall_s - max(0.0, starved_s), 0.1 * wall_s) * 1000.0 / samples
 
     def per_step(n: int) -> float:
         return round(n * ms_per_sample / steps, 3)
