@@ -44,7 +44,7 @@ def test_every_collection_is_recorded_per_rank(gc_run):
     assert all(len(c) == 5 for c in gc1["collections"])
     # the sampler starved during the full collections and the gaps were put on GC
     assert ev[1]["gil"]["starved_ms_per_step"]["gc"] > 0
-    assert ev[1]["gil"]["native"]["sampler"] == "faulthandler.dump_traceback_later"
+    assert ev[1]["gil"]["native"]["sampler"] is None        # the C watchdog's dumps are opt-in
 
 
 def test_the_late_rank_is_named_with_gc_and_the_freeze_fix(gc_run):

@@ -389,6 +389,8 @@ class Evidence:
                     sampler.busy_s += time.perf_counter() - t0
                     if self._gaps is not None:
                         self._gaps.seen(t0, sampler.last, self._native.offset() if self._native else 0)
+                        if self._native is not None:
+                            self._native.arm()       # the C watchdog dumps the stacks if the next sample starves
                 deadline = max(deadline + interval, time.monotonic())
                 stop.wait(max(0.0, deadline - time.monotonic()))
         except Exception as exc:  # noqa: BLE001
@@ -427,9 +429,9 @@ class Evidence:
             self._gc.start()
             if self._sampler is not None:
                 self._gaps = gil.Gaps(self._sampler.interval)
-                if self.env.get("DDPDOCTOR_NATIVE_SAMPLER") != "0" and self._work_dir:
+                if self.env.get("DDPDOCTOR_NATIVE_SAMPLER") == "1" and self._work_dir:
                     self._native = gil.NativeDumps(os.path.join(self._work_dir, "native_stacks.tmp"),
-                                                   self._sampler.interval)
+                                                   self._gaps.threshold)
                     self._native.start()
         except Exception as exc:  # noqa: BLE001
             self.errors.append(f"gil evidence: {type(exc).__name__}: {exc}")
@@ -445,13 +447,13 @@ class Evidence:
             native = self._native
             text = native.stop() if native is not None else None
             if native is None:
-                info = {"sampler": None, "reason": "DDPDOCTOR_NATIVE_SAMPLER=0" if self._sampler is not None
-                        and self.env.get("DDPDOCTOR_NATIVE_SAMPLER") == "0" else "no stack sampler in this window"}
+                info = {"sampler": None, "reason": "no stack sampler in this window" if self._sampler is None
+                        else "off (DDPDOCTOR_NATIVE_SAMPLER=1 turns it on)"}
             elif native.error:
                 info = {"sampler": None, "reason": native.error}
             else:
-                info = {"sampler": "faulthandler.dump_traceback_later", "interval_s": native.interval,
-                        "dumps": text.count("Timeout ("), "paused_for_forks": native.pauses}
+                info = {"sampler": "faulthandler.dump_traceback_later", "timeout_s": native.timeout,
+                        "arms": native.arms, "dumps": text.count("Timeout ("), "cancelled_for_forks": native.pauses}
             if self._gaps is not None:
                 rec["gil"] = gil.summarize(self._gaps, self._gc, text, native is not None and not native.error,
                                            self._sampler, self._sampler.thread_id, steps, info)

@@ -6,12 +6,13 @@ run, so that time shows as a gap between its samples, never as a frame.  Over th
 
 - ``GcRecorder``: every garbage collection (``gc.callbacks``): generation, duration, objects collected,
   the step it fell in;
-- ``NativeDumps``: a sampler that does not need the GIL: ``faulthandler.dump_traceback_later(interval,
-  repeat=True)`` makes CPython's C watchdog thread write every thread's stack to a file at the interval,
-  GIL or not.  The stack sampler notes the file's length at each of its samples, so the dumps written
-  inside one of its gaps are known and name the frame that held the GIL.  A forked child would inherit a
-  watchdog that no longer exists and hang in its exit (CPython waits for that thread): the dumps pause
-  around every ``os.fork`` (``os.register_at_fork``) and resume in the parent;
+- ``NativeDumps`` (opt-in: DDPDOCTOR_NATIVE_SAMPLER=1): a sampler that does not need the GIL.
+  ``faulthandler.dump_traceback_later(timeout)``, re-armed by the stack sampler at each of its samples,
+  makes CPython's C watchdog thread write every thread's stack once the sampler has starved for
+  ``timeout``, GIL or not.  The stack sampler notes the file's length at each of its samples, so the
+  dumps written inside one of its gaps are known and name the frame that held the GIL.  A forked child
+  would inherit a watchdog that no longer exists and hang in its exit (CPython waits for that thread):
+  the alarm is cancelled before every ``os.fork`` (``os.register_at_fork``; the next sample re-arms it);
 - ``Gaps``: the sampler's starvation (a gap far above its interval), each attributed to GC when
   collections cover most of it, else to the call the native dumps (or the frames the sampler saw just
   before and after the gap) name.
@@ -31,7 +32,7 @@ KEEP_COLLECTIONS = 2000          # collections listed one by one (the totals cou
 GAP_FACTOR = 4.0                 # a gap between samples of this many intervals ...
 GAP_MIN_S = 0.015                # ... and at least this long is starvation (5 ms is CPython's GIL switch interval)
 GC_COVERS = 0.5                  # collections covering this share of a gap's excess make it a GC gap
-NATIVE_MIN_INTERVAL_S = 0.01     # the C watchdog dumps at most this often
+NATIVE_MIN_INTERVAL_S = 0.01     # the C watchdog's alarm is never set shorter than this
 KEEP_CALLS = 10                  # GIL-holding calls kept per rank, the longest first
 
 
@@ -126,36 +127,53 @@ def parse_dumps(text: str, thread_id: int) -> list[list[tuple[str, int, str]]]:
     return [s for s in out if s]
 
 
-class NativeDumps:
-    """``faulthandler.dump_traceback_later`` into ``path`` over the window; ``offset()`` is the file's length."""
+_FORK_HOOKED = []        # the NativeDumps whose watchdog a fork must not inherit (os.register_at_fork once)
 
-    def __init__(self, path: str, interval: float):
+
+def _before_fork() -> None:
+    for n in _FORK_HOOKED:
+        if n.active:
+            faulthandler.cancel_dump_traceback_later()
+            n.pauses += 1
+
+
+class NativeDumps:
+    """faulthandler's C watchdog as a one-shot alarm the stack sampler re-arms at each of its samples
+    (``arm()``): it fires only when the sampler has not run for ``timeout`` seconds -- C code holds the
+    GIL -- and then writes every thread's stack to ``path`` once.  ``offset()`` is the file's length.
+
+    Opt-in (DDPDOCTOR_NATIVE_SAMPLER=1): the watchdog reads the frames of threads that may be running.
+    Dumping on a timer (``repeat=True``, every 10 ms) crashed a CPython 3.11 process within seconds
+    (SIGSEGV in PyCode_Addr2Line on a frame being changed; benchmarks/sampler_overhead.py --gil,
+    2026-11-25); one dump per starvation, while the training thread sits in a C call, is far rarer
+    but not free of that race."""
+
+    def __init__(self, path: str, timeout: float):
         self.path = path
-        self.interval = max(NATIVE_MIN_INTERVAL_S, interval)
+        self.timeout = max(NATIVE_MIN_INTERVAL_S, timeout)
         self.fh = None
         self.active = False
         self.error = None
         self.pauses = 0
+        self.arms = 0
 
     def start(self) -> bool:
         try:
             self.fh = open(self.path, "w+", encoding="utf-8")
-            os.register_at_fork(before=self._before_fork, after_in_parent=self._after_fork)
-            faulthandler.dump_traceback_later(self.interval, repeat=True, file=self.fh)
+            if not _FORK_HOOKED:
+                os.register_at_fork(before=_before_fork)
+            _FORK_HOOKED[:] = [self]
             self.active = True
+            self.arm()
         except Exception as exc:  # noqa: BLE001
             self.error = f"{type(exc).__name__}: {exc}"
             self.active = False
         return self.active
 
-    def _before_fork(self) -> None:
+    def arm(self) -> None:
         if self.active:
-            faulthandler.cancel_dump_traceback_later()
-            self.pauses += 1
-
-    def _after_fork(self) -> None:
-        if self.active:
-            faulthandler.dump_traceback_later(self.interval, repeat=True, file=self.fh)
+            faulthandler.dump_traceback_later(self.timeout, repeat=False, file=self.fh)
+            self.arms += 1
 
     def offset(self) -> int:
         try:
@@ -164,7 +182,7 @@ class NativeDumps:
             return 0
 
     def stop(self) -> str:
-        """Stops the dumps; returns their text (the file is removed)."""
+        """Stops the alarm; returns the dumps' text (the file is removed)."""
         if self.active:
             self.active = False
             faulthandler.cancel_dump_traceback_later()
