@@ -390,7 +390,7 @@ class Evidence:
                     if self._gaps is not None:
                         self._gaps.seen(t0, sampler.last, self._native.offset() if self._native else 0)
                         if self._native is not None:
-                            self._native.arm()       # the C watchdog dumps the stacks if the next sample starves
+                            self._native.arm(t0)     # the C watchdog dumps the stacks if the sampler starves
                 deadline = max(deadline + interval, time.monotonic())
                 stop.wait(max(0.0, deadline - time.monotonic()))
         except Exception as exc:  # noqa: BLE001
