@@ -5,6 +5,11 @@ on (the sampler at DDPDOCTOR_SAMPLE_HZ, default 100) and off, and prints steps/s
 and the median slowdown.  Alternating blocks cancel most of the drift of a shared machine.
 
     python benchmarks/sampler_overhead.py [--blocks 12] [--block-s 1.0] [--hz 100] [--workload small|matmul]
+        [--gil [--baseline none|sampler]]
+
+``--gil``: the "on" blocks also record every garbage collection and the sampler's gaps
+(capture/agent_gil.py; ``--native``: with faulthandler's C watchdog re-armed at every sample); ``--baseline sampler``:
+the "off" blocks run the stack sampler alone, so the slowdown is what the GIL evidence adds.
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import time
 
 import torch
 
-from ddpdoctor.capture import agent_evidence, agent_stacks
+from ddpdoctor.capture import agent_evidence, agent_gil, agent_stacks
 
 
 def make_step(workload: str):
@@ -45,7 +51,7 @@ def make_step(workload: str):
 CPU_PER_STEP: dict[bool, list[float]] = {True: [], False: []}
 
 
-def run_block(step, n: int, evidence) -> tuple[float, dict | None]:
+def run_block(step, n: int, evidence, on: bool) -> tuple[float, dict | None]:
     """n steps; returns steps/s (a fixed step count: no partial-step quantization) and keeps
     the training thread's own CPU time per step (less sensitive to other processes' load)."""
     if evidence is not None:
@@ -54,7 +60,7 @@ def run_block(step, n: int, evidence) -> tuple[float, dict | None]:
     for _ in range(n):
         step()
     wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
-    CPU_PER_STEP[evidence is not None].append(cpu / n)
+    CPU_PER_STEP[on].append(cpu / n)
     rec = None
     if evidence is not None:
         evidence.window_stop(n)
@@ -69,7 +75,11 @@ def main() -> None:
     ap.add_argument("--hz", type=float, default=100.0)
     ap.add_argument("--workload", choices=("small", "matmul"), default="small")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--gil", action="store_true", help="the on blocks also record GC pauses and the sampler's gaps")
+    ap.add_argument("--baseline", choices=("none", "sampler"), default="none")
+    ap.add_argument("--native", action="store_true", help="with --gil: DDPDOCTOR_NATIVE_SAMPLER=1 (the C watchdog's alarm)")
     a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="ddpdoctor-overhead-")
     torch.set_num_threads(a.threads)
     step = make_step(a.workload)
     t0 = time.perf_counter()
@@ -77,10 +87,21 @@ def main() -> None:
         step()
     n = max(5, round(a.block_s * 20 / (time.perf_counter() - t0)))     # steps per block
     env = dict(os.environ, DDPDOCTOR_SAMPLE_HZ=str(a.hz))
+    if a.native:
+        env["DDPDOCTOR_NATIVE_SAMPLER"] = "1"
     on, off, ratios, samples, sampler_cpu, per_sample_us = [], [], [], [], [], []
+    dumps = []
+
+    def evidence(on: bool):
+        if on and a.gil:
+            return agent_evidence.Evidence(env, agent_stacks, agent_gil, work_dir=work)
+        return agent_evidence.Evidence(env, agent_stacks) if on or a.baseline == "sampler" else None
+
     for _ in range(a.blocks):
-        r_off, _ = run_block(step, n, None)
-        r_on, rec = run_block(step, n, agent_evidence.Evidence(env, agent_stacks))
+        r_off, _ = run_block(step, n, evidence(False), False)
+        r_on, rec = run_block(step, n, evidence(True), True)
+        if a.gil:
+            dumps.append(rec["gil"]["native"].get("dumps", 0) / rec["contention"]["wall_s"])
         off.append(r_off)
         on.append(r_on)
         ratios.append(r_on / r_off)
@@ -89,7 +110,10 @@ def main() -> None:
         sampler_cpu.append((stacks.get("sampler_cpu_s") or 0.0) / rec["contention"]["wall_s"])
         if stacks.get("samples"):
             per_sample_us.append(1e6 * stacks["sampler_busy_s"] / stacks["samples"])
-    print(f"workload={a.workload} threads={a.threads} hz={a.hz} blocks={a.blocks}x{a.block_s}s")
+    print(f"workload={a.workload} threads={a.threads} hz={a.hz} blocks={a.blocks}x{a.block_s}s "
+          f"on={'sampler+gil' + ('+native' if a.native else '') if a.gil else 'sampler'} off={'sampler' if a.baseline == 'sampler' else 'nothing'}")
+    if dumps:
+        print(f"faulthandler dumps/s: {statistics.median(dumps):.1f}")
     print(f"steps/s off: median {statistics.median(off):.1f} best {max(off):.1f}   "
           f"on: median {statistics.median(on):.1f} best {max(on):.1f}   ({n} steps per block)")
     print(f"slowdown of the best blocks (least disturbed by other load): {100 * (1 - max(on) / max(off)):.2f} %")

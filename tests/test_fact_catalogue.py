@@ -31,6 +31,7 @@ def evidence_bundle(root: Path) -> Path:
     window evidence (contention, stacks), batch fingerprints, FSDP, accumulation, framework."""
     from tests.test_bundle_facts import settings, write_node
     from tests.test_evidence import contention, stacks
+    from tests.test_evidence_gil import gc_rec, gil_rec
 
     per_rank = {}
     for r in range(4):
@@ -40,9 +41,14 @@ def evidence_bundle(root: Path) -> Path:
                            "reshard_after_forward": True, "wrapped_modules": 3},
                      cpu_affinity=[0, 1])
         s["dataloader"].update(batch_fingerprints=_fp(r), sharded_by="DistributedSampler" if r else None)
-        s["evidence"] = {"contention": contention(nivcsw=50 + r),
+        call = {"where": "json.dumps in log_state (train.py:52)", "ms_per_step": 30.0, "gaps": 4, "source": "faulthandler"}
+        s["evidence"] = {"contention": dict(contention(nivcsw=50 + r), own_runnable_samples=[1, 1]),
                          "stacks": stacks({"main": 20, "write_checkpoint": 30 if r == 0 else 0},
-                                          input_ms=10.0 + r, input_where="decode (train.py:30)")}
+                                          input_ms=10.0 + r, input_where="decode (train.py:30)"),
+                         # GC pauses on rank 1, a GIL-holding call on rank 2 (capture/agent_gil.py)
+                         "gc": gc_rec(40.0 if r == 1 else 0.5, full=2 if r == 1 else 0, max_ms=150.0),
+                         "gil": gil_rec([call] if r == 2 else [], {"gc": 0.0, "call": 30.0 if r == 2 else 0.0,
+                                                                    "unnamed": 0.0})}
         s["memory"]["peak_reserved_bytes"] = 1000 * (r + 1)
         per_rank[r] = s
     write_node(root / "node0", "node0", [0, 1], per_rank=per_rank)

@@ -226,16 +226,26 @@ def _with(facts: dict, extra: dict) -> dict:
     return out
 
 
+# facts added after the conversion: a case holding them renders parts the ternaries never had
+# (IM001 on GC pauses / a GIL-held call, issue #25 item 1)
+NEWER_FACTS = ("python.gc.", "python.gil_held.")
+
+
 def _fact_sets(rule):
     from ddpdoctor.rules_engine.selftest import case_facts as cf
 
-    sets = [cf(c) for c in rule.tests]
+    sets = [f for f in (cf(c) for c in rule.tests) if not any(k.startswith(NEWER_FACTS) for k in f)]
     for extra in EXTRA.get(rule.id, []):
         sets += [_with(f, extra) for f in sets[:3]] + [_with({}, extra)]
     return sets
 
 
-@pytest.mark.parametrize("rid", RULES)
+# rules whose text was rewritten since (not a conversion any more): IM004 fires only on measured
+# contention and quotes what was measured (issue #25 item 2), its advice changed (issue #27 item 4)
+REWRITTEN = ("IM004",)
+
+
+@pytest.mark.parametrize("rid", [r for r in RULES if r not in REWRITTEN])
 def test_variants_render_what_the_ternaries_rendered(rid):
     """On every fact set where the rule fires (stored cases, and each with the EXTRA facts that
     reach the other variants): the same text and the same not-recorded names."""

@@ -100,7 +100,26 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
             out["steal_share"] = median(steal)
     if loads:
         out["load_per_cpu"] = median(loads)
+        other = _other_runnable(cons)
+        if other is not None:
+            out["other_runnable_per_cpu"] = other
     return out
+
+
+def _other_runnable(cons: dict[int, dict]) -> float | None:
+    """Runnable tasks outside the job per CPU: the host's runnable count (median over ranks of each
+    rank's mean) less every rank's own runnable threads and loader workers (their means, summed);
+    None unless every rank on the host counted its own."""
+    total, own, cpus = [], 0.0, None
+    for c in cons.values():
+        samples = [s for s in c.get("runnable_samples") or [] if isinstance(s, int)]
+        mine = [s for s in c.get("own_runnable_samples") or [] if isinstance(s, int)]
+        if not samples or not mine or not isinstance(c.get("host_cpus"), int) or c["host_cpus"] <= 0:
+            return None
+        total.append(sum(samples) / len(samples))
+        own += sum(mine) / len(mine)
+        cpus = c["host_cpus"]
+    return max(0.0, median(total) - own) / cpus if total else None
 
 
 def contention_facts(ranks: dict[int, dict]) -> dict:
@@ -117,7 +136,7 @@ def contention_facts(ranks: dict[int, dict]) -> dict:
             if key in per_host[busiest]:
                 _put(facts, f"host.contention.{key}", _round(per_host[busiest][key]),
                      {r: _round(per_host[h][key]) for r, h in rank_host.items() if key in per_host[h]})
-    for key in ("other_busy_share", "load_per_cpu", "steal_share"):
+    for key in ("other_busy_share", "load_per_cpu", "steal_share", "other_runnable_per_cpu"):
         vals = {h: per_host[h][key] for h in per_host if key in per_host[h]}
         if vals:
             _put(facts, f"host.contention.{key}", _round(max(vals.values())),
@@ -260,8 +279,12 @@ def data_facts(ranks: dict[int, dict]) -> dict:
 
 
 def evidence_facts(ranks: dict[int, dict], params: dict) -> dict:
+    from .gil_evidence import gc_facts, gil_facts      # GC pauses and GIL-held time (imports this module)
+
     facts = contention_facts(ranks)
     facts.update(python_facts(ranks, params))
+    facts.update(gc_facts(ranks, params))
+    facts.update(gil_facts(ranks, params))
     facts.update(data_facts(ranks))
     return facts
 

@@ -27,7 +27,7 @@ interpreter needs nothing installed; it loads its parts the same way from beside
   the stuck-rank watchdog and the hang stack dumps;
 - ``agent_log.py``: the event log and the count of errors the agent caught;
 - ``agent_process.py`` (which processes are ranks, the fd tee), ``agent_evidence.py`` /
-  ``agent_stacks.py`` (window evidence), ``agent_overrides.py`` (``run --try``).
+  ``agent_stacks.py`` / ``agent_gil.py`` (window evidence), ``agent_overrides.py`` (``run --try``).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def _load_part(part: str):
 _process = _load_part("process")
 _settings = _load_part("settings")
 _evidence, _stacks = _load_part("evidence"), _load_part("stacks")     # window evidence (agent_evidence.py)
+_gil = _load_part("gil")                   # GC pauses, the sampler's gaps, native stack dumps (agent_gil.py)
 _hang = _load_part("hang")
 _overrides = _load_part("overrides")       # `run --try` changes applied in this rank (agent_overrides.py)
 _log, _window, _patches = _load_part("log"), _load_part("window"), _load_part("patches")
@@ -111,7 +112,7 @@ class Agent:
         self.settings = _recorder.SettingsRecorder(self, _settings, _env_int)
         self.life = _lifecycle.Lifecycle(self)
         self.ending = _lifecycle.Ending(self, _hang)
-        self.evidence = _evidence.Evidence(env, _stacks)
+        self.evidence = _evidence.Evidence(env, _stacks, _gil, work_dir=self.dir, step_of=lambda: self.window.steps)
         self.changes = _overrides.from_env(env)          # `run --try`: None on a plain run
         self.trial = None if self.changes is None else {
             "changes": self.changes, "skipped": {},

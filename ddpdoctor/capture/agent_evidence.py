@@ -75,6 +75,28 @@ def runnable_tasks(loadavg: str | None) -> int | None:
         return None
 
 
+def own_runnable_threads() -> int | None:
+    """Runnable tasks of the job on this rank now: this process's threads in state R (the reading thread,
+    running to read them, left out) and its child processes in state R (DataLoader workers).  Set against
+    /proc/loadavg's runnable count, what is left is other processes' (bundle/evidence.py)."""
+    def state(path: str) -> str | None:
+        text = _read(path)
+        return text.rsplit(")", 1)[1].split()[0] if text and ")" in text else None
+
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    n, kids = -1, set()
+    for tid in tids:
+        n += state(f"/proc/self/task/{tid}/stat") == "R"
+        text = _read(f"/proc/self/task/{tid}/children")
+        if text:
+            kids.update(text.split())
+    n += sum(state(f"/proc/{pid}/stat") == "R" for pid in kids)
+    return max(0, n)
+
+
 def _usage(who) -> dict | None:
     try:
         import resource
@@ -267,14 +289,19 @@ class Evidence:
     ``forward_entered``; the profiler window calls ``window_start`` / ``window_stop`` from the
     training thread; ``record()`` is what settings.json holds under ``evidence``."""
 
-    def __init__(self, env, stacks_module):
+    def __init__(self, env, stacks_module, gil_module=None, work_dir: str | None = None, step_of=None):
         self.env = env
         self._stacks = stacks_module
+        self._gil = gil_module             # agent_gil.py: GC pauses and the sampler's gaps (None: not recorded)
+        self._work_dir = work_dir          # where the native stack dumps are written during the window
+        self._step_of = step_of or (lambda: 0)
+        self._gc = self._gaps = self._native = None
         self.phase = None                  # "loader" | "input" | "step" | "capture": read by the sampler thread
         self.window_forwards = 0
         self.in_window = False
         self._start = None
         self._loads: list[int] = []
+        self._own_loads: list[int] = []    # the job's own runnable tasks at each /proc/loadavg reading
         self._torch_threads = None
         self._sampler = None
         self._stop_event = None
@@ -323,6 +350,7 @@ class Evidence:
             self._torch_threads = None
         self.window_forwards = 0
         self._loads = []
+        self._own_loads = []
         self._start = contention_snapshot()
         self._start_step = step
         interval = sample_interval_s(self.env.get("DDPDOCTOR_SAMPLE_HZ"), typical_step_s, steps)
@@ -332,6 +360,7 @@ class Evidence:
             self._sampler = self._stacks.StackSampler(threading.get_ident(), interval, script_dir,
                                                       agent_dir=os.path.dirname(os.path.abspath(__file__)),
                                                       phase_of=lambda: self.phase)
+        self._start_gil_evidence()
         self._stop_event = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-evidence", daemon=True)
         self.in_window = True
@@ -350,11 +379,18 @@ class Evidence:
                     n = runnable_tasks(_read("/proc/loadavg"))
                     if n is not None:
                         self._loads.append(n - 1)        # minus this thread, which is running to read it
+                        own = own_runnable_threads()
+                        if own is not None:
+                            self._own_loads.append(own)
                     next_load = now + LOAD_SAMPLE_S
                 if sampler is not None:
                     t0 = time.perf_counter()
                     sampler.sample()
                     sampler.busy_s += time.perf_counter() - t0
+                    if self._gaps is not None:
+                        self._gaps.seen(t0, sampler.last, self._native.offset() if self._native else 0)
+                        if self._native is not None:
+                            self._native.arm(t0)     # the C watchdog dumps the stacks if the sampler starves
                 deadline = max(deadline + interval, time.monotonic())
                 stop.wait(max(0.0, deadline - time.monotonic()))
         except Exception as exc:  # noqa: BLE001
@@ -371,17 +407,68 @@ class Evidence:
         stop = contention_snapshot()
         rec = {"schema": 1, "window_first_step": self._start_step, "window_steps": recorded_steps,
                "contention": contention_record(self._start, stop, self._loads, self._torch_threads, self.env)}
+        rec["contention"]["own_runnable_samples"] = list(self._own_loads)
         wall = rec["contention"]["wall_s"]
+        self._stop_gil_evidence(rec, recorded_steps)
+        starved = _starved_s(rec, recorded_steps)        # the time in the sampler's gaps: no sample stands for it
         if self._sampler is not None:
-            rec["stacks"] = self._sampler.summary(wall, recorded_steps, self.window_forwards)
+            rec["stacks"] = self._sampler.summary(wall, recorded_steps, self.window_forwards, starved)
         else:
             rec["stacks"] = {"sampled": False, "reason": "DDPDOCTOR_SAMPLE_HZ=0"}
         if self.errors:
             rec["errors"] = self.errors[:5]
         self._record = rec
 
+    # ---- GC pauses and the time the sampler cannot see (agent_gil.py)
+    def _start_gil_evidence(self) -> None:
+        gil = self._gil
+        if gil is None:
+            return
+        try:
+            self._gc = gil.GcRecorder(self._step_of)
+            self._gc.start()
+            if self._sampler is not None:
+                self._gaps = gil.Gaps(self._sampler.interval)
+                if self.env.get("DDPDOCTOR_NATIVE_SAMPLER") == "1" and self._work_dir:
+                    self._native = gil.NativeDumps(os.path.join(self._work_dir, "native_stacks.tmp"),
+                                                   self._gaps.threshold)
+                    self._native.start()
+        except Exception as exc:  # noqa: BLE001
+            self.errors.append(f"gil evidence: {type(exc).__name__}: {exc}")
+
+    def _stop_gil_evidence(self, rec: dict, steps: int) -> None:
+        gil = self._gil
+        if gil is None:
+            return
+        try:
+            if self._gc is not None:
+                self._gc.stop()
+                rec["gc"] = self._gc.record(steps)
+            native = self._native
+            text = native.stop() if native is not None else None
+            if native is None:
+                info = {"sampler": None, "reason": "no stack sampler in this window" if self._sampler is None
+                        else "off (DDPDOCTOR_NATIVE_SAMPLER=1 turns it on)"}
+            elif native.error:
+                info = {"sampler": None, "reason": native.error}
+            else:
+                info = {"sampler": "faulthandler.dump_traceback_later", "timeout_s": native.timeout,
+                        "arms": native.arms, "dumps": text.count("Timeout ("), "cancelled_for_forks": native.pauses}
+            if self._gaps is not None:
+                rec["gil"] = gil.summarize(self._gaps, self._gc, text, native is not None and not native.error,
+                                           self._sampler, self._sampler.thread_id, steps, info)
+        except Exception as exc:  # noqa: BLE001
+            self.errors.append(f"gil evidence: {type(exc).__name__}: {exc}")
+        finally:
+            self._gc = self._gaps = self._native = None
+
     def record(self) -> dict | None:
         return self._record
+
+
+def _starved_s(rec: dict, steps: int) -> float:
+    per_step = (rec.get("gil") or {}).get("starved_ms_per_step") or {}
+    return sum(v for v in per_step.values() if isinstance(v, (int, float))) * max(steps, 0) / 1000.0
 
 
 def _float(v, default: float) -> float:

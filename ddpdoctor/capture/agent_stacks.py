@@ -64,6 +64,7 @@ class StackSampler:
         self.missed = 0
         self.cpu_s = None                 # the sampler thread's CPU time over the window
         self.busy_s = 0.0                 # time spent taking samples (holding the GIL)
+        self.last = None                  # the last sample's key (agent_gil.Gaps: the frame before/after a gap)
         self._kinds: dict = {}            # code object -> (kind, module name)
         self._roots = _library_roots()
 
@@ -93,6 +94,7 @@ class StackSampler:
         key = (callee, f.f_code if f is not None else None, f.f_lineno if f is not None else 0, phase, sync)
         self.counts[key] = self.counts.get(key, 0) + 1
         self.samples += 1
+        self.last = key
 
     def _classify(self, code, frame) -> tuple[str, str]:
         fn = code.co_filename.replace(os.sep, "/")
@@ -132,6 +134,15 @@ class StackSampler:
                         "count": n})
         return out
 
+    def place_of(self, key) -> dict | None:
+        """One sample's key as a place ({lib, func, file, line}); None outside user code."""
+        if key is None or key[1] is None:
+            return None
+        callee, user, line = key[0], key[1], key[2]
+        lib = public_name(callee, self._kinds.get(callee, (None, ""))[1]) if callee is not None else None
+        return {"lib": lib, "func": _func_name(user), "line": line,
+                "file": self.display_file(user.co_filename, self._kinds.get(user, (None, ""))[1])}
+
     def display_file(self, filename: str, module: str) -> str:
         fn = os.path.abspath(filename).replace(os.sep, "/") if not filename.startswith("<") else filename
         if self.script_dir and fn.startswith(self.script_dir.replace(os.sep, "/")):
@@ -141,8 +152,8 @@ class StackSampler:
                 return fn.rsplit(marker, 1)[1]
         return fn.rsplit("/", 1)[-1]
 
-    def summary(self, wall_s: float, steps: int, forwards: int) -> dict:
-        out = aggregate(self.records(), self.samples, wall_s, steps, forwards)
+    def summary(self, wall_s: float, steps: int, forwards: int, starved_s: float = 0.0) -> dict:
+        out = aggregate(self.records(), self.samples, wall_s, steps, forwards, starved_s)
         out.update({"interval_s": self.interval, "missed": self.missed,
                     "sampler_cpu_s": round(self.cpu_s, 6) if self.cpu_s is not None else None,
                     "sampler_busy_s": round(self.busy_s, 6)})
@@ -199,14 +210,16 @@ def where_text(rec: dict) -> str:
     return f"{rec['lib']} in {place}" if rec.get("lib") else place
 
 
-def aggregate(records: list[dict], samples: int, wall_s: float, steps: int, forwards: int) -> dict:
+def aggregate(records: list[dict], samples: int, wall_s: float, steps: int, forwards: int,
+              starved_s: float = 0.0) -> dict:
     """Per-signature, per-function and per-phase time of one rank's window, in ms per step.
 
     ``records``: [{lib, func, file, line, phase, sync, count}]; every sample stands for
-    wall_s / samples of wall time."""
+    (wall_s - starved_s) / samples of wall time: ``starved_s`` is the time the sampler could not run
+    (GC, a call holding the GIL: agent_gil.py), which no sample covers and which is reported apart."""
     if samples <= 0 or wall_s <= 0 or steps <= 0:
         return {"sampled": False, "samples": max(0, samples), "reason": "no samples in the window"}
-    ms_per_sample = wall_s * 1000.0 / samples
+    ms_per_sample = max(wall_s - max(0.0, starved_s), 0.1 * wall_s) * 1000.0 / samples
 
     def per_step(n: int) -> float:
         return round(n * ms_per_sample / steps, 3)

@@ -167,7 +167,7 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
             lines += wrap("this run did not record " + ", ".join(fix["not_recorded"]) + "; check it applies",
                           width, "  (", "   ")
             lines[-1] += ")"
-    others = [f for f in findings(d) if f is not deciding and f is not source]
+    others = [f for f in findings(d) if f is not deciding and f is not source and _worth_listing(f, d)]
     if others:
         lines.append("")
         lines.append("Also found:")
@@ -190,6 +190,23 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
     for c in after:                      # each on lines of its own, so that it pastes whole
         lines += shell(c, width, " " * 8, " " * 10)
     return lines
+
+
+# The contention finding (IM004) is context, not a cost: on the card it is listed only when it changed the
+# verdict (a cost set aside as machine noise) or the measured contention is material (other processes or
+# steal took at least this share of the host's CPU time); `-v` lists it always.
+CONTENTION_RULES = ("IM004",)
+CONTENTION_MATERIAL_SHARE = 0.5
+
+
+def _worth_listing(f: dict, d: dict) -> bool:
+    if f.get("rule") not in CONTENTION_RULES:
+        return True
+    if any("machine noise" in str(c.get("why_not") or "") for c in d.get("costs") or []):
+        return True
+    facts = d.get("facts") or {}
+    taken = [facts.get(k) for k in ("host.contention.other_busy_share", "host.contention.steal_share")]
+    return any(isinstance(x, (int, float)) and x >= CONTENTION_MATERIAL_SHARE for x in taken)
 
 
 def _no_verdict(v: dict) -> str:

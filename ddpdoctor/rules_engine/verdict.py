@@ -217,9 +217,11 @@ def _late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict) -> Fin
 
 def _straggler_explained(facts: dict) -> bool:
     """The late rank's extra time has a cause of its own: the Python sampler found extra work on that
-    rank, or the inputs differ in shape between ranks."""
+    rank, its garbage collections or a call that held the GIL stopped it longer than the others, or the
+    inputs differ in shape between ranks."""
     rank = facts.get("straggler.rank")
     return rank is not None and (facts.get("python.extra_work.rank") == rank
+                                 or facts.get("python.gc.rank") == rank or facts.get("python.gil_held.rank") == rank
                                  or facts.get("cross.input_shapes") == "varying")
 
 

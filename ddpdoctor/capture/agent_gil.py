@@ -1,0 +1,328 @@
+"""Part of the capture agent (loaded by path beside it): the time the Python stack sampler cannot see.
+
+The stack sampler (``agent_stacks.py``) is a Python thread: while C code holds the GIL (a garbage
+collection, a large ``json.dumps`` / ``pickle.dumps``, a C extension that does not release it) it cannot
+run, so that time shows as a gap between its samples, never as a frame.  Over the profiled window only:
+
+- ``GcRecorder``: every garbage collection (``gc.callbacks``): generation, duration, objects collected,
+  the step it fell in;
+- ``NativeDumps`` (opt-in: DDPDOCTOR_NATIVE_SAMPLER=1): a sampler that does not need the GIL.
+  ``faulthandler.dump_traceback_later(timeout)``, re-armed by the stack sampler at each of its samples,
+  makes CPython's C watchdog thread write every thread's stack once the sampler has starved for
+  ``timeout``, GIL or not.  The stack sampler notes the file's length at each of its samples, so the
+  dumps written inside one of its gaps are known and name the frame that held the GIL.  A forked child
+  would inherit a watchdog that no longer exists and hang in its exit (CPython waits for that thread):
+  the alarm is cancelled before every ``os.fork`` (``os.register_at_fork``; the next sample re-arms it);
+- ``Gaps``: the sampler's starvation (a gap far above its interval), each attributed to GC when
+  collections cover most of it, else to the call the native dumps (or the frames the sampler saw just
+  before and after the gap) name.
+
+Standard library only; nothing here raises into the user's program (``agent_evidence.py`` guards it).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import os
+import re
+import time
+
+KEEP_COLLECTIONS = 2000          # collections listed one by one (the totals count every one)
+GAP_FACTOR = 4.0                 # a gap between samples of this many intervals ...
+GAP_MIN_S = 0.015                # ... and at least this long is starvation (5 ms is CPython's GIL switch interval)
+GC_COVERS = 0.5                  # collections covering this share of a gap's excess make it a GC gap
+NATIVE_MIN_INTERVAL_S = 0.01     # the C watchdog's alarm is never set shorter than this
+KEEP_CALLS = 10                  # GIL-holding calls kept per rank, the longest first
+
+
+# ------------------------------------------------------------------ garbage collections
+
+class GcRecorder:
+    """Every collection while installed: ``gc.callbacks`` calls ``start`` and ``stop`` around it, in the
+    thread that triggered it (any thread: every Python thread is paused while it runs)."""
+
+    def __init__(self, step_of):
+        self.step_of = step_of
+        self.t0 = 0.0
+        self.collections: list[list] = []      # [generation, start ms from window start, ms, collected, step]
+        self.spans: list[tuple[float, float]] = []
+        self.dropped = 0
+        self.by_gen: dict[int, list] = {}      # generation -> [count, seconds, max seconds, collected]
+        self.per_step: dict[int, float] = {}   # step -> seconds
+        self._began = None
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+        gc.callbacks.append(self._callback)
+
+    def stop(self) -> None:
+        try:
+            gc.callbacks.remove(self._callback)
+        except ValueError:
+            pass
+
+    def _callback(self, phase, info) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._began = now
+            return
+        began, self._began = self._began, None
+        if began is None:
+            return
+        dur = now - began
+        gen = int(info.get("generation", -1))
+        collected = int(info.get("collected", 0))
+        step = self.step_of()
+        g = self.by_gen.setdefault(gen, [0, 0.0, 0.0, 0])
+        g[0] += 1
+        g[1] += dur
+        g[2] = max(g[2], dur)
+        g[3] += collected
+        self.per_step[step] = self.per_step.get(step, 0.0) + dur
+        self.spans.append((began, now))
+        if len(self.collections) < KEEP_COLLECTIONS:
+            self.collections.append([gen, round((began - self.t0) * 1000, 3), round(dur * 1000, 3), collected, step])
+        else:
+            self.dropped += 1
+
+    def covered_s(self, t0: float, t1: float) -> float:
+        """Seconds of [t0, t1] (perf_counter) spent in collections."""
+        return sum(max(0.0, min(e, t1) - max(s, t0)) for s, e in self.spans if e > t0 and s < t1)
+
+    def record(self, steps: int) -> dict:
+        total = sum(g[1] for g in self.by_gen.values())
+        return {"collections": self.collections, "dropped": self.dropped,
+                "by_generation": {str(k): {"count": v[0], "ms": round(v[1] * 1000, 3), "max_ms": round(v[2] * 1000, 3),
+                                           "collected": v[3]} for k, v in sorted(self.by_gen.items())},
+                "per_step_ms": {str(k): round(v * 1000, 3) for k, v in sorted(self.per_step.items())},
+                "total_ms": round(total * 1000, 3),
+                "ms_per_step": round(total * 1000 / steps, 3) if steps > 0 else None}
+
+
+# ------------------------------------------------------------------ the C watchdog's stack dumps
+
+_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)")
+_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.+)$')
+
+
+def parse_dumps(text: str, thread_id: int) -> list[list[tuple[str, int, str]]]:
+    """faulthandler's text -> one stack per dump for that thread: [(file, line, function)], innermost first."""
+    out, cur, mine = [], None, False
+    for line in text.splitlines():
+        m = _THREAD.match(line)
+        if m:
+            mine = int(m.group(1), 16) == thread_id
+            cur = [] if mine else None
+            if mine:
+                out.append(cur)
+            continue
+        if line.startswith("Timeout ("):
+            mine, cur = False, None
+            continue
+        if mine and cur is not None:
+            f = _FRAME.match(line)
+            if f:
+                cur.append((f.group(1), int(f.group(2)), f.group(3)))
+    return [s for s in out if s]
+
+
+_FORK_HOOKED = []        # the NativeDumps whose watchdog a fork must not inherit (os.register_at_fork once)
+
+
+def _before_fork() -> None:
+    for n in _FORK_HOOKED:
+        if n.active:
+            faulthandler.cancel_dump_traceback_later()
+            n.pauses += 1
+
+
+class NativeDumps:
+    """faulthandler's C watchdog as a one-shot alarm the stack sampler re-arms at each of its samples
+    (``arm()``): it fires only when the sampler has not run for ``timeout`` seconds -- C code holds the
+    GIL -- and then writes every thread's stack to ``path`` once.  ``offset()`` is the file's length.
+
+    Opt-in (DDPDOCTOR_NATIVE_SAMPLER=1): the watchdog reads the frames of threads that may be running.
+    Dumping on a timer (``repeat=True``, every 10 ms) crashed a CPython 3.11 process within seconds
+    (SIGSEGV in PyCode_Addr2Line on a frame being changed; benchmarks/sampler_overhead.py --gil,
+    2026-11-25); one dump per starvation, while the training thread sits in a C call, is far rarer
+    but not free of that race."""
+
+    def __init__(self, path: str, timeout: float):
+        self.path = path
+        self.timeout = max(NATIVE_MIN_INTERVAL_S, timeout)
+        self.fh = None
+        self.active = False
+        self.error = None
+        self.pauses = 0
+        self.arms = 0
+        self._armed = 0.0
+
+    def start(self) -> bool:
+        try:
+            self.fh = open(self.path, "w+", encoding="utf-8")
+            if not _FORK_HOOKED:
+                os.register_at_fork(before=_before_fork)
+            _FORK_HOOKED[:] = [self]
+            self.active = True
+            self.arm()
+        except Exception as exc:  # noqa: BLE001
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.active = False
+        return self.active
+
+    def arm(self, now: float | None = None) -> None:
+        """Re-arm the alarm (``timeout`` from now); at most three times per ``timeout`` (one re-arm costs
+        ~40 µs holding the GIL: it restarts the watchdog thread), so it fires after 2/3 to all of
+        ``timeout`` without a sample; a dump outside a recorded gap is never used."""
+        if not self.active:
+            return
+        now = time.perf_counter() if now is None else now
+        if self.arms and now - self._armed < self.timeout / 3:
+            return
+        faulthandler.dump_traceback_later(self.timeout, repeat=False, file=self.fh)
+        self._armed = now
+        self.arms += 1
+
+    def offset(self) -> int:
+        try:
+            return os.fstat(self.fh.fileno()).st_size if self.fh is not None else 0
+        except OSError:
+            return 0
+
+    def stop(self) -> str:
+        """Stops the alarm; returns the dumps' text (the file is removed)."""
+        if self.active:
+            self.active = False
+            faulthandler.cancel_dump_traceback_later()
+        text = ""
+        if self.fh is not None:
+            try:
+                self.fh.flush()
+                self.fh.seek(0)
+                text = self.fh.read()
+            finally:
+                self.fh.close()
+                self.fh = None
+                try:
+                    os.remove(self.path)
+                except OSError:
+                    pass
+        return text
+
+
+# ------------------------------------------------------------------ the sampler's gaps
+
+class Gaps:
+    """The stack sampler's starvation: ``seen(t, key, offset)`` after every sample (perf_counter time,
+    the sampler's signature key, the native dump file's length)."""
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self.threshold = max(GAP_FACTOR * interval, GAP_MIN_S)
+        self.gaps: list[tuple] = []                  # (t0, t1, key before, key after, offset before, offset after)
+        self._last = None
+
+    def seen(self, t: float, key, offset: int) -> None:
+        last = self._last
+        if last is not None and t - last[0] >= self.threshold:
+            self.gaps.append((last[0], t, last[1], key, last[2], offset))
+        self._last = (t, key, offset)
+
+
+def classify_frame(sampler, filename: str) -> str:
+    """``user`` or ``lib`` for a file named in a dump (the stack sampler's own rule, by path only)."""
+    fn = filename.replace(os.sep, "/")
+    if fn.startswith(sampler.agent_dir) or "ddpdoctor_capture_agent" in fn:
+        return "skip"
+    parts = fn.split("/")
+    if any(p in ("transformers", "accelerate", "lightning", "pytorch_lightning", "lightning_fabric") for p in parts[-4:-1]):
+        return "user"
+    if fn.startswith("<") or "/site-packages/" in fn or "/dist-packages/" in fn or fn.startswith(sampler._roots):
+        return "lib"
+    return "user"
+
+
+def _module_of(sampler, filename: str) -> str:
+    fn = filename.replace(os.sep, "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in fn:
+            fn = fn.rsplit(marker, 1)[1]
+            break
+    else:
+        for root in sampler._roots:
+            if fn.startswith(root):
+                fn = fn[len(root):]
+                break
+    mod = fn[:-3] if fn.endswith(".py") else fn
+    mod = mod.replace("/", ".")
+    return mod[:-9] if mod.endswith(".__init__") else mod
+
+
+def dump_place(sampler, stack: list[tuple[str, int, str]]) -> dict | None:
+    """The innermost user frame of one dumped stack and the library function it called."""
+    callee = None
+    for filename, line, func in stack:
+        kind = classify_frame(sampler, filename)
+        if kind == "user":
+            return {"lib": callee, "func": func, "file": sampler.display_file(filename, ""), "line": line}
+        if kind == "lib":
+            callee = f"{_module_of(sampler, filename)}.{func}"
+    return None
+
+
+def where_text(p: dict) -> str:
+    place = f"{p['func']} ({p['file']}:{p['line']})" if p.get("file") else p["func"]
+    return f"{p['lib']} in {place}" if p.get("lib") else place
+
+
+def summarize(gaps: Gaps, gcrec: GcRecorder | None, native_text: str | None, native_offsets: bool, sampler,
+              thread_id: int, steps: int, native_info: dict) -> dict:
+    """Each gap attributed (GC / a named call / unnamed), and the totals per cause and per call."""
+    by_cause = {"gc": 0.0, "call": 0.0, "unnamed": 0.0}
+    calls: dict[str, dict] = {}
+    listed = []
+    for t0, t1, before, after, off0, off1 in gaps.gaps:
+        excess = max(0.0, (t1 - t0) - gaps.interval)
+        gc_s = gcrec.covered_s(t0, t1) if gcrec is not None else 0.0
+        entry = {"ms": round((t1 - t0) * 1000, 3), "gc_ms": round(gc_s * 1000, 3)}
+        if gc_s >= GC_COVERS * excess:
+            by_cause["gc"] += excess
+            entry["cause"] = "gc"
+        else:
+            place, source = None, None
+            if native_text is not None and native_offsets and off1 > off0:
+                stacks = parse_dumps(native_text[off0:off1], thread_id)
+                places = [p for p in (dump_place(sampler, s) for s in stacks) if p]
+                if places:
+                    counts: dict[str, int] = {}
+                    for p in places:
+                        counts[where_text(p)] = counts.get(where_text(p), 0) + 1
+                    best = max(sorted(counts), key=lambda w: counts[w])
+                    place, source = next(p for p in places if where_text(p) == best), "faulthandler"
+            if place is None:
+                a, b = sampler.place_of(before), sampler.place_of(after)
+                if a is not None and b is not None and where_text(a) == where_text(b):
+                    place, source = a, "sampler: the same frame before and after the gap"
+                elif b is not None:
+                    place, source = b, "sampler: the frame seen just after the gap"
+            if place is None:
+                by_cause["unnamed"] += excess
+                entry["cause"] = "unnamed"
+            else:
+                by_cause["call"] += excess
+                w = where_text(place)
+                entry.update(cause="call", where=w, source=source)
+                c = calls.setdefault(w, {"where": w, "lib": place.get("lib"), "func": place["func"],
+                                         "file": place["file"], "line": place["line"], "source": source,
+                                         "gaps": 0, "_s": 0.0})
+                c["gaps"] += 1
+                c["_s"] += excess
+        if len(listed) < 200:
+            listed.append(entry)
+    top = sorted(calls.values(), key=lambda c: (-c["_s"], c["where"]))[:KEEP_CALLS]
+    for c in top:
+        c["ms_per_step"] = round(c.pop("_s") * 1000 / steps, 3) if steps > 0 else None
+    return {"gap_threshold_s": round(gaps.threshold, 6), "gaps": len(gaps.gaps), "listed": listed,
+            "starved_ms_per_step": {k: round(v * 1000 / steps, 3) for k, v in by_cause.items()} if steps > 0 else None,
+            "calls": top, "native": native_info}
