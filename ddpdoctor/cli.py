@@ -124,16 +124,23 @@ def _write_text(path, text: str) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = None) -> None:
-    """The card (or with -v the full view) from the diagnosis document, which is already redacted."""
+def _output_width(widest: int = 100) -> int:
+    """The width text is laid out at: the terminal's (40 to ``widest``), or $COLUMNS (else 80) when piped."""
     import shutil
 
+    if sys.stdout.isatty():
+        return max(40, min(shutil.get_terminal_size((80, 24)).columns, widest))
+    cols = os.environ.get("COLUMNS", "")
+    return max(40, min(int(cols) if cols.isdigit() else 80, 200))
+
+
+def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = None) -> None:
+    """The card (or with -v the full view) from the diagnosis document, which is already redacted."""
     from .report.card import render_card
     from .report.terminal import render_full
 
     tty = sys.stdout.isatty()
-    width = max(40, min(shutil.get_terminal_size((80, 24)).columns, 100)) if tty else \
-        max(40, min(int(os.environ.get("COLUMNS", "80") or 80) if os.environ.get("COLUMNS", "").isdigit() else 80, 200))
+    width = _output_width()
     lines = render_full(d, width, report_dir) if verbose else render_card(d, width, report_dir=report_dir)
     for line in lines:
         if tty and line.startswith(("Verdict:", "Fix first", "Next:")):
@@ -368,12 +375,23 @@ def rules() -> None:
 @_with_rules_options
 def rules_list(rules_dirs, sets, no_config):
     """One line per rule: id, category, severity, name, title."""
+    from .report.text import wrap
+
     rs = _ruleset(rules_dirs, sets, no_config)
+    width = _output_width(200)
     for r in rs.active():
         origin = "" if r.origin == "built-in" else f"  [{r.path}]"
-        click.echo(f"{r.id}  {r.category:<13} {r.severity:<8} {r.name:<36} {r.title}{origin}")
+        head = f"{r.id}  {r.category:<13} {r.severity:<8} "
+        line = f"{head}{r.name:<36} {r.title}{origin}"
+        if len(line) <= width:
+            click.echo(line)
+        else:            # narrower: the id line, then the title under it
+            click.echo(f"{head}{r.name}")
+            for part in wrap(r.title + origin, width, " " * 7):
+                click.echo(part)
     for n in rs.notes:
-        click.echo(f"note: {n}")
+        for part in wrap(f"note: {n}", width, "", "      "):
+            click.echo(part)
 
 
 @rules.command("explain")
@@ -384,7 +402,7 @@ def rules_explain(rule_id, rules_dirs, sets, no_config):
     from .rules_engine.explain import explain
 
     rs = _ruleset(rules_dirs, sets, no_config)
-    click.echo(explain(rs.get(rule_id), rs.params.get(rs.get(rule_id).id, {})))
+    click.echo(explain(rs.get(rule_id), rs.params.get(rs.get(rule_id).id, {}), _output_width()))
 
 
 @rules.command("facts")
@@ -398,9 +416,19 @@ def rules_facts(markdown):
     if markdown:
         sys.stdout.write(render(cat))
         return
+    from .report.text import wrap
+
+    width = _output_width(200)
     for name in cat.names():
         s = cat.lookup(name)
-        click.echo(f"{name:<48} {s.type:<6} {s.scope:<5} {s.unit:<6} {s.source:<7} {s.meaning}")
+        line = f"{name:<48} {s.type:<6} {s.scope:<5} {s.unit:<6} {s.source:<7} {s.meaning}"
+        if len(line) <= width:
+            click.echo(line)
+        else:            # narrower: name and kind on one line, the meaning wrapped under it
+            kind = ", ".join(x for x in (s.type, s.scope, s.unit, s.source) if x)
+            click.echo(f"{name}  ({kind})")
+            for part in wrap(s.meaning, width, "    "):
+                click.echo(part)
 
 
 @rules.command("test")
