@@ -91,12 +91,28 @@ def partial_reasons(d: dict) -> list[str]:
     return out
 
 
+def _as_typed(path: str) -> str:
+    """An input as the user would type it here, quoted for the shell: relative to the current folder
+    when it lies under it, ``~/…`` under the home folder, else as given (a URL stays a URL)."""
+    from pathlib import Path
+
+    p = Path(path)
+    if "://" not in str(path) and p.is_absolute():
+        for base, lead in ((Path.cwd(), ""), (Path.home(), "~/")):
+            try:
+                rel = str(p.relative_to(base))
+            except ValueError:
+                continue
+            return lead + command([rel]) if rel != "." else (lead.rstrip("/") or ".")
+    return command([str(path)])
+
+
 def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | None = None) -> tuple[str, str]:
     """The one command to run next and what it is for: measure the fix on the same job when `run --try`
     can apply it, else keep the files for the ticket."""
     facts = d.get("facts") or {}
     cmd = facts.get("run.command")
-    inputs = " ".join(command([p]) for p in d.get("inputs") or []) or "RUN_FOLDER"
+    inputs = " ".join(_as_typed(p) for p in d.get("inputs") or []) or "RUN_FOLDER"
     failed = (d.get("verdict") or {}).get("failed")
     if cmd and fix and fix.get("knob") and fix.get("value") is not None and rule and not failed and not d.get("trial"):
         return (f"ddpdoctor run --try {rule} -- {cmd}",
