@@ -18,7 +18,8 @@ def _short(text, limit: int) -> str:
 
 
 def _one_line(e: dict) -> str:
-    step = f" at step {e['step']}" if e.get("step") is not None else ""
+    step = "" if e.get("step") is None else \
+        " before any step completed" if e["step"] == 0 else f" at step {e['step']}"
     kind = e.get("kind")
     if kind == "oom":
         caught = " (caught by the script, which went on)" if e.get("caught") else " (uncaught)"

@@ -15,6 +15,7 @@ from .failfacts import promote_bad_interface, suspect_p2p
 from .hostrec import fill_network_suggestion, host_records
 from .flight import analyze_dumps, load_dump
 from .jsonl import parse_error_file, parse_events
+from .startup import apply_startup
 from .model import LogEvent, NcclFacts
 from .netfacts import nccl_facts
 from .nccl import NcclCollector
@@ -205,6 +206,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     facts["logs.event_counts"] = _counts(events)
     facts["logs.has_timestamps"] = any(e.time is not None for e in events)
     facts.update(failure_facts(events, fr, world))
+    apply_startup(facts, events, lines, world)         # the script never started: that is the cause
     facts.update(hang_facts(hang_dumps(paths), events, world))
     apply_busy_root(facts)
     facts.update(nccl_facts(nccl, known))

@@ -56,8 +56,10 @@ def _problem_line(p: dict) -> str:
     when = ""
     if isinstance(p.get("time"), (int, float)):
         when = " at " + _dt.datetime.fromtimestamp(p["time"], _dt.timezone.utc).strftime("%H:%M:%S UTC")
-    step = f", step {p['step']}" if p.get("step") is not None else ""
     what = (p.get("type") or p.get("kind") or "error").rsplit(".", 1)[-1]
+    if p.get("step") == 0:                       # (step: the steps the rank had completed)
+        return f"rank {p.get('rank', '?')}: {what}{when}, before any step completed"
+    step = f", step {p['step']}" if p.get("step") is not None else ""
     return f"rank {p.get('rank', '?')}: {what}{step}{when}"
 
 
@@ -83,7 +85,7 @@ def partial_reasons(d: dict) -> list[str]:
     if world and len(present) < world and not any("missing:" in w for w in out):
         missing = sorted(set(range(world)) - set(present))
         out.append(f"traces from {len(present)} of {world} ranks (missing: {compact_ranks(missing)})")
-    if d.get("analysis") is None:
+    if d.get("analysis") is None and not any("performance not assessed" in w for w in out):
         out.append("no profiler traces: performance not assessed, logs only")
     status = (d.get("facts") or {}).get("run.status")
     if status == "partial" and not out:
