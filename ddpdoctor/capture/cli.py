@@ -70,15 +70,29 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
     m = result.manifest
     ranks = m.get("ranks_present") or []
     settings = list(_rank_settings(result.out))
+    ended_badly = result.exit_code != 0 and not m.get("interrupted_by")
+    if no_analyze or not ended_badly:       # a failed run: the card below says all of this, first
+        _say_what_happened(result, settings)
+    click.echo(_bundle_line(result), err=True)
+    if not no_analyze:          # last, so the card and its Next: line end the output
+        click.echo("", err=True)
+        _analyze(result.out, bool(ranks), settings, opts.warmup, report_dir, json_path, verbose,
+                 failed=ended_badly)
+    sys.exit(result.exit_code)
+
+
+def _say_what_happened(result, settings) -> None:
+    """The ranks' problems in time order, why a rank has no trace, the window's end: for a run that did
+    not fail, or when no card follows (--no-analyze)."""
+    import shutil
+
+    from ..report.text import wrap
     from .summary import failure_timeline
 
-    timeline = failure_timeline([str(result.out)])
+    m = result.manifest
+    timeline = failure_timeline([str(result.out)], interrupted_by=m.get("interrupted_by"))
     if timeline:
         click.echo("ddpdoctor: problems seen by the ranks, in order (the first is the likely cause):", err=True)
-        import shutil
-
-        from ..report.text import wrap
-
         width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
         for line in timeline:                 # wrapped at words, never cut: the first line is the likely cause
             for part in wrap(line, width, "  ", " " * 12):
@@ -91,14 +105,28 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
                    "cannot run at once); analyze the script's traces with `ddpdoctor analyze TRACE_DIR`", err=True)
     for note in m.get("notes") or []:
         click.echo(f"ddpdoctor: {note}", err=True)
-    world = m.get("world_size")
-    click.echo(f"ddpdoctor: bundle {result.out} — status {result.status}, exit code {result.exit_code}, "
-               f"traces from {len(ranks)} of {world or '?'} rank{'' if world == 1 else 's'}", err=True)
-    if not no_analyze:          # last, so the card and its Next: line end the output
-        click.echo("", err=True)
-        _analyze(result.out, bool(ranks), settings, opts.warmup, report_dir, json_path, verbose,
-                 failed=result.exit_code != 0)
-    sys.exit(result.exit_code)
+
+
+def _bundle_line(result) -> str:
+    """One line: the bundle, how the run ended, where torchrun's own output went."""
+    m = result.manifest
+    ranks, world = m.get("ranks_present") or [], m.get("world_size")
+    if m.get("interrupted_by"):
+        steps = [v for v in (m.get("steps_completed") or {}).values() if isinstance(v, int)]
+        at = f" at step {max(steps)}" if steps and max(steps) > 0 else " before the first step"
+        how = (f"interrupted by you (Ctrl-C){at}" if m["interrupted_by"] == "SIGINT" else
+               f"stopped by {m['interrupted_by']}{at}")
+        ended = f"{how}, exit code {result.exit_code}"
+    else:
+        ended = f"status {result.status}, exit code {result.exit_code}"
+    traces = (f"traces from {len(ranks)} of {plural(world, 'rank')}" if world else
+              f"traces from {plural(len(ranks), 'rank')}")
+    log = result.out / "launcher.log"
+    try:
+        pointer = "; the launcher's own output is in launcher.log" if log.stat().st_size else ""
+    except OSError:
+        pointer = ""
+    return f"ddpdoctor: bundle {result.out} — {ended}, {traces}{pointer}"
 
 
 _RULE_ID = r"[A-Z]{2,3}\d{3}"
@@ -162,11 +190,10 @@ def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, report_d
                    f"use a smaller --warmup")
         else:
             why = "no rank recorded a trace"
-        click.echo(f"ddpdoctor: no trace was recorded: {why}; see the bundle's launcher.log and "
-                   f"ranks/*/output.log, events.jsonl", err=True)
-        if not failed:
+        if not failed:                  # (a failed run: its card says so, from the logs)
+            click.echo(f"ddpdoctor: no trace was recorded: {why}; see the bundle's launcher.log and "
+                       f"ranks/*/output.log, events.jsonl", err=True)
             return
-        click.echo("ddpdoctor: the job failed: diagnosing it from its logs", err=True)
     try:
         from ..errors import FAILED_RUN
 

@@ -74,7 +74,7 @@ def partial_note(d: dict) -> str:
 def _only_a_note(warning: str) -> bool:
     """A warning that makes nothing partial: another JSON file beside the traces, which discovery names
     as 'ignored …' (bundle.discover), not a trace of the job that could not be read ('skipped …')."""
-    return warning.startswith("ignored ")
+    return warning.startswith("ignored ") or warning.endswith(", after the recorded window")
 
 
 def partial_reasons(d: dict) -> list[str]:
@@ -87,10 +87,22 @@ def partial_reasons(d: dict) -> list[str]:
         out.append(f"traces from {len(present)} of {world} ranks (missing: {compact_ranks(missing)})")
     if d.get("analysis") is None and not any("performance not assessed" in w for w in out):
         out.append("no profiler traces: performance not assessed, logs only")
-    status = (d.get("facts") or {}).get("run.status")
-    if status == "partial" and not out:
+    facts = d.get("facts") or {}
+    status = facts.get("run.status")
+    if facts.get("run.interrupted_by"):
+        out.append(interrupted_line(facts))
+    elif status == "partial" and not out:
         out.append("the run ended before every rank finished its recorded window")
     return out
+
+
+def interrupted_line(facts: dict) -> str:
+    """'interrupted by you (Ctrl-C) at step 61, after the recorded window' from the bundle facts."""
+    by, step = facts.get("run.interrupted_by"), facts.get("run.interrupted_at_step")
+    who = "interrupted by you (Ctrl-C)" if by == "SIGINT" else f"stopped by {by}"
+    at = f" at step {step}" if isinstance(step, int) and step > 0 else " before the first step"
+    complete = facts.get("run.status") == "complete"
+    return who + at + (", after the recorded window" if complete else ", before the recorded window was complete")
 
 
 def _as_typed(path: str) -> str:
@@ -164,7 +176,7 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
             lines += wrap("this run did not record " + ", ".join(fix["not_recorded"]) + "; check it applies",
                           width, "  (", "   ")
             lines[-1] += ")"
-    others = [f for f in findings(d) if f is not deciding]
+    others = [f for f in findings(d) if f is not deciding and f.get("rule") != rule]     # shown once
     if others:
         lines.append("")
         lines.append("Also found:")
