@@ -69,21 +69,8 @@ def _ruleset(rules_dirs, sets, no_config=False):
     return rs
 
 
-_rules_options = [
-    click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
-                 help="A folder of extra rule files (*.toml); a rule with a built-in id replaces it (repeatable)."),
-    click.option("--set", "sets", multiple=True, metavar="RULE.param=VALUE",
-                 help="Override a rule threshold for this run, e.g. --set DL001.min_wait_share=0.2, or one of "
-                      "rules/metrics.toml, e.g. --set metrics.straggler.min_late_share=0.1 (repeatable)."),
-    click.option("--no-config", is_flag=True,
-                 help="Ignore [tool.ddpdoctor] in pyproject.toml and ddpdoctor.toml."),
-]
-
-
-def _with_rules_options(f):
-    for opt in reversed(_rules_options):
-        f = opt(f)
-    return f
+from .cli_options import hta_option, json_option, quiet_option, report_option  # noqa: E402
+from .cli_options import with_rules_options as _with_rules_options  # noqa: E402
 
 
 _redact_hosts_option = click.option(
@@ -151,10 +138,8 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
-              help="Also write the diagnosis as JSON (schema ddpdoctor.diagnosis/1) to this file.")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False),
-              help="Write report.md, report.html, report.json and plots/*.png into this folder.")
+@json_option
+@report_option
 @click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default=None,
               help="Print the report in this format on stdout (and nothing else there).")
 @click.option("--all-windows", is_flag=True,
@@ -168,12 +153,11 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
                    "PATHS must be readable from its workers (a shared filesystem or URLs).")
 @click.option("--comm-kernel", "comm_patterns", multiple=True, metavar="REGEX",
               help="Treat kernels whose name matches REGEX as communication (repeatable).")
-@click.option("--hta", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
-              help="Cross-check with HolisticTraceAnalysis on GPU traces (auto: when the traces are small).")
+@hta_option
 @_with_rules_options
 @_redact_hosts_option
 @click.option("-v", "--verbose", is_flag=True, help="Every finding, every fix and the per-rank table, not only the card.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (use with --json or --report).")
+@quiet_option
 def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, ranks_spec, scheduler, comm_patterns, hta, rules_dirs, sets, no_config,
             redact_hosts, verbose, quiet):
     """Diagnose a run: why is it slow or why did it fail, and what to change.

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..cli_options import analysis_args, hta_option, json_option, quiet_option, report_option, with_rules_options
 from ..errors import InputError
 from ..report.text import plural
 
@@ -23,11 +24,12 @@ from ..report.text import plural
               help="Training steps to record with torch.profiler.")
 @click.option("--keep-going", is_flag=True, help="Do not stop training after the recorded window.")
 @click.option("--no-analyze", is_flag=True, help="Only capture; do not analyze the bundle afterwards.")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
-              help="Also write the report folder (report.md, report.html, report.json, plots/) of the analysis.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Also write the diagnosis as JSON to this file.")
+@report_option
+@json_option
+@hta_option
+@with_rules_options
 @click.option("-v", "--verbose", is_flag=True, help="Show every finding and table after the run, not only the card.")
+@quiet_option
 @click.option("--try", "tries", multiple=True, metavar="KEY=VALUE|RULE",
               help="Run the job with and without this change and measure it (repeatable), e.g. "
                    "--try dataloader.num_workers=4, --try ddp.bucket_cap_mb=100, --try env.NCCL_P2P_DISABLE=1, "
@@ -38,8 +40,8 @@ from ..report.text import plural
               help="With --try: use this existing bundle of the same command as the baseline.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, json_path, verbose, tries, repeat,
-        baseline, command):
+def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, json_path, hta, rules_dirs, sets,
+        no_config, verbose, quiet, tries, repeat, baseline, command):
     """Run COMMAND (torchrun …, python -m torch.distributed.run …, python train.py …)
     unchanged, profile a few steps on every rank, collect a bundle, then analyze it.
 
@@ -56,9 +58,16 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
         command = command[1:]
     if not command:
         raise InputError("no command to run: ddpdoctor run [OPTIONS] -- torchrun --nproc_per_node=N train.py ARGS")
-    if tries and (report_dir or json_path):
-        raise InputError("--report and --json belong to one run; analyze a trial's arm afterwards: "
-                         "ddpdoctor analyze TRIAL_FOLDER --report DIR")
+    if tries and (report_dir or json_path or rules_dirs or sets or hta != "auto"):
+        raise InputError("--report, --json, --rules, --set and --hta belong to the analysis of one run; analyze "
+                         "a trial's arm afterwards: ddpdoctor analyze TRIAL_FOLDER --report DIR")
+    if not no_analyze and not tries:        # a bad rule folder or --set fails now, not after the training
+        from ..cli import _ruleset
+        from ..metrics import hta_adapter
+
+        hta_adapter.require(hta)
+        _ruleset(rules_dirs, sets, no_config)
+    analysis = analysis_args(rules_dirs, sets, no_config, hta, quiet, json_path, report_dir, verbose)
     if tries:
         _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline)
         return
@@ -71,13 +80,14 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
     ranks = m.get("ranks_present") or []
     settings = list(_rank_settings(result.out))
     ended_badly = result.exit_code != 0 and not m.get("interrupted_by")
-    if no_analyze or not ended_badly:       # a failed run: the card below says all of this, first
+    if not quiet and (no_analyze or not ended_badly or verbose):   # a failed run: the card below says it all
         _say_what_happened(result, settings)
-    click.echo(_bundle_line(result), err=True)
+    if not quiet:
+        click.echo(_bundle_line(result), err=True)
     if not no_analyze:          # last, so the card and its Next: line end the output
-        click.echo("", err=True)
-        _analyze(result.out, bool(ranks), settings, opts.warmup, report_dir, json_path, verbose,
-                 failed=ended_badly)
+        if not quiet:
+            click.echo("", err=True)
+        _analyze(result.out, bool(ranks), settings, opts.warmup, analysis, failed=ended_badly, quiet=quiet)
     sys.exit(result.exit_code)
 
 
@@ -179,8 +189,8 @@ def _prepare_trial_dir(target: Path, force: bool) -> None:
     target.mkdir(parents=True, exist_ok=True)
 
 
-def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, report_dir=None, json_path=None,
-             verbose=False, failed=False) -> None:
+def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, analysis: list[str],
+             failed=False, quiet=False) -> None:
     if not have_traces:
         steps = [s.get("steps_completed") for s in settings if s and s.get("steps_completed") is not None]
         if settings and not any(steps):
@@ -191,15 +201,15 @@ def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, report_d
         else:
             why = "no rank recorded a trace"
         if not failed:                  # (a failed run: its card says so, from the logs)
+            if quiet:
+                return
             click.echo(f"ddpdoctor: no trace was recorded: {why}; see the bundle's launcher.log and "
                        f"ranks/*/output.log, events.jsonl", err=True)
             return
     try:
         from ..errors import FAILED_RUN
 
-        extra = (["--report", str(report_dir)] if report_dir else []) + (["--json", str(json_path)] if json_path else [])
-        res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), *extra, *(["-v"] if verbose else [])],
-                             timeout=1800)
+        res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), *analysis], timeout=1800)
         if res.returncode not in (0, FAILED_RUN):
             click.echo(f"ddpdoctor: analysis of {out} failed (exit {res.returncode}); "
                        f"the bundle is kept: ddpdoctor analyze {out}", err=True)
