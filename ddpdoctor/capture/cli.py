@@ -49,7 +49,7 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
       ddpdoctor run -- torchrun --nproc_per_node=8 train.py --lr 0.1
       ddpdoctor run --out node0 -- torchrun --nnodes=2 --node_rank=0 … train.py
 
-    Exits with the training's exit code.
+    Exits with the training's exit code (130 after Ctrl-C, 143 after SIGTERM).
     """
     from .launcher import RunOptions, run_capture
 
