@@ -31,6 +31,17 @@ def _facts(path):
     return {k: v for k, v in a.facts.items() if k.startswith(("failure.startup", "failure.root_cause"))}
 
 
+def test_a_plain_python_command_with_a_misspelt_script_leads_with_it(tmp_path):
+    """`ddpdoctor run -- python slow_rnak.py`: one rank, no torchrun line at all."""
+    d = tmp_path / "ranks" / "rank0"
+    d.mkdir(parents=True)
+    (d / "output.log").write_text("python: can't open file '/x/slow_rnak.py': [Errno 2] No such file or directory\n")
+    (tmp_path / "manifest.json").write_text('{"schema": "ddpdoctor.manifest/1", "status": "failed", "exit_code": 2}')
+    rep = run_analyze([str(tmp_path)], AnalyzeOptions(jobs=1, hta="off"))
+    assert [f.rule for f in rep.diagnosis.findings][:1] == ["FL016"]
+    assert "FL015" not in [f.rule for f in rep.diagnosis.findings]
+
+
 def test_a_misspelt_script_is_named_with_pythons_message_and_the_close_name(tmp_path):
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "slow_rank.py").write_text("print()\n")
@@ -38,6 +49,7 @@ def test_a_misspelt_script_is_named_with_pythons_message_and_the_close_name(tmp_
     line = f"/venv/bin/python3.11: can't open file '{missing}': [Errno 2] No such file or directory\n"
     f = _facts(_bundle(tmp_path / "b", {0: line, 1: line}))
     assert f["failure.root_cause.kind"] == "startup" and f["failure.root_cause.rank"] is None
+    assert analyze_logs([str(tmp_path / "b")]).facts["failure.present"] is True     # FL015 stays quiet
     assert f["failure.startup.kind"] == "missing_script" and f["failure.startup.shared"] is True
     assert f["failure.startup.message"] == f"python3.11: can't open file '{missing}': [Errno 2] No such file or directory"
     assert f["failure.startup.suggestion"] == str(tmp_path / "code" / "slow_rank.py")

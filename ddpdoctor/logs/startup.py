@@ -144,6 +144,7 @@ def _facts(kind, ranks, world_size, first_rank, **f) -> dict:
         "failure.startup.suggestion": f["suggestion"],
         "failure.startup.ranks": ranks,
         "failure.startup.shared": shared,
+        "failure.present": True,
         "failure.root_cause.kind": "startup",
         "failure.root_cause.rank": None if shared else first_rank,
     }
@@ -153,6 +154,11 @@ def apply_startup(facts: dict, events: list[LogEvent], lines: list, world_size: 
     """A script that could not start is the root cause, ahead of the exits and peer errors it led to."""
     found = startup_facts(events, lines, world_size)
     if found:
+        for name in ("failure.startup.exc_type", "failure.startup.where", "failure.startup.file",
+                     "failure.startup.code", "failure.startup.suggestion"):
+            facts.pop(name, None)
+            if found.get(name) is None:          # not recorded, rather than a None a template would print
+                found.pop(name)
         facts.update(found)
     else:
         facts["failure.startup.present"] = False
