@@ -69,21 +69,8 @@ def _ruleset(rules_dirs, sets, no_config=False):
     return rs
 
 
-_rules_options = [
-    click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
-                 help="A folder of extra rule files (*.toml); a rule with a built-in id replaces it (repeatable)."),
-    click.option("--set", "sets", multiple=True, metavar="RULE.param=VALUE",
-                 help="Override a rule threshold for this run, e.g. --set DL001.min_wait_share=0.2, or one of "
-                      "rules/metrics.toml, e.g. --set metrics.straggler.min_late_share=0.1 (repeatable)."),
-    click.option("--no-config", is_flag=True,
-                 help="Ignore [tool.ddpdoctor] in pyproject.toml and ddpdoctor.toml."),
-]
-
-
-def _with_rules_options(f):
-    for opt in reversed(_rules_options):
-        f = opt(f)
-    return f
+from .cli_options import hta_option, json_option, quiet_option, report_option  # noqa: E402
+from .cli_options import with_rules_options as _with_rules_options  # noqa: E402
 
 
 _redact_hosts_option = click.option(
@@ -124,16 +111,23 @@ def _write_text(path, text: str) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = None) -> None:
-    """The card (or with -v the full view) from the diagnosis document, which is already redacted."""
+def _output_width(widest: int = 100) -> int:
+    """The width text is laid out at: the terminal's (40 to ``widest``), or $COLUMNS (else 80) when piped."""
     import shutil
 
+    if sys.stdout.isatty():
+        return max(40, min(shutil.get_terminal_size((80, 24)).columns, widest))
+    cols = os.environ.get("COLUMNS", "")
+    return max(40, min(int(cols) if cols.isdigit() else 80, 200))
+
+
+def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = None) -> None:
+    """The card (or with -v the full view) from the diagnosis document, which is already redacted."""
     from .report.card import render_card
     from .report.terminal import render_full
 
     tty = sys.stdout.isatty()
-    width = max(40, min(shutil.get_terminal_size((80, 24)).columns, 100)) if tty else \
-        max(40, min(int(os.environ.get("COLUMNS", "80") or 80) if os.environ.get("COLUMNS", "").isdigit() else 80, 200))
+    width = _output_width()
     lines = render_full(d, width, report_dir) if verbose else render_card(d, width, report_dir=report_dir)
     for line in lines:
         if tty and line.startswith(("Verdict:", "Fix first", "Next:")):
@@ -144,10 +138,8 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
-              help="Also write the diagnosis as JSON (schema ddpdoctor.diagnosis/1) to this file.")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False),
-              help="Write report.md, report.html, report.json and plots/*.png into this folder.")
+@json_option
+@report_option
 @click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default=None,
               help="Print the report in this format on stdout (and nothing else there).")
 @click.option("--all-windows", is_flag=True,
@@ -161,12 +153,11 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
                    "PATHS must be readable from its workers (a shared filesystem or URLs).")
 @click.option("--comm-kernel", "comm_patterns", multiple=True, metavar="REGEX",
               help="Treat kernels whose name matches REGEX as communication (repeatable).")
-@click.option("--hta", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
-              help="Cross-check with HolisticTraceAnalysis on GPU traces (auto: when the traces are small).")
+@hta_option
 @_with_rules_options
 @_redact_hosts_option
 @click.option("-v", "--verbose", is_flag=True, help="Every finding, every fix and the per-rank table, not only the card.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (use with --json or --report).")
+@quiet_option
 @click.option("--force", is_flag=True,
               help="Write the --report folder even when it holds other files (an earlier report is always replaced).")
 def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, ranks_spec, scheduler, comm_patterns, hta, rules_dirs, sets, no_config,
@@ -373,12 +364,23 @@ def rules() -> None:
 @_with_rules_options
 def rules_list(rules_dirs, sets, no_config):
     """One line per rule: id, category, severity, name, title."""
+    from .report.text import wrap
+
     rs = _ruleset(rules_dirs, sets, no_config)
+    width = _output_width(200)
     for r in rs.active():
         origin = "" if r.origin == "built-in" else f"  [{r.path}]"
-        click.echo(f"{r.id}  {r.category:<13} {r.severity:<8} {r.name:<36} {r.title}{origin}")
+        head = f"{r.id}  {r.category:<13} {r.severity:<8} "
+        line = f"{head}{r.name:<36} {r.title}{origin}"
+        if len(line) <= width:
+            click.echo(line)
+        else:            # narrower: the id line, then the title under it
+            click.echo(f"{head}{r.name}")
+            for part in wrap(r.title + origin, width, " " * 7):
+                click.echo(part)
     for n in rs.notes:
-        click.echo(f"note: {n}")
+        for part in wrap(f"note: {n}", width, "", "      "):
+            click.echo(part)
 
 
 @rules.command("explain")
@@ -389,7 +391,7 @@ def rules_explain(rule_id, rules_dirs, sets, no_config):
     from .rules_engine.explain import explain
 
     rs = _ruleset(rules_dirs, sets, no_config)
-    click.echo(explain(rs.get(rule_id), rs.params.get(rs.get(rule_id).id, {})))
+    click.echo(explain(rs.get(rule_id), rs.params.get(rs.get(rule_id).id, {}), _output_width()))
 
 
 @rules.command("facts")
@@ -403,9 +405,19 @@ def rules_facts(markdown):
     if markdown:
         sys.stdout.write(render(cat))
         return
+    from .report.text import wrap
+
+    width = _output_width(200)
     for name in cat.names():
         s = cat.lookup(name)
-        click.echo(f"{name:<48} {s.type:<6} {s.scope:<5} {s.unit:<6} {s.source:<7} {s.meaning}")
+        line = f"{name:<48} {s.type:<6} {s.scope:<5} {s.unit:<6} {s.source:<7} {s.meaning}"
+        if len(line) <= width:
+            click.echo(line)
+        else:            # narrower: name and kind on one line, the meaning wrapped under it
+            kind = ", ".join(x for x in (s.type, s.scope, s.unit, s.source) if x)
+            click.echo(f"{name}  ({kind})")
+            for part in wrap(s.meaning, width, "    "):
+                click.echo(part)
 
 
 @rules.command("test")

@@ -234,7 +234,13 @@ def test_rules_explain_shows_placeholders_not_code():
     res = _cli("rules", "explain", "DL001", "--no-config")
     assert res.returncode == 0
     fixes = res.stdout.split("Fixes (")[1].split("References:")[0]
-    body = "\n".join(ln.split("   [if ")[0] for ln in fixes.splitlines())        # conditions are the rule's own
+    kept, in_condition = [], False             # conditions ([if …], maybe wrapped) are the rule's own code
+    for ln in fixes.splitlines():
+        in_condition = in_condition or ln.lstrip().startswith("[if ")
+        if not in_condition:
+            kept.append(ln)
+        in_condition = in_condition and not ln.endswith("]")
+    body = "\n".join(kept)
     assert "{" not in body and "default(" not in body and "plural(" not in body
     assert "num_workers=<workers>" in body and "Only <cpus> CPUs per rank" in body
 

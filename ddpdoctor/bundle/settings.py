@@ -261,6 +261,12 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
                       for m in mans)):
             status = "complete"         # per-node/per-task bundles that together hold every rank
         facts["run.status"] = status
+        stopped_by = next((m["interrupted_by"] for m in mans if m.get("interrupted_by")), None)
+        if stopped_by:                  # ddpdoctor run forwarded a SIGINT/SIGTERM/SIGHUP to the job
+            facts["run.interrupted_by"] = stopped_by
+            steps = [s for m in mans for s in (m.get("steps_completed") or {}).values() if isinstance(s, int)]
+            if steps:
+                facts["run.interrupted_at_step"] = max(steps)
         codes = [m.get("exit_code") for m in mans if m.get("exit_code") is not None]
         if codes:
             facts["run.exit_code"] = next((c for c in codes if c != 0), 0)

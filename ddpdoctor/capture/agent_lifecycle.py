@@ -280,8 +280,8 @@ class Ending:
         peers_dir = os.path.join(a.bundle, "ranks")
         while not a.finalized:
             time.sleep(1.0)
-            if a.window.stop_requested or a.window.keep_going:
-                continue
+            if a.window.stop_requested or a.window.keep_going or getattr(a.profiler, "exporting", False):
+                continue                 # (the export of a big trace under load took 57 s: not a hang)
             try:
                 done = [d for d in os.listdir(peers_dir)
                         if d != f"rank{a.rank}" and os.path.exists(os.path.join(peers_dir, d, ".window_done"))]
@@ -303,12 +303,17 @@ class Ending:
     @staticmethod
     def main_in_collective() -> bool:
         """The main thread is inside torch.distributed / DDP / autograd's backward (where DDP
-        all-reduces), not in the script's own code (a long evaluation is not a hang)."""
+        all-reduces), not in the script's own code (a long evaluation is not a hang), nor in the
+        profiler: torch/autograd/profiler.py is where the window's trace is stopped and exported,
+        which took longer than the stuck threshold on a loaded host, and the watchdog then ended a
+        healthy rank before its trace was written (issue 27)."""
         frame = sys._current_frames().get(threading.main_thread().ident)
         for _ in range(3):
             if frame is None:
                 return False
             name = frame.f_code.co_filename.replace(os.sep, "/")
+            if "/torch/profiler/" in name or "/torch/autograd/profiler" in name:
+                return False
             if "/torch/distributed/" in name or "/torch/nn/parallel/" in name or "/torch/autograd/" in name:
                 return True
             frame = frame.f_back

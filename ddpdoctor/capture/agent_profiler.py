@@ -17,6 +17,7 @@ class WindowProfiler:
         self.prof = None                  # the running torch.profiler.profile, ours
         self.trace_name = f"rank{agent.rank}.pt.trace.json.gz"
         self.trace_written = None
+        self.exporting = False            # stopping and writing the trace (seconds to a minute under load)
 
     def other_profiler_running(self) -> bool:
         """torch's autograd profiler is already on: the script runs its own."""
@@ -61,6 +62,14 @@ class WindowProfiler:
         prof, self.prof = self.prof, None
         if prof is None:
             return
+        a = self.agent
+        self.exporting = True
+        try:
+            self._stop_and_export(prof, complete)
+        finally:
+            self.exporting = False
+
+    def _stop_and_export(self, prof, complete: bool) -> None:
         a = self.agent
         a._evidence_hook("window_stop", a.window.recorded)
         a.window.stopped()

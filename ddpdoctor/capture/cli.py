@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..cli_options import analysis_args, hta_option, json_option, quiet_option, report_option, with_rules_options
 from ..errors import InputError
 from ..report.text import plural
 
@@ -23,11 +24,12 @@ from ..report.text import plural
               help="Training steps to record with torch.profiler.")
 @click.option("--keep-going", is_flag=True, help="Do not stop training after the recorded window.")
 @click.option("--no-analyze", is_flag=True, help="Only capture; do not analyze the bundle afterwards.")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
-              help="Also write the report folder (report.md, report.html, report.json, plots/) of the analysis.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Also write the diagnosis as JSON to this file.")
+@report_option
+@json_option
+@hta_option
+@with_rules_options
 @click.option("-v", "--verbose", is_flag=True, help="Show every finding and table after the run, not only the card.")
+@quiet_option
 @click.option("--try", "tries", multiple=True, metavar="KEY=VALUE|RULE",
               help="Run the job with and without this change and measure it (repeatable), e.g. "
                    "--try dataloader.num_workers=4, --try ddp.bucket_cap_mb=100, --try env.NCCL_P2P_DISABLE=1, "
@@ -38,8 +40,8 @@ from ..report.text import plural
               help="With --try: use this existing bundle of the same command as the baseline.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, json_path, verbose, tries, repeat,
-        baseline, command):
+def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, json_path, hta, rules_dirs, sets,
+        no_config, verbose, quiet, tries, repeat, baseline, command):
     """Run COMMAND (torchrun …, python -m torch.distributed.run …, python train.py …)
     unchanged, profile a few steps on every rank, collect a bundle, then analyze it.
 
@@ -47,7 +49,7 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
       ddpdoctor run -- torchrun --nproc_per_node=8 train.py --lr 0.1
       ddpdoctor run --out node0 -- torchrun --nnodes=2 --node_rank=0 … train.py
 
-    Exits with the training's exit code.
+    Exits with the training's exit code (130 after Ctrl-C, 143 after SIGTERM).
     """
     from .launcher import RunOptions, run_capture
 
@@ -56,33 +58,55 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
         command = command[1:]
     if not command:
         raise InputError("no command to run: ddpdoctor run [OPTIONS] -- torchrun --nproc_per_node=N train.py ARGS")
-    if tries and (report_dir or json_path):
-        raise InputError("--report and --json belong to one run; analyze a trial's arm afterwards: "
-                         "ddpdoctor analyze TRIAL_FOLDER --report DIR")
+    if tries and (report_dir or json_path or rules_dirs or sets or hta != "auto"):
+        raise InputError("--report, --json, --rules, --set and --hta belong to the analysis of one run; analyze "
+                         "a trial's arm afterwards: ddpdoctor analyze TRIAL_FOLDER --report DIR")
+    if not no_analyze and not tries:        # a bad rule folder or --set fails now, not after the training
+        from ..cli import _ruleset
+        from ..metrics import hta_adapter
+
+        hta_adapter.require(hta)
+        _ruleset(rules_dirs, sets, no_config)
+    analysis = analysis_args(rules_dirs, sets, no_config, hta, quiet, json_path, report_dir, verbose, force)
     if tries:
         _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline)
         return
+    if repeat is not None or baseline is not None:
+        raise InputError("--repeat and --baseline belong to --try (a trial of one change)")
     if report_dir:
         from ..report.files import check_report_dir
 
         check_report_dir(report_dir, force)      # before the job runs, not after it
-    if repeat is not None or baseline is not None:
-        raise InputError("--repeat and --baseline belong to --try (a trial of one change)")
     opts = RunOptions(command=command, out=Path(out) if out else None, force=force, warmup=warmup,
                       active=active, keep_going=keep_going)
     result = run_capture(opts)
     m = result.manifest
     ranks = m.get("ranks_present") or []
     settings = list(_rank_settings(result.out))
+    ended_badly = result.exit_code != 0 and not m.get("interrupted_by")
+    if not quiet and (no_analyze or not ended_badly or verbose):   # a failed run: the card below says it all
+        _say_what_happened(result, settings)
+    if not quiet:
+        click.echo(_bundle_line(result), err=True)
+    if not no_analyze:          # last, so the card and its Next: line end the output
+        if not quiet:
+            click.echo("", err=True)
+        _analyze(result.out, bool(ranks), settings, opts.warmup, analysis, failed=ended_badly, quiet=quiet)
+    sys.exit(result.exit_code)
+
+
+def _say_what_happened(result, settings) -> None:
+    """The ranks' problems in time order, why a rank has no trace, the window's end: for a run that did
+    not fail, or when no card follows (--no-analyze)."""
+    import shutil
+
+    from ..report.text import wrap
     from .summary import failure_timeline
 
-    timeline = failure_timeline([str(result.out)])
+    m = result.manifest
+    timeline = failure_timeline([str(result.out)], interrupted_by=m.get("interrupted_by"))
     if timeline:
         click.echo("ddpdoctor: problems seen by the ranks, in order (the first is the likely cause):", err=True)
-        import shutil
-
-        from ..report.text import wrap
-
         width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
         for line in timeline:                 # wrapped at words, never cut: the first line is the likely cause
             for part in wrap(line, width, "  ", " " * 12):
@@ -95,14 +119,28 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
                    "cannot run at once); analyze the script's traces with `ddpdoctor analyze TRACE_DIR`", err=True)
     for note in m.get("notes") or []:
         click.echo(f"ddpdoctor: {note}", err=True)
-    world = m.get("world_size")
-    click.echo(f"ddpdoctor: bundle {result.out} — status {result.status}, exit code {result.exit_code}, "
-               f"traces from {len(ranks)} of {world or '?'} rank{'' if world == 1 else 's'}", err=True)
-    if not no_analyze:          # last, so the card and its Next: line end the output
-        click.echo("", err=True)
-        _analyze(result.out, bool(ranks), settings, opts.warmup, report_dir, json_path, verbose,
-                 failed=result.exit_code != 0, force=force)
-    sys.exit(result.exit_code)
+
+
+def _bundle_line(result) -> str:
+    """One line: the bundle, how the run ended, where torchrun's own output went."""
+    m = result.manifest
+    ranks, world = m.get("ranks_present") or [], m.get("world_size")
+    if m.get("interrupted_by"):
+        steps = [v for v in (m.get("steps_completed") or {}).values() if isinstance(v, int)]
+        at = f" at step {max(steps)}" if steps and max(steps) > 0 else " before the first step"
+        how = (f"interrupted by you (Ctrl-C){at}" if m["interrupted_by"] == "SIGINT" else
+               f"stopped by {m['interrupted_by']}{at}")
+        ended = f"{how}, exit code {result.exit_code}"
+    else:
+        ended = f"status {result.status}, exit code {result.exit_code}"
+    traces = (f"traces from {len(ranks)} of {plural(world, 'rank')}" if world else
+              f"traces from {plural(len(ranks), 'rank')}")
+    log = result.out / "launcher.log"
+    try:
+        pointer = "; the launcher's own output is in launcher.log" if log.stat().st_size else ""
+    except OSError:
+        pointer = ""
+    return f"ddpdoctor: bundle {result.out} — {ended}, {traces}{pointer}"
 
 
 _RULE_ID = r"[A-Z]{2,3}\d{3}"
@@ -155,8 +193,8 @@ def _prepare_trial_dir(target: Path, force: bool) -> None:
     target.mkdir(parents=True, exist_ok=True)
 
 
-def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, report_dir=None, json_path=None,
-             verbose=False, failed=False, force=False) -> None:
+def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, analysis: list[str],
+             failed=False, quiet=False) -> None:
     if not have_traces:
         steps = [s.get("steps_completed") for s in settings if s and s.get("steps_completed") is not None]
         if settings and not any(steps):
@@ -166,18 +204,16 @@ def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, report_d
                    f"use a smaller --warmup")
         else:
             why = "no rank recorded a trace"
-        click.echo(f"ddpdoctor: no trace was recorded: {why}; see the bundle's launcher.log and "
-                   f"ranks/*/output.log, events.jsonl", err=True)
-        if not failed:
+        if not failed:                  # (a failed run: its card says so, from the logs)
+            if quiet:
+                return
+            click.echo(f"ddpdoctor: no trace was recorded: {why}; see the bundle's launcher.log and "
+                       f"ranks/*/output.log, events.jsonl", err=True)
             return
-        click.echo("ddpdoctor: the job failed: diagnosing it from its logs", err=True)
     try:
         from ..errors import FAILED_RUN
 
-        extra = ((["--report", str(report_dir)] + (["--force"] if force else []) if report_dir else [])
-                 + (["--json", str(json_path)] if json_path else []))
-        res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), *extra, *(["-v"] if verbose else [])],
-                             timeout=1800)
+        res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), *analysis], timeout=1800)
         if res.returncode not in (0, FAILED_RUN):
             click.echo(f"ddpdoctor: analysis of {out} failed (exit {res.returncode}); "
                        f"the bundle is kept: ddpdoctor analyze {out}", err=True)

@@ -4,7 +4,7 @@ every training rank, collect the bundle, write the manifest.
 Process layout::
 
     ddpdoctor run ──Popen(new session)──► launcher (torchrun agent / python train.py)
-        │  stdout/stderr pipes → terminal + launcher.log     └─► rank processes (agent active)
+        │  stdout/stderr pipes → launcher.log                └─► rank processes (agent active)
         │  FIFOs term.out/term.err ◄── each rank's fd tee (also → ranks/rank<R>/output.log)
         └─ SIGINT/SIGTERM/SIGHUP forwarded to the launcher's process group
 """
@@ -199,14 +199,13 @@ def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interru
     expected = world
     if nnodes > 1:
         expected = max([s.get("local_world_size") or 0 for s in settings.values()] + [0]) or None
-    if interrupted:
-        status = "partial"
+    recorded = bool(expected and len(traces) == expected and windows_complete)
+    if interrupted:                     # interrupted after every window was recorded: the bundle is whole
+        status = "complete" if recorded else "partial"
     elif exit_code != 0:
         status = "failed"
-    elif expected and len(traces) == expected and windows_complete:
-        status = "complete"
     else:
-        status = "partial"
+        status = "complete" if recorded else "partial"
     torch_versions = sorted({s["torch_version"] for s in settings.values() if s.get("torch_version")})
     nccl = sorted({s["nccl_version"] for s in settings.values() if s.get("nccl_version")})
     t, iso = _now()
@@ -394,8 +393,10 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
         _write_json(out / "manifest.json", manifest)
         raise InputError(f"{opts.command[0]}: cannot start ({exc})") from None
     host_thread.start()          # after the fork: preexec_fn is only safe in a single-threaded parent
-    pumps = [_Pump(os.dup(proc.stdout.fileno()), _term(sys.stdout), launcher_log, log_lock),
-             _Pump(os.dup(proc.stderr.fileno()), _term(sys.stderr), launcher_log, log_lock),
+    # the launcher's own output (torchrun's banner, its tracebacks and "Root Cause" block) goes to
+    # launcher.log only: the ranks' output reaches the terminal, and the card leads after the run
+    pumps = [_Pump(os.dup(proc.stdout.fileno()), None, launcher_log, log_lock),
+             _Pump(os.dup(proc.stderr.fileno()), None, launcher_log, log_lock),
              _Pump(fifo_r[0], _term(sys.stdout)), _Pump(fifo_r[1], _term(sys.stderr))]
     proc.stdout.close()
     proc.stderr.close()
@@ -442,6 +443,8 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
         for s, h in old.items():
             signal.signal(s, h)
     exit_code = rc if rc >= 0 else 128 - rc
+    if interrupted:                     # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports it
+        exit_code = 128 + signal.Signals[interrupted[0]].value
     # the user's command has ended: stray descendants (ranks torchrun did not reap, daemons)
     # are this run's orphans; end them, then let the rank tees drain
     tees = _tee_pids(out)

@@ -1,5 +1,5 @@
-"""The ranks' output streams under `ddpdoctor run`: copied to the terminal without the profiler's
-chatter, and to the rank's log file byte for byte."""
+"""The output streams under `ddpdoctor run`: each rank's copied to the terminal without the profiler's
+chatter (and to the rank's log file byte for byte, by the rank's own tee); the launcher's to launcher.log only."""
 
 from __future__ import annotations
 
@@ -58,8 +58,10 @@ class _Pump(threading.Thread):
     """Copies one stream to the terminal (without profiler chatter) and, optionally, a log file (all of it)."""
 
     def __init__(self, src_fd: int, term, log_fh=None, lock=None):
+        """``term`` None: the log file only (the launcher's own output)."""
         super().__init__(daemon=True)
-        self.src_fd, self.term, self.log_fh, self.lock = src_fd, _NoiseFilter(term), log_fh, lock
+        self.src_fd, self.log_fh, self.lock = src_fd, log_fh, lock
+        self.term = _NoiseFilter(term) if term is not None else None
 
     def run(self):
         while True:
@@ -75,13 +77,16 @@ class _Pump(threading.Thread):
                 with self.lock:
                     self.log_fh.write(data)
                     self.log_fh.flush()
+            if self.term is None:
+                continue
             try:
                 self.term.write(data)
                 self.term.flush()
             except (OSError, ValueError):
                 pass
         try:
-            self.term.close()
+            if self.term is not None:
+                self.term.close()
         except (OSError, ValueError):
             pass
         try:

@@ -15,6 +15,8 @@ from .failfacts import promote_bad_interface, suspect_p2p
 from .hostrec import fill_network_suggestion, host_records
 from .flight import analyze_dumps, load_dump
 from .jsonl import parse_error_file, parse_events
+from .interrupt import apply_interrupt
+from .startup import apply_startup
 from .model import LogEvent, NcclFacts
 from .netfacts import nccl_facts
 from .nccl import NcclCollector
@@ -205,12 +207,14 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     facts["logs.event_counts"] = _counts(events)
     facts["logs.has_timestamps"] = any(e.time is not None for e in events)
     facts.update(failure_facts(events, fr, world))
+    apply_startup(facts, events, lines, world)         # the script never started: that is the cause
     facts.update(hang_facts(hang_dumps(paths), events, world))
     apply_busy_root(facts)
     facts.update(nccl_facts(nccl, known))
     fill_network_suggestion(facts, host_records(paths))
     suspect_p2p(facts, known)
     promote_bad_interface(facts)
+    apply_interrupt(facts, known)                       # Ctrl-C is not the failure to fix
     return LogAnalysis(read, ranks, events, nccl, facts, fr, warnings,
                        [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines])
 

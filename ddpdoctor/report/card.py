@@ -58,8 +58,10 @@ def _problem_line(p: dict) -> str:
     when = ""
     if isinstance(p.get("time"), (int, float)):
         when = " at " + _dt.datetime.fromtimestamp(p["time"], _dt.timezone.utc).strftime("%H:%M:%S UTC")
-    step = f", step {p['step']}" if p.get("step") is not None else ""
     what = (p.get("type") or p.get("kind") or "error").rsplit(".", 1)[-1]
+    if p.get("step") == 0:                       # (step: the steps the rank had completed)
+        return f"rank {p.get('rank', '?')}: {what}{when}, before any step completed"
+    step = f", step {p['step']}" if p.get("step") is not None else ""
     return f"rank {p.get('rank', '?')}: {what}{step}{when}"
 
 
@@ -74,7 +76,7 @@ def partial_note(d: dict) -> str:
 def _only_a_note(warning: str) -> bool:
     """A warning that makes nothing partial: another JSON file beside the traces, which discovery names
     as 'ignored …' (bundle.discover), not a trace of the job that could not be read ('skipped …')."""
-    return warning.startswith("ignored ")
+    return warning.startswith("ignored ") or warning.endswith(", after the recorded window")
 
 
 def partial_reasons(d: dict) -> list[str]:
@@ -85,12 +87,40 @@ def partial_reasons(d: dict) -> list[str]:
     if world and len(present) < world and not any("missing:" in w for w in out):
         missing = sorted(set(range(world)) - set(present))
         out.append(f"traces from {len(present)} of {world} ranks (missing: {compact_ranks(missing)})")
-    if d.get("analysis") is None:
+    if d.get("analysis") is None and not any("performance not assessed" in w for w in out):
         out.append("no profiler traces: performance not assessed, logs only")
-    status = (d.get("facts") or {}).get("run.status")
-    if status == "partial" and not out:
+    facts = d.get("facts") or {}
+    status = facts.get("run.status")
+    if facts.get("run.interrupted_by"):
+        out.append(interrupted_line(facts))
+    elif status == "partial" and not out:
         out.append("the run ended before every rank finished its recorded window")
     return out
+
+
+def interrupted_line(facts: dict) -> str:
+    """'interrupted by you (Ctrl-C) at step 61, after the recorded window' from the bundle facts."""
+    by, step = facts.get("run.interrupted_by"), facts.get("run.interrupted_at_step")
+    who = "interrupted by you (Ctrl-C)" if by == "SIGINT" else f"stopped by {by}"
+    at = f" at step {step}" if isinstance(step, int) and step > 0 else " before the first step"
+    complete = facts.get("run.status") == "complete"
+    return who + at + (", after the recorded window" if complete else ", before the recorded window was complete")
+
+
+def _as_typed(path: str) -> str:
+    """An input as the user would type it here, quoted for the shell: relative to the current folder
+    when it lies under it, ``~/…`` under the home folder, else as given (a URL stays a URL)."""
+    from pathlib import Path
+
+    p = Path(path)
+    if "://" not in str(path) and p.is_absolute():
+        for base, lead in ((Path.cwd(), ""), (Path.home(), "~/")):
+            try:
+                rel = str(p.relative_to(base))
+            except ValueError:
+                continue
+            return lead + command([rel]) if rel != "." else (lead.rstrip("/") or ".")
+    return command([str(path)])
 
 
 def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | None = None) -> tuple[str, str, list[str]]:
@@ -99,7 +129,7 @@ def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | Non
     (metrics.toml [trial]), else keep the files for the ticket."""
     facts = d.get("facts") or {}
     cmd = facts.get("run.command")
-    inputs = " ".join(command([p]) for p in d.get("inputs") or []) or "RUN_FOLDER"
+    inputs = " ".join(_as_typed(p) for p in d.get("inputs") or []) or "RUN_FOLDER"
     failed = (d.get("verdict") or {}).get("failed")
     predicted = (fix_prediction(d, fix) or {}).get("predicted_speedup") if cmd and rule and not failed else None
     if predicted and predicted > metric_params()["trial"]["min_predicted_speedup"] and not d.get("trial"):
@@ -167,7 +197,8 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
             lines += wrap("this run did not record " + ", ".join(fix["not_recorded"]) + "; check it applies",
                           width, "  (", "   ")
             lines[-1] += ")"
-    others = [f for f in findings(d) if f is not deciding and f is not source and _worth_listing(f, d)]
+    others = [f for f in findings(d) if f is not deciding and f is not source and f.get("rule") != rule
+              and _worth_listing(f, d)]     # shown once
     if others:
         lines.append("")
         lines.append("Also found:")

@@ -108,8 +108,29 @@ def plural(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
+_QUOTED = re.compile(r"'[^']*'" + r'|"(?:[^"\\]|\\.)*"')
+
+
+def _splittable(line: str) -> bool:
+    """A backslash-newline joins a word again only outside quotes and after no other backslash."""
+    body = line[:-2] if line.endswith(" \\") else line
+    return not any(c in body for c in "'\"`\\")
+
+
 def shell(cmd: str, width: int = WIDTH, first: str = "", rest: str = "    ") -> list[str]:
-    """A command wrapped at spaces with `` \\`` continuations, so it still pastes into a shell."""
-    lines = textwrap.wrap(cmd, width=max(20, width - 2), initial_indent=first, subsequent_indent=rest,
+    """A command wrapped at spaces with `` \\`` continuations, so it still pastes into a shell. A word
+    longer than a line (a deep path) is split with a bare ``\\`` and goes on at the line's start: the
+    shell removes backslash-newline, so the pasted word is whole again."""
+    width = max(20, width)
+    kept = _QUOTED.sub(lambda m: m.group(0).replace(" ", _KEEP), cmd)      # never wrap inside quotes
+    lines = textwrap.wrap(kept, width=width - 2, initial_indent=first, subsequent_indent=rest,
                           break_long_words=False, break_on_hyphens=False) or [first]
-    return [ln + " \\" for ln in lines[:-1]] + lines[-1:]
+    lines = [ln.replace(_KEEP, " ") for ln in lines]
+    out = [ln + " \\" for ln in lines[:-1]] + lines[-1:]
+    fitted: list[str] = []
+    for ln in out:
+        while len(ln) > width and _splittable(ln):
+            fitted.append(ln[:width - 1] + "\\")
+            ln = ln[width - 1:]
+        fitted.append(ln)
+    return fitted

@@ -59,9 +59,12 @@ def placeholder(expr: Expr) -> str:
     node = expr.tree.body
     noun = ""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "plural" and len(node.args) > 1:
-        arg = node.args[1]
-        if isinstance(arg, ast.Constant):
-            noun = f" {arg.value}s"
+        one = node.args[1]
+        many = node.args[2] if len(node.args) > 2 else None     # plural(n, 'batch', 'batches')
+        if isinstance(many, ast.Constant) and isinstance(many.value, str):
+            noun = f" {many.value}"
+        elif isinstance(one, ast.Constant):
+            noun = f" {one.value}s"
     names = sorted(expr.names, key=lambda n: expr.source.find(n))
     if not names:
         try:

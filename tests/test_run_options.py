@@ -1,0 +1,64 @@
+"""`run` and `analyze` share their analysis options (issue 27): the same names, defaults and help, and
+`run` hands them to the analysis it starts; a bad --set or --rules stops `run` before the training."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ddpdoctor.cli import main
+from ddpdoctor.cli_options import analysis_args
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ("quiet", "sets", "rules_dirs", "no_config", "hta", "json_path", "report_dir", "verbose")
+
+
+def _params(name):
+    return {p.name: p for p in main.commands[name].params}
+
+
+def test_run_and_analyze_share_the_analysis_options():
+    run, analyze = _params("run"), _params("analyze")
+    for name in SHARED:
+        a, r = analyze[name], run[name]
+        assert (a.opts, a.default, a.multiple) == (r.opts, r.default, r.multiple), name
+        if name != "verbose":
+            assert a.help == r.help, name
+
+
+def test_analysis_args_are_analyze_arguments():
+    args = analysis_args(["my_rules"], ["DL001.min_wait_share=0.2"], True, "off", True, "d.json", "rep", True)
+    assert args == ["--rules", "my_rules", "--set", "DL001.min_wait_share=0.2", "--no-config", "--hta", "off",
+                    "--json", "d.json", "--report", "rep", "-q", "-v"]
+    assert analysis_args() == []
+
+
+@pytest.mark.parametrize("option", [["--set", "XX001.nope=1"], ["--rules", "/no/such/folder"]])
+def test_a_bad_analysis_option_stops_run_before_the_training(tmp_path, option):
+    out = tmp_path / "bundle"
+    res = CliRunner().invoke(main, ["run", "--out", str(out), *option, "--", sys.executable, "-c", "pass"])
+    assert res.exit_code == 2 and not out.exists(), res.output
+
+
+def test_try_refuses_options_of_a_single_runs_analysis():
+    res = CliRunner().invoke(main, ["run", "--try", "DL001", "--set", "DL001.min_wait_share=0.2", "--", "python", "x.py"])
+    assert res.exit_code == 2 and "analyze a trial's arm afterwards" in res.output
+
+
+def test_run_quiet_with_json_prints_nothing_of_its_own(tmp_path):
+    pytest.importorskip("torch")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(tmp_path / "b"), "-q", "--hta", "off",
+                          "--json", str(tmp_path / "d.json"), "--set", "metrics.straggler.min_late_share=0.5",
+                          "--warmup", "2", "--active", "3", "--", sys.executable,
+                          str(ROOT / "tests" / "scripts" / "single_train.py")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "ddpdoctor:" not in res.stdout + res.stderr and "Verdict:" not in res.stdout
+    d = json.loads((tmp_path / "d.json").read_text())
+    assert d["schema"] == "ddpdoctor.diagnosis/1"
