@@ -19,8 +19,8 @@ DEEP = "/srv/" + "/".join(["a_rather_long_folder_name_for_a_checkout"] * 4) + "/
 def test_an_input_under_the_current_folder_is_shown_relative(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     d = _doc(inputs=[str(tmp_path / "bundles" / "run one")], verdict={**_doc()["verdict"], "failed": True})
-    cmd, _why = next_step(d, None, None)
-    assert cmd == "ddpdoctor analyze 'bundles/run one' --report ddpdoctor-report"
+    cmd, _why, _after = next_step(d, None, None)
+    assert cmd == "ddpdoctor analyze 'bundles/run one' --report report-run-one"
 
 
 def test_a_card_for_an_input_at_a_deep_path_fits_80_columns(tmp_path, monkeypatch):
