@@ -29,19 +29,20 @@ _PEM_BLOCK = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:
 # where a token may start: not after a letter or digit (`\b` would miss `rank1_sk-proj-…` in a file name)
 _TOKEN_START = r"(?<![A-Za-z0-9])"
 # values that look like credentials wherever they appear
-_VALUE_PATTERNS = [
-    re.compile(_TOKEN_START + r"hf_[A-Za-z0-9]{20,}"),                        # Hugging Face
-    re.compile(_TOKEN_START + r"sk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}"),       # OpenAI / Anthropic style
-    re.compile(_TOKEN_START + r"gh[pousr]_[A-Za-z0-9]{30,}"),                  # GitHub tokens
-    re.compile(_TOKEN_START + r"github_pat_[A-Za-z0-9_]{30,}"),
-    re.compile(_TOKEN_START + r"glpat-[A-Za-z0-9_\-]{20,}"),                   # GitLab
-    re.compile(_TOKEN_START + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])"),   # AWS key ids
-    re.compile(_TOKEN_START + r"xox[abposr]-[A-Za-z0-9\-]{10,}"),              # Slack
-    re.compile(_TOKEN_START + r"AIza[0-9A-Za-z_\-]{35}"),                      # Google API keys
-    re.compile(_TOKEN_START + r"eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}"),   # JWT
-    _PEM_BLOCK,
-    re.compile(_TOKEN_START + r"xapp-[A-Za-z0-9\-]{10,}"),                     # Slack app tokens
-    re.compile(_TOKEN_START + r"npm_[A-Za-z0-9]{30,}"),
+_VALUE_PATTERNS = [       # (pattern, literals one of which a match holds: a text without them is not scanned)
+    (re.compile(_TOKEN_START + r"hf_[A-Za-z0-9]{20,}"), ("hf_",)),                          # Hugging Face
+    (re.compile(_TOKEN_START + r"sk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}"), ("sk-",)),         # OpenAI / Anthropic style
+    (re.compile(_TOKEN_START + r"gh[pousr]_[A-Za-z0-9]{30,}"), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),   # GitHub
+    (re.compile(_TOKEN_START + r"github_pat_[A-Za-z0-9_]{30,}"), ("github_pat_",)),
+    (re.compile(_TOKEN_START + r"glpat-[A-Za-z0-9_\-]{20,}"), ("glpat-",)),                 # GitLab
+    (re.compile(_TOKEN_START + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])"),   # AWS key ids
+     ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")),
+    (re.compile(_TOKEN_START + r"xox[abposr]-[A-Za-z0-9\-]{10,}"), ("xox",)),               # Slack
+    (re.compile(_TOKEN_START + r"AIza[0-9A-Za-z_\-]{35}"), ("AIza",)),                      # Google API keys
+    (re.compile(_TOKEN_START + r"eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}"), ("eyJ",)),   # JWT
+    (_PEM_BLOCK, ("PRIVATE KEY",)),
+    (re.compile(_TOKEN_START + r"xapp-[A-Za-z0-9\-]{10,}"), ("xapp-",)),                   # Slack app tokens
+    (re.compile(_TOKEN_START + r"npm_[A-Za-z0-9]{30,}"), ("npm_",)),
 ]
 # `Authorization: Bearer X`, `Bearer X`, `Authorization: Basic X`, `X-Api-Key: X` (header value redacted)
 _AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|x-auth-token|private-token)"
@@ -90,7 +91,7 @@ def looks_like_secret(value: str) -> bool:
     high-entropy string mixing letter cases and digits (paths and plain words do not count)."""
     if not value:
         return False
-    if any(p.search(value) for p in _VALUE_PATTERNS):
+    if any(p.search(value) for p, lits in _VALUE_PATTERNS if any(x in value for x in lits)):
         return True
     for tok in _HIGH_ENTROPY_TOKEN.findall(value):
         if len(tok) == 40 and re.fullmatch(r"[A-Za-z0-9/+]{40}", tok) and not tok.startswith("/") \
@@ -157,6 +158,26 @@ def collect_secrets(obj, _key: str | None = None) -> None:
         remember_secret(m.group(3))
 
 
+_SECRET_HINT = re.compile(r"(?i)token|key|secret|passw|pwd|auth|bearer|cookie|session|credential|signature|login")
+
+
+def collect_log_secrets(text: str) -> None:
+    """:func:`collect_secrets` over the lines of a log that name a secret (`Namespace(hf_token='…')`,
+    `--api-key X`, `Bearer …`), so that the same value echoed on another line is hidden too.  Only
+    those lines are scanned: the full scan costs about a second per MB."""
+    if not text:
+        return
+    seen = -1
+    for m in _SECRET_HINT.finditer(text):
+        if m.start() <= seen:
+            continue
+        start = text.rfind("\n", 0, m.start()) + 1
+        end = text.find("\n", m.end())
+        end = len(text) if end < 0 else end
+        collect_secrets(text[start:end])
+        seen = end
+
+
 def forget_secrets() -> None:
     _KNOWN_SECRETS.clear()
 
@@ -209,12 +230,21 @@ def redact_key_lines(text: str) -> str:
     if not text:
         return text
     hide: dict[int, re.Match] = {}
-    for m in _B64_LONG_LINE.finditer(text):
-        if _key_body_line(m.group(2)):
-            hide[m.start(2)] = m
-            nxt = _line_at(text, m.end() + 1)
+    run: list[re.Match] = []                     # consecutive long base64 lines; hidden whole if one is a key line
+
+    def close_run() -> None:
+        if run and any(_key_body_line(m.group(2)) for m in run):
+            hide.update((m.start(2), m) for m in run)
+            nxt = _line_at(text, run[-1].end() + 1)
             if nxt is not None and _key_tail_line(nxt.group(2)):
                 hide[nxt.start(2)] = nxt
+        run.clear()
+
+    for m in _B64_LONG_LINE.finditer(text):
+        if run and text[run[-1].end():m.start()] != "\n":
+            close_run()
+        run.append(m)
+    close_run()
     if "PRIVATE KEY" in text:
         for k in _KEY_MARKER.finditer(text):
             if k.group(1) == "BEGIN":                    # the lines after it, while they are base64
@@ -257,8 +287,9 @@ def _structured(out: str) -> str:
     out = _WANDB.sub(lambda m: f"{m.group(1)}{REDACTED}", out)
     out = _ARGV_LIST_PAIR.sub(lambda m: (f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{REDACTED}{m.group(4)}"
                                          if secret_name(m.group(2).lstrip("-")) else m.group(0)), out)
-    for p in _VALUE_PATTERNS:
-        out = p.sub(REDACTED, out)
+    for p, lits in _VALUE_PATTERNS:
+        if any(x in out for x in lits):
+            out = p.sub(REDACTED, out)
     out = redact_key_lines(out)
     return _known(out) if _KNOWN_SECRETS else out
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from .. import safe_io
 from ..errors import InputError
-from ..redact import redact_keys
+from ..redact import collect_log_secrets, redact_keys
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
 from .hang import apply_busy_root, hang_dumps, hang_facts
@@ -168,6 +168,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
                 read.append(str(lf.path))
                 continue
             text = redact_keys(safe_io.read_log_text(lf.path, warnings))     # key material is never evidence
+            collect_log_secrets(text)       # a value the script printed under a secret name, hidden where echoed
         except OSError as exc:
             warnings.append(f"{lf.path}: unreadable ({exc.strerror})")
             continue
