@@ -93,7 +93,9 @@ def _tf(path: str, rank: int) -> TraceFile:
 def test_host_from_the_handler_name():
     assert host_from_name("gpu-a01.cluster_x_4000.1732500000000000000.pt.trace.json.gz") == "gpu-a01.cluster_x"
     assert host_from_name("node7_123.1700000000000000000.pt.trace.json") == "node7"
-    for name in ("rank3.pt.trace.json", "123.1700000000000000000.pt.trace.json", "worker_3.json"):
+    for name in ("rank3.pt.trace.json", "123.1700000000000000000.pt.trace.json", "worker_3.json",
+                 "worker0_step_12.1694128201545.pt.trace.json.gz",        # PARAM's DLRM traces: ms time, rank name
+                 "rank3_4000.1732500000000000000.pt.trace.json"):          # a worker name per rank, not a host
         assert host_from_name(name) is None
 
 

@@ -21,16 +21,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import sources
-from .discover import Discovery, compact_ranks
+from .discover import Discovery, compact_ranks, rank_from_name
 
-# {hostname}_{pid}.{time_ns}.pt.trace.json[.gz]; a host name may itself hold '_', '.', '-'
-_HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.(?P<ns>\d{12,})\.pt\.trace\.json(?:\.gz)?$")
+# {hostname}_{pid}.{time_ns}.pt.trace.json[.gz]; a host name may itself hold '_', '.', '-'; time.time_ns()
+# has 19 digits (a custom worker name with a ms time, `worker0_step_12.1694128201545`, is not this form)
+_HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d{1,7})\.(?P<ns>\d{19})\.pt\.trace\.json(?:\.gz)?$")
 
 
 def host_from_name(name: str) -> str | None:
-    """The host in a trace handler's default file name, else None."""
+    """The host in a trace handler's default file name, else None (also when the "host" names a rank,
+    `rank3_…`/`worker3_…`: a worker name chosen per rank, not a host)."""
     m = _HANDLER_NAME.match(name)
-    return m.group("host") if m else None
+    if not m or rank_from_name(Path(m.group("host"))) is not None:
+        return None
+    return m.group("host")
 
 
 @dataclass
