@@ -16,6 +16,7 @@ import numpy as np
 
 from . import executors, sources
 from .bundle.discover import Discovery, TraceFile, discover
+from .bundle.hosts import HostIdentity, identify_hosts
 from .errors import InputError
 from .metrics.breakdown import Collectives, RankSummary, summarize
 from .metrics.columns import COLUMNS
@@ -45,6 +46,7 @@ class Analysis:
     hta: dict | None = None
     seconds: float = 0.0
     bytes_read: int = 0
+    hosts: HostIdentity | None = None       # each rank's host and how it was known (bundle/hosts.py)
 
     @property
     def partial(self) -> bool:
@@ -187,6 +189,16 @@ def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None,
         warnings.append(f"skipped {err}")
     if not any(s.steps for s in summaries):
         raise InputError("the traces hold no activity to analyze (no steps, no operators, no kernels)")
+    # each rank's host (trace host_name > the trace handler's file name > node folder): the clocks are per host
+    hosts = identify_hosts({s.rank: s.host for s in summaries}, disc, list(paths))
+    for s in summaries:
+        s.host = hosts.host.get(s.rank)
     cross = analyze_cross_rank(summaries)
+    if hosts.note:                      # said once: with what the end times suggest, when they do
+        est = cross.clock
+        if est is not None and est.suggested:
+            cross.notes = [n for n in cross.notes if n not in est.notes]
+        cross.notes.insert(0, hosts.note + (f", although collective end times suggest offsets between the ranks' "
+                                            f"clocks (largest: {est.suggested})" if est is not None and est.suggested else ""))
     return Analysis(inputs=[p if sources.is_url(p) else str(Path(p)) for p in paths], discovery=disc, summaries=summaries, cross=cross,
-                    warnings=warnings, seconds=time.perf_counter() - t0, bytes_read=total_bytes)
+                    warnings=warnings, seconds=time.perf_counter() - t0, bytes_read=total_bytes, hosts=hosts)

@@ -23,22 +23,26 @@ NOT_SECRET_NAMES = {"PWD", "OLDPWD", "KEYTIMEOUT", "TORCHELASTIC_RUN_ID", "XDG_S
                     "XDG_SESSION_CLASS", "XDG_SESSION_DESKTOP", "DBUS_SESSION_BUS_ADDRESS", "SESSION_MANAGER",
                     "SSH_AUTH_SOCK", "KEYBOARD", "TERM_SESSION_ID", "MONKEY", "NCCL_IB_PKEY"}
 
+# a whole PEM private-key block (body too); an unterminated one to the end of the text
+_PEM_BLOCK = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+                        re.S)
+# where a token may start: not after a letter or digit (`\b` would miss `rank1_sk-proj-…` in a file name)
+_TOKEN_START = r"(?<![A-Za-z0-9])"
 # values that look like credentials wherever they appear
-_VALUE_PATTERNS = [
-    re.compile(r"\bhf_[A-Za-z0-9]{20,}"),                        # Hugging Face
-    re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}"),       # OpenAI / Anthropic style
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"),                  # GitHub tokens
-    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{30,}"),
-    re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"),                   # GitLab
-    re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"),   # AWS key ids
-    re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),              # Slack
-    re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"),                      # Google API keys
-    re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}"),   # JWT
-    # a whole PEM private-key block (body too); an unterminated one to the end of the text
-    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-               re.S),
-    re.compile(r"\bxapp-[A-Za-z0-9\-]{10,}"),                     # Slack app tokens
-    re.compile(r"\bnpm_[A-Za-z0-9]{30,}"),
+_VALUE_PATTERNS = [       # (pattern, literals one of which a match holds: a text without them is not scanned)
+    (re.compile(_TOKEN_START + r"hf_[A-Za-z0-9]{20,}"), ("hf_",)),                          # Hugging Face
+    (re.compile(_TOKEN_START + r"sk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}"), ("sk-",)),         # OpenAI / Anthropic style
+    (re.compile(_TOKEN_START + r"gh[pousr]_[A-Za-z0-9]{30,}"), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),   # GitHub
+    (re.compile(_TOKEN_START + r"github_pat_[A-Za-z0-9_]{30,}"), ("github_pat_",)),
+    (re.compile(_TOKEN_START + r"glpat-[A-Za-z0-9_\-]{20,}"), ("glpat-",)),                 # GitLab
+    (re.compile(_TOKEN_START + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])"),   # AWS key ids
+     ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")),
+    (re.compile(_TOKEN_START + r"xox[abposr]-[A-Za-z0-9\-]{10,}"), ("xox",)),               # Slack
+    (re.compile(_TOKEN_START + r"AIza[0-9A-Za-z_\-]{35}"), ("AIza",)),                      # Google API keys
+    (re.compile(_TOKEN_START + r"eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}"), ("eyJ",)),   # JWT
+    (_PEM_BLOCK, ("PRIVATE KEY",)),
+    (re.compile(_TOKEN_START + r"xapp-[A-Za-z0-9\-]{10,}"), ("xapp-",)),                   # Slack app tokens
+    (re.compile(_TOKEN_START + r"npm_[A-Za-z0-9]{30,}"), ("npm_",)),
 ]
 # `Authorization: Bearer X`, `Bearer X`, `Authorization: Basic X`, `X-Api-Key: X` (header value redacted)
 _AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|x-auth-token|private-token)"
@@ -57,6 +61,12 @@ _URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*://[^/
 _INLINE_PAIR = re.compile(r"(?i)\b([A-Za-z0-9_\-]*(?:token|key|secret|password|passwd|pwd|auth|signature|sig|"
                           r"credential|session|cookie)[A-Za-z0-9_\-]*)(=|[\"']?\s*[:=]\s*[\"']?)(?!(?i:bearer|basic|token|digest)\s)([^&;\s,\"'\]\)}<]+)")
 _HIGH_ENTROPY_TOKEN = re.compile(r"[A-Za-z0-9+/_\-]{32,}={0,2}")
+# PEM private-key markers, and a line that holds nothing but base64 after log prefixes (`[rank0]:`, `[default1]:`):
+# a candidate body line of a key printed across several lines
+_KEY_MARKER = re.compile(r"-----(BEGIN|END) [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+_B64_LINE = re.compile(r"(?m)^([ \t]*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*)([A-Za-z0-9+/]{4,}={0,2})([ \t]*\r?)$")
+_MIN_KEY_LINE = 32
+_B64_LONG_LINE = re.compile(r"(?m)^([ \t]*(?:\[[^\]\n]{0,60}\]:?[ \t]*)*)([A-Za-z0-9+/]{32,}={0,2})([ \t]*\r?)$")
 
 
 def secret_name(name: str) -> bool:
@@ -81,7 +91,7 @@ def looks_like_secret(value: str) -> bool:
     high-entropy string mixing letter cases and digits (paths and plain words do not count)."""
     if not value:
         return False
-    if any(p.search(value) for p in _VALUE_PATTERNS):
+    if any(p.search(value) for p, lits in _VALUE_PATTERNS if any(x in value for x in lits)):
         return True
     for tok in _HIGH_ENTROPY_TOKEN.findall(value):
         if len(tok) == 40 and re.fullmatch(r"[A-Za-z0-9/+]{40}", tok) and not tok.startswith("/") \
@@ -148,6 +158,26 @@ def collect_secrets(obj, _key: str | None = None) -> None:
         remember_secret(m.group(3))
 
 
+_SECRET_HINT = re.compile(r"(?i)token|key|secret|passw|pwd|auth|bearer|cookie|session|credential|signature|login")
+
+
+def collect_log_secrets(text: str) -> None:
+    """:func:`collect_secrets` over the lines of a log that name a secret (`Namespace(hf_token='…')`,
+    `--api-key X`, `Bearer …`), so that the same value echoed on another line is hidden too.  Only
+    those lines are scanned: the full scan costs about a second per MB."""
+    if not text:
+        return
+    seen = -1
+    for m in _SECRET_HINT.finditer(text):
+        if m.start() <= seen:
+            continue
+        start = text.rfind("\n", 0, m.start()) + 1
+        end = text.find("\n", m.end())
+        end = len(text) if end < 0 else end
+        collect_secrets(text[start:end])
+        seen = end
+
+
 def forget_secrets() -> None:
     _KNOWN_SECRETS.clear()
 
@@ -169,14 +199,98 @@ def _headers(out: str) -> str:
     return _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", out)
 
 
+def _key_body_line(tok: str) -> bool:
+    """A whole line of base64 that is recognisably key material on its own: long, all three
+    character classes (or base64's own + and /), high entropy. Hex digests (two classes) are not."""
+    core = tok.rstrip("=")
+    if len(core) < _MIN_KEY_LINE:
+        return False
+    classes = sum((any(c.islower() for c in core), any(c.isupper() for c in core), any(c.isdigit() for c in core)))
+    return (classes == 3 or (classes == 2 and any(c in "+/" for c in core))) and _entropy(core) >= 4.0
+
+
+def _key_tail_line(tok: str) -> bool:
+    """The short last line of a key body (after a body line): mixed characters, not a word like `Epoch`."""
+    core = tok.rstrip("=")
+    classes = sum((any(c.islower() for c in core), any(c.isupper() for c in core), any(c.isdigit() for c in core)))
+    return len(core) >= 8 and (classes >= 2 or tok.endswith("="))
+
+
+def _line_at(text: str, start: int) -> re.Match | None:
+    """The base64-only line starting at ``start``, if it is one."""
+    return _B64_LINE.match(text, start) if 0 <= start < len(text) else None
+
+
+def redact_key_lines(text: str) -> str:
+    """Key material printed across lines.  Base64-only lines (log prefixes such as ``[rank0]:`` kept)
+    are hidden when they are key material on their own, when they follow such a line (the short last
+    line of a body), and as a whole run when it starts right after an ``-----BEGIN … PRIVATE KEY-----``
+    line or ends right before an ``-----END …`` line — the marker may be far away, in another file.
+    One regex scan for long lines; short lines are looked at only beside a marker or a key line."""
+    if not text:
+        return text
+    hide: dict[int, re.Match] = {}
+    run: list[re.Match] = []                     # consecutive long base64 lines; hidden whole if one is a key line
+
+    def close_run() -> None:
+        if run and any(_key_body_line(m.group(2)) for m in run):
+            hide.update((m.start(2), m) for m in run)
+            nxt = _line_at(text, run[-1].end() + 1)
+            if nxt is not None and _key_tail_line(nxt.group(2)):
+                hide[nxt.start(2)] = nxt
+        run.clear()
+
+    for m in _B64_LONG_LINE.finditer(text):
+        if run and text[run[-1].end():m.start()] != "\n":
+            close_run()
+        run.append(m)
+    close_run()
+    if "PRIVATE KEY" in text:
+        for k in _KEY_MARKER.finditer(text):
+            if k.group(1) == "BEGIN":                    # the lines after it, while they are base64
+                pos = text.find("\n", k.end())
+                while pos >= 0 and (m := _line_at(text, pos + 1)) is not None:
+                    hide[m.start(2)] = m
+                    pos = m.end() if m.end() < len(text) and text[m.end()] == "\n" else -1
+            else:                                        # the lines before it, while they are base64
+                pos = text.rfind("\n", 0, k.start())
+                while pos > 0:
+                    start = text.rfind("\n", 0, pos) + 1
+                    m = _line_at(text, start)
+                    if m is None or m.end() != pos:
+                        break
+                    hide[m.start(2)] = m
+                    pos = start - 1
+    if not hide:
+        return text
+    out, pos = [], 0
+    for _, m in sorted(hide.items()):
+        out += [text[pos:m.start(2)], REDACTED]
+        pos = m.end(2)
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def redact_keys(text: str) -> str:
+    """Private keys in a whole log before it is parsed: PEM blocks (one ``<redacted>`` per line, so
+    line numbers still point at the file) and key lines (:func:`redact_key_lines`)."""
+    if not text:
+        return text
+    if "PRIVATE KEY" in text:
+        text = _PEM_BLOCK.sub(lambda m: "\n".join(REDACTED for _ in range(m.group(0).count("\n") + 1)), text)
+    return redact_key_lines(text)
+
+
 def _structured(out: str) -> str:
     out = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", out)
     out = _headers(out)
     out = _WANDB.sub(lambda m: f"{m.group(1)}{REDACTED}", out)
     out = _ARGV_LIST_PAIR.sub(lambda m: (f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{REDACTED}{m.group(4)}"
                                          if secret_name(m.group(2).lstrip("-")) else m.group(0)), out)
-    for p in _VALUE_PATTERNS:
-        out = p.sub(REDACTED, out)
+    for p, lits in _VALUE_PATTERNS:
+        if any(x in out for x in lits):
+            out = p.sub(REDACTED, out)
+    out = redact_key_lines(out)
     return _known(out) if _KNOWN_SECRETS else out
 
 

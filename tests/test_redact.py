@@ -2,7 +2,8 @@
 
 import pytest
 
-from ddpdoctor.redact import REDACTED, join_argv, looks_like_secret, redact_argv, redact_env, redact_text, secret_name
+from ddpdoctor.redact import (REDACTED, collect_log_secrets, forget_secrets, join_argv, looks_like_secret, redact_argv,
+                              redact_env, redact_key_lines, redact_known_formats, redact_text, secret_name)
 
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
@@ -59,3 +60,44 @@ def test_argv_redaction():
     assert out[15] == f"WANDB_API_KEY={REDACTED}" and out[16] == "--"
     assert len(out) == len(argv)
     assert "abc" not in join_argv(argv) and "'my run'" in join_argv(argv)
+
+
+_BODY = ["pU3KGCUwux1tEyze1iN7LtkeP3IfyxlxF0SU1kk8nVw0YL4xIB5p/tqg7ui5mX9c",
+         "fCmZ/a/lkyU81lSvTfrXFCegrrP+6SMvivIhH57kkcWxC+y1Vjv8Hm+TQn7LyP4p", "R95jbA6AbJV7poTWQx+16tdCTQk="]
+
+
+def test_key_lines_beside_a_marker_in_another_text():
+    """BEGIN in one file, the body and END in another (stdout/stderr): each text alone still hides the body,
+    keeps the log prefixes and the number of lines."""
+    head = "loading\n[rank0]: -----BEGIN PRIVATE KEY-----\n[rank0]: Ab12\n[rank0]: Cd34\n"
+    tail = "[rank0]: Zz99Yy\n[rank0]: Short1\n[rank0]: -----END PRIVATE KEY-----\ndone\n"
+    for text in (head, tail):
+        out = redact_key_lines(text)
+        assert out.count("\n") == text.count("\n") and out.count(f"[rank0]: {REDACTED}") == 2
+        for tok in ("Ab12", "Cd34", "Zz99Yy", "Short1"):
+            assert tok not in out
+    assert "loading" in redact_key_lines(head) and "done" in redact_key_lines(tail)
+
+
+def test_key_lines_on_their_own_and_what_stays():
+    text = ("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\nEpoch\n"
+            + "\n".join(_BODY) + "\nEpoch\n")
+    out = redact_key_lines(text)
+    assert not any(b in out for b in _BODY)                         # the short last line goes with the body
+    assert out.startswith("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\nEpoch\n")   # a hex digest
+    assert out.endswith("\nEpoch\n")
+    assert redact_text(_BODY[1]) == REDACTED                         # slashes do not make it a path
+
+
+def test_token_after_an_underscore_in_a_file_name():
+    name = "runs/rank1_sk-proj-FileNameSecretAbCdEfGhIj0123.pt.trace.json"
+    assert "FileNameSecret" not in redact_known_formats(name) and redact_known_formats(name).endswith(".pt.trace.json")
+    assert redact_known_formats("ncclDevKernel_AllReduce_Sum_f32_RING_LL") == "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+def test_a_printed_secret_is_hidden_where_echoed():
+    try:
+        collect_log_secrets("[rank1]: Namespace(wandb_key='echoedKey4455aa', lr=0.1)\n[rank1]: step 3\n")
+        assert "echoedKey4455aa" not in redact_text("connecting with echoedKey4455aa")
+    finally:
+        forget_secrets()

@@ -25,6 +25,12 @@ class OwnDocument(Exception):
     """describe() met a file ddpdoctor wrote itself."""
 
 
+class RankOutOfRange(InputError):
+    """A trace's distributedInfo names a rank outside its world (a negative rank, a world_size of 0 or
+    less): the job's rank numbering is wrong, so the whole input is refused (README: exit 2), even
+    when the file was found inside a folder beside good traces."""
+
+
 class NotATrace(InputError):
     """describe() read a whole small JSON object with no 'traceEvents': some other file (a config, metrics,
     an expected-output fixture) beside the traces, not a trace of the job that could not be read."""
@@ -33,6 +39,7 @@ class NotATrace(InputError):
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_.]?(\d+)(?!\d)", re.IGNORECASE)
 _TIME_IN_NAME = re.compile(r"\.(\d{12,})\.pt\.trace")
 _DIST_INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})')
+_ATTEMPT = re.compile(r"^attempt_\d+$")
 _PID = re.compile(rb'"pid"\s*:\s*(\d+)')
 _BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 # ddpdoctor's own metadata files that live beside traces (bundles, synthetic sets): not traces
@@ -89,7 +96,7 @@ def find_trace_files(paths: list[str], inputs=None) -> list[Path]:
         for root, _dirs, files in walk(path, inputs):
             for name in sorted(files):
                 if (name.endswith((".json", ".json.gz")) and name not in OWN_FILES
-                        and not _in_own_dir(Path(root))):
+                        and not _in_own_dir(Path(root)) and not _torchrun_error_file(Path(root) / name)):
                     found.append(Path(root) / name)     # FIFOs and the like: skipped with a warning in describe
     # the same file reached through two paths counts once
     seen, unique = set(), []
@@ -99,6 +106,12 @@ def find_trace_files(paths: list[str], inputs=None) -> list[Path]:
             seen.add(key)
             unique.append(f)
     return unique
+
+
+def _torchrun_error_file(path: Path) -> bool:
+    """torchrun's per-rank ``attempt_N/<local rank>/error.json`` (@record): a log record, read by
+    logs/, never a trace."""
+    return path.name == "error.json" and any(_ATTEMPT.match(p) for p in path.parts[:-1])
 
 
 def _remote_traces(url: str) -> list[sources.RemoteFile]:
@@ -161,6 +174,8 @@ def describe(path: Path) -> TraceFile:
             msgspec.json.decode(head)                  # the whole file: a JSON document of its own
         except msgspec.DecodeError:
             raise InputError(f"{path}: not valid JSON, and no 'traceEvents' (a cut or damaged file)") from None
+        except RecursionError:
+            raise InputError(f"{path}: JSON nested too deeply") from None
         raise NotATrace(f"{path}: JSON is not a profiler trace (no 'traceEvents')")
     info = None
     m = _DIST_INFO.search(head)
@@ -179,8 +194,10 @@ def describe(path: Path) -> TraceFile:
         except (msgspec.DecodeError, msgspec.ValidationError):
             info = None
     rank = _int(info.rank) if info else None
-    if rank is not None and rank < 0:
-        raise InputError(f"{path}: negative rank {rank} in distributedInfo")
+    raw_world = _int(info.world_size) if info else None
+    if rank is not None and (rank < 0 or (raw_world is not None and raw_world <= 0)):
+        raise RankOutOfRange(f"rank {rank} is out of range for world_size {raw_world} ({path})"
+                             if raw_world is not None else f"{path}: negative rank {rank} in distributedInfo")
     source = "distributedInfo" if rank is not None else "none"
     if rank is None:
         rank = rank_from_name(path)
@@ -278,6 +295,8 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
                 raise InputError(f"{f}: a ddpdoctor output (diagnosis, comparison or trial), not a profiler "
                                  "trace: give the run's folder or its traces") from None
             continue                                    # our own output beside the traces: not an input
+        except RankOutOfRange:
+            raise                                       # the job's numbering is wrong: refused whole
         except NotATrace as exc:
             if _resolve(f) in explicit:
                 raise

@@ -26,7 +26,7 @@ def load_events(paths: list[str]) -> list[dict]:
             for line in lines:
                 try:
                     e = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 if isinstance(e, dict) and "time" in e:
                     events.append(e)

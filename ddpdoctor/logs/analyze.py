@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from .. import safe_io
 from ..errors import InputError
+from ..redact import collect_log_secrets, redact_keys
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
 from .hang import apply_busy_root, hang_dumps, hang_facts
@@ -168,7 +169,8 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
                 dumps[rank if rank is not None else len(dumps)] = d
                 read.append(str(lf.path))
                 continue
-            text = safe_io.read_log_text(lf.path, warnings)
+            text = redact_keys(safe_io.read_log_text(lf.path, warnings))     # key material is never evidence
+            collect_log_secrets(text)       # a value the script printed under a secret name, hidden where echoed
         except OSError as exc:
             warnings.append(f"{lf.path}: unreadable ({exc.strerror})")
             continue
@@ -177,10 +179,13 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
             continue
         read.append(str(lf.path))
         if lf.kind == "error_file":
-            events.extend(parse_error_file(text, str(lf.path), lf.rank, lf.local))
+            try:
+                events.extend(parse_error_file(text, str(lf.path), lf.rank, lf.local))
+            except InputError as exc:       # one unreadable record: the others are still read
+                warnings.append(f"skipped {exc}")
             continue
         if lf.kind == "events":
-            evs, lns = parse_events(text, str(lf.path), lf.rank)
+            evs, lns = parse_events(text, str(lf.path), lf.rank, warnings)
             events.extend(evs)
             lines.extend([str(lf.path), no, t, r, tm, None, None] for no, t, r, _l, _p, tm in lns)
             continue

@@ -33,7 +33,7 @@ def hang_dumps(paths: list[str]) -> dict[int, dict]:
                 if f.stat().st_size > MAX_HANG_FILE:
                     continue
                 d = json.loads(f.read_text(encoding="utf-8", errors="replace"))
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 continue
             if not isinstance(d, dict) or d.get("schema") != "ddpdoctor.hang/1" or not isinstance(d.get("states"), list):
                 continue

@@ -29,7 +29,7 @@ def host_records(paths: list[str]) -> dict[str, dict]:
                 if f.stat().st_size > MAX_HOST_FILE:
                     continue
                 d = json.loads(f.read_text(encoding="utf-8", errors="replace"))
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 continue
             if isinstance(d, dict) and str(d.get("schema", "")).startswith("ddpdoctor.host/"):
                 out[str(d.get("hostname") or f.stem)] = d

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from ..errors import InputError
+from ..report.text import plural
 from . import patterns as P
 from .model import LogEvent
 
@@ -43,8 +45,10 @@ def _int(v) -> int | None:
         return None
 
 
-def parse_events(text: str, file: str, path_rank: int | None) -> tuple[list[LogEvent], list[tuple]]:
+def parse_events(text: str, file: str, path_rank: int | None,
+                 warnings: list[str] | None = None) -> tuple[list[LogEvent], list[tuple]]:
     events, lines = [], []
+    too_deep = 0
     for no, raw in enumerate(text.splitlines(), 1):
         raw = raw.strip()
         if not raw:
@@ -52,6 +56,9 @@ def parse_events(text: str, file: str, path_rank: int | None) -> tuple[list[LogE
         try:
             d = json.loads(raw)
         except ValueError:
+            continue
+        except RecursionError:          # one hostile record: skipped, the others read
+            too_deep += 1
             continue
         if not isinstance(d, dict):
             continue
@@ -105,15 +112,20 @@ def parse_events(text: str, file: str, path_rank: int | None) -> tuple[list[LogE
             continue
         if step is not None and kind in ("", "step", "step_end", "step_begin", "progress", "iteration", "optimizer_step"):
             events.append(LogEvent(rank, t, "progress", f"step {step}", file, no, dict(base, step=step)))
+    if too_deep and warnings is not None:
+        warnings.append(f"skipped {plural(too_deep, 'record')} of {file}: JSON nested too deeply")
     return events, lines
 
 
 def parse_error_file(text: str, file: str, path_rank: int | None, local: bool) -> list[LogEvent]:
-    """torchrun's ``error.json`` of a rank (written by ``@record``): the exception and its time."""
+    """torchrun's ``error.json`` of a rank (written by ``@record``): the exception and its time.
+    A record nested too deeply to decode is an InputError (the caller skips it with a warning)."""
     try:
         d = json.loads(text)
     except ValueError:
         return []
+    except RecursionError:
+        raise InputError(f"{file}: JSON nested too deeply") from None
     m = d.get("message") if isinstance(d, dict) else None
     if isinstance(m, str):
         m = {"message": m}

@@ -56,6 +56,7 @@ class ClockEstimate:
     applied: bool = False                       # some unit corrected
     offset_us_by_rank: dict[int, float] = field(default_factory=dict)   # what was subtracted (0 = none)
     notes: list[str] = field(default_factory=list)
+    suggested: str | None = None                # hosts unknown: the largest per-rank offset the ends suggest
 
 
 def estimate_offsets(ends: np.ndarray, hosts: list[str | None], ranks: list[int],
@@ -108,9 +109,10 @@ def estimate_offsets(ends: np.ndarray, hosts: list[str | None], ranks: list[int]
             x.reason = "host names unknown: not corrected; " + x.reason
         if found:
             worst = max(found, key=lambda u: abs(found[u].offset_us))
+            out.suggested = f"{worst} {found[worst].offset_us / 1000:+.2f} ms vs {ref}"
             out.notes.append(f"host names unknown, so clocks are not corrected, but collective end times suggest "
-                             f"offsets between ranks' clocks (largest: {worst} {found[worst].offset_us / 1000:+.2f} ms "
-                             f"vs {ref}); late arrival assumes the clocks agree")
+                             f"offsets between ranks' clocks (largest: {out.suggested}); late arrival assumes the "
+                             "clocks agree")
     return out
 
 

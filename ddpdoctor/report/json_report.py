@@ -39,7 +39,8 @@ def analysis_dict(a: Analysis) -> dict:
         n = len(s.steps)
         ranks[str(s.rank)] = {
             "files": s.paths, "device_kind": s.device_kind, "backend": s.backend, "devices": sorted(set(s.devices)),
-            "host": s.host, "schema": s.schema, "step_source": s.step_source, "comm_source": s.comm_source,
+            "host": s.host, "host_source": (a.hosts.source.get(s.rank) if a.hosts else None) or ("trace" if s.host else None),
+            "schema": s.schema, "step_source": s.step_source, "comm_source": s.comm_source,
             "steps": n, "events": s.n_events, "collectives": len(s.collectives),
             "mean_us": {c: (None if s.values[c][0] is None or not n else sum(s.values[c]) / n) for c in COLUMNS},
             "share": a.rank_share(s), "notes": s.notes, "timeline": getattr(s, "timeline", None),
@@ -57,6 +58,7 @@ def analysis_dict(a: Analysis) -> dict:
         "table": table,
         "ranks": ranks,
         "cross_rank": cross,
+        "hosts": a.hosts.as_dict() if a.hosts else None,
         "hta": a.hta,
         "timing": {"seconds": a.seconds, "bytes_read": a.bytes_read},
     })

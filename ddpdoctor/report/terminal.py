@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .card import partial_reasons, render_card
 from .text import WIDTH, block, cut, plural, wrap
+from ..bundle.discover import compact_ranks
 from .view import analysis, evidence_value, findings, rank_ids, select_ranks
 
 PERFORMANCE = ("dataloader", "communication", "compute", "imbalance", "config")
@@ -78,6 +79,7 @@ def _table(d: dict, width: int) -> list[str]:
                 + f", {'/'.join(kinds)} trace" + (f" ({', '.join(backends)})" if backends else "")
                 + f", steps from {first.get('step_source')}", width, "Per rank: ", "  ")
     out += wrap(" ".join(partial_reasons(d)), width, "  partial: ", "  ") if d.get("partial") else []
+    out += _hosts(a, width)
     out.append("")
     head = f"{'rank':>5} {'steps':>5} {'step ms':>8}" + "".join(f" {h:>9}" for _, h in cols)
     out.append(cut(head, width))
@@ -98,6 +100,26 @@ def _table(d: dict, width: int) -> list[str]:
         out += wrap(n, width, "note: ", "  ")
     out += _hta(a, width)
     return out
+
+
+def _hosts(a: dict, width: int) -> list[str]:
+    """Which host recorded which ranks, and how the host was known (bundle/hosts.py)."""
+    by = ((a.get("hosts") or {}).get("by_rank") or {})
+    if not by:
+        return []
+    groups: dict[tuple, list[int]] = {}
+    for r, x in by.items():
+        groups.setdefault((str(x.get("host")), str(x.get("source"))), []).append(int(r))
+    sources = {src for _, src in groups}
+    parts = [f"{host} (rank{'s' if len(rs) > 1 else ''} {compact_ranks(sorted(rs))}"
+             + (f", from the {_SOURCE.get(src, src)})" if len(sources) > 1 else ")") for (host, src), rs in
+             sorted(groups.items(), key=lambda kv: min(kv[1]))]
+    tail = f"; from the {_SOURCE.get(next(iter(sources)), next(iter(sources)))}" if len(sources) == 1 else ""
+    return wrap(", ".join(parts) + tail, width, "  hosts: ", "  ")
+
+
+_SOURCE = {"trace": "traces' host_name", "file name": "trace handler's file names ({host}_{pid}.…)",
+           "folder": "folder each trace was given in"}
 
 
 def _share(row: dict, key: str):

@@ -49,6 +49,12 @@ SECRET_VALUES = {
     "password_flag": "pa55wordValue", "harmless_env": "harmlessNameTok55aa",
 }
 PEM_LINE2 = "PemBodyLine2abcdef"
+# an OpenSSH-style key body printed line by line (64 base64 characters a line, a short last line)
+KEY_BODY = ["b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
+            "pU3KGCUwux1tEyze1iN7LtkeP3IfyxlxF0SU1kk8nVw0YL4xIB5p/tqg7ui5mX9c",
+            "fCmZ/a/lkyU81lSvTfrXFCegrrP+6SMvivIhH57kkcWxC+y1Vjv8Hm+TQn7LyP4p",
+            "VeXNjkbcjtS3wnZNKlpNdncG+F2GkAJK1r2jQBvpyMvMyTX2zR9hImrhUziuGjQA",
+            "R95jbA6AbJV7poTWQx+16tdCTQk="]
 
 
 @dataclass
@@ -61,6 +67,7 @@ class Case:
     env: dict = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)    # files/folders the command writes
     no_escapes: bool = False
+    said: str = ""           # text stdout or stderr must hold (the warning or error the case is about)
     timeout_s: float = 60
     mem_mb: int = 2500       # address-space headroom over the preloaded runner (RLIMIT_AS)
     rss_mb: int = 1500       # peak resident memory allowed
@@ -208,6 +215,32 @@ def build_cases(root: Path) -> list[Case]:
         d = run_folder(root, f"{cid}_in_folder", 2)
         (d / "rank7.json").write_bytes(data)
         cases.append(Case("decode", f"{cid}_in_folder/analyze", ["analyze", str(d), "-j", "1"], (OK, ERR)))
+    # a rank outside world_size beside good traces: the whole input is refused (README: exit 2)
+    for cid, rank, world in (("rank_minus1_beside_0", -1, 2), ("world_negative", 1, -2), ("world_zero", 1, 0)):
+        d = root / cid
+        trace(d, 0, world if world <= 0 else 2)
+        trace(d, rank, world, name=f"r{cid}.pt.trace.json")
+        for c in _commands("decode", cid, d, out, (ERR,)):
+            c.said = "out of range for world_size"
+            cases.append(c)
+    # torchrun's error.json (attempt_N/<local rank>/) nested too deeply: that record skipped, the rest analyzed
+    d = run_folder(root, "error_json_deep", 2)
+    for lr, text in ((0, json.dumps({"message": {"message": "RuntimeError: boom on rank 0",
+                                                  "extraInfo": {"timestamp": "1700000000"}}})),
+                     (1, '{"message": ' + "[" * 100_000 + "]" * 100_000 + "}")):
+        (d / "attempt_0" / str(lr)).mkdir(parents=True)
+        (d / "attempt_0" / str(lr) / "error.json").write_text(text)
+    rep = out / "error_json_deep.report"
+    cases.append(Case("decode", "error_json_deep/analyze", ["analyze", str(d), "--report", str(rep), "-j", "1"],
+                      (FAILED_RUN,), outputs=[str(rep)], said="nested too deeply"))
+    cases.append(Case("decode", "error_json_deep/bundle", ["bundle", str(d), "-o", str(out / "error_json_deep.tgz")],
+                      (OK,), outputs=[str(out / "error_json_deep.tgz")]))
+    d = run_folder(root, "events_jsonl_deep", 2)
+    (d / "ranks" / "rank1").mkdir(parents=True)
+    (d / "ranks" / "rank1" / "events.jsonl").write_text(
+        '{"kind": "step", "step": 1, "time": 1700000000}\n{"kind": "step", "x": ' + "[" * 20_000 + "]" * 20_000 + "}\n")
+    cases.append(Case("decode", "events_jsonl_deep/analyze", ["analyze", str(d), "-j", "1"], (OK,),
+                      said="JSON nested too deeply"))
     good = root / "good"
     run_folder(root, "good", 2)
     rep = out / "good.report"
@@ -248,6 +281,39 @@ def build_cases(root: Path) -> list[Case]:
                                   "token is envHfTokenValue5566 again\n")
     rs = ["recordApiKey9911", "recordHfTok3344", "envHfTokenValue5566", "envBearerInHarmless77"]
     cases += _commands("secrets", "secret_records", d, out, (OK,), secrets=rs)
+    # a key printed across lines: BEGIN in stdout's log, the body and END in stderr's
+    d = run_folder(root, "pem_split_files", 2)
+    (d / "output.log").write_text("starting\nloading deploy key\n-----BEGIN OPENSSH PRIVATE KEY-----\n"
+                                  + "\n".join(KEY_BODY[:2]) + "\n")
+    (d / "stderr.log").write_text("\n".join(KEY_BODY[2:]) + "\n-----END OPENSSH PRIVATE KEY-----\n"
+                                  "Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: bad key\n")
+    cases += _commands("secrets", "pem_split_files", d, out, (OK, FAILED_RUN), secrets=KEY_BODY)
+    # the body interleaved with another rank's lines, each with its torchrun prefix
+    d = run_folder(root, "pem_interleaved", 2)
+    lines = ["[rank0]: -----BEGIN PRIVATE KEY-----"]
+    for i, b in enumerate(KEY_BODY):
+        lines += [f"[rank0]: {b}", f"[rank1]: step {i} loss 0.5"]
+    lines += ["[rank0]: -----END PRIVATE KEY-----", "[rank0]: RuntimeError: failed"]
+    (d / "output.log").write_text("\n".join(lines) + "\n")
+    cases += _commands("secrets", "pem_interleaved", d, out, (OK, FAILED_RUN), secrets=KEY_BODY)
+    # body lines with no marker anywhere: key material on their own (the short last line follows them)
+    d = run_folder(root, "pem_body_only", 2)
+    (d / "output.log").write_text("starting\n" + "\n".join(KEY_BODY) + "\nRuntimeError: CUDA error: out of memory\n")
+    cases += _commands("secrets", "pem_body_only", d, out, (OK, FAILED_RUN), secrets=KEY_BODY)
+    # a `ddpdoctor run` bundle whose script echoed its secrets into ranks/rank<R>/output.log (raw on disk)
+    d = run_folder(root, "secret_run_output_log", 2)
+    (d / "manifest.json").write_text(json.dumps({"schema": "ddpdoctor.manifest/1", "argv": [          # as capture writes it: redacted
+        "torchrun", "train.py", "--wandb-key", "<redacted>", "--db-url", "postgres://u:<redacted>@db/x"]}))
+    (d / "ranks" / "rank1").mkdir(parents=True)
+    (d / "ranks" / "rank1" / "output.log").write_text(
+        "[rank1]: args: Namespace(wandb_key='runWandbKey4455aa', db_url='postgres://u:runDbPw6677@db/x')\n"
+        "[rank1]: connecting with runWandbKey4455aa\n[rank1]: token hf_RunOutputLogTok0123456789ab\n"
+        "[rank1]: RuntimeError: login failed for runWandbKey4455aa\n")
+    cases += _commands("secrets", "secret_run_output_log", d, out, (OK, FAILED_RUN),
+                       secrets=["runWandbKey4455aa", "runDbPw6677", "hf_RunOutputLogTok0123456789ab"])
+    d = run_folder(root, "secret_filename_underscore", 1)
+    trace(d, 1, 2, name="rank1_sk-proj-UnderscoreNameSecretAbCdEf0123.pt.trace.json")
+    cases += _commands("secrets", "secret_filename_underscore", d, out, (OK,), secrets=["UnderscoreNameSecretAbCdEf0123"])
     d = run_folder(root, "secret_filename", 1)
     trace(d, 1, 2, name="rank1-sk-proj-FileNameSecretAbCdEfGhIj0123.pt.trace.json")
     cases += _commands("secrets", "secret_filename", d, out, (OK,), secrets=["FileNameSecretAbCdEfGhIj0123"])

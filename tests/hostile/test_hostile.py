@@ -52,6 +52,9 @@ def check(case: Case, res: dict, out_dir: Path) -> list[str]:
         problems.append(f"exit 3 (failed run) with error lines: {errors[:2]!r}")
     if res["rc"] not in (0, 3) and (len(errors) != 1 or "\n" in errors[0]):
         problems.append(f"{len(errors)} error lines: {err[-300:]!r}")
+    said = " ".join(((out_dir / "stdout").read_text(errors="replace") + err).split())    # wrapped lines joined
+    if case.said and case.said not in said:
+        problems.append(f"does not say {case.said!r}: {err[-300:]!r}")
     if res["peak_mib"] > case.rss_mb:
         problems.append(f"peak RSS {res['peak_mib']} MiB")
     texts = _output_texts(case, out_dir)
