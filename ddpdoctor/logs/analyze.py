@@ -15,6 +15,7 @@ from .failfacts import promote_bad_interface, suspect_p2p
 from .hostrec import fill_network_suggestion, host_records
 from .flight import analyze_dumps, load_dump
 from .jsonl import parse_error_file, parse_events
+from .messages import message_facts, versions
 from .model import LogEvent, NcclFacts
 from .netfacts import nccl_facts
 from .nccl import NcclCollector
@@ -211,6 +212,8 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     fill_network_suggestion(facts, host_records(paths))
     suspect_p2p(facts, known)
     promote_bad_interface(facts)
+    facts.update(versions(lines, nccl.versions_by_host))
+    facts.update(message_facts(lines, facts, known))
     return LogAnalysis(read, ranks, events, nccl, facts, fr, warnings,
                        [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines])
 
