@@ -119,6 +119,8 @@ def _entry(path: Path, family: str, raw) -> Message:
     pats = raw.get("patterns")
     if not isinstance(pats, list) or not pats or not all(isinstance(p, str) for p in pats):
         _fail(path, mid, "needs patterns = ['regex', …]")
+    if any(re.search(r"\(\?[aiLmsux]+\)", p[1:]) for p in pats):
+        _fail(path, mid, "an inline flag such as (?i) may only open a pattern")
     try:
         compiled = [re.compile(p) for p in pats]
     except re.error as exc:

@@ -22,10 +22,17 @@ _NCCL_VERSION = re.compile(r"NCCL version:? ?(\d+\.\d+\.\d+)")
 MAX_LINES = 2_000_000
 
 
+def _scoped(pattern: str) -> str:
+    """One pattern as a group of the combined regex: named groups unnamed, a leading (?i) made local."""
+    body = _NAMED.sub("(?:", pattern)
+    if body.startswith("(?i)"):
+        return f"(?i:{body[4:]})"
+    return f"(?:{body})"
+
+
 @lru_cache(maxsize=1)
 def _prefilter() -> re.Pattern:
-    return re.compile("|".join(f"(?:{_NAMED.sub('(?:', p.pattern)})" for m in default_messages()
-                               for p in m.patterns))
+    return re.compile("|".join(_scoped(p.pattern) for m in default_messages() for p in m.patterns))
 
 
 def scan(lines) -> dict[str, dict]:
