@@ -154,6 +154,9 @@ def _entry(path: Path, family: str, raw) -> Message:
     for p in compiled:
         if not any(p.search(line) for ex in excerpts for line in ex.text.splitlines()):
             _fail(path, mid, f"pattern {p.pattern!r} matches no line of its excerpts (a pattern without an excerpt)")
+    for ex in excerpts:
+        if not any(p.search(line) for p in compiled for line in ex.text.splitlines()):
+            _fail(path, mid, f"no pattern finds the excerpt {ex.text[:60]!r}")
     cause_if = None
     if "cause_if" in raw:
         try:
