@@ -205,3 +205,11 @@ def load_catalogue(folder: Path | None = None) -> list[Family]:
 @lru_cache(maxsize=1)
 def default_messages() -> tuple[Message, ...]:
     return tuple(m for fam in load_catalogue() for m in fam.messages)
+
+
+def message_patterns(msg_id: str) -> list[str]:
+    """The patterns of one built-in entry: where the log parser needs a message's wording, it takes it from here."""
+    for m in default_messages():
+        if m.id == msg_id:
+            return [p.pattern for p in m.patterns]
+    raise KeyError(f"no message {msg_id!r} in rules/messages/")
