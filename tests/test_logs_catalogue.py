@@ -188,3 +188,22 @@ def test_a_rank_and_file_free_error_reads_without_placeholders(tmp_path):
     text = top.summary + "\n".join(f"{fx.title}\n{fx.change}" for fx in top.fixes)
     assert not PLACEHOLDER.search(text), text
     assert re.search(r"the log does not say which", text)
+
+
+def test_the_cli_refuses_a_bad_catalogue_with_one_line_and_exit_2(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import ddpdoctor.logs.catalogue as cat
+    from ddpdoctor.cli import main
+
+    folder = _write(tmp_path, GOOD.replace('needs = ["host.gpu_count"]', 'needs = ["host.no_such_fact"]'))
+    monkeypatch.setattr(cat, "rules_dir", lambda: folder.parent)
+    cat.default_messages.cache_clear()
+    try:
+        res = CliRunner().invoke(main, ["rules", "list", "--no-config"])
+    finally:
+        cat.default_messages.cache_clear()
+    assert res.exit_code == 2, res.output
+    err = (res.stderr if hasattr(res, "stderr") and res.stderr else res.output).strip()
+    assert "nccl_init.toml: x.dup: needs reads unknown fact 'host.no_such_fact'" in err
+    assert "Traceback" not in res.output and len(err.splitlines()) == 1
