@@ -18,6 +18,7 @@ from .flight import analyze_dumps, load_dump
 from .jsonl import parse_error_file, parse_events
 from .interrupt import apply_interrupt
 from .startup import apply_startup
+from .messages import message_facts, versions
 from .model import LogEvent, NcclFacts
 from .netfacts import nccl_facts
 from .nccl import NcclCollector
@@ -219,6 +220,8 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     fill_network_suggestion(facts, host_records(paths))
     suspect_p2p(facts, known)
     promote_bad_interface(facts)
+    facts.update(versions(lines, nccl.versions_by_host))
+    facts.update(message_facts(lines, facts, known))
     apply_interrupt(facts, known)                       # Ctrl-C is not the failure to fix
     return LogAnalysis(read, ranks, events, nccl, facts, fr, warnings,
                        [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines])

@@ -52,6 +52,7 @@ KINDS = {
 @dataclass
 class NcclFacts:
     version: str | None = None
+    versions_by_host: dict = field(default_factory=dict)     # host -> `NCCL version …` its NCCL printed
     transport: str | None = None                     # "Socket", "IB", … (from "Using network X")
     ib_present: bool | None = None                   # True: IB devices listed; False: "No device found"
     ib_devices: list[str] = field(default_factory=list)

@@ -81,6 +81,8 @@ class NcclCollector:
         m = _VERSION.search(msg)
         if m and f.version is None:
             f.version = m.group(1)
+        if m and host != "?":
+            f.versions_by_host.setdefault(host, m.group(1))
         m = _SOCK_USING.search(msg) or _BOOT.search(msg)
         if m:
             socket = "NET/Socket" in msg

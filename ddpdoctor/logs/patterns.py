@@ -2,7 +2,17 @@
 
 import re
 
+from .catalogue import message_patterns
+
 I = re.IGNORECASE
+
+
+def _catalogued(msg_id: str, flags: int = 0, first: int | None = None) -> re.Pattern:
+    """A message's wording from the message catalogue (rules/messages/): one place holds it; this module keeps
+    only the structure around it (prefixes, ranks, tracebacks)."""
+    pats = message_patterns(msg_id)[:first]
+    return re.compile("|".join(f"(?:{p})" for p in pats), flags)
+
 
 OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
                  r"Cuda failure .*out of memory|HIP out of memory|cudaErrorMemoryAllocation", I)
@@ -16,7 +26,7 @@ RANK_IN_MSG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?)?Rank (?P<rank>\d+
 WORK_STATE = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<at>\d+), last enqueued NCCL work: "
                         r"(?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)")
 DUMP_SIGNAL = re.compile(r"Received a dump signal due to a collective timeout from\s+(?:rank (?P<rank>\d+)|this local rank)", I)
-TEARDOWN = re.compile(r"Some NCCL operations have failed or timed out|taking the entire process down", I)
+TEARDOWN = _catalogued("pg_nccl.teardown", I)
 
 GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation|"
                           r"Application timeout caused pair closure|"
@@ -102,10 +112,9 @@ NET_MISSING_IF = re.compile(r"Unable to find (?:address|interface) for:? \[?(?P<
                             r"no NCCL_SOCKET_IFNAME interface found|is neither AF_INET\(2\) nor AF_INET6|"
                             r"Socket creation failed : Address family not supported", I)
 # gloo (tcp/device.cc): the host name resolves to no local address, so gloo binds to and advertises 127.0.0.1
-NET_LOOPBACK = re.compile(r"Unable to resolve hostname to a \(local\) address|"
-                          r"Using the loopback address as fallback", I)
+NET_LOOPBACK = _catalogued("gloo.loopback_fallback", I)
 # gloo's full-mesh connect failing (the RuntimeError line often elides the reason)
-GLOO_MESH = re.compile(r"Gloo connectFullMesh failed", I)
+GLOO_MESH = _catalogued("gloo.connect_full_mesh", I)
 GLOO_REMOTE = re.compile(r"remote=\[(\d{1,3}(?:\.\d{1,3}){3})\]")
 GLOO_SELF_RANK = re.compile(r"\(rank=(\d+), size=\d+")
 # NCCL's ncclSystemError as old c10d printed it: a system call (socket, shared memory) failed in NCCL init
@@ -113,7 +122,7 @@ NCCL_SYSTEM = re.compile(r"unhand?led system error", I)
 # torch.multiprocessing.spawn's report of a dead child: its index is the rank mp.spawn gave it
 SPAWN_EXIT = re.compile(r"process (?P<idx>\d+) terminated with (?:signal (?P<sig>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
 # DDP's reducer error, also quoted without its "RuntimeError:" prefix
-DDP_UNUSED = re.compile(r"Expected to have finished reduction in the prior iteration before starting a new one")
+DDP_UNUSED = _catalogued("ddp.unused_parameters", first=1)
 NET_BIND = re.compile(r"bind failed ?: ?(?P<why>Cannot assign requested address|Address already in use|[^,;]+)|"
                       r"Call to bind failed ?: ?(?P<why2>[^,;]+)", I)
 NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect\w*|bootstrap\w*)\b[^\n]*?"

@@ -210,7 +210,7 @@ def _join(x, sep=", "):
         x = [f"{k}: {v}" for k, v in x.items()]
     if isinstance(x, (list, tuple)):
         return sep.join(str(v) for v in x)
-    return str(x)
+    return "none" if x is None else str(x)         # as a template shows None: never the word "None"
 
 
 def _speedup(share):

@@ -18,6 +18,7 @@ from ..errors import InputError
 from ..resources import metric_defaults, rules_dir
 from .model import Rule, RuleError, load_rule_file
 
+MESSAGES_DIR = "messages"      # rules/messages/*.toml: the message catalogue (logs/catalogue.py), not rules
 NOT_RULES = {"metrics.toml", "frameworks.toml", "facts.toml"}   # frameworks.toml: fix phrasing per framework; facts.toml: the fact catalogue
 
 
@@ -44,7 +45,8 @@ class RuleSet:
 
 
 def _rule_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*.toml") if p.name not in NOT_RULES and not p.name.startswith("."))
+    return sorted(p for p in folder.rglob("*.toml") if p.name not in NOT_RULES and not p.name.startswith(".")
+                  and MESSAGES_DIR not in p.relative_to(folder).parts[:-1])
 
 
 def _load_folder(folder: Path, origin: str) -> dict[str, Rule]:
@@ -58,6 +60,9 @@ def _load_folder(folder: Path, origin: str) -> dict[str, Rule]:
 
 
 def load_rules(user_dirs: list[str] | None = None) -> RuleSet:
+    from ..logs.catalogue import default_messages
+
+    default_messages()              # the message catalogue is checked with the rules (exit 2 on a bad entry)
     rules = _load_folder(rules_dir(), "built-in")
     notes = []
     for d in user_dirs or []:
