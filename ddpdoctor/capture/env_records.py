@@ -89,14 +89,13 @@ class EnvRun:
     @classmethod
     def open(cls, out: str, env: dict) -> EnvRun | None:
         run = cls(out, env, run_key(env))
+        if run._foreign(_read_json(os.path.join(out, "manifest.json"))):
+            return None                      # checked before anything is created in the folder
         for sub in ("ranks", "hosts", "flight_recorder", STATE_DIR):
             os.makedirs(os.path.join(out, sub), exist_ok=True)
         with run.lock():
             m = _read_json(os.path.join(out, "manifest.json"))
-            if m is not None and (m.get("run_key") != run.key or m.get("end_time")):
-                why = "another run's bundle" if m.get("run_key") != run.key else "a finished run's bundle"
-                say(f"DDPDOCTOR_CAPTURE={out} holds {why}: capture is off for this run "
-                    f"(give each job its own folder, e.g. DDPDOCTOR_CAPTURE=/shared/runs/$SLURM_JOB_ID)")
+            if run._foreign(m):
                 return None
             m = m or run._new_manifest()
             if run.host not in m["hosts"]:
@@ -108,6 +107,15 @@ class EnvRun:
             run.host_thread = threading.Thread(target=run._write_host, name="ddpdoctor-host", daemon=True)
             run.host_thread.start()
         return run
+
+    def _foreign(self, m: dict | None) -> bool:
+        """The folder holds another run's bundle, or this run's finished one: say so, write nothing."""
+        if m is None or (m.get("run_id") == self.key and not m.get("end_time")):
+            return False
+        why = "another run's bundle" if m.get("run_id") != self.key else "a finished run's bundle"
+        say(f"DDPDOCTOR_CAPTURE={self.out} holds {why}: capture is off for this run "
+            f"(give each job its own folder, e.g. DDPDOCTOR_CAPTURE=/shared/runs/$SLURM_JOB_ID)")
+        return True
 
     def environment(self) -> dict[str, str]:
         """The variables `ddpdoctor run` would give this rank (launcher.capture_env), without the
@@ -141,7 +149,7 @@ class EnvRun:
                             "active": _int(self.env.get("DDPDOCTOR_ACTIVE"), 5),
                             "keep_going": self.env.get("DDPDOCTOR_KEEP_GOING", "1") == "1"},
             "start_time": iso, "start_unix": t, "end_time": None, "status": "partial", "exit_code": None,
-            "world_size": None, "ranks_present": [], "env_set": {}, "launcher_log": None, "run_key": self.key,
+            "world_size": None, "ranks_present": [], "env_set": {}, "launcher_log": None, "run_id": self.key,
         }
 
     def _write_host(self) -> None:
@@ -253,6 +261,11 @@ class EnvRun:
         if manifest["status"] != "failed":
             complete = len(traced) == manifest["world_size"] and manifest.get("windows_complete")
             manifest["status"] = "complete" if complete else "partial"
+        if not manifest.get("nnodes"):        # no launcher argument to read it from: the hosts the ranks ran on
+            from .launcher import read_rank_settings
+
+            names = {s.get("hostname") for s in read_rank_settings(_Path(self.out)).values() if s.get("hostname")}
+            manifest["nnodes"] = len(names) or None
         manifest["rank_exit_codes"] = {str(r): c for r, c in sorted(codes.items())}
         _write_json(path, manifest)
         shutil.rmtree(self.state, ignore_errors=True)
