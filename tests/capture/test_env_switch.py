@@ -179,3 +179,44 @@ def test_a_folder_holding_another_runs_bundle_is_not_written(bundles):
     assert res.returncode == 0 and res.stdout == "ok\n"
     assert "holds another run's bundle: capture is off" in res.stderr and res.stderr.count("\n") == 1
     assert sorted(str(p) for p in env_out.rglob("*")) == before
+
+
+# ---------------------------------------------------------------------- ddpdoctor.capture.window()
+
+MARKED = ROOT / "tests" / "scripts" / "marked_window.py"
+
+
+def test_window_without_capture_does_nothing_and_says_why():
+    from ddpdoctor.capture import window
+
+    with window() as w:
+        pass
+    assert w.recording is False and w.bundle is None and "no capture" in w.why_not
+
+
+@needs_pth
+def test_a_window_the_script_marks_is_the_window(tmp_path):
+    pytest.importorskip("torch")
+    import gzip
+
+    out = tmp_path / "marked"
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          "--rdzv-endpoint=localhost:0", "--rdzv-backend=c10d", str(MARKED)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env=_env(DDPDOCTOR_CAPTURE=str(out), DDPDOCTOR_CAPTURE_ANALYZE="0"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "rank 0: recording=True" in res.stdout and "rank 1: recording=True" in res.stdout
+    for r in (0, 1):
+        s = json.loads((out / "ranks" / f"rank{r}" / "settings.json").read_text())
+        assert s["steps_completed"] == 12                       # training went on after the block
+        assert s["window"]["marked_by_script"] and s["window"]["complete"] and s["window"]["recorded_steps"] == 3
+        with gzip.open(out / "ranks" / f"rank{r}" / f"rank{r}.pt.trace.json.gz", "rt") as fh:
+            names = [e.get("name", "") for e in json.load(fh)["traceEvents"]]
+        # the three steps inside the block, numbered as the steps they are; the tail after the last
+        # optimizer step (until the block ended) is not a step
+        assert sorted(n for n in names if n.startswith("ProfilerStep#")) == ["ProfilerStep#6", "ProfilerStep#7",
+                                                                             "ProfilerStep#8"]
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "complete" and m["windows_complete"] and m["ranks_present"] == [0, 1]
+    doc = _verdict(out)
+    assert sorted(len([t for t in doc["analysis"]["table"] if t["rank"] == r]) for r in (0, 1)) == [3, 3]
