@@ -82,6 +82,8 @@ def _start(out: str | None) -> bool:
         return False
     if env.get("DDPDOCTOR_BUNDLE") and env.get(MODE_VAR) != "environment":
         return False                      # under `ddpdoctor run`: its own capture
+    if _is_ddpdoctor_itself(sys.orig_argv):
+        return False                      # `ddpdoctor run|analyze …` under srun carries rank variables too
     agent_mod = load_agent()
     if agent_mod.AGENT is not None:
         return False                      # already active in this process
@@ -101,3 +103,11 @@ def _start(out: str | None) -> bool:
         return False
     run.attach(agent_mod.AGENT)
     return True
+
+
+def _is_ddpdoctor_itself(argv: list[str]) -> bool:
+    """ddpdoctor's own processes (``ddpdoctor …``, ``python -m ddpdoctor …``) are never ranks."""
+    for i, a in enumerate(argv[:3]):
+        if os.path.basename(a) == "ddpdoctor" or (a == "-m" and i + 1 < len(argv) and argv[i + 1] == "ddpdoctor"):
+            return True
+    return False

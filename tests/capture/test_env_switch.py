@@ -100,6 +100,10 @@ def test_a_process_that_is_not_a_rank_is_left_alone(tmp_path):
     res = subprocess.run([sys.executable, "-c", "print('ok')"], capture_output=True, text=True, timeout=60,
                          env=_env(DDPDOCTOR_CAPTURE=str(tmp_path / "b")))
     assert res.returncode == 0 and res.stdout == "ok\n" and res.stderr == "" and not (tmp_path / "b").exists()
+    # ddpdoctor's own process under srun (rank variables set) is not a rank either
+    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "--version"], capture_output=True, text=True, timeout=60,
+                         env=_env(DDPDOCTOR_CAPTURE=str(tmp_path / "b"), SLURM_PROCID="0"))
+    assert res.returncode == 0 and res.stderr == "" and not (tmp_path / "b").exists()
 
 
 # ---------------------------------------------------------------------- the same job three ways
