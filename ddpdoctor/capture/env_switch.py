@@ -84,6 +84,10 @@ def _start(out: str | None) -> bool:
         return False                      # under `ddpdoctor run`: its own capture
     if _is_ddpdoctor_itself(sys.orig_argv):
         return False                      # `ddpdoctor run|analyze …` under srun carries rank variables too
+    from .agent_process import _LAUNCHER_RANK_VARS, _LOCAL_RANK_VARS
+
+    if not any(k in env for k in _LAUNCHER_RANK_VARS + _LOCAL_RANK_VARS):
+        return False                      # not a rank (should_activate says the same), without loading the agent
     agent_mod = load_agent()
     if agent_mod.AGENT is not None:
         return False                      # already active in this process
