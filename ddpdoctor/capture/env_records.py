@@ -278,10 +278,14 @@ class EnvRun:
                if not k.startswith("DDPDOCTOR_") and k not in ("NCCL_DEBUG_FILE",)}
         status = f"status {manifest.get('status')}, traces from {len(manifest.get('ranks_present') or [])} of " \
                  f"{manifest.get('world_size')} ranks"
+        # its own session: when a peer failed, the job's launcher kills this rank's process group (torchrun
+        # does, seen with examples/oom_skip_batch.py); the analysis then finishes without the rank
         try:
-            res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", self.out, "--report", report, "-q"],
-                                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 timeout=float(os.environ.get("DDPDOCTOR_CAPTURE_ANALYZE_TIMEOUT_S", "900")))
+            proc = subprocess.Popen([sys.executable, "-m", "ddpdoctor", "analyze", self.out, "--report", report, "-q"],
+                                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+            _, err = proc.communicate(timeout=float(os.environ.get("DDPDOCTOR_CAPTURE_ANALYZE_TIMEOUT_S", "900")))
+            res = subprocess.CompletedProcess(proc.args, proc.returncode, None, err)
         except (OSError, subprocess.SubprocessError) as exc:
             say(f"capture {self.out}: {status}; analysis failed ({exc}): ddpdoctor analyze {self.out}")
             return

@@ -224,3 +224,24 @@ def test_a_window_the_script_marks_is_the_window(tmp_path):
     assert m["status"] == "complete" and m["windows_complete"] and m["ranks_present"] == [0, 1]
     doc = _verdict(out)
     assert sorted(len([t for t in doc["analysis"]["table"] if t["rank"] == r]) for r in (0, 1)) == [3, 3]
+
+
+@needs_pth
+def test_a_failed_job_under_the_switch_is_diagnosed(tmp_path):
+    """examples/oom_skip_batch.py: rank 1 catches an OOM and drifts, rank 0 dies in an all-reduce."""
+    pytest.importorskip("torch")
+    import time
+
+    out = tmp_path / "oom"
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          "--rdzv-endpoint=localhost:0", "--rdzv-backend=c10d", str(ROOT / "examples" / "oom_skip_batch.py")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env(DDPDOCTOR_CAPTURE=str(out)))
+    assert res.returncode != 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["exit_code"] == 1 and m["rank_exit_codes"] == {"0": 1, "1": 0}
+    # the last rank's analysis runs in its own session: the launcher ending that rank does not end it
+    deadline = time.time() + 120
+    while not (out / "report" / "report.md").is_file() and time.time() < deadline:
+        time.sleep(1)
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert report["verdict"]["failed"] and "Rank 1 ran out of CUDA memory" in report["verdict"]["summary"]
