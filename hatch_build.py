@@ -1,4 +1,5 @@
-"""Build hook (hatchling): compiles ddpdoctor/trace/_kscan.c, the trace column reader, into
+"""Build hook (hatchling): installs ``ddpdoctor_capture.pth`` at the top of site-packages (wheel and
+editable installs: the ``DDPDOCTOR_CAPTURE`` switch, ddpdoctor/capture/env_switch.py), and compiles ddpdoctor/trace/_kscan.c, the trace column reader, into
 ddpdoctor/trace/_kscan.so with the system C compiler (``$CC``, default ``cc``) on every wheel or
 editable build. It is a plain C library loaded with ctypes (no Python headers needed). If no
 compiler is found the build goes on without it and ddpdoctor decodes with msgspec only (slower,
@@ -15,10 +16,30 @@ from pathlib import Path
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 
+PTH_NAME = "ddpdoctor_capture.pth"
+
+
 class KScanBuildHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict) -> None:
+        self._capture_pth(version, build_data)
+        self._kscan(version, build_data)
+
+    def _capture_pth(self, version: str, build_data: dict) -> None:
+        """The one-line .pth of the DDPDOCTOR_CAPTURE switch, at the wheel's root (site-packages).  An
+        editable wheel takes ``force_include_editable`` instead of the configured force-include when it is
+        set, so that map gets the configured entries too."""
+        pth = str(Path(self.root) / "ddpdoctor" / "capture" / PTH_NAME)
+        if version == "editable":
+            forced = build_data.setdefault("force_include_editable", {})
+            if not forced:
+                forced.update(self.build_config.force_include)
+            forced[pth] = PTH_NAME
+        else:
+            build_data["force_include"][pth] = PTH_NAME
+
+    def _kscan(self, version: str, build_data: dict) -> None:
         src = Path(self.root) / "ddpdoctor" / "trace" / "_kscan.c"
         out = src.with_name("_kscan.so")
         source_id = source_hash(src.parent)

@@ -9,7 +9,13 @@ training's own exit code."""
 FAILED_RUN = 3
 
 
-class InputError(Exception):
+class DDPDoctorError(Exception):
+    """Base of every error ddpdoctor raises on purpose; ``exit_code`` is the CLI's for the same problem."""
+
+    exit_code = 1
+
+
+class InputError(DDPDoctorError):
     """Bad or unusable input (path, file, trace).  The message is shown as is."""
 
     exit_code = 2
@@ -23,3 +29,16 @@ class UnreachableError(InputError):
     """A service the user pointed to (a Dask scheduler, an object store) cannot be reached or refused us."""
 
     exit_code = 4
+
+
+class FailedRunError(DDPDoctorError):
+    """The run itself failed (a crash, an OOM, a timeout): ``analyze``'s exit code 3.  Raised by the
+    Python API only when asked (``ddpdoctor.analyze(..., check=True)``, ``Document.raise_for_failure()``);
+    the diagnosis is in ``.document``."""
+
+    exit_code = FAILED_RUN
+
+    def __init__(self, document):
+        self.document = document
+        summary = (document.to_dict().get("verdict") or {}).get("summary") or "the run failed"
+        super().__init__(summary)

@@ -264,6 +264,41 @@ class Agent:
         if b is not None:
             self._on_boundary(b)
 
+    # ---------------------------------------------------------------- a window the script marks
+    def take_manual_window(self) -> bool:
+        """``ddpdoctor.capture.window`` is in use: no automatic window (False if one already ran)."""
+        if self.window.manual:
+            return True
+        with self.lock:
+            taken = self.window.take_manual()
+        if taken:
+            self.event("window_marked_by_script", step=self.steps)
+        return taken
+
+    def mark_window_start(self) -> bool:
+        """The script's ``with window():`` begins: profile from here; True when recording."""
+        if not self.window.manual and not self.take_manual_window():
+            self.event("window_mark_ignored", step=self.steps, reason="the automatic window already ran")
+            return False
+        torch = self.torch or sys.modules.get("torch")
+        if self.window.profiling or self.window.window_done or torch is None:
+            return False
+        try:
+            self.profiler.start(torch)
+        except Exception as exc:  # noqa: BLE001
+            self.internal_error("window start (script)", exc)
+        return self.window.profiling
+
+    def mark_window_end(self) -> None:
+        """The script's block ends: stop and export; the steps inside it are the window. Training goes on."""
+        if not (self.window.manual and self.window.profiling):
+            return
+        try:
+            self.profiler.stop(complete=True)
+            self.settings.write()
+        except Exception as exc:  # noqa: BLE001
+            self.internal_error("window end (script)", exc)
+
     # ---------------------------------------------------------------- the window's decisions
     def _on_boundary(self, b) -> None:
         """Carry out what the step window decided at this boundary."""

@@ -8,6 +8,7 @@ here first.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 
@@ -18,6 +19,7 @@ class WindowProfiler:
         self.trace_name = f"rank{agent.rank}.pt.trace.json.gz"
         self.trace_written = None
         self.exporting = False            # stopping and writing the trace (seconds to a minute under load)
+        self.step_span = None             # the open ProfilerStep#N span of a manual window
 
     def other_profiler_running(self) -> bool:
         """torch's autograd profiler is already on: the script runs its own."""
@@ -39,12 +41,15 @@ class WindowProfiler:
             a.user_profiler_starts()
             return
         steps = a.window.steps
+        manual = a.window.manual
         prof = profile(activities=acts, record_shapes=True, with_stack=False, profile_memory=False)
         prof._ddpdoctor_own = True
-        prof.record_steps = True                # without a schedule profile() would not mark ProfilerStep#N
+        prof.record_steps = not manual          # without a schedule profile() would not mark ProfilerStep#N
         prof.step_num = steps                   # ProfilerStep#<number of the step being recorded>
         prof.start()
         self.prof = prof
+        if manual:
+            self._open_step(torch)
         a.window.started()
         a._evidence_hook("window_start", torch, steps, a.window.typical_step_s() if a.window.step_times else None,
                           a.window.active)
@@ -55,7 +60,20 @@ class WindowProfiler:
             a.internal_error("settings", exc)
 
     def step(self) -> None:
-        self.prof.step()
+        if self.step_span is None:            # the automatic window: torch.profiler marks the steps
+            self.prof.step()
+            return
+        self.step_span.__exit__(None, None, None)
+        self.prof.step_num += 1
+        self._open_step(self.agent.torch or sys.modules.get("torch"))
+
+    def _open_step(self, torch) -> None:
+        """A window the script marks (agent_window ``manual``): the ProfilerStep#N spans are ours, so the
+        span after the last boundary (until the script's block ended: not a whole step) is taken out of
+        the exported trace (``_drop_span``) rather than counted as a short step."""
+        span = torch.profiler.record_function(f"ProfilerStep#{self.prof.step_num}")
+        span.__enter__()
+        self.step_span = span
 
     def stop(self, complete: bool) -> None:
         """Stop and export: at the window's end (``complete``), or when the rank ends inside it."""
@@ -74,7 +92,11 @@ class WindowProfiler:
         a._evidence_hook("window_stop", a.window.recorded)
         a.window.stopped()
         t0 = time.time()
+        open_span, self.step_span = self.step_span, None
         try:
+            if open_span is not None:
+                with a.errors.quiet("closing the last step span"):
+                    open_span.__exit__(None, None, None)
             prof.stop()
         finally:
             t1 = time.time()
@@ -83,6 +105,9 @@ class WindowProfiler:
             # plain JSON first, then gzip at level 1: torch's own .gz export compresses at level 9,
             # which took most of the export time (e.g. 5.1 s of a 0.9 MB trace's export)
             prof.export_chrome_trace(raw)
+            if open_span is not None:
+                with a.errors.quiet("trimming the window's tail"):
+                    _drop_span(raw, f"ProfilerStep#{prof.step_num}")
             t2 = time.time()
             import gzip
             import shutil
@@ -96,3 +121,16 @@ class WindowProfiler:
             a.event("trace", file=self.trace_name, steps=a.window.recorded, complete=complete,
                     export_s=round(t3 - t0, 3), stop_s=round(t1 - t0, 3), save_s=round(t2 - t1, 3),
                     compress_s=round(t3 - t2, 3))
+
+
+def _drop_span(path: str, name: str) -> None:
+    """Remove the host span called ``name`` from an exported chrome trace (a manual window's tail)."""
+    import json
+
+    with open(path, encoding="utf-8") as fh:
+        trace = json.load(fh)
+    events = trace.get("traceEvents") or []
+    trace["traceEvents"] = [e for e in events if not (e.get("name") == name and e.get("ph") == "X")]
+    if len(trace["traceEvents"]) != len(events):
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(trace, fh)

@@ -16,6 +16,9 @@ torch.profiler (``agent_profiler.py``).
   recorded step; after ``active`` recorded steps the window stops, the trace is exported and the
   rank ends (``then_exit``) unless ``keep_going``.  One window per run: after it (or after the
   script started its own profiler) nothing starts again.
+- ``manual`` (the script marks its window with ``ddpdoctor.capture.window()``): no window starts at a
+  boundary; the script's block starts it (``mark_start``) and ends it, and every boundary inside it is one
+  recorded step, however many; the rank is never ended after it.
 - The rank ending while the window runs flushes it incomplete; a boundary after the stop was
   requested (a ``finally`` block that steps again) ends the rank again.
 """
@@ -66,6 +69,7 @@ class StepWindow:
         self.window_done = False
         self.user_profiler = False
         self.stop_requested = False
+        self.manual = False               # the script marks the window itself (ddpdoctor.capture.window)
         self.step_times: list[float] = []
         self.last_step_time = now
 
@@ -114,11 +118,14 @@ class StepWindow:
         b = Boundary(self.steps - 1, dur if self.steps > 1 else None)
         if self.stop_requested:
             b.action = EXIT
-        elif not self.profiling and not self.window_done and not self.user_profiler and self.steps >= self.warmup:
+        elif (not self.profiling and not self.window_done and not self.user_profiler and not self.manual
+              and self.steps >= self.warmup):
             b.action = START
         elif self.profiling:
             self.recorded += 1
-            if self.recorded >= self.active:
+            if self.manual:
+                b.action = STEP
+            elif self.recorded >= self.active:
                 b.action, b.then_exit = STOP, not self.keep_going
             else:
                 b.action = STEP
@@ -144,6 +151,14 @@ class StepWindow:
         self.window_done = True
         return True
 
+    def take_manual(self) -> bool:
+        """The script will mark its window: no automatic one from now on.  False when one already started
+        or is over (the script's marks are then ignored)."""
+        if self.profiling or self.window_done or self.user_profiler:
+            return False
+        self.manual = True
+        return True
+
     def request_stop(self) -> bool:
         """The rank is to end after the window; True the first time."""
         if self.stop_requested:
@@ -158,6 +173,8 @@ class StepWindow:
     # ------------------------------------------------------------------ read-outs
     @property
     def complete(self) -> bool:
+        if self.manual:
+            return self.window_done and self.recorded >= 1
         return self.window_done and self.recorded >= self.active
 
     def typical_step_s(self) -> float:

@@ -1,0 +1,269 @@
+"""The Python API (``import ddpdoctor``): the same analysis as the CLI, returned as objects.
+
+- :func:`analyze` runs the pipeline ``ddpdoctor analyze`` runs (``diagnosis.run_analyze`` →
+  ``json_report.to_dict`` → ``files.prepare``) and returns a :class:`Document`;
+- :func:`load` reads a diagnosis back (report.json, a report folder, a ``ddpdoctor bundle`` archive);
+- :func:`compare` is ``ddpdoctor compare`` (``ticket/compare.py``) and returns a :class:`Comparison`.
+
+Nothing here prints, exits or reads the terminal: errors are exceptions whose ``exit_code`` is the
+CLI's for the same problem (``InputError`` 2, ``UnreachableError`` 4, ``FailedRunError`` 3).
+Imports are lazy so ``import ddpdoctor`` stays light (no numpy, pandas, matplotlib or torch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .errors import FailedRunError, InputError
+
+TERMINAL, MARKDOWN, HTML, JSON = "terminal", "markdown", "html", "json"
+_FORMATS = {TERMINAL: None, MARKDOWN: "md", "md": "md", HTML: "html", JSON: "json"}
+
+
+class Document:
+    """One diagnosis (schema ``ddpdoctor.diagnosis/1``, docs/diagnosis.schema.json).
+
+    ``to_dict()`` is exactly what report.json holds; ``verdict`` and ``findings`` are the typed
+    structs of ``ddpdoctor.report.document`` (``Verdict``, ``Finding``); ``render`` gives the
+    terminal card, Markdown or HTML the CLI would write."""
+
+    def __init__(self, data: dict):
+        self._data = data
+        self._typed = None
+
+    # ------------------------------------------------------------------ typed views
+    @property
+    def _doc(self):
+        if self._typed is None:
+            import msgspec
+
+            from .report.document import Diagnosis
+
+            self._typed = msgspec.convert(self.to_dict(), Diagnosis, strict=False)
+        return self._typed
+
+    @property
+    def verdict(self):
+        """``ddpdoctor.report.document.Verdict``: bottleneck, confidence, summary, failed, …"""
+        return self._doc.verdict
+
+    @property
+    def findings(self) -> list:
+        """``ddpdoctor.report.document.Finding`` list, most costly first (each with its ``fixes``)."""
+        return list(self._doc.findings)
+
+    @property
+    def failed(self) -> bool:
+        """The run itself failed (a crash, an OOM, a timeout), as found in its logs or bundle."""
+        return bool(self.verdict.failed)
+
+    @property
+    def exit_code(self) -> int:
+        """What ``ddpdoctor analyze`` exits with for this diagnosis: 3 for a failed run, else 0."""
+        from .errors import FAILED_RUN
+
+        return FAILED_RUN if self.failed else 0
+
+    # ------------------------------------------------------------------ output
+    def to_dict(self) -> dict:
+        """The document as report.json holds it (a new dict each call)."""
+        from .report.files import dumps_json
+
+        return json.loads(dumps_json(self._data))
+
+    def to_json(self) -> str:
+        """report.json's text."""
+        from .report.files import dumps_json
+
+        return dumps_json(self._data)
+
+    def render(self, fmt: str = TERMINAL, *, verbose: bool = False, width: int = 80) -> str:
+        """``"terminal"`` (the card; ``verbose``: every finding), ``"markdown"``, ``"html"`` or ``"json"``."""
+        if fmt not in _FORMATS:
+            raise InputError(f"unknown format {fmt!r} (choose from terminal, markdown, html, json)")
+        if fmt == TERMINAL:
+            from .report.card import render_card
+            from .report.terminal import render_full
+
+            width = max(40, int(width))
+            lines = render_full(self._data, width) if verbose else render_card(self._data, width)
+            return "\n".join(lines) + "\n"
+        from .report.files import render
+
+        return render(self._data, _FORMATS[fmt])
+
+    def write_report(self, folder: str | os.PathLike) -> list[str]:
+        """report.md, report.html, report.json and plots/*.png in ``folder`` (``analyze --report``)."""
+        from .report.files import write_report_dir
+
+        return [str(p) for p in write_report_dir(self._data, folder)]
+
+    def raise_for_failure(self) -> Document:
+        """Raise :class:`FailedRunError` when the run failed (``analyze``'s exit code 3); else return self."""
+        if self.failed:
+            raise FailedRunError(self)
+        return self
+
+    def __repr__(self) -> str:
+        v = self._data.get("verdict") or {}
+        return f"<ddpdoctor.Document {v.get('label') or v.get('bottleneck') or 'no bottleneck'}: " \
+               f"{len(self._data.get('findings') or [])} findings>"
+
+
+class Comparison:
+    """``ddpdoctor compare``'s result (schema ``ddpdoctor.compare/1``)."""
+
+    def __init__(self, data: dict):
+        self._data = data
+
+    speedup = property(lambda self: self._data.get("speedup"), doc="median step time before / after")
+    step_time_change_pct = property(lambda self: self._data.get("step_time_change_pct"))
+    regressed = property(lambda self: bool(self._data.get("regressed")),
+                         doc="the step time grew by more than max_regression percent (the CLI exits 1)")
+    verdict_moved = property(lambda self: bool(self._data.get("verdict_moved")))
+
+    def to_dict(self) -> dict:
+        return json.loads(json.dumps(self._data, default=str))
+
+    def render(self, fmt: str = "text") -> str:
+        """``"text"``, ``"markdown"`` (or ``"md"``) or ``"json"``."""
+        from .ticket.compare import render
+
+        fmt = {"markdown": "md"}.get(fmt, fmt)
+        if fmt not in ("text", "md", "json"):
+            raise InputError(f"unknown format {fmt!r} (choose from text, markdown, json)")
+        return render(self._data, fmt)
+
+    def __repr__(self) -> str:
+        s = self.speedup
+        return f"<ddpdoctor.Comparison {'speed-up ' + format(s, '.2f') + 'x' if s else 'no step times'}>"
+
+
+# ---------------------------------------------------------------------- entry points
+
+def analyze(paths, *, all_windows: bool = False, jobs: int | None = None, ranks: str | None = None,
+            scheduler: str | None = None, comm_kernels: Iterable[str] = (), hta: str = "auto",
+            rules: Iterable[str | os.PathLike] = (), overrides: Mapping[str, Any] | Iterable[str] = (),
+            use_config: bool = True, redact_hosts: bool = False, check: bool = False) -> Document:
+    """Diagnose a run, as ``ddpdoctor analyze PATHS`` does, and return the :class:`Document`.
+
+    ``paths``: one path or a list (a ``ddpdoctor run`` bundle, trace files or folders, logs, fsspec
+    URLs).  The options are the CLI's: ``all_windows`` (--all-windows), ``jobs`` (-j), ``ranks``
+    (--ranks "0-7,12"), ``scheduler`` (--scheduler), ``comm_kernels`` (--comm-kernel regexes), ``hta``
+    ("auto", "on", "off"), ``rules`` (--rules folders), ``overrides`` ({"DL001.min_wait_share": 0.2}
+    or ["DL001.min_wait_share=0.2"], --set), ``use_config`` (False: --no-config), ``redact_hosts``.
+    ``check=True`` raises :class:`FailedRunError` (exit code 3) when the run itself failed; by
+    default a failed run is a diagnosis like any other (``doc.failed``)."""
+    import re
+
+    paths = _paths(paths)
+    for p in comm_kernels:
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise InputError(f"comm_kernels {p!r} is not a valid regular expression ({exc})") from None
+    if hta not in ("auto", "on", "off"):
+        raise InputError(f"hta={hta!r}: choose from auto, on, off")
+    with _translated_errors(), _rules_in_force(rules, overrides, use_config) as ruleset:
+        from .analysis import AnalyzeOptions
+        from .diagnosis import run_analyze
+        from .metrics import hta_adapter
+        from .report.files import prepare
+        from .report.json_report import to_dict
+        from .report.redaction import HostRedactor
+        from .trial.folders import trial_arm
+
+        hta_adapter.require(hta)
+        paths, trial = trial_arm(paths, quiet=True)
+        opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_kernels), hta=hta,
+                              scheduler=scheduler, ranks=ranks)
+        raw = to_dict(run_analyze(paths, opts, ruleset))
+        if trial is not None:
+            raw["trial"] = trial
+        doc = Document(prepare(raw, redact_hosts, HostRedactor() if redact_hosts else None))
+    return doc.raise_for_failure() if check else doc
+
+
+def load(source: str | os.PathLike) -> Document:
+    """A diagnosis read back without the traces (``ddpdoctor report SOURCE``): a report.json, a report
+    folder, or the .tar.gz archive ``ddpdoctor bundle`` writes.  Never analyzes."""
+    with _translated_errors():
+        from .report.files import load_diagnosis, prepare
+
+        return Document(prepare(load_diagnosis(os.fspath(source), analyze_ok=False)))
+
+
+def compare(before, after, *, max_regression: float | None = None, hta: str = "off") -> Comparison:
+    """Before/after (``ddpdoctor compare BEFORE AFTER``): each side a :class:`Document`, a diagnosis
+    dict, or a path (report.json, report folder, bundle archive, or a run folder analyzed on the fly)."""
+    with _translated_errors(), _rules_in_force((), (), True) as ruleset:
+        from .analysis import AnalyzeOptions
+        from .report.files import load_diagnosis, prepare
+        from .report.document import validate
+        from .ticket import compare as cmp
+
+        def side(x, name):
+            if isinstance(x, Document):
+                return x._data
+            if isinstance(x, Mapping):
+                return prepare(validate(dict(x), name))
+            return prepare(load_diagnosis(os.fspath(x), opts=AnalyzeOptions(hta=hta), ruleset=ruleset))
+
+        return Comparison(cmp.compare(side(before, "before"), side(after, "after"), max_regression=max_regression))
+
+
+# ---------------------------------------------------------------------- helpers
+
+def _paths(paths) -> list[str]:
+    if isinstance(paths, (str, os.PathLike)):
+        return [os.fspath(paths)]
+    try:
+        out = [os.fspath(p) for p in paths]
+    except TypeError:
+        raise InputError("paths: give a path or a list of paths") from None
+    if not out:
+        raise InputError("paths: nothing to analyze (an empty list)")
+    return out
+
+
+@contextlib.contextmanager
+def _rules_in_force(rules, overrides, use_config):
+    """The rule set and its metrics overrides for one call, reset afterwards (the CLI resets them at
+    the end of each command)."""
+    from .resources import set_metric_overrides
+    from .rules_engine.registry import build_ruleset
+
+    if isinstance(overrides, Mapping):
+        sets = [f"{k}={v}" for k, v in overrides.items()]
+    elif isinstance(overrides, str):
+        sets = [overrides]
+    else:
+        sets = list(overrides)
+    rules = [os.fspath(r) for r in ([rules] if isinstance(rules, (str, os.PathLike)) else rules)]
+    try:
+        rs = build_ruleset(rules, sets, use_config=use_config)
+        set_metric_overrides(rs.metrics)
+        yield rs
+    finally:
+        set_metric_overrides(None)
+
+
+@contextlib.contextmanager
+def _translated_errors():
+    """The errors the CLI turns into exit code 2 arrive here as InputError (the CLI's meaning)."""
+    try:
+        yield
+    except InputError:
+        raise
+    except RecursionError:
+        raise InputError("input nested too deeply to decode") from None
+    except OverflowError as exc:
+        raise InputError(f"input holds a number too large to use ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"input is not valid UTF-8 text (byte {exc.start})") from None
+    except MemoryError:
+        raise InputError("out of memory reading the input (see README: input size limits)") from None

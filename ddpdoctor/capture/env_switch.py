@@ -1,0 +1,117 @@
+"""``DDPDOCTOR_CAPTURE=DIR``: capture without wrapping the launcher (issue 31 item 3).
+
+``ddpdoctor_capture.pth``, installed into site-packages with the package, runs one line at every
+Python start-up: when ``DDPDOCTOR_CAPTURE`` is set it calls :func:`start` (cost when unset: one
+``os.environ`` lookup; everything it does is wrapped so start-up never breaks).  ``start`` does in
+this process what ``ddpdoctor run`` does around it:
+
+- the same agent (``capture/agent.py``, loaded by path as ``sitecustomize`` loads it under ``run``),
+  which decides the same way whether this process is a training rank (``agent_process.should_activate``:
+  RANK/LOCAL_RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK; launcher and helper
+  processes never are);
+- the same environment defaults (``launcher.capture_env``: NCCL_DEBUG, the NCCL debug file per rank,
+  Flight Recorder dumps), set only where the job did not set them;
+- what the launcher writes outside the ranks (manifest.json, hosts/<host>.json, the end-of-run
+  analysis) is written by the ranks themselves (``env_records.py``).
+
+``ddpdoctor run`` wins: under it (``DDPDOCTOR_BUNDLE`` set by the launcher) this does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+MODE_VAR = "DDPDOCTOR_CAPTURE_MODE"     # set in the ranks' environment: "environment"
+AGENT_MODULE = "ddpdoctor_capture_agent"
+
+
+def _say(message: str) -> None:
+    try:
+        sys.stderr.write(f"ddpdoctor: {message}\n")
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def load_agent_if_loaded():
+    mod = sys.modules.get(AGENT_MODULE)
+    return getattr(mod, "AGENT", None)
+
+
+def load_agent():
+    """The agent module (``capture/agent.py`` loaded by path, the name ``sitecustomize`` gives it)."""
+    mod = sys.modules.get(AGENT_MODULE)
+    if mod is not None:
+        return mod
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
+    spec = importlib.util.spec_from_file_location(AGENT_MODULE, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[AGENT_MODULE] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(AGENT_MODULE, None)
+        raise
+    return mod
+
+
+_TRIED: list[str] = []
+
+
+def start(out: str | None = None) -> bool:
+    """Activate capture in this process if it is a training rank; True when it did.  Never raises.
+    Tried once per process and folder (a venv with a lib64 link reads the same .pth twice)."""
+    key = out or os.environ.get("DDPDOCTOR_CAPTURE") or ""
+    if key in _TRIED:
+        return load_agent_if_loaded() is not None
+    _TRIED.append(key)
+    try:
+        return _start(out)
+    except Exception as exc:  # noqa: BLE001 - a capture problem must not stop the user's program
+        _say(f"capture disabled in pid {os.getpid()}: {type(exc).__name__}: {exc}")
+        return False
+
+
+def _start(out: str | None) -> bool:
+    env = os.environ
+    raw = (out or env.get("DDPDOCTOR_CAPTURE") or "").strip()
+    if not raw:
+        return False
+    if env.get("DDPDOCTOR_BUNDLE") and env.get(MODE_VAR) != "environment":
+        return False                      # under `ddpdoctor run`: its own capture
+    if _is_ddpdoctor_itself(sys.orig_argv):
+        return False                      # `ddpdoctor run|analyze …` under srun carries rank variables too
+    from .agent_process import _LAUNCHER_RANK_VARS, _LOCAL_RANK_VARS
+
+    if not any(k in env for k in _LAUNCHER_RANK_VARS + _LOCAL_RANK_VARS):
+        return False                      # not a rank (should_activate says the same), without loading the agent
+    agent_mod = load_agent()
+    if agent_mod.AGENT is not None:
+        return False                      # already active in this process
+    bundle = os.path.abspath(os.path.expanduser(raw))
+    probe = dict(env, DDPDOCTOR_BUNDLE=bundle)
+    if not agent_mod.should_activate(probe, agent_mod._process_argv(), os.getppid()):
+        return False
+    from . import env_records
+
+    run = env_records.EnvRun.open(bundle, probe)       # may refuse (another run's bundle): says why
+    if run is None:
+        return False
+    for name, value in run.environment().items():
+        os.environ[name] = value
+    agent_mod.maybe_activate()
+    if agent_mod.AGENT is None:
+        return False
+    run.attach(agent_mod.AGENT)
+    return True
+
+
+def _is_ddpdoctor_itself(argv: list[str]) -> bool:
+    """ddpdoctor's own processes (``ddpdoctor …``, ``python -m ddpdoctor …``) are never ranks."""
+    for i, a in enumerate(argv[:3]):
+        if os.path.basename(a) == "ddpdoctor" or (a == "-m" and i + 1 < len(argv) and argv[i + 1] == "ddpdoctor"):
+            return True
+    return False
