@@ -45,17 +45,19 @@ def compile_facts(ranks: dict[int, dict]) -> dict:
     _put(facts, "compile.steps_compiling", round(_median(steps_with)), steps_with)
     _put(facts, "compile.ms_per_step", round(_median(per_step), 3), per_step)
     _put(facts, "compile.share", round(_median(share), 4), share)
-    totals = {r: int(t) for r, rec in measured.items() if (t := _num(rec.get("total_compiles"))) is not None}
-    if totals:
-        _put(facts, "compile.total_compiles", max(totals.values()), totals)
     limits = {r: int(v) for r, rec in measured.items() if (v := _num(rec.get("recompile_limit"))) is not None}
     if limits:
         _put(facts, "compile.recompile_limit", min(limits.values()), limits)
-    reasons: dict[str, int] = {}
+    reasons: dict[str, dict] = {}
     for rec in measured.values():
         for item in rec.get("reasons") or []:
-            if isinstance(item, dict) and isinstance(item.get("reason"), str):
-                reasons[item["reason"]] = reasons.get(item["reason"], 0) + int(_num(item.get("count")) or 0)
+            if isinstance(item, dict) and isinstance(item.get("guard"), str):
+                r = reasons.setdefault(item["guard"], {"count": 0, "example": item["guard"]})
+                r["count"] += int(_num(item.get("count")) or 0)
+                if isinstance(item.get("example"), str):
+                    r["example"] = item["example"]
     if reasons:
-        _put(facts, "compile.reason", safe_where(max(sorted(reasons), key=lambda k: reasons[k])))
+        top = max(sorted(reasons), key=lambda k: reasons[k]["count"])
+        _put(facts, "compile.reason", safe_where(reasons[top]["example"]))
+        _put(facts, "compile.reason_count", reasons[top]["count"])
     return facts

@@ -201,6 +201,7 @@ class Agent:
     # ---------------------------------------------------------------- torch hooks (agent_patches.PATCHES)
     def torch_imported(self, torch) -> None:
         self.torch = torch
+        _patches.set_compile_check(getattr(getattr(torch, "compiler", None), "is_compiling", None))
 
     def ddp_created(self, _result, ddp, *args, **kwargs) -> None:
         if self.settings.ddp_seen(ddp):

@@ -53,6 +53,17 @@ def compile_events(metrics, t0_us: int, t1_us: int) -> list[dict]:
     return out
 
 
+def guard_text(reason: str) -> str:
+    """The failed guard of a recompile reason, without its compile id, the source line Dynamo quotes
+    after " # " (with the file's absolute path) and the user stack trace: ``0/3: tensor 'x' size
+    mismatch at index 1. expected 40, actual 57`` -> ``tensor 'x' size mismatch at index 1. ...``."""
+    text = reason.strip().splitlines()[0] if reason.strip() else ""
+    head, sep, rest = text.partition(": ")
+    if sep and head.replace("/", "").replace("_", "").isalnum() and "/" in head:
+        text = rest
+    return text.split(" # ", 1)[0].split(" User stack trace:", 1)[0].strip()[:MAX_REASON_CHARS]
+
+
 def per_step(events: list[dict], bounds_us: list[int]) -> list[dict]:
     """Compilations per recorded step: ``bounds_us`` are the window's start and each step's end
     (n + 1 times for n steps).  Pure: unit-tested on built inputs."""
@@ -69,22 +80,24 @@ def per_step(events: list[dict], bounds_us: list[int]) -> list[dict]:
     return steps
 
 
-def summarize(events: list[dict], bounds_us: list[int], total_compiles: int | None, limit) -> dict:
+def summarize(events: list[dict], bounds_us: list[int], limit) -> dict:
     steps = per_step(events, bounds_us)
     wall_ms = (bounds_us[-1] - bounds_us[0]) / 1000.0 if len(bounds_us) > 1 else 0.0
     compile_ms = sum(s["compile_ms"] for s in steps)
-    reasons: dict[str, int] = {}
-    for e in events:
+    reasons: dict[str, dict] = {}
+    for e in sorted(events, key=lambda e: e["start_us"]):
         if e["reason"]:
-            # "0/3: tensor 'x' size mismatch at index 1. expected 40, actual 57": keep the guard, drop the id
-            text = e["reason"].split(": ", 1)[1] if ": " in e["reason"][:12] else e["reason"]
-            reasons[text] = reasons.get(text, 0) + 1
+            text = guard_text(e["reason"])
+            # one guard failing with new values each time ("expected 40, actual 57") is one reason
+            guard = text.split(". expected ", 1)[0]
+            r = reasons.setdefault(guard, {"guard": guard, "count": 0})
+            r["count"] += 1
+            r["example"] = text                    # the latest
     return {"used": True, "steps": steps, "compiles": sum(s["compiles"] for s in steps),
             "recompiles": sum(1 for e in events if e["kind"] == "frame" and e["reason"]),
             "compile_ms": round(compile_ms, 3), "window_ms": round(wall_ms, 3),
-            "reasons": [{"reason": r, "count": n} for r, n in
-                        sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_REASONS]],
-            "total_compiles": total_compiles, "recompile_limit": limit}
+            "reasons": sorted(reasons.values(), key=lambda r: (-r["count"], r["guard"]))[:MAX_REASONS],
+            "recompile_limit": limit}
 
 
 class CompileWatch:
@@ -116,11 +129,7 @@ class CompileWatch:
         if not metrics:          # Dynamo imported (by a library) but nothing compiled
             self._record = {"used": False, "dynamo_loaded": True}
             return
-        try:
-            total = int(utils.counters["stats"]["unique_graphs"])     # since the start (the records keep 64)
-        except Exception:  # noqa: BLE001
-            total = None
-        self._record = summarize(compile_events(metrics, bounds[0], bounds[-1]), bounds, total, _limit())
+        self._record = summarize(compile_events(metrics, bounds[0], bounds[-1]), bounds, _limit())
 
     def record(self) -> dict | None:
         return self._record
