@@ -45,14 +45,14 @@ def test_recompiling_every_step_is_named_with_its_fix(tmp_path):
     assert f["compile.used"] is True
     assert f["compile.window_compiles"] >= 4 and f["compile.steps_compiling"] == 4, f
     assert f["compile.share"] >= 0.3
-    assert "size mismatch at index 1" in f["compile.reason"]
+    assert "size mismatch at index 1" in f["compile.reason"] and f["compile.size_dim"] == 1
     # compile frames are phase "compile", never the loop's input work
     assert f.get("python.input_work.share", 0) < 0.10
     v = d["verdict"]
     assert v["bottleneck"] == "compute" and v["rule"] == "CP003", v
     top = d["findings"][0]
     assert top["rule"] == "CP003" and "DL003" not in _fired(d)
-    assert "dynamic" in top["fixes"][0]["title"]
+    assert "dynamic" in top["fixes"][0]["title"] and "mark_dynamic(x, 1)" in top["fixes"][0]["change"]
     # the agent's own hooks stay out of the compiled graph: no guard on ddpdoctor's state
     for r in (0, 1):
         rec = json.loads((out / "ranks" / f"rank{r}" / "settings.json").read_text())["compile"]

@@ -165,6 +165,7 @@ def test_compile_facts_median_over_ranks_and_top_reason():
     assert f["compile.share"] == 0.55 and f["compile.share.per_rank"] == {0: 0.6, 1: 0.5}
     assert f["compile.ms_per_step"] == 110.0 and f["compile.recompile_limit"] == 8
     assert f["compile.reason"] == g + ". expected 10, actual 11" and f["compile.reason_count"] == 6
+    assert f["compile.size_dim"] == 1
 
 
 def test_compile_facts_absent_without_compile_or_record():
@@ -174,3 +175,4 @@ def test_compile_facts_absent_without_compile_or_record():
     # compiled before the window only: measured, zero
     f = compile_facts({0: _settings(0, 0.0)})
     assert f["compile.window_compiles"] == 0 and f["compile.share"] == 0.0 and "compile.reason" not in f
+    assert "compile.size_dim" not in f

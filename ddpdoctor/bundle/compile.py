@@ -10,9 +10,13 @@ Pure Python: no torch.
 
 from __future__ import annotations
 
+import re
 from statistics import median
 
 from .evidence import _num, _put, safe_where
+
+
+_SIZE_GUARD = re.compile(r"size mismatch at index (\d+)")
 
 
 def _record(d: dict) -> dict | None:
@@ -60,4 +64,7 @@ def compile_facts(ranks: dict[int, dict]) -> dict:
         top = max(sorted(reasons), key=lambda k: reasons[k]["count"])
         _put(facts, "compile.reason", safe_where(reasons[top]["example"]))
         _put(facts, "compile.reason_count", reasons[top]["count"])
+        dim = _SIZE_GUARD.search(top)
+        if dim:
+            facts["compile.size_dim"] = int(dim.group(1))
     return facts
