@@ -201,6 +201,12 @@ class Agent:
     # ---------------------------------------------------------------- torch hooks (agent_patches.PATCHES)
     def torch_imported(self, torch) -> None:
         self.torch = torch
+
+    def compile_called(self, *args, **kwargs) -> None:
+        """torch.compile: from now on a patched call that Dynamo traces skips the hooks (agent_patches.py);
+        without torch.compile the patched calls never check."""
+        self.settings.compile_called()
+        torch = self.torch or sys.modules.get("torch")
         _patches.set_compile_check(getattr(getattr(torch, "compiler", None), "is_compiling", None))
 
     def ddp_created(self, _result, ddp, *args, **kwargs) -> None:

@@ -38,7 +38,7 @@ class Patch(NamedTuple):
     optional: bool = False
 
 
-# torch.compiler.is_compiling, once torch is imported (``set_compile_check``): a patched call that
+# torch.compiler.is_compiling, once the script calls torch.compile (``set_compile_check``): a patched call that
 # Dynamo traces (a torch.compile'd DDP model) runs only the original. Traced hooks would put the
 # agent's own state into the graph's guards (measured on torch 2.13: a guard on the window flag made
 # the window's start recompile the model) and break the graph at ``time.time``.
@@ -60,7 +60,7 @@ _DDP, _LOADER, _FSDP1 = ("torch.nn.parallel.distributed", "torch.utils.data.data
 PATCHES = (
     Patch("torch", on_import="torch_imported"),
     Patch("torch", "OutOfMemoryError.__init__", after="settings.oom_created", optional=True),
-    Patch("torch", "compile", before="settings.compile_called", optional=True),
+    Patch("torch", "compile", before="compile_called", optional=True),
     Patch("torch.optim.optimizer", "register_optimizer_step_post_hook", register="optimizer_stepped"),
     Patch(_DDP, "DistributedDataParallel.__init__", args="tried_ddp", after="ddp_created"),
     Patch(_DDP, "DistributedDataParallel.forward", before="ddp_forward"),
