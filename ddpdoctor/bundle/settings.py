@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..resources import metric_params
 from .events import load_events, problem_events
+from .compile import compile_facts
 from .evidence import evidence_facts
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
@@ -207,6 +208,7 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
 
     # ---- window evidence: host contention, Python stack samples, batch fingerprints (bundle/evidence.py)
     facts.update(evidence_facts(ranks, metric_params()["evidence"]))
+    facts.update(compile_facts(ranks))        # torch.compile compilations in the window (bundle/compile.py)
 
     # ---- hosts
     if hosts:

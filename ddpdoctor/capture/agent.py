@@ -66,6 +66,7 @@ _hang = _load_part("hang")
 _overrides = _load_part("overrides")       # `run --try` changes applied in this rank (agent_overrides.py)
 _log, _window, _patches = _load_part("log"), _load_part("window"), _load_part("patches")
 _recorder, _profiler, _lifecycle = _load_part("recorder"), _load_part("profiler"), _load_part("lifecycle")
+_compile = _load_part("compile")           # torch.compile compilations in the window (agent_compile.py)
 is_launcher_process, started_by_launcher = _process.is_launcher_process, _process.started_by_launcher
 is_helper_process, should_activate, start_fd_tee = _process.is_helper_process, _process.should_activate, _process.start_fd_tee
 _first_int, _env_int, _process_argv = _process.first_int, _process.env_int, _process._process_argv
@@ -113,6 +114,7 @@ class Agent:
         self.life = _lifecycle.Lifecycle(self)
         self.ending = _lifecycle.Ending(self, _hang)
         self.evidence = _evidence.Evidence(env, _stacks, _gil, work_dir=self.dir, step_of=lambda: self.window.steps)
+        self.compile_watch = _compile.CompileWatch()
         self.changes = _overrides.from_env(env)          # `run --try`: None on a plain run
         self.trial = None if self.changes is None else {
             "changes": self.changes, "skipped": {},
@@ -142,6 +144,13 @@ class Agent:
             getattr(self.evidence, name)(*args)
         except Exception as exc:  # noqa: BLE001
             self.internal_error(f"evidence {name}", exc)
+
+    def _compile_hook(self, name: str) -> None:
+        """torch.compile's compilations in the window (agent_compile.py)."""
+        try:
+            getattr(self.compile_watch, name)()
+        except Exception as exc:  # noqa: BLE001
+            self.internal_error(f"compile {name}", exc)
 
     # ---------------------------------------------------------------- install
     def install(self) -> None:
@@ -193,6 +202,13 @@ class Agent:
     # ---------------------------------------------------------------- torch hooks (agent_patches.PATCHES)
     def torch_imported(self, torch) -> None:
         self.torch = torch
+
+    def compile_called(self, *args, **kwargs) -> None:
+        """torch.compile: from now on a patched call that Dynamo traces skips the hooks (agent_patches.py);
+        without torch.compile the patched calls never check."""
+        self.settings.compile_called()
+        torch = self.torch or sys.modules.get("torch")
+        _patches.set_compile_check(getattr(getattr(torch, "compiler", None), "is_compiling", None))
 
     def ddp_created(self, _result, ddp, *args, **kwargs) -> None:
         if self.settings.ddp_seen(ddp):
@@ -317,9 +333,12 @@ class Agent:
                 torch = self.torch or sys.modules.get("torch")
                 if torch is not None:
                     self.profiler.start(torch)
+                    self._compile_hook("window_start")
             elif b.action == _window.STEP:
                 self.profiler.step()
+                self._compile_hook("step")
             elif b.action == _window.STOP:
+                self._compile_hook("window_stop")
                 self.profiler.stop(complete=True)
                 self.settings.write()
                 end = b.then_exit

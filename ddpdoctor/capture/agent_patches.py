@@ -38,13 +38,29 @@ class Patch(NamedTuple):
     optional: bool = False
 
 
+# torch.compiler.is_compiling, once the script calls torch.compile (``set_compile_check``): a patched call that
+# Dynamo traces (a torch.compile'd DDP model) runs only the original. Traced hooks would put the
+# agent's own state into the graph's guards (measured on torch 2.13: a guard on the window flag made
+# the window's start recompile the model) and break the graph at ``time.time``.
+_IS_COMPILING = [None]
+
+
+def set_compile_check(fn) -> None:
+    _IS_COMPILING[0] = fn if callable(fn) else None
+
+
+def _compiling() -> bool:
+    check = _IS_COMPILING[0]
+    return check is not None and bool(check())
+
+
 _DDP, _LOADER, _FSDP1 = ("torch.nn.parallel.distributed", "torch.utils.data.dataloader",
                          "torch.distributed.fsdp.fully_sharded_data_parallel")
 
 PATCHES = (
     Patch("torch", on_import="torch_imported"),
     Patch("torch", "OutOfMemoryError.__init__", after="settings.oom_created", optional=True),
-    Patch("torch", "compile", before="settings.compile_called", optional=True),
+    Patch("torch", "compile", before="compile_called", optional=True),
     Patch("torch.optim.optimizer", "register_optimizer_step_post_hook", register="optimizer_stepped"),
     Patch(_DDP, "DistributedDataParallel.__init__", args="tried_ddp", after="ddp_created"),
     Patch(_DDP, "DistributedDataParallel.forward", before="ddp_forward"),
@@ -79,6 +95,8 @@ def wrap(owner, attr: str, *, args=None, before=None, after=None, around=None, o
         return None
 
     def wrapper(*a, **k):
+        if _compiling():           # traced by Dynamo: the hooks stay out of the compiled graph
+            return orig(*a, **k)
         if args is not None:
             try:
                 a, k = args(orig, a, k)

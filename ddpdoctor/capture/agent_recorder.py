@@ -201,6 +201,7 @@ class SettingsRecorder:
         d["precision"] = r._precision(torch, self.param_dtypes, self.autocast, self.grad_scaler, errors=a.errors)
         d["memory"] = r._memory(torch, errors=a.errors)
         d["evidence"] = a.evidence.record()
+        d["compile"] = a.compile_watch.record()          # agent_compile.py: None until the window ends
         d["nccl_version"] = r._nccl_version(torch, errors=a.errors)
         for key in ("distributed", "memory", "nccl_version", "precision"):
             if lite or (key == "distributed" and d[key] is None):

@@ -11,7 +11,10 @@ innermost outwards and keeps one signature, never the raw stack:
   (``torch.save``, ``torch.Tensor.backward``);
 - whether the library frames under it are in torch.distributed / DDP / autograd (``sync``:
   where a rank waits for its peers, so never "extra work");
-- the loop phase the agent was in (``loader`` / ``input`` / ``step``).
+- the loop phase the agent was in (``loader`` / ``input`` / ``step``), or ``compile`` when a
+  frame under it is torch.compile compiling (Dynamo tracing a frame, AOT autograd / Inductor
+  compiling a graph, a lazy backward compile): compilation is neither input work nor the step's
+  own compute, whichever loop phase it happens in (``COMPILE_MODULES``, ``COMPILE_FUNCTIONS``).
 Counts per signature are turned into ms per step when the window ends (``aggregate``, pure).
 """
 
@@ -35,6 +38,13 @@ SYNC_MODULES = frozenset({"torch.autograd", "torch.autograd.graph"})
 PLUMBING = {("torch.nn.modules.module", "_wrapped_call_impl"), ("torch.nn.modules.module", "_call_impl")}
 
 USER, LIB, SYNC, SKIP, SKIP_SYNC = "user", "lib", "sync", "skip", "skip_sync"
+# torch.compile compiling (measured on torch 2.13: every Dynamo frame compilation runs under
+# convert_frame, AOT autograd's lazy backward compile under get_or_compile, which returns at once
+# when the backward is compiled); a compiled graph *running* is under eval_frame / runtime_wrappers
+COMPILE_MODULES = ("torch._dynamo.convert_frame", "torch._inductor.compile_fx", "torch._inductor.codecache",
+                   "torch._inductor.async_compile")
+COMPILE_FUNCTIONS = frozenset({("torch._functorch._aot_autograd.runtime_wrappers", "get_or_compile")})
+COMPILE_PHASE = "compile"
 
 
 def _library_roots() -> tuple[str, ...]:
@@ -65,7 +75,7 @@ class StackSampler:
         self.cpu_s = None                 # the sampler thread's CPU time over the window
         self.busy_s = 0.0                 # time spent taking samples (holding the GIL)
         self.last = None                  # the last sample's key (agent_gil.Gaps: the frame before/after a gap)
-        self._kinds: dict = {}            # code object -> (kind, module name)
+        self._kinds: dict = {}            # code object -> (kind, module name, compiling)
         self._roots = _library_roots()
 
     # ---- the hot path (sampler thread, ~100 times a second)
@@ -78,6 +88,7 @@ class StackSampler:
         kinds = self._kinds
         callee = None
         sync = False
+        compiling = False
         while f is not None:
             code = f.f_code
             k = kinds.get(code)
@@ -86,17 +97,26 @@ class StackSampler:
             kind = k[0]
             if kind is USER:
                 break
+            if k[2]:
+                compiling = True
             if kind is SYNC or kind is SKIP_SYNC:
                 sync = True
             if kind is LIB or kind is SYNC:
                 callee = code
             f = f.f_back
+        if compiling and phase != "capture":
+            phase = COMPILE_PHASE
         key = (callee, f.f_code if f is not None else None, f.f_lineno if f is not None else 0, phase, sync)
         self.counts[key] = self.counts.get(key, 0) + 1
         self.samples += 1
         self.last = key
 
-    def _classify(self, code, frame) -> tuple[str, str]:
+    def _classify(self, code, frame) -> tuple[str, str, bool]:
+        """(kind, module name, whether the frame is torch.compile compiling)."""
+        kind, mod = self._kind(code, frame)
+        return kind, mod, mod.startswith(COMPILE_MODULES) or (mod, code.co_name) in COMPILE_FUNCTIONS
+
+    def _kind(self, code, frame) -> tuple[str, str]:
         fn = code.co_filename.replace(os.sep, "/")
         mod = str(frame.f_globals.get("__name__") or "")
         top = mod.split(".", 1)[0]
@@ -230,8 +250,8 @@ def aggregate(records: list[dict], samples: int, wall_s: float, steps: int, forw
     input_sigs: dict[tuple, int] = {}
     for r in records:
         phases[str(r["phase"])] = phases.get(str(r["phase"]), 0) + r["count"]
-        if r["phase"] == "capture":             # ddpdoctor's own work at a step boundary: not the script's
-            continue
+        if r["phase"] in ("capture", COMPILE_PHASE):
+            continue        # ddpdoctor's own work at a step boundary; torch.compile compiling (agent_compile.py)
         key = (r["lib"], r["func"], r["file"], r["line"], bool(r["sync"]))
         s = sigs.setdefault(key, {"where": where_text(r), "lib": r["lib"], "func": r["func"], "file": r["file"],
                                   "line": r["line"], "sync": bool(r["sync"]), "count": 0})
