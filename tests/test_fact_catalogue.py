@@ -43,6 +43,8 @@ def evidence_bundle(root: Path) -> Path:
         s["evidence"] = {"contention": contention(nivcsw=50 + r),
                          "stacks": stacks({"main": 20, "write_checkpoint": 30 if r == 0 else 0},
                                           input_ms=10.0 + r, input_where="decode (train.py:30)")}
+        s["loader_window"] = {"schema": 1, "wall_s": 1.0, "batches": 20, "next_wall_s": 0.5 + 0.05 * r,
+                              "next_cpu_s": 0.01, "num_workers": 2, "workers_seen": 2, "workers_cpu_s": 0.1}
         s["memory"]["peak_reserved_bytes"] = 1000 * (r + 1)
         per_rank[r] = s
     write_node(root / "node0", "node0", [0, 1], per_rank=per_rank)

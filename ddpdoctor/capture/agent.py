@@ -27,7 +27,8 @@ interpreter needs nothing installed; it loads its parts the same way from beside
   the stuck-rank watchdog and the hang stack dumps;
 - ``agent_log.py``: the event log and the count of errors the agent caught;
 - ``agent_process.py`` (which processes are ranks, the fd tee), ``agent_evidence.py`` /
-  ``agent_stacks.py`` (window evidence), ``agent_overrides.py`` (``run --try``).
+  ``agent_stacks.py`` (window evidence), ``agent_loader.py`` (the DataLoader's wait and its
+  workers' CPU over the window), ``agent_overrides.py`` (``run --try``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ _process = _load_part("process")
 _settings = _load_part("settings")
 _evidence, _stacks = _load_part("evidence"), _load_part("stacks")     # window evidence (agent_evidence.py)
 _hang = _load_part("hang")
+_loader = _load_part("loader")             # the DataLoader's window: wait, CPU of the loading (agent_loader.py)
 _overrides = _load_part("overrides")       # `run --try` changes applied in this rank (agent_overrides.py)
 _log, _window, _patches = _load_part("log"), _load_part("window"), _load_part("patches")
 _recorder, _profiler, _lifecycle = _load_part("recorder"), _load_part("profiler"), _load_part("lifecycle")
@@ -112,6 +114,7 @@ class Agent:
         self.life = _lifecycle.Lifecycle(self)
         self.ending = _lifecycle.Ending(self, _hang)
         self.evidence = _evidence.Evidence(env, _stacks)
+        self.loader_timing = _loader.LoaderTiming()
         self.changes = _overrides.from_env(env)          # `run --try`: None on a plain run
         self.trial = None if self.changes is None else {
             "changes": self.changes, "skipped": {},
@@ -234,9 +237,14 @@ class Agent:
         if info is not None:
             info["batches"] += 1
         self.evidence.phase = "loader"
+        self.loader_timing.entered()
 
     def batch_returned(self, batch, it, *args, **kwargs) -> None:
-        self._evidence_hook("batch_returned", getattr(it, "_ddpdoctor_info", None), batch)
+        info = getattr(it, "_ddpdoctor_info", None)
+        if info is not None:        # next() calls that returned nothing ended a pass (StopIteration)
+            info["returned"] = info.get("returned", 0) + 1
+        self.loader_timing.returned()
+        self._evidence_hook("batch_returned", info, batch)
 
     def profiler_prepared(self, prof, *args, **kwargs) -> None:
         if prof is not self.profiler.prof and not getattr(prof, "_ddpdoctor_own", False):
