@@ -39,7 +39,8 @@ def evidence_bundle(root: Path) -> Path:
                            "backward_prefetch": "BACKWARD_PRE", "forward_prefetch": False,
                            "reshard_after_forward": True, "wrapped_modules": 3},
                      cpu_affinity=[0, 1])
-        s["dataloader"].update(batch_fingerprints=_fp(r), sharded_by="DistributedSampler" if r else None)
+        s["dataloader"].update(batch_fingerprints=_fp(r), sharded_by="DistributedSampler" if r else None,
+                               batches=20, returned=20 - (r == 0))
         s["evidence"] = {"contention": contention(nivcsw=50 + r),
                          "stacks": stacks({"main": 20, "write_checkpoint": 30 if r == 0 else 0},
                                           input_ms=10.0 + r, input_where="decode (train.py:30)")}

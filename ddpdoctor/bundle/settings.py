@@ -178,6 +178,10 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
         _put_ranked(facts, name, per)
     _put_ranked(facts, "config.dataloader.batches_per_epoch",
                 {r: n for r, d in ranks.items() if (n := _batches_per_epoch(d)) is not None})
+    # passes over the main loader that ended (next() calls that returned no batch: StopIteration)
+    _put_ranked(facts, "data.passes_finished", {r: dl["batches"] - dl["returned"] for r, d in ranks.items()
+                                                if isinstance(dl := d.get("dataloader"), dict)
+                                                and isinstance(dl.get("returned"), int) and isinstance(dl.get("batches"), int)})
 
     # ---- memory
     peaks = {}
