@@ -40,7 +40,8 @@ def evidence_bundle(root: Path) -> Path:
                            "reshard_after_forward": True, "wrapped_modules": 3},
                      cpu_affinity=[0, 1])
         s["dataloader"].update(batch_fingerprints=_fp(r), sharded_by="DistributedSampler" if r else None,
-                               batches=20, returned=20 - (r == 0))
+                               batches=20, returned=20 - (r == 0), samples_per_epoch=100, dataset_len=100,
+                               dataset_fingerprint="TensorDataset:100:ab")
         s["evidence"] = {"contention": contention(nivcsw=50 + r),
                          "stacks": stacks({"main": 20, "write_checkpoint": 30 if r == 0 else 0},
                                           input_ms=10.0 + r, input_where="decode (train.py:30)")}

@@ -79,3 +79,22 @@ def _put(facts: dict, name: str, value, per_rank: dict) -> None:
     facts[name] = value
     if len(per_rank) > 1 and len(set(per_rank.values())) > 1:
         facts[f"{name}.per_rank"] = per_rank
+
+
+def dataset_facts(ranks: dict[int, dict]) -> dict:
+    """``data.whole_dataset_per_rank``: on every rank (two or more) one epoch yields as many samples as the
+    dataset holds (nothing shards it); ``data.same_dataset``: every rank recorded a content fingerprint of
+    the same fixed items and they agree (CF001: every rank walks the same whole dataset, whatever its
+    shuffle seed).  Absent when fewer than two ranks recorded what they need."""
+    facts: dict = {}
+    loaders = {r: d["dataloader"] for r, d in ranks.items() if isinstance(d.get("dataloader"), dict)}
+    covers = {r: dl.get("samples_per_epoch") == dl.get("dataset_len") for r, dl in loaders.items()
+              if isinstance(dl.get("samples_per_epoch"), int) and isinstance(dl.get("dataset_len"), int)}
+    if len(covers) >= 2:
+        facts["data.whole_dataset_per_rank"] = all(covers.values())
+    fps = {r: dl.get("dataset_fingerprint") for r, dl in loaders.items() if "dataset_fingerprint" in dl}
+    if len(fps) >= 2 and all(isinstance(v, str) for v in fps.values()):
+        facts["data.same_dataset"] = len(set(fps.values())) == 1
+    elif len(covers) >= 2 and not all(covers.values()):
+        facts["data.same_dataset"] = False       # a rank whose epoch is a part: not fingerprinted, not the same walk
+    return facts

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..resources import metric_params
 from .events import load_events, problem_events
 from .evidence import evidence_facts
-from .loader import loader_facts
+from .loader import dataset_facts, loader_facts
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 HOST_SCHEMA = "ddpdoctor.host/1"
@@ -213,6 +213,7 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     # ---- window evidence: host contention, Python stack samples, batch fingerprints (bundle/evidence.py)
     facts.update(evidence_facts(ranks, metric_params()["evidence"]))
     facts.update(loader_facts(ranks))          # the DataLoader's window: waiting or computing (bundle/loader.py)
+    facts.update(dataset_facts(ranks))         # what one epoch covers on each rank, and of which data (CF001)
 
     # ---- hosts
     if hosts:

@@ -232,6 +232,22 @@ class Agent:
             return None
         return torch.profiler.record_function(LOADER_ITER_SPAN)
 
+    def dataset_content(self, info: dict, loader) -> None:
+        """What one epoch covers on this rank (``samples_per_epoch``) and, on a loader that walks the whole
+        dataset with nothing sharding it on a multi-rank job, a content hash of a few fixed items
+        (``dataset_fingerprint``): CF001 compares them across ranks (DDPDOCTOR_DATASET_FINGERPRINT=0: off)."""
+        try:
+            info["samples_per_epoch"] = per_epoch = _loader.samples_per_epoch(loader)
+            n = info.get("dataset_len")
+            if (self.world_size > 1 and not info.get("sharded_by") and not info.get("iterable_dataset")
+                    and isinstance(n, int) and n > 0 and per_epoch == n and self.torch is not None
+                    and self.env.get("DDPDOCTOR_DATASET_FINGERPRINT") != "0"):
+                info["dataset_fingerprint"] = _loader.dataset_fingerprint(loader.dataset, n, self.torch,
+                                                                          _evidence.batch_fingerprint)
+        except Exception as exc:  # noqa: BLE001 - a dataset that cannot be read here: no fingerprint
+            info["dataset_fingerprint"] = None
+            self.internal_error("dataset fingerprint", exc)
+
     def loader_next(self, it, *args, **kwargs) -> None:
         info = getattr(it, "_ddpdoctor_info", None)
         if info is not None:

@@ -123,3 +123,47 @@ class LoaderTiming:
 
     def record(self) -> dict | None:
         return self._rec
+
+
+# ------------------------------------------------------------------ what one epoch of the loader covers
+
+FINGERPRINT_ITEMS = 3          # dataset items hashed: the first, the middle and the last
+
+
+def samples_per_epoch(loader) -> int | None:
+    """Samples the loader's sampler yields per epoch on this rank: len(sampler) under torch's own
+    BatchSampler; None for a custom batch sampler (its length counts batches) or a sampler without length."""
+    bs = getattr(loader, "batch_sampler", None)
+    inner = getattr(bs, "sampler", None) if bs is not None else getattr(loader, "sampler", None)
+    if bs is not None and type(bs).__name__ != "BatchSampler":
+        return None
+    try:
+        return int(len(inner))
+    except Exception:  # noqa: BLE001 - no length: unknown
+        return None
+
+
+def dataset_fingerprint(dataset, n: int, torch, hash_fn) -> str | None:
+    """A content hash of a few fixed items of a map-style dataset (indices 0, n // 2, n - 1), read with
+    every random generator seeded alike (and restored after), so two ranks that load the same data get
+    the same hash whatever their own seeds and random augmentations, and ranks whose data differ do not.
+    Read once, in the training process, at the loader's first iter()."""
+    import random
+    import sys
+
+    idx = sorted({0, n // 2, n - 1})[:FINGERPRINT_ITEMS]
+    np = sys.modules.get("numpy")
+    py_state = random.getstate()
+    np_state = np.random.get_state() if np is not None else None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            random.seed(0)
+            if np is not None:
+                np.random.seed(0)
+            items = [dataset[i] for i in idx]
+    finally:
+        random.setstate(py_state)
+        if np is not None:
+            np.random.set_state(np_state)
+    return f"{type(dataset).__name__}:{n}:{hash_fn(items)}"

@@ -106,6 +106,7 @@ class SettingsRecorder:
             self.agent.internal_error("dataloader settings", exc)
         self.agent._evidence_hook("loader_created", info, loader)
         self.agent.loader_timing.iterator_created(it)
+        self.agent.dataset_content(info, loader)
         self.loaders.append((weakref.ref(loader), info))
         it._ddpdoctor_info = info
 
