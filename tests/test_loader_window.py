@@ -97,3 +97,21 @@ def _burn(seconds):
     end = time.process_time() + seconds
     while time.process_time() < end:
         pass
+
+
+def test_time_without_a_cpu_on_a_contended_host_is_not_waiting():
+    """A CPU-bound loader beside other processes: CPU time is low against the wall time, but the rest was
+    spent runnable with no CPU (schedstat's run delay), not waiting on storage."""
+    busy = rank_loader(_win(num_workers=0, workers_cpu_s=None, next_wall_s=0.8, next_cpu_s=0.1, next_runqueue_s=0.68))
+    assert busy["cpu_share"] == 0.8333
+    assert rank_loader(_win(num_workers=0, workers_cpu_s=None, next_wall_s=0.8, next_cpu_s=0.1))["cpu_share"] == 0.125
+    workers = rank_loader(_win(workers_cpu_s=0.3, workers_runqueue_s=1.6))
+    assert workers["cpu_share"] == 0.75           # 0.3 s of CPU in the 0.4 s the two workers could run
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="schedstat (Linux)")
+def test_schedstat_reads_this_thread():
+    cpu, queue = agent_loader.schedstat("/proc/thread-self/schedstat")
+    assert cpu > 0 and queue >= 0
+    assert agent_loader.pid_runqueue_s(os.getpid()) >= 0
+    assert agent_loader.schedstat("/proc/no-such/schedstat") is None

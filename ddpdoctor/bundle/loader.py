@@ -40,13 +40,17 @@ def rank_loader(rec: dict) -> dict | None:
         return None
     out: dict = {"workers": workers}
     compute = (wall - nxt) / batches
+    # the share is of the time the loading could run: time spent runnable without a CPU (a contended host)
+    # is taken out, or a CPU-bound loader on a busy machine would look like one that waits
     if workers == 0:
         latency = nxt / batches
-        out["cpu_share"] = min(1.0, nxt_cpu / nxt) if nxt_cpu is not None and nxt > 0 else None
+        avail = nxt - (_num(rec.get("next_runqueue_s")) or 0.0)
+        out["cpu_share"] = min(1.0, nxt_cpu / avail) if nxt_cpu is not None and avail > 0 else None
     else:
         latency = workers * wall / batches
         wcpu = _num(rec.get("workers_cpu_s"))
-        out["cpu_share"] = min(1.0, wcpu / (workers * wall)) if wcpu is not None else None
+        avail = workers * wall - (_num(rec.get("workers_runqueue_s")) or 0.0)
+        out["cpu_share"] = min(1.0, wcpu / avail) if wcpu is not None and avail > 0 else None
     out["batch_latency_ms"] = round(1000 * latency, 3)
     out["compute_ms_per_batch"] = round(1000 * compute, 3)
     out["wait_share"] = round(nxt / wall, 4)

@@ -38,6 +38,27 @@ def pid_cpu_s(pid: int) -> float | None:
         return None
 
 
+def schedstat(path: str) -> tuple[float, float] | None:
+    """(CPU seconds, seconds runnable but waiting for a CPU) of one task from a schedstat file."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            run_ns, wait_ns = fh.read().split()[:2]
+        return int(run_ns) / 1e9, int(wait_ns) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
+def pid_runqueue_s(pid: int) -> float | None:
+    """Seconds every thread of a process spent runnable but waiting for a CPU (summed over /proc/<pid>/task)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    vals = [schedstat(f"/proc/{pid}/task/{t}/schedstat") for t in tids]
+    vals = [v for v in vals if v is not None]
+    return sum(v[1] for v in vals) if vals else None
+
+
 def _reaped_children_cpu_s() -> float | None:
     try:
         import resource
@@ -60,6 +81,8 @@ class LoaderTiming:
         self._start: dict | None = None
         self._rec: dict | None = None
         self.next_wall_s = self.next_cpu_s = 0.0
+        self.next_runqueue_s = 0.0          # inside next(): runnable, waiting for a CPU (a contended host)
+        self._q0 = None
         self.batches = 0
         self.max_workers = 0
 
@@ -80,24 +103,32 @@ class LoaderTiming:
         pids = self._worker_pids()
         self.max_workers = max(self.max_workers, len(pids))
         cpu = [pid_cpu_s(p) for p in pids]
+        queue = [pid_runqueue_s(p) for p in pids]
         return {"time": time.perf_counter(), "pids": pids, "live_cpu_s": sum(c for c in cpu if c is not None),
-                "reaped_cpu_s": _reaped_children_cpu_s()}
+                "reaped_cpu_s": _reaped_children_cpu_s(), "runqueue": dict(zip(pids, queue))}
 
     # ---- around next(loader): the training thread only
     def entered(self) -> None:
         if self.active and threading.get_ident() == self._thread:
             self._t0, self._c0 = time.perf_counter(), time.thread_time()
+            st = schedstat("/proc/thread-self/schedstat")
+            self._q0 = st[1] if st else None
 
     def returned(self) -> None:
         if self._t0 is not None and self.active:
             self.next_wall_s += time.perf_counter() - self._t0
             self.next_cpu_s += time.thread_time() - self._c0
+            st = schedstat("/proc/thread-self/schedstat") if self._q0 is not None else None
+            if st is not None and self.next_runqueue_s is not None:
+                self.next_runqueue_s += max(0.0, st[1] - self._q0)
+            else:
+                self.next_runqueue_s = None
             self.batches += 1
         self._t0 = None
 
     # ---- the window
     def window_start(self) -> None:
-        self.next_wall_s = self.next_cpu_s = 0.0
+        self.next_wall_s = self.next_cpu_s = self.next_runqueue_s = 0.0
         self.batches = self.max_workers = 0
         self._thread = threading.get_ident()
         self._start = self._snapshot()
@@ -116,7 +147,13 @@ class LoaderTiming:
             workers_cpu = round(max(0.0, workers_cpu), 4)
         else:
             workers_cpu = None
+        # time the workers alive at both ends spent runnable without a CPU (a contended host): not waiting
+        q0, q1 = start["runqueue"], stop["runqueue"]
+        both = [p for p in q1 if q1[p] is not None and q0.get(p) is not None]
+        workers_queue = round(sum(q1[p] - q0[p] for p in both), 4) if both else None
         self._rec = {"schema": 1, "wall_s": round(wall, 6), "batches": self.batches,
+                     "next_runqueue_s": None if self.next_runqueue_s is None else round(self.next_runqueue_s, 6),
+                     "workers_runqueue_s": workers_queue,
                      "next_wall_s": round(self.next_wall_s, 6), "next_cpu_s": round(self.next_cpu_s, 6),
                      "num_workers": num_workers, "workers_seen": self.max_workers,
                      "workers_cpu_s": workers_cpu if (num_workers or self.max_workers) else None}

@@ -41,7 +41,7 @@ def test_waiting_workers_get_more_workers_and_the_trial_confirms_it(tmp_path):
 
     trial = tmp_path / "trial"
     res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--try", f"dataloader.num_workers={n}",
-                          "--repeat", "2", "--active", "8", "--out", str(trial), "--", *TORCHRUN],
+                          "--repeat", "3", "--active", "10", "--out", str(trial), "--", *TORCHRUN],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     t = json.loads((trial / "trial.json").read_text())
