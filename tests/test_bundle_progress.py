@@ -60,6 +60,14 @@ def test_the_shorter_rank_without_a_hang_dump_still_counts_when_its_loader_ran_o
     assert "stack dumps" in f["failure.evidence_missing"][0]
 
 
+def test_loaders_without_a_length_are_uneven_when_one_ended_a_pass():
+    f = _facts({"0": _coll(0, BACKWARD, "train.py:38"), "1": _coll(1, "barrier", "train.py:41")})
+    f.update(progress_facts(_known(passes={0: 0, 1: 1}), f))
+    assert (f["failure.bundle.cause"], f["failure.bundle.rank"], f["failure.bundle.uneven_other_rank"]) == \
+        ("uneven_inputs", 1, 0)
+    assert "failure.bundle.uneven_batches" not in f
+
+
 def test_different_epoch_lengths_that_did_not_run_out_are_not_the_cause():
     """Batches per epoch differ, but no rank finished a pass and the dumps show both in the same all-reduce."""
     hang = {"0": _coll(0, BACKWARD, "train.py:38"), "1": _coll(1, BACKWARD, "train.py:38")}

@@ -65,17 +65,23 @@ def progress_facts(known: dict, facts: dict) -> dict:
             out["failure.bundle.odd_rank"] = _odd_rank(states)
         if out["failure.bundle.cause"] == "uneven_inputs":
             short = out["failure.bundle.rank"]
-            longer = sorted((r for r in bpe if bpe[r] > bpe[short]), key=lambda r: -bpe[r])
-            out["failure.bundle.uneven_other_rank"] = longer[0] if longer else None
-            out["failure.bundle.uneven_batches"] = bpe[short]
-            out["failure.bundle.uneven_other_batches"] = bpe[longer[0]] if longer else None
+            if short in bpe:
+                longer = sorted((r for r in bpe if bpe[r] > bpe[short]), key=lambda r: -bpe[r])
+                out["failure.bundle.uneven_other_rank"] = longer[0] if longer else None
+                out["failure.bundle.uneven_batches"] = bpe[short]
+                out["failure.bundle.uneven_other_batches"] = bpe[longer[0]] if longer else None
+            else:                   # no lengths: the rank whose loader had ended fewest passes
+                out["failure.bundle.uneven_other_rank"] = min(passes, key=lambda r: (passes[r], r))
     out["failure.evidence_missing"] = _missing(known, facts, steps, bpe, states)
     return out
 
 
 def _uneven(bpe: dict, passes: dict, states: dict):
-    """The rank with the fewest batches per epoch, when the counts differ and it ran out first."""
+    """The rank with the fewest batches per epoch, when the counts differ and it ran out first; without
+    lengths (an IterableDataset), the rank whose loader ended more passes than another's."""
     if len(bpe) < 2 or len(set(bpe.values())) < 2:
+        if len(bpe) < 2 and len(passes) >= 2 and max(passes.values()) > min(passes.values()):
+            return "uneven_inputs", min(r for r, p in passes.items() if p == max(passes.values()))
         return None
     short = min(sorted(bpe), key=lambda r: bpe[r])
     others = [r for r in bpe if bpe[r] > bpe[short]]
