@@ -40,7 +40,9 @@ def evidence_bundle(root: Path) -> Path:
                            "backward_prefetch": "BACKWARD_PRE", "forward_prefetch": False,
                            "reshard_after_forward": True, "wrapped_modules": 3},
                      cpu_affinity=[0, 1])
-        s["dataloader"].update(batch_fingerprints=_fp(r), sharded_by="DistributedSampler" if r else None)
+        s["dataloader"].update(batch_fingerprints=_fp(r), sharded_by="DistributedSampler" if r else None,
+                               batches=20, returned=20 - (r == 0), samples_per_epoch=100, dataset_len=100,
+                               dataset_fingerprint="TensorDataset:100:ab")
         call = {"where": "json.dumps in log_state (train.py:52)", "ms_per_step": 30.0, "gaps": 4, "source": "faulthandler"}
         s["evidence"] = {"contention": dict(contention(nivcsw=50 + r), own_runnable_samples=[1, 1]),
                          "stacks": stacks({"main": 20, "write_checkpoint": 30 if r == 0 else 0},
@@ -49,6 +51,8 @@ def evidence_bundle(root: Path) -> Path:
                          "gc": gc_rec(40.0 if r == 1 else 0.5, full=2 if r == 1 else 0, max_ms=150.0),
                          "gil": gil_rec([call] if r == 2 else [], {"gc": 0.0, "call": 30.0 if r == 2 else 0.0,
                                                                     "unnamed": 0.0})}
+        s["loader_window"] = {"schema": 1, "wall_s": 1.0, "batches": 20, "next_wall_s": 0.5 + 0.05 * r,
+                              "next_cpu_s": 0.01, "num_workers": 2, "workers_seen": 2, "workers_cpu_s": 0.1}
         s["memory"]["peak_reserved_bytes"] = 1000 * (r + 1)
         per_rank[r] = s
     write_node(root / "node0", "node0", [0, 1], per_rank=per_rank)

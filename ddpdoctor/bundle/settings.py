@@ -21,6 +21,7 @@ from ..resources import metric_params
 from .events import load_events, problem_events
 from .compile import compile_facts
 from .evidence import evidence_facts
+from .loader import dataset_facts, loader_facts
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 HOST_SCHEMA = "ddpdoctor.host/1"
@@ -178,6 +179,10 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
         _put_ranked(facts, name, per)
     _put_ranked(facts, "config.dataloader.batches_per_epoch",
                 {r: n for r, d in ranks.items() if (n := _batches_per_epoch(d)) is not None})
+    # passes over the main loader that ended (next() calls that returned no batch: StopIteration)
+    _put_ranked(facts, "data.passes_finished", {r: dl["batches"] - dl["returned"] for r, d in ranks.items()
+                                                if isinstance(dl := d.get("dataloader"), dict)
+                                                and isinstance(dl.get("returned"), int) and isinstance(dl.get("batches"), int)})
 
     # ---- memory
     peaks = {}
@@ -209,6 +214,8 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     # ---- window evidence: host contention, Python stack samples, batch fingerprints (bundle/evidence.py)
     facts.update(evidence_facts(ranks, metric_params()["evidence"]))
     facts.update(compile_facts(ranks))        # torch.compile compilations in the window (bundle/compile.py)
+    facts.update(loader_facts(ranks))          # the DataLoader's window: waiting or computing (bundle/loader.py)
+    facts.update(dataset_facts(ranks))         # what one epoch covers on each rank, and of which data (CF001)
 
     # ---- hosts
     if hosts:

@@ -27,7 +27,8 @@ interpreter needs nothing installed; it loads its parts the same way from beside
   the stuck-rank watchdog and the hang stack dumps;
 - ``agent_log.py``: the event log and the count of errors the agent caught;
 - ``agent_process.py`` (which processes are ranks, the fd tee), ``agent_evidence.py`` /
-  ``agent_stacks.py`` / ``agent_gil.py`` (window evidence), ``agent_overrides.py`` (``run --try``).
+  ``agent_stacks.py`` / ``agent_gil.py`` (window evidence), ``agent_loader.py`` (the DataLoader's wait and its
+  workers' CPU over the window), ``agent_compile.py`` (torch.compile), ``agent_overrides.py`` (``run --try``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ _settings = _load_part("settings")
 _evidence, _stacks = _load_part("evidence"), _load_part("stacks")     # window evidence (agent_evidence.py)
 _gil = _load_part("gil")                   # GC pauses, the sampler's gaps, native stack dumps (agent_gil.py)
 _hang = _load_part("hang")
+_loader = _load_part("loader")             # the DataLoader's window: wait, CPU of the loading (agent_loader.py)
 _overrides = _load_part("overrides")       # `run --try` changes applied in this rank (agent_overrides.py)
 _log, _window, _patches = _load_part("log"), _load_part("window"), _load_part("patches")
 _recorder, _profiler, _lifecycle = _load_part("recorder"), _load_part("profiler"), _load_part("lifecycle")
@@ -115,6 +117,7 @@ class Agent:
         self.ending = _lifecycle.Ending(self, _hang)
         self.evidence = _evidence.Evidence(env, _stacks, _gil, work_dir=self.dir, step_of=lambda: self.window.steps)
         self.compile_watch = _compile.CompileWatch()
+        self.loader_timing = _loader.LoaderTiming()
         self.changes = _overrides.from_env(env)          # `run --try`: None on a plain run
         self.trial = None if self.changes is None else {
             "changes": self.changes, "skipped": {},
@@ -246,14 +249,35 @@ class Agent:
             return None
         return torch.profiler.record_function(LOADER_ITER_SPAN)
 
+    def dataset_content(self, info: dict, loader) -> None:
+        """What one epoch covers on this rank (``samples_per_epoch``) and, on a loader that walks the whole
+        dataset with nothing sharding it on a multi-rank job, a content hash of a few fixed items
+        (``dataset_fingerprint``): CF001 compares them across ranks (DDPDOCTOR_DATASET_FINGERPRINT=0: off)."""
+        try:
+            info["samples_per_epoch"] = per_epoch = _loader.samples_per_epoch(loader)
+            n = info.get("dataset_len")
+            if (self.world_size > 1 and not info.get("sharded_by") and not info.get("iterable_dataset")
+                    and isinstance(n, int) and n > 0 and per_epoch == n and self.torch is not None
+                    and self.env.get("DDPDOCTOR_DATASET_FINGERPRINT") != "0"):
+                info["dataset_fingerprint"] = _loader.dataset_fingerprint(loader.dataset, n, self.torch,
+                                                                          _evidence.batch_fingerprint)
+        except Exception as exc:  # noqa: BLE001 - a dataset that cannot be read here: no fingerprint
+            info["dataset_fingerprint"] = None
+            self.internal_error("dataset fingerprint", exc)
+
     def loader_next(self, it, *args, **kwargs) -> None:
         info = getattr(it, "_ddpdoctor_info", None)
         if info is not None:
             info["batches"] += 1
         self.evidence.phase = "loader"
+        self.loader_timing.entered()
 
     def batch_returned(self, batch, it, *args, **kwargs) -> None:
-        self._evidence_hook("batch_returned", getattr(it, "_ddpdoctor_info", None), batch)
+        info = getattr(it, "_ddpdoctor_info", None)
+        if info is not None:        # next() calls that returned nothing ended a pass (StopIteration)
+            info["returned"] = info.get("returned", 0) + 1
+        self.loader_timing.returned()
+        self._evidence_hook("batch_returned", info, batch)
 
     def profiler_prepared(self, prof, *args, **kwargs) -> None:
         if prof is not self.profiler.prof and not getattr(prof, "_ddpdoctor_own", False):

@@ -51,6 +51,7 @@ class WindowProfiler:
         if manual:
             self._open_step(torch)
         a.window.started()
+        a.loader_timing.window_start()
         a._evidence_hook("window_start", torch, steps, a.window.typical_step_s() if a.window.step_times else None,
                           a.window.active)
         a.event("profiler_start", step=steps, activities=[str(x).split(".")[-1] for x in acts])
@@ -90,6 +91,11 @@ class WindowProfiler:
     def _stop_and_export(self, prof, complete: bool) -> None:
         a = self.agent
         a._evidence_hook("window_stop", a.window.recorded)
+        try:
+            main = max(a.settings.loaders, key=lambda x: x[1].get("batches", 0))[1] if a.settings.loaders else {}
+            a.loader_timing.window_stop(main.get("num_workers"))
+        except Exception as exc:  # noqa: BLE001
+            a.internal_error("loader window", exc)
         a.window.stopped()
         t0 = time.time()
         open_span, self.step_span = self.step_span, None

@@ -97,6 +97,7 @@ class SettingsRecorder:
             if ref() is loader:
                 info["iterations"] += 1
                 it._ddpdoctor_info = info
+                self.agent.loader_timing.iterator_created(it)
                 return
         info = {"iterations": 1, "batches": 0}
         try:
@@ -104,6 +105,8 @@ class SettingsRecorder:
         except Exception as exc:  # noqa: BLE001
             self.agent.internal_error("dataloader settings", exc)
         self.agent._evidence_hook("loader_created", info, loader)
+        self.agent.loader_timing.iterator_created(it)
+        self.agent.dataset_content(info, loader)
         self.loaders.append((weakref.ref(loader), info))
         it._ddpdoctor_info = info
 
@@ -202,6 +205,7 @@ class SettingsRecorder:
         d["memory"] = r._memory(torch, errors=a.errors)
         d["evidence"] = a.evidence.record()
         d["compile"] = a.compile_watch.record()          # agent_compile.py: None until the window ends
+        d["loader_window"] = a.loader_timing.record()
         d["nccl_version"] = r._nccl_version(torch, errors=a.errors)
         for key in ("distributed", "memory", "nccl_version", "precision"):
             if lite or (key == "distributed" and d[key] is None):

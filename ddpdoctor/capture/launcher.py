@@ -37,7 +37,7 @@ from .streams import _Pump, _term
 
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 AGENT_PATH = Path(__file__).with_name("agent.py")
-AGENT_PARTS = ("process", "settings", "evidence", "stacks", "gil", "hang", "overrides", "log", "window", "patches", "recorder",
+AGENT_PARTS = ("process", "settings", "evidence", "stacks", "gil", "hang", "loader", "overrides", "log", "window", "patches", "recorder",
                "profiler", "lifecycle", "compile")
 INJECT_DIR = Path(__file__).with_name("_inject")
 FR_BUFFER_SIZE = "2000"

@@ -12,6 +12,7 @@ from ..redact import collect_log_secrets, redact_keys
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
 from .hang import apply_busy_root, hang_dumps, hang_facts
+from .progress import apply_bundle_root, progress_facts
 from .failfacts import promote_bad_interface, suspect_p2p
 from .hostrec import fill_network_suggestion, host_records
 from .flight import analyze_dumps, load_dump
@@ -216,6 +217,8 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     apply_startup(facts, events, lines, world)         # the script never started: that is the cause
     facts.update(hang_facts(hang_dumps(paths), events, world))
     apply_busy_root(facts)
+    facts.update(progress_facts(known, facts))     # the bundle's own record of each rank (logs/progress.py)
+    apply_bundle_root(facts)
     facts.update(nccl_facts(nccl, known))
     fill_network_suggestion(facts, host_records(paths))
     suspect_p2p(facts, known)

@@ -81,7 +81,8 @@ def hang_facts(dumps: dict[int, dict], events: list[LogEvent], world_size: int |
                           function=(work.get("where") or {}).get("function"))
                 busy.append((work["seconds"], r, st))
             elif coll is not None:
-                st.update(state="collective", op=coll.get("op"), seconds=coll["seconds"])
+                st.update(state="collective", op=coll.get("op"), seconds=coll["seconds"],
+                          where=_where(coll.get("where")))
                 waiting.append(r)
         e = exits.get(r)
         if e is not None:
