@@ -31,6 +31,7 @@ def evidence_bundle(root: Path) -> Path:
     window evidence (contention, stacks), batch fingerprints, FSDP, accumulation, framework."""
     from tests.test_bundle_facts import settings, write_node
     from tests.test_evidence import contention, stacks
+    from tests.test_compile_facts import _settings as compile_settings
     from tests.test_evidence_gil import gc_rec, gil_rec
 
     per_rank = {}
@@ -53,6 +54,9 @@ def evidence_bundle(root: Path) -> Path:
                                                                     "unnamed": 0.0})}
         s["loader_window"] = {"schema": 1, "wall_s": 1.0, "batches": 20, "next_wall_s": 0.5 + 0.05 * r,
                               "next_cpu_s": 0.01, "num_workers": 2, "workers_seen": 2, "workers_cpu_s": 0.1}
+        # torch.compile recompiling on every rank, a size guard failing (capture/agent_compile.py)
+        s.update(compile_settings(3, 600.0, reasons=[{"guard": "tensor 'x' size mismatch at index 1", "count": 3,
+                                                     "example": "tensor 'x' size mismatch at index 1. expected 57, actual 52"}]))
         s["memory"]["peak_reserved_bytes"] = 1000 * (r + 1)
         per_rank[r] = s
     write_node(root / "node0", "node0", [0, 1], per_rank=per_rank)
