@@ -179,6 +179,19 @@ def _commit(path: str | None) -> str:
         return "unknown"
 
 
+def catalogue_quoted(cases) -> dict[str, list[tuple[str, str]]]:
+    """Per round, the cases whose thread URL is also the source of an excerpt in the message catalogue."""
+    from ddpdoctor.logs.catalogue import default_messages
+
+    norm = lambda u: u.rstrip("/").split("#")[0].lower()  # noqa: E731
+    urls = {norm(x.source) for m in default_messages() for x in m.excerpts if x.source.startswith("http")}
+    out: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for name, _folder, case in cases:
+        if norm(case.get("source", "")) in urls:
+            out[case.get("round", EARLIER)].append((name, case["source"]))
+    return dict(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(CORPUS.parent.parent / "docs" / "LOG_ACCURACY.md"))
@@ -227,6 +240,16 @@ def main(argv: list[str] | None = None) -> int:
         first = (f"{fs['right']} / {fs['total']}" if fs else
                  "see tests/real_logs/MANIFEST.md, 'Held-out status'" if rnd == EARLIER else "not recorded")
         lines.append(f"| {rnd} | {now[0]} / {now[1]} | {first} |")
+    quoted = catalogue_quoted(load_cases())
+    for rnd in sorted(quoted):
+        names = ", ".join(f"{c} ({url})" for c, url in quoted[rnd])
+        lines += ["", f"Not held-out in \"{rnd}\": {len(quoted[rnd])} case(s) whose thread the message catalogue "
+                  f"(rules/messages/) also quotes as an excerpt: {names}."]
+    only_rule = [r for r in rows if re.fullmatch(r"top rule \S+, expected [^;]+", r[4])]
+    if only_rule:
+        lines += ["", f"{len(only_rule)} of the misses differ only in the rule (the expected fix is given): "
+                  + ", ".join(f"{r[0]} ({r[3]})" for r in only_rule)
+                  + ". expected_rule is kept as written when the case was gathered."]
     lines += ["",
               "| case | kind | expected | top finding | result |", "|---|---|---|---|---|"]
     lines += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} |" for r in rows]

@@ -207,3 +207,49 @@ def test_the_cli_refuses_a_bad_catalogue_with_one_line_and_exit_2(tmp_path, monk
     err = (res.stderr if hasattr(res, "stderr") and res.stderr else res.output).strip()
     assert "nccl_init.toml: x.dup: needs reads unknown fact 'host.no_such_fact'" in err
     assert "Traceback" not in res.output and len(err.splitlines()) == 1
+
+
+# ---------------------------------------------------------------- a cause message is failure evidence on its own
+
+def test_nccl_warn_lines_alone_are_a_failure_presented_by_fl017(tmp_path):
+    """No traceback, no exit: the catalogued cause line is the root cause (kind message), with its fix."""
+    facts, top = _top(tmp_path, "rank1.log",
+                      "2024-03-01 10:00:00 node1:9621:9691 [1] misc/shmutils.cc:72 NCCL WARN Error: failed to extend "
+                      "/dev/shm/nccl-fjwOOB to 9637892 bytes\n",
+                      {"host.shm_bytes": 64 << 20})
+    assert facts["failure.present"] is True
+    assert facts["failure.root_cause.kind"] == "message" and facts["failure.root_cause.message_kind"] == "container"
+    assert facts["failure.root_cause.line_no"] == 1
+    assert top.rule == "FL017" and "failed to extend /dev/shm/nccl-fjwOOB" in top.summary
+    assert "--shm-size" in top.fixes[0].change and "/dev/shm on this host is" in top.fixes[0].change
+
+
+def test_a_cause_message_outranks_a_timeout_it_leads_to(tmp_path):
+    """root_cause_priority puts known_message ahead of timeout: the waiting rank's watchdog is the symptom."""
+    facts, top = _top(tmp_path, "job.log",
+                      "[rank1]: node1:1:2 [1] include/shm.h:27 NCCL WARN Call to shm_open failed : Permission denied\n"
+                      "[rank0]: [E ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught collective operation timeout: "
+                      "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600004 "
+                      "milliseconds before timing out.\n")
+    assert facts["failure.timeout.present"] is True
+    assert facts["failure.root_cause.kind"] == "message" and facts["failure.message.id"] == "nccl.shm.no_permission"
+    assert top.rule == "FL017" and "chmod 1777 /dev/shm" in top.fixes[0].change
+
+
+def test_a_message_on_the_exception_line_stays_with_fl010(tmp_path):
+    """The reducer's error is both a traceback's last line and a cause message: FL010 keeps it, catalogue fix first."""
+    facts, top = _top(tmp_path, "rank0.log",
+                      "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"train.py\", line 3, in <module>\n"
+                      "[rank0]: RuntimeError: Expected to mark a variable ready only once. This error is caused by one "
+                      "of the following reasons: 1) Use of a module parameter outside the `forward` function.\n")
+    assert facts["failure.root_cause.kind"] == "exception" and facts["failure.message.on_root"] is True
+    assert top.rule == "FL010"
+
+
+def test_ucx_sigbus_line_is_a_kill_with_the_shm_fix(tmp_path):
+    """UCX's handler line ("Caught signal 7 (Bus error: …)", ucs/debug/debug.c) is the process's death by SIGBUS."""
+    facts, top = _top(tmp_path, "out.log",
+                      "[8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)\n")
+    assert facts["failure.root_cause.kind"] == "killed" and facts["failure.killed.signal"] == "SIGBUS"
+    assert facts["failure.message.id"] == "ucx.caught_sigbus"
+    assert top.rule == "FL008" and "/dev/shm" in top.fixes[0].title

@@ -19,7 +19,7 @@ from .flight import analyze_dumps, load_dump
 from .jsonl import parse_error_file, parse_events
 from .interrupt import apply_interrupt
 from .startup import apply_startup
-from .messages import message_facts, versions
+from .messages import cause_event, message_facts, scan, versions
 from .model import LogEvent, NcclFacts
 from .netfacts import nccl_facts
 from .nccl import NcclCollector
@@ -213,7 +213,8 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     facts["logs.world_size"] = world
     facts["logs.event_counts"] = _counts(events)
     facts["logs.has_timestamps"] = any(e.time is not None for e in events)
-    facts.update(failure_facts(events, fr, world))
+    found = scan(lines)                                 # the catalogue's messages (rules/messages/)
+    facts.update(failure_facts(events, fr, world, cause_event(found)))
     apply_startup(facts, events, lines, world)         # the script never started: that is the cause
     facts.update(hang_facts(hang_dumps(paths), events, world))
     apply_busy_root(facts)
@@ -224,7 +225,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     suspect_p2p(facts, known)
     promote_bad_interface(facts)
     facts.update(versions(lines, nccl.versions_by_host))
-    facts.update(message_facts(lines, facts, known))
+    facts.update(message_facts(lines, facts, known, found))
     apply_interrupt(facts, known)                       # Ctrl-C is not the failure to fix
     return LogAnalysis(read, ranks, events, nccl, facts, fr, warnings,
                        [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines])

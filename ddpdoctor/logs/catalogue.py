@@ -213,3 +213,8 @@ def message_patterns(msg_id: str) -> list[str]:
         if m.id == msg_id:
             return [p.pattern for p in m.patterns]
     raise KeyError(f"no message {msg_id!r} in rules/messages/")
+
+
+def message_by_id(msg_id: str) -> Message | None:
+    """One built-in entry by its id (None when there is none)."""
+    return next((m for m in default_messages() if m.id == msg_id), None)

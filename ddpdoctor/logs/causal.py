@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..resources import metric_params
+from .catalogue import message_by_id
 from .failfacts import exit_facts, network_facts
 from .model import LogEvent
 
@@ -56,7 +57,9 @@ def _ranks(evs) -> list[int]:
     return sorted({e.rank for e in evs if e.rank is not None})
 
 
-def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | None) -> dict:
+def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | None,
+                  message: LogEvent | None = None) -> dict:
+    """``message``: the first line of a cause-role catalogue message (messages.cause_event), evidence of its own."""
     by = {}
     for e in events:
         by.setdefault(e.kind, []).append(e)
@@ -297,7 +300,8 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     # ------------------------------------------------------------------ root cause
     root = root_cause(RootEvidence(f, oom=o, killed=k, crashes=crashes, rendezvous=rz, exception=x, mismatch=m,
                                    stopped_rank=st, first_timeout=t0, peer_error=p, torchrun_root=r,
-                                   flight_recorder=fr, network=nw, exits=g("exit"), usage=g("usage_error")))
+                                   flight_recorder=fr, network=nw, exits=g("exit"), usage=g("usage_error"),
+                                   message=message))
     kind, rank, ev = root
     f["failure.root_cause.kind"] = kind
     f["failure.root_cause.rank"] = rank
@@ -307,8 +311,10 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f["failure.root_cause.file"] = ev.file if ev else None
     f["failure.root_cause.line_no"] = ev.line_no if ev else None
     f["failure.root_cause.step"] = _step_before(g("progress"), ev, rank, kind) if rank is not None else None
+    f["failure.root_cause.message_kind"] = ev.data.get("cause_kind") if kind == "message" and ev else None
     failing = set(_ranks(rz + ooms + kills + crashes + excs + tos + peers + mm + g("work_state") + term + roots
-                         + g("torchrun_failure") + bad_exits + g("nccl_error") + g("stuck")))
+                         + g("torchrun_failure") + bad_exits + g("nccl_error") + g("stuck")
+                         + ([message] if kind == "message" else [])))
     f["failure.ranks"] = sorted(failing)
     f["failure.symptom_ranks"] = sorted(failing - {rank}) if rank is not None else sorted(failing)
     f["failure.present"] = kind is not None
@@ -383,6 +389,24 @@ class RootEvidence:
     network: LogEvent | None = None
     exits: list = field(default_factory=list)
     usage: list = field(default_factory=list)
+    message: LogEvent | None = None
+
+
+def _others(e: RootEvidence) -> list[LogEvent]:
+    """The events of every other kind of evidence."""
+    one = [e.oom, e.killed, e.exception, e.mismatch, e.first_timeout, e.peer_error, e.torchrun_root, e.network]
+    return [x for x in one if x is not None] + list(e.crashes) + list(e.rendezvous) + list(e.exits) + list(e.usage)
+
+
+def _message(e: RootEvidence):
+    """A cause-role catalogue message is a failure on its own, unless its line is another kind's evidence
+    (a traceback's last line, a network fault): that kind's rule then shows the catalogue's cause and fix."""
+    if e.message is None:
+        return None
+    msg = message_by_id(e.message.data["id"])
+    if msg is not None and any(msg.match(x.text) for x in _others(e)):
+        return None
+    return "message", e.message.rank, e.message
 
 
 def _own(e: RootEvidence, shared: str, ev: LogEvent):
@@ -428,6 +452,7 @@ def _one(kind: str, ev: LogEvent | None, rank=None):
 # kind -> (evidence -> (kind, rank, event) or None); the order they are tried is data (metrics.toml)
 ROOT_EVIDENCE = {
     "oom": lambda e: _one("oom", e.oom),
+    "known_message": _message,
     "killed": lambda e: _one("killed", e.killed),
     "crash": lambda e: _one("crash", _first(e.crashes)),
     "network_fault": lambda e: _network(e, specific=True),
@@ -454,7 +479,7 @@ ROOT_EVIDENCE = {
 
 
 # evidence entries whose name is not the kind they report
-_REPORTED_AS = {"network_fault": "network", "usage_exit": "exit", "torchrun_exit": "exit"}
+_REPORTED_AS = {"known_message": "message", "network_fault": "network", "usage_exit": "exit", "torchrun_exit": "exit"}
 
 
 def root_cause_kinds() -> set[str]:

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 from ..rules_engine.expr import Missing
 from .catalogue import Message, default_messages
+from .model import LogEvent
 
 _NAMED = re.compile(r"\(\?P<\w+>")
 _NCCL_VERSION = re.compile(r"NCCL version:? ?(\d+\.\d+\.\d+)")
@@ -105,8 +106,21 @@ class _Lookup:
         return Missing(frozenset({name})) if v is None else v
 
 
-def message_facts(lines, facts: dict, known: dict) -> dict:
-    found = scan(lines)
+def cause_event(found: dict[str, dict]) -> LogEvent | None:
+    """The earliest line of a message whose catalogue role is ``cause``, as failure evidence of its own (a
+    log that holds only NCCL WARN lines and no Python error still failed for that cause): kind ``message``,
+    its rank, time and line; ``data`` names the catalogue entry and its kind of cause."""
+    causes = [m for m in default_messages() if m.id in found and m.role == "cause"]
+    if not causes:
+        return None
+    msg = min(causes, key=lambda m: found[m.id]["first"][:2])
+    t, _o, text, rank, _groups, file, no = found[msg.id]["first"]
+    return LogEvent(kind="message", rank=rank, time=None if t == float("inf") else t, text=text.strip(),
+                    file=file, line_no=no, data={"id": msg.id, "cause_kind": msg.kind})
+
+
+def message_facts(lines, facts: dict, known: dict, found: dict[str, dict] | None = None) -> dict:
+    found = scan(lines) if found is None else found
     order = sorted(found, key=lambda i: found[i]["first"][:2])
     out = {"failure.message.ids": order, "failure.message.id": None, "failure.message.family": None,
            "failure.message.kind": None, "failure.message.cause": None, "failure.message.fix_title": None,

@@ -286,6 +286,8 @@ class FileParser:
             name = m.group("name") or m.group("name2") or m.group("name3")
             if not name and m.group("code"):
                 name = P.SIGNALS.get(int(m.group("code")) - 128)
+            if not name and m.group("num4"):
+                name = P.SIGNALS.get(int(m.group("num4")), f"signal {m.group('num4')}")
             self._event("killed", msg, no, ctx, signal=name or "SIGKILL", source="log",
                         host_oom=bool(m.group("oomkill")))
             return

@@ -65,6 +65,8 @@ TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 
 SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)|"
                     r"terminated with signal (?P<name2>SIG\w+)|died with <Signals\.(?P<name3>SIG\w+): (?P<num3>\d+)>|"
+                    # UCX's handler (openucx/ucx src/ucs/debug/debug.c): "Caught signal 7 (Bus error: nonexistent ...)"
+                    r"Caught signal (?P<num4>\d+) \((?:[A-Z][a-z]+(?: [a-z]+)*): |"
                     r"(?:^|\s)Killed(?:\s+\S*python\S*.*)?$|exit(?:ed with)? (?:code|status) (?P<code>137|139)\b|"
                     r"(?P<oomkill>oom_kill event|OOM Killed|Out of memory: Killed? process|oom-kill:|"
                     r"invoked oom-killer)", I)
