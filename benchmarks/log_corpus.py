@@ -245,11 +245,18 @@ def main(argv: list[str] | None = None) -> int:
         names = ", ".join(f"{c} ({url})" for c, url in quoted[rnd])
         lines += ["", f"Not held-out in \"{rnd}\": {len(quoted[rnd])} case(s) whose thread the message catalogue "
                   f"(rules/messages/) also quotes as an excerpt: {names}."]
+    widened = [name for name, _f, case in load_cases() if case.get("expected_rule_widened")]
+    if widened:
+        strict = sum(1 for r in rows if r[0] in widened and (r[4].startswith("right") and r[3] != "FL017"))
+        lines += ["", f"Widened after first sight: {len(widened)} cases of round 8 also accept FL017, the rule that presents "
+                  "a catalogue message as the cause, which did not exist when they were written (their expected cause "
+                  "and fix are unchanged; `expected_rule_widened` in each case.toml). Counted with the rules as "
+                  f"first written, {strict} of those {len(widened)} are right now."]
     only_rule = [r for r in rows if re.fullmatch(r"top rule \S+, expected [^;]+", r[4])]
     if only_rule:
         lines += ["", f"{len(only_rule)} of the misses differ only in the rule (the expected fix is given): "
                   + ", ".join(f"{r[0]} ({r[3]})" for r in only_rule)
-                  + ". expected_rule is kept as written when the case was gathered."]
+                  + ". expected_rule is otherwise kept as written when the case was gathered."]
     lines += ["",
               "| case | kind | expected | top finding | result |", "|---|---|---|---|---|"]
     lines += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} |" for r in rows]

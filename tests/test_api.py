@@ -144,7 +144,7 @@ def test_a_failed_run_is_a_document_or_with_check_failed_run_error(capfd):
 
 def readme_api_example() -> str:
     text = (ROOT / "README.md").read_text()
-    section = text.split("### Python API", 1)[1]
+    section = text.split("## Python API", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 

@@ -272,7 +272,7 @@ FUNCTIONS = {
     "round": lambda x, n=0: round(float(x), int(n)) if n else int(round(float(x))),
     "ceil": lambda x: int(math.ceil(float(x))), "floor": lambda x: int(math.floor(float(x))),
     "clamp": lambda x, lo, hi: min(max(x, lo), hi), "log2": lambda x: math.log2(float(x)),
-    "pow2": _pow2, "int": lambda x: int(x), "float": lambda x: float(x), "str": lambda x: str(x),
+    "pow2": _pow2, "int": lambda x: int(x), "float": lambda x: float(x), "str": lambda x: Missing(frozenset()) if x is None else str(x),
     "join": _join, "speedup": _speedup, "pct": _pct, "human_bytes": _human_bytes, "human_us": _human_us,
     "plural": _plural, "phase": _phase,
 }
