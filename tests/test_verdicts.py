@@ -486,3 +486,22 @@ def test_a_late_rank_late_in_the_loader_wait_every_rank_pays_is_the_loaders_on_a
     # the same run on an idle host: the late rank is not set aside
     d = decide_facts({k: v for k, v in facts.items() if not k.startswith("host.contention")}, build_ruleset())
     assert d.verdict.rule == "IM001", d.verdict.summary
+
+
+def test_lateness_that_moves_between_ranks_is_noise_without_measured_contention():
+    """acc30 idle healthy_balanced: nothing else ran (IM004 quiet), yet rank 1 was last in 3 of 5 steps,
+    computing the same inputs longer with nothing of its own: the ranks take turns, so it is the scheduler,
+    not the workload. The same lateness every step still decides (issue #25's steady late rank)."""
+    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+    rules = build_ruleset()
+    quiet = {"host.contention.other_busy_share": 0.0, "straggler.steps_late": 3}
+    d = decide_facts(_contended_straggler_facts(**quiet), rules)
+    assert not any(f.rule == "IM004" for f in d.findings)
+    im = next(c for c in d.costs if c.rule == "IM001")
+    assert not im.eligible and "take turns" in im.why_not and "60%" in im.why_not, im.why_not
+    assert d.verdict.rule == "CP001", d.verdict.summary
+    steady = decide_facts(_contended_straggler_facts(**{**quiet, "straggler.steps_late": 5}), rules)
+    assert steady.verdict.rule == "IM001", steady.verdict.summary
+    own = decide_facts(_contended_straggler_facts(**{**quiet, "python.gc.rank": 0, "python.gc.extra_ms_per_step": 18.0,
+                                                      "python.gc.extra_share": 0.18}), rules)
+    assert own.verdict.rule == "IM001", own.verdict.summary

@@ -128,6 +128,12 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
         if contended and alternating and not (f.rule == "IM001" and explained):
             c.eligible = False
             c.why_not = f"the ranks take turns being late on a contended host: {NOISE}"
+        elif alternating and f.rule == "IM001" and _unexplained_straggler(facts, t):
+            # no other process measured, but the lateness moves between ranks and the late rank does nothing of
+            # its own: a rank with more work is late every step; one the scheduler delays is late in some
+            c.eligible = False
+            c.why_not = (f"the ranks take turns being late (the straggler is last in {f.agreement:.0%} of the steps) "
+                         f"and nothing the late rank does differs: {NOISE}")
         elif contended and f.rule == "IM001" and _unexplained_straggler(facts, t):
             c.eligible = False
             c.why_not = ("the late rank computes the same inputs longer on a contended host and nothing it does "
