@@ -27,6 +27,7 @@ import threading
 import time
 
 from .. import __version__
+from . import CAPTURE_VERSION
 
 STATE_DIR = ".ddpdoctor-env"
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
@@ -142,7 +143,8 @@ class EnvRun:
         argv = _process_argv()
         t, iso = _now()
         return {
-            "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "capture": "environment",
+            "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "capture_version": CAPTURE_VERSION,
+            "capture": "environment",
             "command": join_argv(argv), "argv": redact_argv(argv), "cwd": os.getcwd(),
             "hostname": self.raw_host, "hosts": [], "host_files": [],
             "step_window": {"warmup": _int(self.env.get("DDPDOCTOR_WARMUP"), 5),

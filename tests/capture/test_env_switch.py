@@ -148,7 +148,7 @@ def test_the_switch_makes_the_bundle_run_makes(bundles, shape):
     m_env = json.loads((env_out / "manifest.json").read_text())
     m_run = json.loads((run_out / "manifest.json").read_text())
     assert set(m_run) - set(m_env) <= {"orphans_killed"}, set(m_run) - set(m_env)
-    for key in ("schema", "status", "exit_code", "world_size", "ranks_present", "ranks_seen", "windows_complete",
+    for key in ("schema", "capture_version", "status", "exit_code", "world_size", "ranks_present", "ranks_seen", "windows_complete",
                 "steps_completed", "nnodes", "hosts", "host_files", "torch_version"):
         assert m_env[key] == m_run[key], key
     assert m_env["status"] == "complete" and m_env["capture"] == "environment" and m_env["launcher_log"] is None
