@@ -150,7 +150,7 @@ def test_fsdp_collectives_settings_and_the_late_rank(job, kind):
         assert set(summary.collectives.kind) == {"all_gather", "reduce_scatter"}
         waits, steps = summary.values["comm_sync_wait"], summary.values["step_time"]
         assert all(w <= t for w, t in zip(waits, steps))
-    # rank 1's sequences are 4x longer: it is the late one, not rank 0 (first at the tiny all-gathers)
+    # rank 1's sequences are 16x longer: it is the late one, not rank 0 (first at the tiny all-gathers)
     assert a.cross.arrival_late_us[1] > 0 > a.cross.arrival_late_us[0]
     assert [st.rank for st in a.cross.stragglers] in ([1], [])
     trace_events = [json.loads(line) for line in (j.out / "ranks" / "rank0" / "events.jsonl").read_text().splitlines()

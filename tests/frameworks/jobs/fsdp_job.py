@@ -1,6 +1,6 @@
 """FSDP job on CPU/gloo, launched with torchrun (`fsdp_job.py fsdp1|fsdp2|ddp [steps]`): FSDP1 (FullyShardedDataParallel with an auto
 wrap policy) or FSDP2 (fully_shard per block, then the root).  Injected cause: rank 1 gets
-sequences 4x longer than rank 0 (uneven work)."""
+sequences 16x longer than rank 0 (uneven work, larger than what a loaded host adds at random)."""
 
 import os
 import sys
@@ -60,7 +60,7 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     model = wrap(TinyLM(), kind)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    length = 256 if rank == 1 else 64                  # the injected cause: rank 1's inputs are 4x longer
+    length = 1024 if rank == 1 else 64                 # the injected cause: rank 1's inputs are 16x longer
     g = torch.Generator().manual_seed(rank)
     for _ in range(steps):
         ids = torch.randint(0, 128, (8, length), generator=g)
