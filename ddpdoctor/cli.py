@@ -421,26 +421,18 @@ def rules_facts(markdown):
 
 
 @rules.command("test")
+@click.option("--update", is_flag=True, help="Write each rule's snapshot (rules/<folder>/snapshots/<id>.snap) "
+                                            "from what its cases render now; review the diff before committing.")
 @_with_rules_options
-def rules_test(rules_dirs, sets, no_config):
-    """Run the test cases stored in every rule file; exit 1 if one fails."""
-    from .rules_engine.selftest import run_case
+def rules_test(update, rules_dirs, sets, no_config):
+    """Run the test cases stored in every rule file and compare what they render with each rule's
+    snapshot; exit 1 if a case fails or a snapshot differs (a diff is printed), 2 on a malformed rule."""
+    from .resources import rules_dir
+    from .rules_engine.selftest import run_all
 
     rs = _ruleset(rules_dirs, sets, no_config)
-    failed = total = 0
-    for r in rs.active():
-        if not r.tests:
-            click.echo(f"{r.id}: no test cases")
-            failed += 1
-        for case in r.tests:
-            total += 1
-            problems = run_case(r, case)
-            if problems:
-                failed += 1
-                click.echo(f"FAIL {r.id} {case.name}: {'; '.join(problems)}")
-    click.echo(f"{total - failed if failed <= total else 0} of {total} rule test cases passed")
-    if failed:
-        sys.exit(1)
+    sys.exit(run_all(rs.active(), [rules_dir(), *map(Path, rules_dirs)], update, click.echo))
+
 
 from .capture.cli import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
 main.add_command(_run_command)

@@ -70,6 +70,14 @@ class RuleCase:
     fixes_contain: list[str] = field(default_factory=list)     # each must appear in some fix
     fixes_exclude: list[str] = field(default_factory=list)     # none may appear in any fix
     first_fix: str | None = None                                # must appear in the first fix's title
+    unset: list[str] = field(default_factory=list)              # base facts this case does not have
+    base: dict = field(default_factory=dict)   # the base facts of the rule's folder (basefacts.py; set at load)
+
+    def all_facts(self) -> dict:
+        """The case's facts as stored: its folder's base facts, without ``unset``, updated by its own."""
+        out = {k: v for k, v in self.base.items() if k not in self.unset}
+        out.update(self.facts)
+        return out
 
 
 @dataclass
@@ -133,7 +141,7 @@ def _knob(c, fx: dict, after: int) -> str | None:
     return knob
 
 
-def _line_of(text: str, key: str, after: int = 0) -> int:
+def key_line(text: str, key: str, after: int = 0) -> int:
     """1-based line of the first ``key =`` (or ``[key]``) at or after line ``after``."""
     pat = re.compile(rf"^\s*(\"?{re.escape(key)}\"?\s*=|\[\[?{re.escape(key)}\]?\])")
     lines = text.splitlines()
@@ -183,7 +191,7 @@ class _Ctx:
         self.path, self.text, self.has_log = path, text, has_log
 
     def fail(self, key: str, message: str, after: int = 0, line: int | None = None):
-        raise RuleError(f"{self.path}:{line or _line_of(self.text, key, after)}: {message}")
+        raise RuleError(f"{self.path}:{line or key_line(self.text, key, after)}: {message}")
 
     def _line_with(self, needle: str, after: int) -> int:
         """1-based line of the first line at or after ``after`` (0-based) holding ``needle``."""
@@ -269,7 +277,7 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
             c.fail(key if key in data else "id", f"missing or empty required key {key!r}")
     rid = data["id"]
     if not ID_PATTERN.match(rid):
-        c.fail("id", f"id {rid!r} must be 2-4 capital letters and 3 digits, e.g. DL001")
+        c.fail("id", f"id {rid!r} must be 2-4 capital letters and 3 digits (its category's prefix and a number)")
     if not NAME_PATTERN.match(data["name"]):
         c.fail("name", f"name {data['name']!r} must be dotted lower case, e.g. dataloader.wait")
     if data["category"] not in CATEGORIES:
@@ -352,7 +360,10 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
     for i, tc in enumerate(data.get("test", [])):
         if tc.get("expect") not in ("fire", "quiet", "abstain"):
             c.fail("test", f"test #{i + 1} needs expect = \"fire\", \"quiet\" or \"abstain\"")
-        for name in tc.get("facts", {}) if isinstance(tc.get("facts"), dict) else ():
+        unset = tc.get("unset", [])
+        if not isinstance(unset, list) or not all(isinstance(n, str) for n in unset):
+            c.fail("unset", f"test #{i + 1}: unset is a list of fact names", test_lines[i] if i < len(test_lines) else 0)
+        for name in [*(tc.get("facts", {}) if isinstance(tc.get("facts"), dict) else ()), *unset]:
             problem = None if "." not in name else unknown_name(name, set(), False)
             if problem or "." not in name:
                 c.fail(name, f"test #{i + 1} ({tc.get('name', 'unnamed')}): "
@@ -366,5 +377,5 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
             params=dict(tc.get("params", {})), log=list(tc.get("log", [])),
             summary_contains=list(tc.get("summary_contains", [])), ranks=tc.get("ranks"),
             fixes_contain=list(tc.get("fixes_contain", [])), fixes_exclude=list(tc.get("fixes_exclude", [])),
-            first_fix=tc.get("first_fix")))
+            first_fix=tc.get("first_fix"), unset=list(unset)))
     return rule

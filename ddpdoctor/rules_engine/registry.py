@@ -1,6 +1,6 @@
 """The set of rules in force for a run: built-in rules, the user's rule folders, and
 threshold overrides from ``--set``, ``ddpdoctor.toml`` or ``[tool.ddpdoctor]`` in
-``pyproject.toml``: rule params (``DL001.min_wait_share``) and the thresholds of
+``pyproject.toml``: rule params (``<rule id>.<param>``) and the thresholds of
 rules/metrics.toml (``metrics.straggler.min_late_share``; the CLI puts them in force with
 resources.set_metric_overrides, library callers with ``with metric_overrides(rs.metrics)``).
 
@@ -16,10 +16,14 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..resources import metric_defaults, rules_dir
+from .basefacts import BASE_FILE, load_base_facts
+from .layout import LAYOUT_FILE, check_rule, load_layout
 from .model import Rule, RuleError, load_rule_file
 
 MESSAGES_DIR = "messages"      # rules/messages/*.toml: the message catalogue (logs/catalogue.py), not rules
-NOT_RULES = {"metrics.toml", "frameworks.toml", "facts.toml"}   # frameworks.toml: fix phrasing per framework; facts.toml: the fact catalogue
+# frameworks.toml: fix phrasing per framework; facts.toml: the fact catalogue; layout.toml: folder = category =
+# id prefix (layout.py); base_facts.toml: a folder's base facts for its rules' [[test]] cases (basefacts.py)
+NOT_RULES = {"metrics.toml", "frameworks.toml", "facts.toml", LAYOUT_FILE, BASE_FILE}
 
 
 @dataclass
@@ -50,9 +54,16 @@ def _rule_files(folder: Path) -> list[Path]:
 
 
 def _load_folder(folder: Path, origin: str) -> dict[str, Rule]:
+    """The rules of a folder, each checked against the layout (the built-in folder's places; a user
+    folder's prefixes) and its cases given their folder's base facts."""
     out: dict[str, Rule] = {}
+    layout = load_layout(rules_dir())
     for f in _rule_files(folder):
         rule = load_rule_file(f, origin)
+        check_rule(layout, rule, folder if origin == "built-in" else None)
+        base = load_base_facts(f.parent)
+        for case in rule.tests:
+            case.base = base
         if rule.id in out:
             raise RuleError(f"{f}:1: rule id {rule.id} is also used by {out[rule.id].path}")
         out[rule.id] = rule
@@ -79,6 +90,11 @@ def load_rules(user_dirs: list[str] | None = None) -> RuleSet:
     return RuleSet(rules=rules, notes=notes)
 
 
+def _example_param(rs: RuleSet) -> str:
+    """RULE.param of the first rule in force that has a param (error messages show a real one)."""
+    return next((f"{r.id}.{p}" for r in rs.active() for p in r.params), "RULE.param")
+
+
 def parse_value(text: str):
     """A --set value: a TOML literal (0.1, 4, true, "x"), else the text itself."""
     try:
@@ -90,7 +106,7 @@ def parse_value(text: str):
 def _apply_param(rs: RuleSet, key: str, value, source: str) -> None:
     rid, sep, pname = key.partition(".")
     if not sep or not pname:
-        raise InputError(f"{source}: {key!r} must be RULE.param, e.g. DL001.min_wait_share")
+        raise InputError(f"{source}: {key!r} must be RULE.param, e.g. {_example_param(rs)}")
     rule = rs.get(rid)
     if pname not in rule.params:
         raise InputError(f"{source}: rule {rule.id} has no param {pname!r} "
@@ -141,10 +157,10 @@ def _flatten(table: dict, prefix: str = "") -> dict:
 def _apply_table(rs: RuleSet, table: dict, source: str) -> None:
     params = table.get("params", {})
     for key, value in params.items():
-        if isinstance(value, dict):            # [tool.ddpdoctor.params.DL001] min_wait_share = 0.1
+        if isinstance(value, dict):            # [tool.ddpdoctor.params.RULE] param = 0.1
             for pname, v in value.items():
                 _apply_param(rs, f"{key}.{pname}", v, source)
-        else:                                   # "DL001.min_wait_share" = 0.1
+        else:                                   # "RULE.param" = 0.1
             _apply_param(rs, key, value, source)
     metrics = table.get("metrics", {})
     if not isinstance(metrics, dict):
@@ -196,7 +212,7 @@ def build_ruleset(user_dirs: list[str] | None = None, sets: list[str] | None = N
         key, eq, value = item.partition("=")
         if not eq:
             raise InputError(f"--set {item!r} must be RULE.param=value or metrics.section.name=value, "
-                             "e.g. DL001.min_wait_share=0.1")
+                             f"e.g. {_example_param(rs)}=0.1")
         key = key.strip()
         if key.startswith("metrics."):
             _apply_metric(rs, key[len("metrics."):], parse_value(value.strip()), f"--set {item}")

@@ -1,0 +1,145 @@
+"""The base facts of a rule folder (rules/<folder>/base_facts.toml): a real run's values of the facts
+the folder's rules read, so that a stored ``[[test]]`` case states only what differs from a real run
+(its ``[test.facts]``, and ``unset`` for base facts it does not have).
+
+A base file is written from a real run's diagnosis JSON (``ddpdoctor analyze … --json``), never by hand:
+
+    python -m ddpdoctor.rules_engine.basefacts DIAGNOSIS.json [--set name=TOML-value …] [--null name …]
+
+It keeps, for each folder, the facts its rules read that the run recorded (TOML has no null: a fact the
+run recorded as null is left out, which a rule reads as not recorded), per-rank values as lists in rank
+order (as a case writes them), and the source and the overrides in the file's header.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
+from ..fact_catalogue import default_catalogue
+from .model import Rule, RuleError, key_line
+
+BASE_FILE = "base_facts.toml"
+
+
+@lru_cache(maxsize=64)
+def load_base_facts(folder: Path) -> dict:
+    """``[facts]`` of ``folder/base_facts.toml``, with the names of its ``null`` list as None ({} without
+    a file); a name not in the fact catalogue is a RuleError naming the file and line."""
+    path = Path(folder) / BASE_FILE
+    if not path.is_file():
+        return {}
+    try:
+        text = path.read_text(encoding="utf-8")
+        facts = tomllib.loads(text).get("facts")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise RuleError(f"{path}: cannot read base facts ({exc})") from None
+    nulls = tomllib.loads(text).get("null", [])
+    if not isinstance(facts, dict) or not isinstance(nulls, list):
+        raise RuleError(f"{path}:1: base facts are null = [names recorded as null] and a [facts] table of "
+                        "\"dotted.name\" = value")
+    facts = {**{n: None for n in nulls}, **facts}
+    catalogue = default_catalogue()
+    for name in facts:
+        if name not in catalogue:
+            raise RuleError(f"{path}:{key_line(text, name)}: unknown fact {name!r} "
+                            "(not in the fact catalogue rules/facts.toml)")
+    return dict(facts)
+
+
+def rule_fact_names(rule: Rule) -> set[str]:
+    """The dotted fact names a rule reads anywhere (conditions, evidence, texts, fix conditions)."""
+    parts = [rule.when, rule.summary, rule.cost, rule.agreement, rule.confidence, rule.ranks, *rule.evidence.values()]
+    for fx in rule.fixes:
+        parts += [fx.title, fx.change, fx.applies_if, fx.value, fx.leads_if, fx.trails_if]
+    names: set[str] = set()
+    for p in parts:
+        if p is not None:
+            names |= set(p.names)
+    return {n for n in names if "." in n and not n.startswith(("metrics.", "match."))}
+
+
+def _as_case_value(value, ranks: list[int]):
+    """A diagnosis JSON value as a case writes it: {"0": a, "1": b} of a rank.* fact becomes [a, b]."""
+    if isinstance(value, dict) and ranks and set(value) == {str(r) for r in ranks}:
+        return [value[str(r)] for r in ranks]
+    return value
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(type(value).__name__)
+
+
+def _has_null(value) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, list):
+        return any(_has_null(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_null(v) for v in value.values())
+    return False
+
+
+def base_text(facts: dict, names: set[str], source: str, overrides: dict) -> str:
+    ranks = [int(r) for r in facts.get("run.ranks") or []]
+    lines = [f"# Base facts of the [[test]] cases of this folder's rules: written by `{source}`",
+             "# (docs/RULES.md, Testing rules). Regenerate rather than edit; a case states what differs."]
+    if overrides:
+        lines.append("# Set over the run's values: " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in overrides.items()))
+    table, nulls = [], []
+    for name in sorted(names):
+        value = overrides.get(name, facts.get(name))
+        value = _as_case_value(value, ranks) if name.startswith("rank.") else value
+        if value is None and name in facts:
+            nulls.append(name)
+        elif (name in facts or name in overrides) and not _has_null(value):
+            table.append(f"{json.dumps(name)} = {_toml_value(value)}")
+    lines += ["# recorded as null by the run (TOML has no null)", f"null = {_toml_value(nulls)}", "", "[facts]", *table]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    from .registry import load_rules
+
+    if not argv or argv[0].startswith("-"):
+        print("usage: python -m ddpdoctor.rules_engine.basefacts DIAGNOSIS.json [--set name=VALUE …] [--null name …]", file=sys.stderr)
+        return 2
+    facts = json.loads(Path(argv[0]).read_text(encoding="utf-8"))["facts"]
+    overrides = {}
+    rest = argv[1:]
+    while rest:
+        flag, item, *rest = rest + [""] if len(rest) == 1 else rest
+        name, eq, value = item.partition("=")
+        if flag == "--null" and item:
+            facts[item] = None
+        elif flag == "--set" and eq:
+            overrides[name] = tomllib.loads(f"v = {value}")["v"]
+        else:
+            print(f"not --set name=VALUE or --null name: {flag} {item}", file=sys.stderr)
+            return 2
+    by_folder: dict[Path, set[str]] = {}
+    for rule in load_rules().rules.values():
+        if rule.origin == "built-in":
+            by_folder.setdefault(Path(rule.path).parent, set()).update(rule_fact_names(rule))
+    source = "python -m ddpdoctor.rules_engine.basefacts " + " ".join([Path(argv[0]).name, *argv[1:]])
+    for folder, names in sorted(by_folder.items()):
+        (folder / BASE_FILE).write_text(base_text(facts, names, source, overrides), encoding="utf-8")
+        print(f"wrote {folder / BASE_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
