@@ -427,6 +427,8 @@ def rules_facts(markdown):
 def rules_test(update, rules_dirs, sets, no_config):
     """Run the test cases stored in every rule file and compare what they render with each rule's
     snapshot; exit 1 if a case fails or a snapshot differs (a diff is printed), 2 on a malformed rule."""
+    from pathlib import Path
+
     from .resources import rules_dir
     from .rules_engine.selftest import run_all
 
