@@ -385,3 +385,25 @@ def test_no_rule_text_says_word_s():
              if re.search(r"[a-z]\((s|es)\)", line) and not line.lstrip().startswith("#")
              and not (p.parent.name == "messages" and line.startswith("text = "))]   # a log excerpt, quoted as logged
     assert not leaks, "\n".join(leaks)
+
+
+def test_a_missing_value_in_parentheses_is_not_doubled():
+    from ddpdoctor.rules_engine.template import NOT_RECORDED, _tidy
+
+    assert _tidy(f"num_workers ({NOT_RECORDED}) now") == f"num_workers {NOT_RECORDED} now"
+    assert _tidy(f"(num_workers={NOT_RECORDED} now)") == f"(num_workers={NOT_RECORDED} now)"
+
+
+def test_a_conditional_part_missing_a_value_reads_not_recorded_as_a_whole():
+    """As ``{' at ' + x if cond else ''}`` did; plain text shows the missing value in place."""
+    from ddpdoctor.rules_engine.expr import compile_expr
+    from ddpdoctor.rules_engine.template import NOT_RECORDED, Variant, VariantTemplate, compile_template
+
+    def look(name):
+        from ddpdoctor.rules_engine.expr import Missing
+        return {"c": True}.get(name, Missing(frozenset([name])))
+
+    t = VariantTemplate([[Variant(None, compile_template("Rank 1"))],
+                         [Variant(compile_expr("c"), compile_template(" at {x}"))],
+                         [Variant(None, compile_template(", step {y}"))]])
+    assert t.render(look) == (f"Rank 1{NOT_RECORDED}, step {NOT_RECORDED}", {"x", "y"})
