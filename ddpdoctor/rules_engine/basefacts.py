@@ -4,7 +4,7 @@ the folder's rules read, so that a stored ``[[test]]`` case states only what dif
 
 A base file is written from a real run's diagnosis JSON (``ddpdoctor analyze … --json``), never by hand:
 
-    python -m ddpdoctor.rules_engine.basefacts DIAGNOSIS.json [--set name=TOML-value …] [--null name …]
+    python -m ddpdoctor.rules_engine.make_base_facts DIAGNOSIS.json [--set name=TOML-value …] [--null name …]
 
 It keeps, for each folder, the facts its rules read that the run recorded (TOML has no null: a fact the
 run recorded as null is left out, which a rule reads as not recorded), per-rank values as lists in rank
@@ -14,7 +14,6 @@ order (as a case writes them), and the source and the overrides in the file's he
 from __future__ import annotations
 
 import json
-import sys
 import tomllib
 from functools import lru_cache
 from pathlib import Path
@@ -107,39 +106,5 @@ def base_text(facts: dict, names: set[str], source: str, overrides: dict) -> str
             nulls.append(name)
         elif (name in facts or name in overrides) and not _has_null(value):
             table.append(f"{json.dumps(name)} = {_toml_value(value)}")
-    lines += ["# recorded as null by the run (TOML has no null)", f"null = {_toml_value(nulls)}", "", "[facts]", *table]
+    lines += ["# recorded as null by the run, or set so by --null (TOML has no null)", f"null = {_toml_value(nulls)}", "", "[facts]", *table]
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str]) -> int:
-    from .registry import load_rules
-
-    if not argv or argv[0].startswith("-"):
-        print("usage: python -m ddpdoctor.rules_engine.basefacts DIAGNOSIS.json [--set name=VALUE …] [--null name …]", file=sys.stderr)
-        return 2
-    facts = json.loads(Path(argv[0]).read_text(encoding="utf-8"))["facts"]
-    overrides = {}
-    rest = argv[1:]
-    while rest:
-        flag, item, *rest = rest + [""] if len(rest) == 1 else rest
-        name, eq, value = item.partition("=")
-        if flag == "--null" and item:
-            facts[item] = None
-        elif flag == "--set" and eq:
-            overrides[name] = tomllib.loads(f"v = {value}")["v"]
-        else:
-            print(f"not --set name=VALUE or --null name: {flag} {item}", file=sys.stderr)
-            return 2
-    by_folder: dict[Path, set[str]] = {}
-    for rule in load_rules().rules.values():
-        if rule.origin == "built-in":
-            by_folder.setdefault(Path(rule.path).parent, set()).update(rule_fact_names(rule))
-    source = "python -m ddpdoctor.rules_engine.basefacts " + " ".join([Path(argv[0]).name, *argv[1:]])
-    for folder, names in sorted(by_folder.items()):
-        (folder / BASE_FILE).write_text(base_text(facts, names, source, overrides), encoding="utf-8")
-        print(f"wrote {folder / BASE_FILE}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
