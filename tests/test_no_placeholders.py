@@ -4,11 +4,12 @@ rendered with their facts missing, never say "(unknown)", "None", "?" or "x(s)";
 Three ways a fact can be missing are tried: not recorded at all (every name Missing), recorded as None (the
 log engine's value for a rank, file or line it could not find), and each stored test case of a rule with one
 of the names its texts read removed, set to None or set to the value another case gives it, through the real engine (only a rule that still fires
-shows text to anyone)."""
+shows text to anyone). And analyze's findings on the sample traces and the log corpora hold none either."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,44 @@ def test_stored_cases_with_each_fact_removed_none_or_changed(rid):
                 pairs = [("summary", f.summary)] + [(f"fix {fx.title[:30]}", f"{fx.title}\n{fx.change}") for fx in f.fixes]
                 problems += [f"{case.name} / {name} {variant}: {b}" for b in _bad(pairs, _rx(rule))]
     assert not problems, "\n".join(problems[:20])
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _inputs() -> list[Path]:
+    """The sample traces and the log corpora (what the removed golden file rendered, besides the real traces)."""
+    found = [p for p in sorted((ROOT / "sample_traces").iterdir()) if p.is_dir()]
+    for d in (ROOT / "tests" / "real_logs", ROOT / "tests" / "data" / "failure_formats"):
+        found += [p for p in sorted(d.iterdir())
+                  if p.suffix == ".log" or (p.is_dir() and any(f.suffix == ".log" for f in p.iterdir()))]
+    return found
+
+
+def _logged_text(path: Path) -> str:
+    files = [path] if path.is_file() else [f for f in path.rglob("*") if f.suffix in (".log", ".txt", ".jsonl")]
+    return "\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
+
+
+def test_findings_on_sample_traces_and_logs_have_no_placeholders():
+    """Every finding analyze gives on the sample traces and the log corpora: its summary and fix titles hold no
+    placeholder, except inside words quoted from the logs as logged ("DataLoader worker (pid(s) 25) exited")."""
+    from ddpdoctor.analysis import AnalyzeOptions
+    from ddpdoctor.diagnosis import run_analyze
+    from ddpdoctor.rules_engine.registry import build_ruleset
+
+    rs = build_ruleset(use_config=False)
+    problems, findings = [], 0
+    for path in _inputs():
+        diagnosis = run_analyze([str(path)], AnalyzeOptions(), rs).diagnosis
+        logged = None
+        for f in diagnosis.findings:
+            findings += 1
+            for text in [f.summary] + [x.title for x in f.fixes]:
+                for m in STRICT.finditer(text):
+                    logged = _logged_text(path) if logged is None else logged
+                    words = re.search(r"\S*" + re.escape(m.group(0).strip()) + r"\S*", text[max(0, m.start() - 1):])
+                    if words is None or words.group(0).strip(".,;:") not in logged:
+                        problems.append(f"{path.name} {f.rule}: …{text[max(0, m.start() - 50):m.end() + 30]}…")
+    assert findings > 50, findings          # the check saw real findings
+    assert not problems, "\n".join(problems)
