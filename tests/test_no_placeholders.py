@@ -3,8 +3,9 @@ rendered with their facts missing, never say "(unknown)", "None", "?" or "x(s)";
 
 Three ways a fact can be missing are tried: not recorded at all (every name Missing), recorded as None (the
 log engine's value for a rank, file or line it could not find), and each stored test case of a rule with one
-of the names its texts read removed, set to None or set to the value another case gives it, through the real engine (only a rule that still fires
-shows text to anyone). And analyze's findings on the sample traces and the log corpora hold none either."""
+of the names its texts read removed, set to None or set to the value another case gives it, through the real
+engine (only a rule that still fires shows text to anyone). And analyze's findings on the sample traces and
+the log corpora hold none either."""
 
 from __future__ import annotations
 
