@@ -124,7 +124,8 @@ def test_stored_cases_with_each_fact_removed_none_or_changed(rid):
                 if out.status != "fire":
                     continue
                 f = out.finding
-                pairs = [("summary", f.summary)] + [(f"fix {fx.title[:30]}", f"{fx.title}\n{fx.change}") for fx in f.fixes]
+                pairs = [("summary", f.summary)]
+                pairs += [(f"fix {fx.title[:30]}", f"{fx.title}\n{fx.change}") for fx in f.fixes]
                 problems += [f"{case.name} / {name} {variant}: {b}" for b in _bad(pairs, _rx(rule))]
     assert not problems, "\n".join(problems[:20])
 

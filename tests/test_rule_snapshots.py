@@ -85,7 +85,8 @@ def _user(tmp_path: Path, rule: str = RULE, base: str | None = BASE) -> tuple[Pa
 def test_a_case_states_what_differs_from_its_folders_base_facts(tmp_path):
     _folder, rule = _user(tmp_path)
     fires, quiet = rule.tests
-    assert case_facts(fires)["run.ranks_analyzed"] == 2 and case_facts(fires)["config.dataloader.prefetch_factor"] is None
+    facts = case_facts(fires)
+    assert facts["run.ranks_analyzed"] == 2 and facts["config.dataloader.prefetch_factor"] is None
     assert "run.ranks_analyzed" not in case_facts(quiet)
     _problems, text = run_rule(rule)
     assert "summary: wait 65 % on 2 ranks" in text and "fix 1: Lower the wait below 50 %" in text
@@ -101,7 +102,7 @@ def test_update_writes_snapshots_and_a_changed_text_is_a_diff(tmp_path):
     assert any("missing" in line for line in out)
     assert run_all([rule], [folder], True, out.append) == EXIT_PASSED
     snap = folder / "snapshots" / "US001.snap"
-    assert snap.is_file() and "## fires\nfire\nsummary: wait 65 % on 2 ranks\nfix 1: Lower the wait below 50 %" in snap.read_text()
+    assert "## fires\nfire\nsummary: wait 65 % on 2 ranks\nfix 1: Lower the wait below 50 %" in snap.read_text()
     out.clear()
     assert run_all([rule], [folder], False, out.append) == EXIT_PASSED
     _folder, changed = _user(tmp_path, RULE.replace("wait {pct", "waiting {pct"))
@@ -121,7 +122,8 @@ def test_a_snapshot_of_no_rule_fails_and_update_removes_it(tmp_path):
 
 
 def test_a_degenerate_output_fails_the_case(tmp_path):
-    _folder, rule = _user(tmp_path, RULE.replace("on {plural(run.ranks_analyzed, 'rank')}", "on {run.world_size} ranks"))
+    text = RULE.replace("on {plural(run.ranks_analyzed, 'rank')}", "on {run.world_size} ranks")
+    _folder, rule = _user(tmp_path, text)
     assert run_rule(rule)[0][0][1] == []             # a user rule is held to its own expectations
     rule.origin = "built-in"
     problems, _text = run_rule(rule)
@@ -139,7 +141,8 @@ def test_a_wrong_expectation_fails_and_the_cli_exits_1_with_a_diff(tmp_path):
 
 @pytest.mark.parametrize("edit,message", [
     (lambda s: s, None),
-    (lambda s: s.replace('"run.ranks" = [0, 1]', '"run.rankz" = [0, 1]'), "base_facts.toml:4: unknown fact 'run.rankz'"),
+    (lambda s: s.replace('"run.ranks" = [0, 1]', '"run.rankz" = [0, 1]'),
+     "base_facts.toml:4: unknown fact 'run.rankz'"),
 ])
 def test_base_facts_names_are_checked(tmp_path, edit, message):
     if message is None:
@@ -169,7 +172,8 @@ def _builtin_copy(tmp_path: Path, folder: str, rule_id: str, edit=lambda s: s) -
     ("imbalance", "DL001", lambda s: s, "a dataloader rule belongs in rules/dataloader/, not in rules/imbalance/"),
     ("dataloader", "DL001", lambda s: s.replace('category = "dataloader"', 'category = "compute"'),
      "rule DL001 has category compute, but ids starting with DL are dataloader rules"),
-    ("dataloader", "DL001", lambda s: s.replace('id = "DL001"', 'id = "XY001"'), "the id of a dataloader rule starts with DL, not XY001"),
+    ("dataloader", "DL001", lambda s: s.replace('id = "DL001"', 'id = "XY001"'),
+     "the id of a dataloader rule starts with DL, not XY001"),
 ])
 def test_a_builtin_rule_out_of_place_is_refused_at_load(tmp_path, folder, rule_id, edit, message):
     path = _builtin_copy(tmp_path, folder, rule_id, edit)
@@ -197,7 +201,8 @@ def test_moving_a_category_is_one_line_of_the_layout(tmp_path):
 
 def test_a_user_rule_with_a_builtin_prefix_keeps_its_category(tmp_path):
     with pytest.raises(RuleError, match="ids starting with DL are dataloader rules"):
-        _user(tmp_path, RULE.replace('id = "US001"', 'id = "DL901"').replace('category = "dataloader"', 'category = "compute"'))
+        _user(tmp_path, RULE.replace('id = "US001"', 'id = "DL901"').replace('category = "dataloader"',
+                                                                            'category = "compute"'))
 
 
 def test_the_cli_refuses_a_misplaced_rule_with_one_line_and_exit_2(tmp_path):

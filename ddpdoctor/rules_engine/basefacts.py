@@ -14,9 +14,10 @@ order (as a case writes them), and the source and the overrides in the file's he
 from __future__ import annotations
 
 import json
-import tomllib
 from functools import lru_cache
 from pathlib import Path
+
+import tomllib
 
 from ..fact_catalogue import default_catalogue
 from .model import Rule, RuleError, key_line
@@ -97,7 +98,8 @@ def base_text(facts: dict, names: set[str], source: str, overrides: dict) -> str
     lines = [f"# Base facts of the [[test]] cases of this folder's rules: written by `{source}`",
              "# (docs/RULES.md, Testing rules). Regenerate rather than edit; a case states what differs."]
     if overrides:
-        lines.append("# Set over the run's values: " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in overrides.items()))
+        shown = ", ".join(f"{k} = {_toml_value(v)}" for k, v in overrides.items())
+        lines.append(f"# Set over the run's values: {shown}")
     table, nulls = [], []
     for name in sorted(names):
         value = overrides.get(name, facts.get(name))
@@ -106,5 +108,6 @@ def base_text(facts: dict, names: set[str], source: str, overrides: dict) -> str
             nulls.append(name)
         elif (name in facts or name in overrides) and not _has_null(value):
             table.append(f"{json.dumps(name)} = {_toml_value(value)}")
-    lines += ["# recorded as null by the run, or set so by --null (TOML has no null)", f"null = {_toml_value(nulls)}", "", "[facts]", *table]
+    lines += ["# recorded as null by the run, or set so by --null (TOML has no null)",
+              f"null = {_toml_value(nulls)}", "", "[facts]", *table]
     return "\n".join(lines) + "\n"

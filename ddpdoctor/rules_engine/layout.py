@@ -10,10 +10,11 @@ that prefix's category. Moving a category's rules to another folder is one line 
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+import tomllib
 
 from .model import CATEGORIES, Rule, RuleError, key_line
 

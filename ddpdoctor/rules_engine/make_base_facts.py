@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from .basefacts import BASE_FILE, base_text, rule_fact_names
 
@@ -19,7 +20,8 @@ def main(argv: list[str]) -> int:
     from .registry import load_rules
 
     if not argv or argv[0].startswith("-"):
-        print("usage: python -m ddpdoctor.rules_engine.make_base_facts DIAGNOSIS.json [--set name=VALUE …] [--null name …]", file=sys.stderr)
+        print("usage: python -m ddpdoctor.rules_engine.make_base_facts DIAGNOSIS.json [--set name=VALUE …] "
+              "[--null name …]", file=sys.stderr)
         return 2
     facts = json.loads(Path(argv[0]).read_text(encoding="utf-8"))["facts"]
     overrides = {}

@@ -8,9 +8,10 @@ rules/rule.schema.json.  Every problem in a rule file is reported as
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 from ..errors import InputError
 from ..fact_catalogue import default_catalogue
@@ -218,7 +219,8 @@ class _Ctx:
             variants = raw.get("variant") if "variant" in raw else [raw]
             extra = set(raw) - ({"variant"} if "variant" in raw else {"text", "when"})
             if extra or not isinstance(variants, list) or not variants:
-                self.fail(key, f"{key}: part #{i + 1} takes text and when, or variant = [{{when, text}}, …]", at, at + 1)
+                self.fail(key, f"{key}: part #{i + 1} takes text and when, or variant = [{{when, text}}, …]",
+                          at, at + 1)
             part = []
             for v in variants:
                 if not isinstance(v, dict) or not isinstance(v.get("text"), str) or set(v) - {"text", "when"}:
@@ -351,7 +353,8 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         if kind not in FIX_KINDS:
             c.fail("kind", f"fix kind {kind!r} is not one of {', '.join(FIX_KINDS)}", after)
         rule.fixes.append(Fix(
-            title=c.template("title", fx["title"], allow, after), change=c.template("change", fx["change"], allow, after),
+            title=c.template("title", fx["title"], allow, after),
+            change=c.template("change", fx["change"], allow, after),
             kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None,
             knob=_knob(c, fx, after), value=c.template("value", fx["value"], allow, after) if "value" in fx else None,
             leads_if=c.expr("leads_if", fx["leads_if"], allow, after) if "leads_if" in fx else None,
@@ -362,7 +365,8 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
             c.fail("test", f"test #{i + 1} needs expect = \"fire\", \"quiet\" or \"abstain\"")
         unset = tc.get("unset", [])
         if not isinstance(unset, list) or not all(isinstance(n, str) for n in unset):
-            c.fail("unset", f"test #{i + 1}: unset is a list of fact names", test_lines[i] if i < len(test_lines) else 0)
+            c.fail("unset", f"test #{i + 1}: unset is a list of fact names",
+                   test_lines[i] if i < len(test_lines) else 0)
         for name in [*(tc.get("facts", {}) if isinstance(tc.get("facts"), dict) else ()), *unset]:
             problem = None if "." not in name else unknown_name(name, set(), False)
             if problem or "." not in name:

@@ -10,9 +10,10 @@ A user rule with the id of a built-in rule replaces it.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 from ..errors import InputError
 from ..resources import metric_defaults, rules_dir

@@ -75,7 +75,8 @@ def check_outcome(case: RuleCase, out: Outcome, strict: bool = True) -> list[str
     for where, text in texts if strict else ():
         m = DEGENERATE.search(text)
         if m:
-            problems.append(f"the {where} is not a sentence a user could act on (…{text[max(0, m.start() - 40):m.end() + 20]}…): "
+            near = text[max(0, m.start() - 40):m.end() + 20]
+            problems.append(f"the {where} is not a sentence a user could act on (…{near}…): "
                             "give the case the facts a real run has")
     for text in case.summary_contains:
         if text not in f.summary:

@@ -58,7 +58,8 @@ def diff(rule: Rule, text: str) -> list[str]:
     try:
         stored = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return [f"--- {path} (missing: run `ddpdoctor rules test --update`)"] + [f"+{line}" for line in text.splitlines()]
+        head = f"--- {path} (missing: run `ddpdoctor rules test --update`)"
+        return [head] + [f"+{line}" for line in text.splitlines()]
     if stored == text:
         return []
     return [line.rstrip("\n") for line in difflib.unified_diff(
@@ -79,5 +80,6 @@ def orphans(rules: list[Rule], roots: list[Path]) -> list[Path]:
     """Snapshots that belong to no rule (a rule removed, renamed or moved to another folder): in the
     rules' snapshot folders and in ``<root>/*/snapshots`` of each root."""
     wanted = {snapshot_path(r).resolve() for r in rules}
-    folders = {snapshot_path(r).parent for r in rules} | {d for root in roots for d in Path(root).glob(f"*/{SNAPSHOT_DIR}")}
+    folders = {snapshot_path(r).parent for r in rules}
+    folders |= {d for root in roots for d in Path(root).glob(f"*/{SNAPSHOT_DIR}")}
     return sorted(p for d in folders if d.is_dir() for p in d.glob(f"*{SUFFIX}") if p.resolve() not in wanted)
