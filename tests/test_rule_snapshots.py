@@ -233,3 +233,18 @@ def test_the_layout_declares_every_builtin_folder():
     folders = {Path(r.path).parent.name for r in BUILTIN.rules.values()}
     assert folders <= {p.folder for p in layout.places}
     assert {r.category for r in BUILTIN.rules.values()} <= {p.category for p in layout.places}
+
+
+def test_the_base_facts_files_are_what_make_base_facts_writes(tmp_path):
+    """Never edited by hand: rewriting them from tests/data/base_run.json changes nothing (after a move of rules
+    to a new folder the same command gives that folder the same values)."""
+    from ddpdoctor.rules_engine.make_base_facts import write_all
+
+    source = Path(__file__).resolve().parent / "data" / "base_run.json"
+    folders = {Path(r.path).parent.name for r in BUILTIN.rules.values()}
+    for name in folders:
+        (tmp_path / name).mkdir()
+    written = write_all(source, rules_root=tmp_path)
+    assert sorted(p.parent.name for p in written) == sorted(folders)
+    for p in written:
+        assert p.read_text() == (rules_dir() / p.parent.name / p.name).read_text(), p.parent.name

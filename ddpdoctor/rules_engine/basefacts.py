@@ -2,13 +2,14 @@
 the folder's rules read, so that a stored ``[[test]]`` case states only what differs from a real run
 (its ``[test.facts]``, and ``unset`` for base facts it does not have).
 
-A base file is written from a real run's diagnosis JSON (``ddpdoctor analyze … --json``), never by hand:
+A base file is written from a recorded run's facts (tests/data/base_run.json, taken from a real run's
+diagnosis JSON), never by hand:
 
-    python -m ddpdoctor.rules_engine.make_base_facts DIAGNOSIS.json [--set name=TOML-value …] [--null name …]
+    python -m ddpdoctor.rules_engine.make_base_facts tests/data/base_run.json
 
-It keeps, for each folder, the facts its rules read that the run recorded (TOML has no null: a fact the
-run recorded as null is left out, which a rule reads as not recorded), per-rank values as lists in rank
-order (as a case writes them), and the source and the overrides in the file's header.
+It keeps, for each folder, the facts its rules read as the run recorded them: facts recorded as null in a
+``null = [...]`` list (TOML has no null), per-rank values as lists in rank order (as a case writes them),
+and the source and the values set over the run's in the file's header.
 """
 
 from __future__ import annotations
@@ -108,6 +109,6 @@ def base_text(facts: dict, names: set[str], source: str, overrides: dict) -> str
             nulls.append(name)
         elif (name in facts or name in overrides) and not _has_null(value):
             table.append(f"{json.dumps(name)} = {_toml_value(value)}")
-    lines += ["# recorded as null by the run, or set so by --null (TOML has no null)",
+    lines += ["# recorded as null (TOML has no null): by the run, or set so by the source's null list or --null",
               f"null = {_toml_value(nulls)}", "", "[facts]", *table]
     return "\n".join(lines) + "\n"
