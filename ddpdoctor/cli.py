@@ -433,7 +433,8 @@ def rules_test(update, rules_dirs, sets, no_config):
     from .rules_engine.selftest import run_all
 
     rs = _ruleset(rules_dirs, sets, no_config)
-    sys.exit(run_all(rs.active(), [rules_dir(), *map(Path, rules_dirs)], update, click.echo))
+    disabled = [r for rid, r in rs.rules.items() if rid in rs.disabled]
+    sys.exit(run_all(rs.active(), [rules_dir(), *map(Path, rules_dirs)], update, click.echo, disabled))
 
 
 from .capture.cli import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)

@@ -118,7 +118,10 @@ def test_a_snapshot_of_no_rule_fails_and_update_removes_it(tmp_path):
     stale.write_text("# gone\n")
     out: list[str] = []
     assert run_all([rule], [folder], False, out.append) == EXIT_FAILED and any("US009.snap" in x for x in out)
-    assert run_all([rule], [folder], True, out.append) == EXIT_PASSED and not stale.exists()
+    kept = folder / "snapshots" / "US001.snap"
+    assert run_all([], [folder], True, out.append, disabled=[rule]) == EXIT_PASSED      # a disabled rule's stays
+    assert not stale.exists() and kept.exists()
+    assert run_all([], [folder], False, out.append, disabled=[rule]) == EXIT_PASSED
 
 
 def test_a_degenerate_output_fails_the_case(tmp_path):
