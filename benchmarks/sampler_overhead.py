@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from ddpdoctor.capture import agent_evidence, agent_gil, agent_stacks
+from ddpdoctor.capture.agent import evidence as agent_evidence, gil as agent_gil, stacks as agent_stacks
 
 
 def make_step(workload: str):

@@ -442,5 +442,5 @@ def rules_test(rules_dirs, sets, no_config):
     if failed:
         sys.exit(1)
 
-from .capture.cli import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
+from .cli_run import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
 main.add_command(_run_command)

@@ -15,7 +15,7 @@ import pytest
 
 from ddpdoctor.analysis import AnalyzeOptions, analyze
 from ddpdoctor.bundle.settings import load_bundle_facts
-from ddpdoctor.capture.processes import _pids_of_run
+from ddpdoctor.capture.host.processes import _pids_of_run
 
 pytest.importorskip("torch")
 
@@ -376,7 +376,7 @@ def test_killing_ddpdoctor_itself_stops_the_training(tmp_path):
         time.sleep(0.3)
     assert json.loads((out / "manifest.json").read_text())["status"] == "partial"    # as written at the start
     # its private folder is left behind (nothing runs after SIGKILL); the next run removes it
-    from ddpdoctor.capture.launcher import _remove_stale_private_dirs
+    from ddpdoctor.capture.host.launcher import _remove_stale_private_dirs
     _remove_stale_private_dirs(min_age_s=0)
     import tempfile
     for d in Path(tempfile.gettempdir()).glob("ddpdoctor-run-*"):

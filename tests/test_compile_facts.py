@@ -9,9 +9,9 @@ import time
 from types import SimpleNamespace
 
 from ddpdoctor.bundle.compile import compile_facts
-from ddpdoctor.capture import agent_compile as ac
-from ddpdoctor.capture import agent_patches as ap
-from ddpdoctor.capture import agent_stacks as st
+from ddpdoctor.capture.agent import compile as ac
+from ddpdoctor.capture.agent import patches as ap
+from ddpdoctor.capture.agent import stacks as st
 
 
 def metric(start_us, end_us, compile_id, reason=None, frame=True):

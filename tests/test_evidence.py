@@ -11,8 +11,8 @@ import pytest
 
 from ddpdoctor.bundle.evidence import contention_facts, data_facts, extra_work, python_facts, safe_where
 from ddpdoctor.bundle.settings import load_bundle_facts
-from ddpdoctor.capture import agent_evidence as ev
-from ddpdoctor.capture import agent_stacks as st
+from ddpdoctor.capture.agent import evidence as ev
+from ddpdoctor.capture.agent import stacks as st
 from ddpdoctor.resources import metric_params
 
 PARAMS = metric_params()["evidence"]
@@ -252,7 +252,7 @@ class FakeLoader:
 def test_sharded_by():
     # one detector for the whole agent (agent_settings), which records dataloader.sharded_by
     def sharded_by(loader):
-        from ddpdoctor.capture import agent_settings
+        from ddpdoctor.capture.agent import settings as agent_settings
         return agent_settings._sharded_by(loader, loader.sampler, loader.batch_sampler)
     assert sharded_by(FakeLoader(sampler=LightningSampler())) == "DistributedSampler"
     assert sharded_by(FakeLoader(batch_sampler=BatchSamplerShard())) == "BatchSamplerShard"

@@ -13,9 +13,9 @@ import pytest
 
 from ddpdoctor.bundle.evidence import contention_facts
 from ddpdoctor.bundle.gil_evidence import gc_facts, gil_facts
-from ddpdoctor.capture import agent_evidence as ev
-from ddpdoctor.capture import agent_gil as gil
-from ddpdoctor.capture import agent_stacks as st
+from ddpdoctor.capture.agent import evidence as ev
+from ddpdoctor.capture.agent import gil
+from ddpdoctor.capture.agent import stacks as st
 from ddpdoctor.resources import metric_params
 
 PARAMS = metric_params()["evidence"]

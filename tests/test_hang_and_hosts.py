@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from ddpdoctor.capture import agent_hang
+from ddpdoctor.capture.agent import hang as agent_hang
 from ddpdoctor.logs.hang import hang_dumps, hang_facts
 from ddpdoctor.logs.hostrec import fill_network_suggestion, suggest_from_hosts
 from ddpdoctor.logs.model import LogEvent

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ddpdoctor.bundle.loader import loader_facts, rank_loader
-from ddpdoctor.capture import agent_loader
+from ddpdoctor.capture.agent import loader as agent_loader
 
 
 def _win(**kw):

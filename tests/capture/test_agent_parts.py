@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from ddpdoctor.capture import agent
+from ddpdoctor.capture.agent import core as agent
 
 patches, log = agent._patches, agent._log
 
@@ -307,7 +307,7 @@ def test_wrapper_keeps_attributes_hung_on_the_function():
     """torch 2.13's fully_shard has a `.state` attribute; scripts call fully_shard.state(module)."""
     import types
 
-    from ddpdoctor.capture.agent_patches import wrap
+    from ddpdoctor.capture.agent.patches import wrap
 
     def fully_shard(module):
         return module

@@ -1,10 +1,10 @@
-"""Part of the capture agent (loaded by path beside it): evidence recorded over the profiled
+"""Part of the capture agent: evidence recorded over the profiled
 window, for the verdict's "is this the workload or the machine?" questions.
 
 - host contention: the training thread's and the process's CPU time and context switches
   (getrusage), the host's CPU time split (/proc/stat), runnable tasks sampled in the window
   (/proc/loadavg), usable CPUs (sched_getaffinity), torch's intra-op threads;
-- where the training thread's Python time goes (``agent_stacks.py``: a sampler thread that
+- where the training thread's Python time goes (``stacks.py``: a sampler thread that
   runs during the window only), tagged with the loop phase this part tracks (inside the
   DataLoader, between the batch and the DDP forward = input work, the rest of the step);
 - content fingerprints of the first batches each DataLoader returns, and what shards them.
@@ -255,7 +255,7 @@ def batch_fingerprint(batch) -> str:
 def _class_names(obj) -> list[str]:
     try:
         return [c.__name__ for c in type(obj).__mro__]
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []
 
 
@@ -292,7 +292,7 @@ class Evidence:
     def __init__(self, env, stacks_module, gil_module=None, work_dir: str | None = None, step_of=None):
         self.env = env
         self._stacks = stacks_module
-        self._gil = gil_module             # agent_gil.py: GC pauses and the sampler's gaps (None: not recorded)
+        self._gil = gil_module             # gil.py: GC pauses and the sampler's gaps (None: not recorded)
         self._work_dir = work_dir          # where the native stack dumps are written during the window
         self._step_of = step_of or (lambda: 0)
         self._gc = self._gaps = self._native = None
@@ -311,7 +311,7 @@ class Evidence:
 
     # ---- hooks
     def loader_created(self, info: dict, loader) -> None:
-        info.setdefault("batch_fingerprints", [])      # sharded_by: agent_settings records it
+        info.setdefault("batch_fingerprints", [])      # sharded_by: settings.py records it
 
     def loader_entered(self) -> None:
         self.phase = "loader"
@@ -323,7 +323,7 @@ class Evidence:
             if len(fps) < FINGERPRINT_BATCHES:
                 try:
                     fps.append(batch_fingerprint(batch))
-                except Exception:  # noqa: BLE001
+                except Exception:
                     fps.append(None)          # unhashable batch: recorded once, the rank is left out of the comparison
 
     def own_work_begins(self):
@@ -346,7 +346,7 @@ class Evidence:
     def window_start(self, torch, step: int, typical_step_s: float | None = None, steps: int | None = None) -> None:
         try:
             self._torch_threads = int(torch.get_num_threads()) if torch is not None else None
-        except Exception:  # noqa: BLE001
+        except Exception:
             self._torch_threads = None
         self.window_forwards = 0
         self._loads = []
@@ -393,7 +393,7 @@ class Evidence:
                             self._native.arm(t0)     # the C watchdog dumps the stacks if the sampler starves
                 deadline = max(deadline + interval, time.monotonic())
                 stop.wait(max(0.0, deadline - time.monotonic()))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.errors.append(f"sampler: {type(exc).__name__}: {exc}")
         if sampler is not None:
             sampler.cpu_s = time.thread_time()
@@ -419,7 +419,7 @@ class Evidence:
             rec["errors"] = self.errors[:5]
         self._record = rec
 
-    # ---- GC pauses and the time the sampler cannot see (agent_gil.py)
+    # ---- GC pauses and the time the sampler cannot see (gil.py)
     def _start_gil_evidence(self) -> None:
         gil = self._gil
         if gil is None:
@@ -433,7 +433,7 @@ class Evidence:
                     self._native = gil.NativeDumps(os.path.join(self._work_dir, "native_stacks.tmp"),
                                                    self._gaps.threshold)
                     self._native.start()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.errors.append(f"gil evidence: {type(exc).__name__}: {exc}")
 
     def _stop_gil_evidence(self, rec: dict, steps: int) -> None:
@@ -457,7 +457,7 @@ class Evidence:
             if self._gaps is not None:
                 rec["gil"] = gil.summarize(self._gaps, self._gc, text, native is not None and not native.error,
                                            self._sampler, self._sampler.thread_id, steps, info)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.errors.append(f"gil evidence: {type(exc).__name__}: {exc}")
         finally:
             self._gc = self._gaps = self._native = None

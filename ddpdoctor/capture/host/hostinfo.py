@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..redact import join_argv, redact_argv, redact_env
+from ...redact import join_argv, redact_argv, redact_env
 
 HOST_SCHEMA = "ddpdoctor.host/1"
 
