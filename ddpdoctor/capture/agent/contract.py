@@ -14,6 +14,8 @@ method it calls), one field here (``SETTINGS_FIELDS`` and, for a record the read
 """
 
 SETTINGS_SCHEMA = "ddpdoctor.settings/1"
+MANIFEST_SCHEMA = "ddpdoctor.manifest/1"   # manifest.json (written by host/manifest.py or host/env_records.py)
+HOST_SCHEMA = "ddpdoctor.host/1"           # hosts/<host>.json (host/hostinfo.py)
 SETTINGS_FILE = "settings.json"        # ranks/rank<R>/settings.json
 EVENTS_FILE = "events.jsonl"           # ranks/rank<R>/events.jsonl: one JSON object per line
 

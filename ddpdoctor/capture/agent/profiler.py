@@ -81,7 +81,6 @@ class WindowProfiler:
         prof, self.prof = self.prof, None
         if prof is None:
             return
-        a = self.agent
         self.exporting = True
         try:
             self._stop_and_export(prof, complete)

@@ -28,9 +28,9 @@ import time
 
 from ... import __version__
 from .. import CAPTURE_VERSION
+from ..agent.contract import MANIFEST_SCHEMA
 
 STATE_DIR = ".ddpdoctor-env"
-MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 HOST_WAIT_S = 15.0
 
 

@@ -29,9 +29,10 @@ from ... import __version__
 from ...errors import InputError
 from ...redact import join_argv, redact_argv
 from .. import CAPTURE_VERSION
+from ..agent.contract import MANIFEST_SCHEMA
 from ..agent.hang import signal_ranks_on_request
 from . import hostinfo
-from .manifest import MANIFEST_SCHEMA, finish_bundle, utc_now, write_json
+from .manifest import finish_bundle, utc_now, write_json
 from .processes import _alive, _die_with_parent, _reap_orphans, _tee_pids, _wait_for
 from .streams import _Pump, _term
 
@@ -192,12 +193,64 @@ def run_capture(opts: RunOptions) -> RunResult:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
+def _inject_folder(private: Path) -> Path:
+    """The folder prepended to the command's PYTHONPATH: ``sitecustomize.py`` and the whole agent folder
+    beside it (a copy, so the run does not depend on the installed package staying as it was)."""
     inject = private / "inject"
     inject.mkdir()
     shutil.copy(AGENT_DIR / "sitecustomize.py", inject / "sitecustomize.py")
     shutil.copytree(AGENT_DIR, inject / AGENT_PACKAGE,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "sitecustomize.py"))
+    return inject
+
+
+def _wait_forwarding_signals(proc: subprocess.Popen, out: Path) -> tuple[int, list[str]]:
+    """Wait for the user's command; SIGINT/SIGTERM/SIGHUP go to its process group (a second one kills it),
+    and a rank's hang request makes the ranks dump their stacks.  The return code and the signals received."""
+    interrupted: list[str] = []
+
+    def forward(signum, _frame):
+        name = signal.Signals(signum).name
+        if not interrupted:
+            interrupted.append(name)
+            try:
+                sys.stderr.write(f"\nddpdoctor: {name} received; forwarding it to the training processes "
+                                 f"(again to kill them)\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            sig = signum
+        else:
+            sig = signal.SIGKILL
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            pass
+
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[s] = signal.signal(s, forward)
+        except ValueError:       # not the main thread (tests calling run_capture in a thread)
+            pass
+    hang_stop = threading.Event()        # a rank's hang request: SIGUSR2 for the ranks' faulthandler dumps
+    threading.Thread(target=signal_ranks_on_request, args=(str(out), hang_stop), daemon=True).start()
+    try:
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except InterruptedError:
+                continue
+    finally:
+        hang_stop.set()
+        for s, h in old.items():
+            signal.signal(s, h)
+    return rc, interrupted
+
+
+def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
+    inject = _inject_folder(private)
     term_out, term_err = str(private / "term.out"), str(private / "term.err")
     os.mkfifo(term_out)
     os.mkfifo(term_err)
@@ -259,45 +312,7 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     for p in pumps:
         p.start()
 
-    interrupted: list[str] = []
-
-    def forward(signum, _frame):
-        name = signal.Signals(signum).name
-        if not interrupted:
-            interrupted.append(name)
-            try:
-                sys.stderr.write(f"\nddpdoctor: {name} received; forwarding it to the training processes "
-                                 f"(again to kill them)\n")
-                sys.stderr.flush()
-            except (OSError, ValueError):
-                pass
-            sig = signum
-        else:
-            sig = signal.SIGKILL
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            pass
-
-    old = {}
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        try:
-            old[s] = signal.signal(s, forward)
-        except ValueError:       # not the main thread (tests calling run_capture in a thread)
-            pass
-    hang_stop = threading.Event()        # a rank's hang request: SIGUSR2 for the ranks' faulthandler dumps
-    threading.Thread(target=signal_ranks_on_request, args=(str(out), hang_stop), daemon=True).start()
-    try:
-        while True:
-            try:
-                rc = proc.wait()
-                break
-            except InterruptedError:
-                continue
-    finally:
-        hang_stop.set()
-        for s, h in old.items():
-            signal.signal(s, h)
+    rc, interrupted = _wait_forwarding_signals(proc, out)
     exit_code = rc if rc >= 0 else 128 - rc
     if interrupted:                     # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports it
         exit_code = 128 + signal.Signals[interrupted[0]].value

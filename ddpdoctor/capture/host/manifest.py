@@ -10,8 +10,6 @@ import os
 import time
 from pathlib import Path
 
-MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
-
 
 def plural(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
