@@ -14,6 +14,7 @@ from ddpdoctor.bundle import events as bundle_events
 from ddpdoctor.bundle import settings as bundle_settings
 from ddpdoctor.capture.agent import contract
 from ddpdoctor.capture.agent import core as agent
+from ddpdoctor.fact_catalogue import default_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_DIR = ROOT / "ddpdoctor" / "capture" / "agent"
@@ -87,6 +88,13 @@ def test_every_field_the_reader_reads_is_declared():
                       ("mem", contract.SETTINGS_RECORDS["memory"])):
         read = set(re.findall(rf"\b{var}(?:\.get\(|\[)\"(\w+)\"", src))
         assert read and read <= set(keys), (var, sorted(read - set(keys)))
+
+
+def test_every_fact_the_reader_derives_from_a_field_is_catalogued():
+    """The third place a new hook's value goes: rules/facts.toml (a rule may read only catalogued names)."""
+    catalogue = default_catalogue()
+    missing = [name for name in bundle_settings._RANK_FACTS if name not in catalogue]
+    assert missing == []
 
 
 def test_a_reader_that_reads_an_undeclared_field_is_caught(monkeypatch):
