@@ -1,6 +1,6 @@
-"""torch.compile recompilation evidence: the capture part (capture/agent_compile.py) on built
-Dynamo records, the sampler's ``compile`` phase (capture/agent_stacks.py), the patched calls that
-Dynamo traces (capture/agent_patches.py), and the bundle facts (bundle/compile.py)."""
+"""torch.compile recompilation evidence: the capture part (capture/agent/compile.py) on built
+Dynamo records, the sampler's ``compile`` phase (capture/agent/stacks.py), the patched calls that
+Dynamo traces (capture/agent/patches.py), and the bundle facts (bundle/compile.py)."""
 
 import os
 import sys

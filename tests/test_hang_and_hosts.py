@@ -1,4 +1,4 @@
-"""Units of the hang dump (capture/agent_hang.py, logs/hang.py) and of the interface suggestion from host
+"""Units of the hang dump (capture/agent/hang.py, logs/hang.py) and of the interface suggestion from host
 records (logs/hostrec.py)."""
 
 import json

@@ -1,4 +1,4 @@
-"""The DataLoader's window (issue #25 part 3): capture/agent_loader.py measures the wait inside next(loader)
+"""The DataLoader's window (issue #25 part 3): capture/agent/loader.py measures the wait inside next(loader)
 and the workers' CPU time; bundle/loader.py turns it into loader.* facts (waiting or computing, and the
 workers a waiting loader needs)."""
 

@@ -1,5 +1,5 @@
 """The capture agent's parts without a training run and without torch: the patch table and its one
-wrapper (agent_patches.py), the error counts and the event log (agent_log.py), and the agent_errors
+wrapper (agent/patches.py), the error counts and the event log (agent/log.py), and the agent_errors
 record settings.json gets from them."""
 
 import io
