@@ -22,9 +22,11 @@ from __future__ import annotations
 import os
 import sys
 
+from .agent import CORE, PACKAGE
+
 MODE_VAR = "DDPDOCTOR_CAPTURE_MODE"     # set in the ranks' environment: "environment"
-AGENT_MODULE = "ddpdoctor_capture_agent.core"     # agent/__init__.py's CORE: where AGENT lives
-AGENT_PACKAGE = "ddpdoctor_capture_agent"
+AGENT_MODULE = CORE                    # where AGENT lives once the agent folder is loaded
+AGENT_PACKAGE = PACKAGE
 AGENT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent")
 
 

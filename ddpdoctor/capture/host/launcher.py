@@ -29,6 +29,7 @@ from ... import __version__
 from ...errors import InputError
 from ...redact import join_argv, redact_argv
 from .. import CAPTURE_VERSION
+from ..agent import PACKAGE as AGENT_PACKAGE
 from ..agent.contract import MANIFEST_SCHEMA
 from ..agent.hang import signal_ranks_on_request
 from . import hostinfo
@@ -36,8 +37,7 @@ from .manifest import finish_bundle, utc_now, write_json
 from .processes import _alive, _die_with_parent, _reap_orphans, _tee_pids, _wait_for
 from .streams import _Pump, _term
 
-AGENT_DIR = Path(__file__).parents[1] / "agent"       # copied whole into the run's private folder
-AGENT_PACKAGE = "ddpdoctor_capture_agent"               # its name there (agent/__init__.py's PACKAGE)
+AGENT_DIR = Path(__file__).parents[1] / "agent"       # copied whole into the run's private folder, as AGENT_PACKAGE
 FR_BUFFER_SIZE = "2000"
 
 
