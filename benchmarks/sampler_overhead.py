@@ -8,7 +8,7 @@ and the median slowdown.  Alternating blocks cancel most of the drift of a share
         [--gil [--baseline none|sampler]]
 
 ``--gil``: the "on" blocks also record every garbage collection and the sampler's gaps
-(capture/agent_gil.py; ``--native``: with faulthandler's C watchdog re-armed at every sample); ``--baseline sampler``:
+(capture/agent/gil.py; ``--native``: with faulthandler's C watchdog re-armed at every sample); ``--baseline sampler``:
 the "off" blocks run the stack sampler alone, so the slowdown is what the GIL evidence adds.
 """
 
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from ddpdoctor.capture import agent_evidence, agent_gil, agent_stacks
+from ddpdoctor.capture.agent import evidence as agent_evidence, gil as agent_gil, stacks as agent_stacks
 
 
 def make_step(workload: str):

@@ -437,5 +437,5 @@ def rules_test(update, rules_dirs, sets, no_config):
     sys.exit(run_all(rs.active(), [rules_dir(), *map(Path, rules_dirs)], update, click.echo, disabled))
 
 
-from .capture.cli import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
+from .cli_run import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
 main.add_command(_run_command)

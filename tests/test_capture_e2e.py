@@ -15,7 +15,8 @@ import pytest
 
 from ddpdoctor.analysis import AnalyzeOptions, analyze
 from ddpdoctor.bundle.settings import load_bundle_facts
-from ddpdoctor.capture.processes import _pids_of_run
+from ddpdoctor.capture.agent import contract
+from ddpdoctor.capture.host.processes import _pids_of_run
 
 pytest.importorskip("torch")
 
@@ -87,6 +88,10 @@ def assert_complete_bundle(c: Captured):
         assert s["ddp"]["used"] and s["ddp"]["param_count"] > 0 and s["dataloader"]["sampler"] == "DistributedSampler"
         kinds = [e["kind"] for e in c.events(r)]
         assert kinds[0] == "start" and kinds.count("step") == 10 and "trace" in kinds and kinds[-1] == "exit"
+        # what a real rank wrote is what capture/agent/contract.py declares, and the recorder said nothing
+        assert contract.undeclared_settings(s) == [] and set(kinds) <= set(contract.EVENT_KINDS)
+        assert set(contract.SETTINGS_FIELDS) - set(s) <= set(contract.OPTIONAL_SETTINGS_FIELDS)
+        assert not [e for e in s["agent_errors"] if "contract" in e["place"]]
     a = c.analysis()
     assert [s.rank for s in a.summaries] == [0, 1] and all(len(s.steps) == 5 for s in a.summaries)
     assert not [w for w in a.warnings if "skipped" in w]     # settings/host JSON are not mistaken for traces
@@ -376,7 +381,7 @@ def test_killing_ddpdoctor_itself_stops_the_training(tmp_path):
         time.sleep(0.3)
     assert json.loads((out / "manifest.json").read_text())["status"] == "partial"    # as written at the start
     # its private folder is left behind (nothing runs after SIGKILL); the next run removes it
-    from ddpdoctor.capture.launcher import _remove_stale_private_dirs
+    from ddpdoctor.capture.host.launcher import _remove_stale_private_dirs
     _remove_stale_private_dirs(min_age_s=0)
     import tempfile
     for d in Path(tempfile.gettempdir()).glob("ddpdoctor-run-*"):

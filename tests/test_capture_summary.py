@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from ddpdoctor.capture.summary import failure_timeline
+from ddpdoctor.run_timeline import failure_timeline
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_gloo_2ranks_oom_skip_batch"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ddpdoctor.capture import agent, launcher
+from ddpdoctor.capture.agent import core as agent
+from ddpdoctor.capture.host import launcher
 from ddpdoctor.cli import main
 from ddpdoctor.errors import InputError
 

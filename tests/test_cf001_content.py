@@ -47,7 +47,7 @@ def test_one_rank_or_an_unreadable_dataset_says_nothing_about_sameness():
 
 def test_fingerprint_ignores_the_ranks_seeds_and_restores_them():
     torch = pytest.importorskip("torch")
-    from ddpdoctor.capture import agent_evidence, agent_loader
+    from ddpdoctor.capture.agent import evidence as agent_evidence, loader as agent_loader
 
     class Augmented(torch.utils.data.Dataset):
         def __init__(self, seed):
@@ -76,7 +76,7 @@ def test_samples_per_epoch():
     from torch.utils.data import DataLoader, TensorDataset
     from torch.utils.data.distributed import DistributedSampler
 
-    from ddpdoctor.capture.agent_loader import samples_per_epoch
+    from ddpdoctor.capture.agent.loader import samples_per_epoch
 
     ds = TensorDataset(torch.zeros(10, 2))
     assert samples_per_epoch(DataLoader(ds, batch_size=3, shuffle=True)) == 10

@@ -1,6 +1,6 @@
-"""torch.compile recompilation evidence: the capture part (capture/agent_compile.py) on built
-Dynamo records, the sampler's ``compile`` phase (capture/agent_stacks.py), the patched calls that
-Dynamo traces (capture/agent_patches.py), and the bundle facts (bundle/compile.py)."""
+"""torch.compile recompilation evidence: the capture part (capture/agent/compile.py) on built
+Dynamo records, the sampler's ``compile`` phase (capture/agent/stacks.py), the patched calls that
+Dynamo traces (capture/agent/patches.py), and the bundle facts (bundle/compile.py)."""
 
 import os
 import sys
@@ -9,9 +9,9 @@ import time
 from types import SimpleNamespace
 
 from ddpdoctor.bundle.compile import compile_facts
-from ddpdoctor.capture import agent_compile as ac
-from ddpdoctor.capture import agent_patches as ap
-from ddpdoctor.capture import agent_stacks as st
+from ddpdoctor.capture.agent import compile as ac
+from ddpdoctor.capture.agent import patches as ap
+from ddpdoctor.capture.agent import stacks as st
 
 
 def metric(start_us, end_us, compile_id, reason=None, frame=True):

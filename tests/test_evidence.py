@@ -11,8 +11,9 @@ import pytest
 
 from ddpdoctor.bundle.evidence import contention_facts, data_facts, extra_work, python_facts, safe_where
 from ddpdoctor.bundle.settings import load_bundle_facts
-from ddpdoctor.capture import agent_evidence as ev
-from ddpdoctor.capture import agent_stacks as st
+from ddpdoctor.capture.agent import contention as probes
+from ddpdoctor.capture.agent import evidence as ev
+from ddpdoctor.capture.agent import stacks as st
 from ddpdoctor.resources import metric_params
 
 PARAMS = metric_params()["evidence"]
@@ -127,21 +128,21 @@ def test_public_name_of_torch_functions():
 # ------------------------------------------------------------------ contention probes
 
 def test_proc_stat_and_loadavg_parsing():
-    hz = ev._clock_ticks()
-    t = ev.proc_stat_times("cpu  100 0 50 800 50 0 0 25 0 0\ncpu0 1 2 3 4\n")
+    hz = probes._clock_ticks()
+    t = probes.proc_stat_times("cpu  100 0 50 800 50 0 0 25 0 0\ncpu0 1 2 3 4\n")
     assert t == {"total_s": 1025 / hz, "idle_s": 850 / hz, "steal_s": 25 / hz}
-    old = ev.proc_stat_times("cpu  100 0 50 800\n")                # an old kernel: no steal column
+    old = probes.proc_stat_times("cpu  100 0 50 800\n")                # an old kernel: no steal column
     assert old["steal_s"] is None and old["idle_s"] == 800 / hz
-    assert ev.proc_stat_times("garbage") is None and ev.proc_stat_times(None) is None
-    assert ev.runnable_tasks("0.50 0.40 0.30 3/512 4242\n") == 3
-    assert ev.runnable_tasks("") is None and ev.runnable_tasks(None) is None
+    assert probes.proc_stat_times("garbage") is None and probes.proc_stat_times(None) is None
+    assert probes.runnable_tasks("0.50 0.40 0.30 3/512 4242\n") == 3
+    assert probes.runnable_tasks("") is None and probes.runnable_tasks(None) is None
 
 
 def test_contention_record_degrades_to_none():
     start = {"time": 10.0, "thread_ident": 1, "thread": None, "process": None, "children_cpu_s": None,
              "proc_stat": None}
     stop = dict(start, time=11.0, thread_ident=2)
-    out = ev.contention_record(start, stop, [], None, {})
+    out = probes.contention_record(start, stop, [], None, {})
     assert out["wall_s"] == 1.0 and out["thread"] is None and out["host"] is None
     assert out["process_cpu_s"] is None and out["children_cpu_s"] is None and out["local_world_size"] is None
 
@@ -252,7 +253,7 @@ class FakeLoader:
 def test_sharded_by():
     # one detector for the whole agent (agent_settings), which records dataloader.sharded_by
     def sharded_by(loader):
-        from ddpdoctor.capture import agent_settings
+        from ddpdoctor.capture.agent import settings as agent_settings
         return agent_settings._sharded_by(loader, loader.sampler, loader.batch_sampler)
     assert sharded_by(FakeLoader(sampler=LightningSampler())) == "DistributedSampler"
     assert sharded_by(FakeLoader(batch_sampler=BatchSamplerShard())) == "BatchSamplerShard"

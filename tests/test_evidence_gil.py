@@ -13,9 +13,10 @@ import pytest
 
 from ddpdoctor.bundle.evidence import contention_facts
 from ddpdoctor.bundle.gil_evidence import gc_facts, gil_facts
-from ddpdoctor.capture import agent_evidence as ev
-from ddpdoctor.capture import agent_gil as gil
-from ddpdoctor.capture import agent_stacks as st
+from ddpdoctor.capture.agent import contention as probes
+from ddpdoctor.capture.agent import evidence as ev
+from ddpdoctor.capture.agent import gil
+from ddpdoctor.capture.agent import stacks as st
 from ddpdoctor.resources import metric_params
 
 PARAMS = metric_params()["evidence"]
@@ -261,7 +262,7 @@ def test_runnable_tasks_outside_the_job():
 
 
 def test_own_runnable_threads_counts_this_process():
-    n = ev.own_runnable_threads()
+    n = probes.own_runnable_threads()
     if not os.path.isdir("/proc/self/task"):
         assert n is None
     else:

@@ -48,13 +48,13 @@ def evidence_bundle(root: Path) -> Path:
         s["evidence"] = {"contention": dict(contention(nivcsw=50 + r), own_runnable_samples=[1, 1]),
                          "stacks": stacks({"main": 20, "write_checkpoint": 30 if r == 0 else 0},
                                           input_ms=10.0 + r, input_where="decode (train.py:30)"),
-                         # GC pauses on rank 1, a GIL-holding call on rank 2 (capture/agent_gil.py)
+                         # GC pauses on rank 1, a GIL-holding call on rank 2 (capture/agent/gil.py)
                          "gc": gc_rec(40.0 if r == 1 else 0.5, full=2 if r == 1 else 0, max_ms=150.0),
                          "gil": gil_rec([call] if r == 2 else [], {"gc": 0.0, "call": 30.0 if r == 2 else 0.0,
                                                                     "unnamed": 0.0})}
         s["loader_window"] = {"schema": 1, "wall_s": 1.0, "batches": 20, "next_wall_s": 0.5 + 0.05 * r,
                               "next_cpu_s": 0.01, "num_workers": 2, "workers_seen": 2, "workers_cpu_s": 0.1}
-        # torch.compile recompiling on every rank, a size guard failing (capture/agent_compile.py)
+        # torch.compile recompiling on every rank, a size guard failing (capture/agent/compile.py)
         s.update(compile_settings(3, 600.0, reasons=[{"guard": "tensor 'x' size mismatch at index 1", "count": 3,
                                                      "example": "tensor 'x' size mismatch at index 1. expected 57, actual 52"}]))
         s["memory"]["peak_reserved_bytes"] = 1000 * (r + 1)

@@ -222,7 +222,7 @@ def test_compression_and_bucket_predictions_read_the_document():
 
 
 def test_the_hook_name_a_fix_writes_is_a_change_run_can_apply():
-    from ddpdoctor.capture.agent_overrides import parse_change
+    from ddpdoctor.capture.agent.overrides import parse_change
 
     assert parse_change("ddp.comm_hook=fp16_compress_hook") == ("ddp.comm_hook", "fp16")
     assert parse_change("ddp.comm_hook=bf16_compress_hook") == ("ddp.comm_hook", "bf16")

@@ -1,4 +1,4 @@
-"""Units of the hang dump (capture/agent_hang.py, logs/hang.py) and of the interface suggestion from host
+"""Units of the hang dump (capture/agent/hang.py, logs/hang.py) and of the interface suggestion from host
 records (logs/hostrec.py)."""
 
 import json
@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from ddpdoctor.capture import agent_hang
+from ddpdoctor.capture.agent import hang as agent_hang
 from ddpdoctor.logs.hang import hang_dumps, hang_facts
 from ddpdoctor.logs.hostrec import fill_network_suggestion, suggest_from_hosts
 from ddpdoctor.logs.model import LogEvent

@@ -1,4 +1,4 @@
-"""The DataLoader's window (issue #25 part 3): capture/agent_loader.py measures the wait inside next(loader)
+"""The DataLoader's window (issue #25 part 3): capture/agent/loader.py measures the wait inside next(loader)
 and the workers' CPU time; bundle/loader.py turns it into loader.* facts (waiting or computing, and the
 workers a waiting loader needs)."""
 
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ddpdoctor.bundle.loader import loader_facts, rank_loader
-from ddpdoctor.capture import agent_loader
+from ddpdoctor.capture.agent import loader as agent_loader
 
 
 def _win(**kw):

@@ -1,5 +1,5 @@
 """Facts on torch.compile compilations in the recorded window, from each rank's
-``settings.json`` ``compile`` record (written by capture/agent_compile.py).
+``settings.json`` ``compile`` record (written by capture/agent/compile.py).
 
 ``compile_facts(ranks)``: ``ranks`` = {rank: settings dict}.  Ranks compile the same graphs, so
 a run's value is the median over the ranks that recorded one (``.per_rank`` where they differ);

@@ -1,7 +1,7 @@
 """Facts from the time a Python stack sampler cannot see, as `ddpdoctor run` records it in each rank's
 settings.json (``evidence.gc``: every garbage collection over the window; ``evidence.gil``: the
 sampler's gaps, each put on GC or on the call that held the GIL, named by the C watchdog's stack dumps
-or by the frames around the gap; capture/agent_gil.py).  Pure Python, no torch.
+or by the frames around the gap; capture/agent/gil.py).  Pure Python, no torch.
 
 ``gil_facts(ranks, params)``: ``ranks`` = {rank: settings dict}; ``params`` = the ``[evidence]`` table
 of rules/metrics.toml.  Every fact is absent when no rank recorded what it needs.

@@ -1,5 +1,5 @@
 """Facts about how the DataLoader spent the profiled window (``loader.*``), from each rank's
-``settings.json`` ``loader_window`` (capture/agent_loader.py).  Pure Python, no torch.
+``settings.json`` ``loader_window`` (capture/agent/loader.py).  Pure Python, no torch.
 
 The loading's CPU share tells a loader that computes (decoding, augmentation: more workers need more
 CPUs) from one that waits (storage, network, locks: more workers overlap the waits even on few CPUs):

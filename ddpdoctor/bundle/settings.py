@@ -17,17 +17,18 @@ from ..errors import InputError
 import json
 from pathlib import Path
 
+from ..capture.agent import contract
 from ..resources import metric_params
 from .events import load_events, problem_events
 from .compile import compile_facts
 from .evidence import evidence_facts
 from .loader import dataset_facts, loader_facts
 
-MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
-HOST_SCHEMA = "ddpdoctor.host/1"
-SETTINGS_SCHEMA = "ddpdoctor.settings/1"
+MANIFEST_SCHEMA = contract.MANIFEST_SCHEMA
+HOST_SCHEMA = contract.HOST_SCHEMA
+SETTINGS_SCHEMA = contract.SETTINGS_SCHEMA       # settings.json as the agent writes it (capture/agent/contract.py)
 
-# fact name -> path inside settings.json
+# fact name -> path inside settings.json (each step declared in contract.SETTINGS_FIELDS / SETTINGS_RECORDS)
 _DATALOADER = ("num_workers", "pin_memory", "batch_size", "persistent_workers", "prefetch_factor", "sampler",
                "drop_last", "dataset_len", "set_epoch_called", "iterations")
 _DDP = ("bucket_cap_mb", "find_unused_parameters", "gradient_as_bucket_view", "static_graph", "comm_hook",

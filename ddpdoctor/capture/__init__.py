@@ -1,9 +1,15 @@
-"""`ddpdoctor run`: capture a profiled window on every rank of the user's unchanged command.
+"""Capture: a profiled window on every rank of the user's unchanged command.
 
-Only ``agent.py`` (loaded inside the ranks) touches torch, and only once the user's
-program has imported it.  ``DDPDOCTOR_CAPTURE=DIR`` switches the same capture on from the job's
-environment (``env_switch.py``); ``ddpdoctor.capture.window()`` lets a script mark its window
-(``manual_window.py``).
+- ``agent/``: everything that runs inside the user's ranks, loaded there as a folder by path (standard
+  library only; torch only once the user's program has imported it); ``agent/contract.py`` declares
+  what a rank writes (``settings.json`` fields, event kinds) for the agent and for the analysis;
+- ``host/``: ddpdoctor's own side (the launcher of ``ddpdoctor run``, host facts, the manifest, and the
+  records written in the launcher's place under ``DDPDOCTOR_CAPTURE``);
+- here: the public entry points of a user's process, ``env_switch.py`` (``DDPDOCTOR_CAPTURE=DIR``, run by
+  the ``ddpdoctor_capture.pth`` line at every Python start) and ``ddpdoctor.capture.window()``
+  (``manual_window.py``: the script marks its window).
+
+The `run` command itself is ddpdoctor/cli_run.py; capture imports neither the analysis nor the CLI.
 """
 
 # What a bundle holds, as a number written into its manifest ("capture_version"). Bump it when `ddpdoctor

@@ -1,18 +1,18 @@
-"""``DDPDOCTOR_CAPTURE=DIR``: capture without wrapping the launcher (issue 31 item 3).
+"""``DDPDOCTOR_CAPTURE=DIR``: capture without wrapping the launcher.
 
 ``ddpdoctor_capture.pth``, installed into site-packages with the package, runs one line at every
 Python start-up: when ``DDPDOCTOR_CAPTURE`` is set it calls :func:`start` (cost when unset: one
 ``os.environ`` lookup; everything it does is wrapped so start-up never breaks).  ``start`` does in
 this process what ``ddpdoctor run`` does around it:
 
-- the same agent (``capture/agent.py``, loaded by path as ``sitecustomize`` loads it under ``run``),
-  which decides the same way whether this process is a training rank (``agent_process.should_activate``:
+- the same agent (the ``capture/agent/`` folder, loaded by path as ``sitecustomize`` loads it under ``run``),
+  which decides the same way whether this process is a training rank (``process.should_activate``:
   RANK/LOCAL_RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK; launcher and helper
   processes never are);
-- the same environment defaults (``launcher.capture_env``: NCCL_DEBUG, the NCCL debug file per rank,
+- the same environment defaults (``host/launcher.capture_env``: NCCL_DEBUG, the NCCL debug file per rank,
   Flight Recorder dumps), set only where the job did not set them;
 - what the launcher writes outside the ranks (manifest.json, hosts/<host>.json, the end-of-run
-  analysis) is written by the ranks themselves (``env_records.py``).
+  analysis) is written by the ranks themselves (``host/env_records.py``).
 
 ``ddpdoctor run`` wins: under it (``DDPDOCTOR_BUNDLE`` set by the launcher) this does nothing.
 """
@@ -22,15 +22,19 @@ from __future__ import annotations
 import os
 import sys
 
+from .agent import CORE, PACKAGE
+
 MODE_VAR = "DDPDOCTOR_CAPTURE_MODE"     # set in the ranks' environment: "environment"
-AGENT_MODULE = "ddpdoctor_capture_agent"
+AGENT_MODULE = CORE                    # where AGENT lives once the agent folder is loaded
+AGENT_PACKAGE = PACKAGE
+AGENT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent")
 
 
 def _say(message: str) -> None:
     try:
         sys.stderr.write(f"ddpdoctor: {message}\n")
         sys.stderr.flush()
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
 
 
@@ -40,22 +44,24 @@ def load_agent_if_loaded():
 
 
 def load_agent():
-    """The agent module (``capture/agent.py`` loaded by path, the name ``sitecustomize`` gives it)."""
+    """The agent's core module (the ``capture/agent/`` folder loaded by path as ``sitecustomize`` loads it)."""
     mod = sys.modules.get(AGENT_MODULE)
     if mod is not None:
         return mod
+    import importlib
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
-    spec = importlib.util.spec_from_file_location(AGENT_MODULE, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[AGENT_MODULE] = mod
+    spec = importlib.util.spec_from_file_location(AGENT_PACKAGE, os.path.join(AGENT_DIR, "__init__.py"),
+                                                  submodule_search_locations=[AGENT_DIR])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[AGENT_PACKAGE] = package
     try:
-        spec.loader.exec_module(mod)
+        spec.loader.exec_module(package)
+        return importlib.import_module(AGENT_MODULE)
     except BaseException:
-        sys.modules.pop(AGENT_MODULE, None)
+        for name in [n for n in sys.modules if n == AGENT_PACKAGE or n.startswith(AGENT_PACKAGE + ".")]:
+            sys.modules.pop(name, None)
         raise
-    return mod
 
 
 _TRIED: list[str] = []
@@ -70,7 +76,7 @@ def start(out: str | None = None) -> bool:
     _TRIED.append(key)
     try:
         return _start(out)
-    except Exception as exc:  # noqa: BLE001 - a capture problem must not stop the user's program
+    except Exception as exc:  # a capture problem must not stop the user's program
         _say(f"capture disabled in pid {os.getpid()}: {type(exc).__name__}: {exc}")
         return False
 
@@ -84,7 +90,7 @@ def _start(out: str | None) -> bool:
         return False                      # under `ddpdoctor run`: its own capture
     if _is_ddpdoctor_itself(sys.orig_argv):
         return False                      # `ddpdoctor run|analyze …` under srun carries rank variables too
-    from .agent_process import _LAUNCHER_RANK_VARS, _LOCAL_RANK_VARS
+    from .agent.process import _LAUNCHER_RANK_VARS, _LOCAL_RANK_VARS
 
     if not any(k in env for k in _LAUNCHER_RANK_VARS + _LOCAL_RANK_VARS):
         return False                      # not a rank (should_activate says the same), without loading the agent
@@ -95,7 +101,7 @@ def _start(out: str | None) -> bool:
     probe = dict(env, DDPDOCTOR_BUNDLE=bundle)
     if not agent_mod.should_activate(probe, agent_mod._process_argv(), os.getppid()):
         return False
-    from . import env_records
+    from .host import env_records
 
     run = env_records.EnvRun.open(bundle, probe)       # may refuse (another run's bundle): says why
     if run is None:

@@ -10,7 +10,7 @@
 Works in a rank captured by ``ddpdoctor run`` or by ``DDPDOCTOR_CAPTURE``; ``window(DIR)`` switches the
 capture on from inside the script (as ``DDPDOCTOR_CAPTURE=DIR`` would).  Elsewhere (no capture) it does
 nothing and says so in the handle (``.recording`` is False), so the script runs the same with and without
-ddpdoctor.  Importing it turns the automatic window off in this rank (agent_window ``manual``).
+ddpdoctor.  Importing it turns the automatic window off in this rank (agent/window.py ``manual``).
 """
 
 from __future__ import annotations

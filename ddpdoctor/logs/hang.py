@@ -1,5 +1,5 @@
 """``failure.hang.*``: what each rank was doing when one of them waited too long in a collective, from
-the stack dumps ``ddpdoctor run`` writes (``ranks/rank<N>/hang_dump.jsonl``, see capture/agent_hang.py) and the
+the stack dumps ``ddpdoctor run`` writes (``ranks/rank<N>/hang_dump.jsonl``, see capture/agent/hang.py) and the
 ranks' exits.
 
 Per rank: in a collective (which, for how long), busy elsewhere (file:line, function, for how long),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..capture.launcher import RunOptions, run_capture
+from ..capture.host.launcher import RunOptions, run_capture
 from ..errors import InputError
 from . import predict, stats
 
@@ -55,7 +55,7 @@ def _arm_record(arm: str, n: int, bundle: Path, exit_code: int, status: str, rep
 
 def change_from_rule(rule: str, report) -> dict:
     """The first fix of RULE in the baseline's diagnosis, as a change `run` can apply."""
-    from ..capture.agent_overrides import OverrideError, parse_change
+    from ..capture.agent.overrides import OverrideError, parse_change
 
     f = next((f for f in report.diagnosis.findings if f.rule == rule), None)
     if f is None:

@@ -2,7 +2,7 @@
 
 import io
 
-from ddpdoctor.capture.streams import _NoiseFilter, strip_profiler_noise
+from ddpdoctor.capture.host.streams import _NoiseFilter, strip_profiler_noise
 
 # as printed: pytorch/kineto#726 (STAGE), and torch 2.13 on this machine (USDT, two ranks glued)
 STAGE = b"STAGE:2023-02-21 15:15:48 101902:101902 ActivityProfilerController.cpp:294] Completed Stage: Warm Up\n"
@@ -33,7 +33,7 @@ def test_filter_streams_lines_and_lets_progress_bars_through():
 
 
 def test_failure_timeline_is_cut_at_words_never_mid_word():
-    from ddpdoctor.capture.summary import _short
+    from ddpdoctor.run_timeline import _short
 
     msg = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB of which "
            "1.05 GiB is free. Of the allocated memory 75.20 GiB is allocated by PyTorch")

@@ -1,4 +1,4 @@
-"""The capture agent's step window (ddpdoctor/capture/agent_window.py) as a pure state machine: step
+"""The capture agent's step window (ddpdoctor/capture/agent/window.py) as a pure state machine: step
 events in, start/step/stop/exit decisions out.  No torch, no clock: times are passed in."""
 
 import importlib.util
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-CAPTURE = Path(__file__).resolve().parents[2] / "ddpdoctor" / "capture"
+CAPTURE = Path(__file__).resolve().parents[2] / "ddpdoctor" / "capture" / "agent"
 
 
 def _part(name):
@@ -18,7 +18,7 @@ def _part(name):
     return mod
 
 
-win = _part("agent_window")
+win = _part("window")
 NONE, START, STEP, STOP, EXIT = win.NONE, win.START, win.STEP, win.STOP, win.EXIT
 
 
@@ -47,7 +47,7 @@ def actions(boundaries):
 
 
 def test_loading_the_window_imports_no_torch():
-    code = (f"import importlib.util, sys; s = importlib.util.spec_from_file_location('w', {str(CAPTURE / 'agent_window.py')!r}); "
+    code = (f"import importlib.util, sys; s = importlib.util.spec_from_file_location('w', {str(CAPTURE / 'window.py')!r}); "
             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -4,7 +4,7 @@ the watchdog found torch/autograd/profiler.py on the stack and ended rank 1 with
 
 import threading
 
-from ddpdoctor.capture import agent
+from ddpdoctor.capture.agent import core as agent
 
 Ending = agent._lifecycle.Ending
 

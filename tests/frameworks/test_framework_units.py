@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.capture.launcher import bundle_notes, requested_processes
+from ddpdoctor.capture.host.manifest import bundle_notes, requested_processes
 from ddpdoctor.rules_engine.engine import evaluate
 from ddpdoctor.rules_engine.frameworks import framework_table, phrase
 from ddpdoctor.rules_engine.registry import load_rules
 
-CAPTURE = Path(__file__).resolve().parents[2] / "ddpdoctor" / "capture"
+CAPTURE = Path(__file__).resolve().parents[2] / "ddpdoctor" / "capture" / "agent"
 
 
 def _part(name):
@@ -23,8 +23,8 @@ def _part(name):
     return mod
 
 
-process = _part("agent_process")
-settings = _part("agent_settings")
+process = _part("process")
+settings = _part("settings")
 
 
 def _rule(rule_id):

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddpdoctor.capture import agent_overrides as ov
+from ddpdoctor.capture.agent import overrides as ov
 from ddpdoctor.trial import runner, stats
 
 

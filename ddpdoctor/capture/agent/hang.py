@@ -1,5 +1,5 @@
 """What a stuck rank was doing: Python stacks of every rank, dumped into the bundle before the job's
-collective timeout fires (part of the capture agent, loaded by path like agent_process.py; no torch import).
+collective timeout fires (part of the capture agent, loaded by path like process.py; no torch import).
 
 Each rank runs a watcher thread that samples its main thread's Python stack twice a second and keeps,
 for every frame on it, when that frame was first seen (so "in evaluate() for 12 s" is measured, not
@@ -126,7 +126,7 @@ class HangWatch:
                 if frame is None:
                     continue
                 self._sample(frame, time.time())
-            except Exception as exc:  # noqa: BLE001 - the watcher must never take the rank down
+            except Exception as exc:  # the watcher must never take the rank down
                 self.agent.internal_error("hang watch", exc)
                 return
 

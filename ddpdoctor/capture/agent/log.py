@@ -1,4 +1,4 @@
-"""Part of the capture agent (loaded by path beside it; standard library only): the rank's event log
+"""Part of the capture agent (standard library only): the rank's event log
 (``events.jsonl``) and the count of the errors the agent caught and went on from.
 
 The agent never lets a capture problem reach the user's program, so it catches what goes wrong in
@@ -73,7 +73,7 @@ class _Quiet:
 def _message(exc: BaseException) -> str:
     try:
         return str(exc)[:MESSAGE_CHARS]
-    except Exception:  # noqa: BLE001 - an exception whose str() fails is still counted
+    except Exception:  # an exception whose str() fails is still counted
         return f"<{type(exc).__name__}: str() failed>"
 
 
@@ -101,5 +101,5 @@ class EventLog:
                 if self.fh is not None:
                     self.fh.write(line)
                     self.fh.flush()
-        except Exception as exc:  # noqa: BLE001 - counted: settings.json shows the log lost lines
+        except Exception as exc:  # counted: settings.json shows the log lost lines
             self.errors.count("event log", exc)

@@ -1,6 +1,6 @@
-"""Part of the capture agent (loaded by path beside it): the time the Python stack sampler cannot see.
+"""Part of the capture agent: the time the Python stack sampler cannot see.
 
-The stack sampler (``agent_stacks.py``) is a Python thread: while C code holds the GIL (a garbage
+The stack sampler (``stacks.py``) is a Python thread: while C code holds the GIL (a garbage
 collection, a large ``json.dumps`` / ``pickle.dumps``, a C extension that does not release it) it cannot
 run, so that time shows as a gap between its samples, never as a frame.  Over the profiled window only:
 
@@ -17,7 +17,7 @@ run, so that time shows as a gap between its samples, never as a frame.  Over th
   collections cover most of it, else to the call the native dumps (or the frames the sampler saw just
   before and after the gap) name.
 
-Standard library only; nothing here raises into the user's program (``agent_evidence.py`` guards it).
+Standard library only; nothing here raises into the user's program (``evidence.py`` guards it).
 """
 
 from __future__ import annotations
@@ -144,8 +144,8 @@ class NativeDumps:
 
     Opt-in (DDPDOCTOR_NATIVE_SAMPLER=1): the watchdog reads the frames of threads that may be running.
     Dumping on a timer (``repeat=True``, every 10 ms) crashed a CPython 3.11 process within seconds
-    (SIGSEGV in PyCode_Addr2Line on a frame being changed; benchmarks/sampler_overhead.py --gil,
-    2026-11-25); one dump per starvation, while the training thread sits in a C call, is far rarer
+    (SIGSEGV in PyCode_Addr2Line on a frame being changed; benchmarks/sampler_overhead.py --gil);
+    one dump per starvation, while the training thread sits in a C call, is far rarer
     but not free of that race."""
 
     def __init__(self, path: str, timeout: float):
@@ -166,7 +166,7 @@ class NativeDumps:
             _FORK_HOOKED[:] = [self]
             self.active = True
             self.arm()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             self.active = False
         return self.active

@@ -12,7 +12,6 @@ Process layout::
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import shutil
 import signal
@@ -26,20 +25,19 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__
-from ..errors import InputError
-from ..redact import join_argv, redact_argv
-from ..report.text import plural
-from . import CAPTURE_VERSION, hostinfo
-from .agent_hang import signal_ranks_on_request
+from ... import __version__
+from ...errors import InputError
+from ...redact import join_argv, redact_argv
+from .. import CAPTURE_VERSION
+from ..agent import PACKAGE as AGENT_PACKAGE
+from ..agent.contract import MANIFEST_SCHEMA
+from ..agent.hang import signal_ranks_on_request
+from . import hostinfo
+from .manifest import finish_bundle, utc_now, write_json
 from .processes import _alive, _die_with_parent, _reap_orphans, _tee_pids, _wait_for
 from .streams import _Pump, _term
 
-MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
-AGENT_PATH = Path(__file__).with_name("agent.py")
-AGENT_PARTS = ("process", "settings", "evidence", "stacks", "gil", "hang", "loader", "overrides", "log", "window", "patches", "recorder",
-               "profiler", "lifecycle", "compile")
-INJECT_DIR = Path(__file__).with_name("_inject")
+AGENT_DIR = Path(__file__).parents[1] / "agent"       # copied whole into the run's private folder, as AGENT_PACKAGE
 FR_BUFFER_SIZE = "2000"
 
 
@@ -51,7 +49,7 @@ class RunOptions:
     warmup: int = 5
     active: int = 5
     keep_going: bool = False
-    changes: dict | None = None        # `run --try`: applied inside every rank (agent_overrides.py)
+    changes: dict | None = None        # `run --try`: applied inside every rank (overrides.py)
 
 
 @dataclass
@@ -141,7 +139,7 @@ def capture_env(base: dict[str, str], out: Path, inject_dir: Path, opts: RunOpti
     changed["PYTHONPATH"] = f"{inject_dir} prepended (capture agent)"
     env.update({
         "DDPDOCTOR_BUNDLE": str(out),
-        "DDPDOCTOR_AGENT": str(inject_dir / "ddpdoctor_capture_agent.py"),
+        "DDPDOCTOR_AGENT": str(inject_dir / AGENT_PACKAGE),
         "DDPDOCTOR_RUN_ID": run_id,
         "DDPDOCTOR_LAUNCHER_PID": str(os.getpid()),
         "DDPDOCTOR_WARMUP": str(opts.warmup),
@@ -152,153 +150,13 @@ def capture_env(base: dict[str, str], out: Path, inject_dir: Path, opts: RunOpti
     })
     env.pop("DDPDOCTOR_ACTIVE_PID", None)
     if opts.changes:                     # `run --try`: these override what the user set, on purpose
-        from .agent_overrides import launcher_env
+        from ..agent.overrides import launcher_env
 
         for name, value in launcher_env(opts.changes).items():
             env[name] = value
             if name != "DDPDOCTOR_TRY":
                 changed[name] = f"{value} (--try)"
     return env, changed
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
-
-
-def _now() -> tuple[float, str]:
-    t = time.time()
-    return t, _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def read_rank_settings(out: Path) -> dict[int, dict]:
-    found = {}
-    for p in sorted((out / "ranks").glob("rank*/settings.json")):
-        try:
-            d = json.loads(p.read_text())
-            found[int(d.get("rank", p.parent.name[4:]))] = d
-        except (OSError, ValueError, TypeError):
-            continue
-    return found
-
-
-def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interrupted: str | None) -> dict:
-    for marker in (out / "ranks").glob("rank*/.window_done"):      # the ranks' coordination markers
-        try:
-            marker.unlink()
-        except OSError:
-            pass
-    settings = read_rank_settings(out)
-    rank_dirs = sorted(int(p.name[4:]) for p in (out / "ranks").glob("rank*") if p.name[4:].isdigit())
-    traces = sorted(r for r in rank_dirs if (out / "ranks" / f"rank{r}" / f"rank{r}.pt.trace.json.gz").is_file())
-    world = max([s.get("world_size") or 0 for s in settings.values()] + [len(rank_dirs)]) or None
-    windows_complete = bool(settings) and all((s.get("window") or {}).get("complete") for s in settings.values())
-    # ranks this node should hold: all of them, or the local ones when the job spans nodes
-    nnodes = max([s.get("nnodes") or 1 for s in settings.values()] + [1])
-    expected = world
-    if nnodes > 1:
-        expected = max([s.get("local_world_size") or 0 for s in settings.values()] + [0]) or None
-    recorded = bool(expected and len(traces) == expected and windows_complete)
-    if interrupted:                     # interrupted after every window was recorded: the bundle is whole
-        status = "complete" if recorded else "partial"
-    elif exit_code != 0:
-        status = "failed"
-    else:
-        status = "complete" if recorded else "partial"
-    torch_versions = sorted({s["torch_version"] for s in settings.values() if s.get("torch_version")})
-    nccl = sorted({s["nccl_version"] for s in settings.values() if s.get("nccl_version")})
-    t, iso = _now()
-    manifest.update({
-        "end_time": iso, "end_unix": t, "duration_s": round(t - manifest["start_unix"], 3),
-        "status": status, "exit_code": exit_code, "interrupted_by": interrupted,
-        "world_size": world, "ranks_present": traces, "ranks_seen": rank_dirs, "ranks_expected_here": expected,
-        "steps_completed": {str(r): s.get("steps_completed") for r, s in sorted(settings.items())},
-        "windows_complete": windows_complete,
-        "flight_recorder_files": sorted(p.name for p in (out / "flight_recorder").iterdir()) if (out / "flight_recorder").is_dir() else [],
-    })
-    if torch_versions:
-        manifest["torch_version"] = torch_versions[0] if len(torch_versions) == 1 else torch_versions
-    manifest["notes"] = bundle_notes(manifest.get("argv") or [], rank_dirs, traces, world, settings)
-    # host facts the ranks know better than the launcher
-    local = [s for s in settings.values() if s.get("hostname") == host.get("hostname")] or list(settings.values())
-    if local:
-        lws = max((s.get("local_world_size") or 0) for s in local) or len(local)
-        host["local_world_size"] = lws
-        union = set()
-        for s in local:
-            union.update(s.get("cpu_affinity") or [])
-        host["rank_cpu_affinity"] = {str(s["rank"]): len(s.get("cpu_affinity") or []) for s in local}
-        host["cpus_per_local_rank"] = round(len(union) / lws, 2) if union and lws else None
-        nn = [s.get("nnodes") for s in local if s.get("nnodes")]
-        if nn:
-            host["nnodes"] = max(nn)
-        host["node_rank"] = next((s.get("node_rank") for s in local if s.get("node_rank") is not None), None)
-    if nccl:
-        host["nccl_version"] = nccl[0]
-    if torch_versions:
-        host["torch_version"] = torch_versions[0]
-    manifest["nnodes"] = host.get("nnodes") or _int(host.get("nnodes_arg"))
-    return manifest
-
-
-_PROCESS_COUNT_FLAGS = ("--num_processes", "--num-processes", "--nproc_per_node", "--nproc-per-node", "-np", "-n",
-                        "--ntasks", "--num_gpus", "--num-gpus")
-
-
-def requested_processes(argv: list[str]) -> int | None:
-    """How many processes the launcher on the command line was asked to start on this node
-    (accelerate --num_processes, torchrun --nproc_per_node, mpirun -np, srun -n, deepspeed --num_gpus)."""
-    for i, a in enumerate(argv):
-        if a == "--":
-            break
-        flag, _, val = a.partition("=")
-        if flag in _PROCESS_COUNT_FLAGS:
-            if not val and i + 1 < len(argv):
-                val = argv[i + 1]
-            try:
-                return int(val)
-            except ValueError:
-                return None
-    return None
-
-
-def bundle_notes(argv: list[str], rank_dirs: list[int], traces: list[int], world: int | None,
-                 settings: dict) -> list[str]:
-    """Why the bundle holds fewer ranks or traces than the command suggests, in words."""
-    notes = []
-    asked = requested_processes(argv)
-    if not rank_dirs:
-        notes.append("no process of the command was recognised as a training rank: ranks are Python processes "
-                     "started by a launcher (torchrun, accelerate launch, deepspeed, srun, mpirun, Lightning) "
-                     "or the command's own Python process; see launcher.log")
-    elif asked and world is not None and world < asked:
-        what = ("`accelerate launch --cpu` runs the script as one process whatever --num_processes says; "
-                "`accelerate launch --multi_gpu --num_processes N` starts N ranks (gloo on CPU)"
-                if "accelerate" in " ".join(argv[:2]) and "--cpu" in argv else "see launcher.log")
-        notes.append(f"the command asked for {asked} processes but {world} rank{'' if world == 1 else 's'} ran: {what}")
-    untraced = [r for r in rank_dirs if r not in traces]
-    for r in untraced:
-        s = settings.get(r) or {}
-        steps = s.get("steps_completed")
-        warm = (s.get("window") or {}).get("warmup")
-        if s.get("user_profiler"):
-            why = "the script runs its own torch.profiler"
-        elif not steps:
-            why = "no training step was seen (no torch.optim optimizer step and no DDP forward)"
-        elif warm is not None and steps <= warm:
-            why = f"training ended after {plural(steps, 'optimizer step')}, before the window (--warmup {warm})"
-        else:
-            why = f"exit: {(s.get('exit') or {}).get('reason') or 'not recorded'}"
-        notes.append(f"rank {r} recorded no trace: {why}")
-    return notes
-
-
-def _int(v):
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
 
 
 PRIVATE_PREFIX = "ddpdoctor-run-"
@@ -335,74 +193,20 @@ def run_capture(opts: RunOptions) -> RunResult:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
+def _inject_folder(private: Path) -> Path:
+    """The folder prepended to the command's PYTHONPATH: ``sitecustomize.py`` and the whole agent folder
+    beside it (a copy, so the run does not depend on the installed package staying as it was)."""
     inject = private / "inject"
     inject.mkdir()
-    shutil.copy(INJECT_DIR / "sitecustomize.py", inject / "sitecustomize.py")
-    shutil.copy(AGENT_PATH, inject / "ddpdoctor_capture_agent.py")
-    for part in AGENT_PARTS:                 # the agent loads its parts from beside itself
-        shutil.copy(AGENT_PATH.with_name(f"agent_{part}.py"), inject / f"ddpdoctor_capture_agent_{part}.py")
-    term_out, term_err = str(private / "term.out"), str(private / "term.err")
-    os.mkfifo(term_out)
-    os.mkfifo(term_err)
-    env, changed = capture_env(dict(os.environ), out, inject, opts, run_id, term_out, term_err,
-                               hostinfo.torch_version())
+    shutil.copy(AGENT_DIR / "sitecustomize.py", inject / "sitecustomize.py")
+    shutil.copytree(AGENT_DIR, inject / AGENT_PACKAGE,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "sitecustomize.py"))
+    return inject
 
-    start_unix, start_iso = _now()
-    raw_hostname = socket.gethostname()
-    hostname = hostinfo.safe_hostname(raw_hostname)
-    host_path = out / "hosts" / f"{hostname}.json"
-    host: dict = {}
 
-    def collect_host():                 # in parallel with the training: nvidia-smi can take a second
-        try:
-            host.update(hostinfo.collect(opts.command, dict(os.environ)))
-            _write_json(host_path, host)
-        except Exception as exc:  # noqa: BLE001
-            host.setdefault("schema", hostinfo.HOST_SCHEMA)
-            host.update(hostname=raw_hostname, error=f"{type(exc).__name__}: {exc}")
-
-    host_thread = threading.Thread(target=collect_host, daemon=True)
-    manifest = {
-        "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "capture_version": CAPTURE_VERSION,
-        "torch_version": hostinfo.torch_version(),
-        "command": join_argv(opts.command), "argv": redact_argv(opts.command), "cwd": os.getcwd(),
-        "hostname": raw_hostname, "hosts": [hostname], "host_files": [f"hosts/{hostname}.json"],
-        "step_window": {"warmup": opts.warmup, "active": opts.active, "keep_going": opts.keep_going},
-        "start_time": start_iso, "start_unix": start_unix, "end_time": None,
-        "status": "partial", "exit_code": None, "world_size": None, "ranks_present": [],
-        "env_set": changed, "launcher_log": "launcher.log", "run_id": run_id,
-    }
-    _write_json(out / "manifest.json", manifest)     # a run killed with SIGKILL leaves "partial"
-
-    # FIFOs: open the read ends (non-blocking open), keep a dummy writer so EOF only comes at the end
-    fifo_r = [os.open(p, os.O_RDONLY | os.O_NONBLOCK) for p in (term_out, term_err)]
-    fifo_w = [os.open(p, os.O_WRONLY | os.O_NONBLOCK) for p in (term_out, term_err)]
-    for fd in fifo_r:
-        os.set_blocking(fd, True)
-    log_lock = threading.Lock()
-    launcher_log = open(out / "launcher.log", "ab")
-    try:
-        proc = subprocess.Popen(opts.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, preexec_fn=_die_with_parent)
-    except OSError as exc:
-        launcher_log.close()
-        for fd in fifo_r + fifo_w:
-            os.close(fd)
-        manifest.update(status="failed", exit_code=127, error=f"{type(exc).__name__}: {exc}")
-        _write_json(out / "manifest.json", manifest)
-        raise InputError(f"{opts.command[0]}: cannot start ({exc})") from None
-    host_thread.start()          # after the fork: preexec_fn is only safe in a single-threaded parent
-    # the launcher's own output (torchrun's banner, its tracebacks and "Root Cause" block) goes to
-    # launcher.log only: the ranks' output reaches the terminal, and the card leads after the run
-    pumps = [_Pump(os.dup(proc.stdout.fileno()), None, launcher_log, log_lock),
-             _Pump(os.dup(proc.stderr.fileno()), None, launcher_log, log_lock),
-             _Pump(fifo_r[0], _term(sys.stdout)), _Pump(fifo_r[1], _term(sys.stderr))]
-    proc.stdout.close()
-    proc.stderr.close()
-    for p in pumps:
-        p.start()
-
+def _wait_forwarding_signals(proc: subprocess.Popen, out: Path) -> tuple[int, list[str]]:
+    """Wait for the user's command; SIGINT/SIGTERM/SIGHUP go to its process group (a second one kills it),
+    and a rank's hang request makes the ranks dump their stacks.  The return code and the signals received."""
     interrupted: list[str] = []
 
     def forward(signum, _frame):
@@ -442,6 +246,73 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
         hang_stop.set()
         for s, h in old.items():
             signal.signal(s, h)
+    return rc, interrupted
+
+
+def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
+    inject = _inject_folder(private)
+    term_out, term_err = str(private / "term.out"), str(private / "term.err")
+    os.mkfifo(term_out)
+    os.mkfifo(term_err)
+    env, changed = capture_env(dict(os.environ), out, inject, opts, run_id, term_out, term_err,
+                               hostinfo.torch_version())
+
+    start_unix, start_iso = utc_now()
+    raw_hostname = socket.gethostname()
+    hostname = hostinfo.safe_hostname(raw_hostname)
+    host_path = out / "hosts" / f"{hostname}.json"
+    host: dict = {}
+
+    def collect_host():                 # in parallel with the training: nvidia-smi can take a second
+        try:
+            host.update(hostinfo.collect(opts.command, dict(os.environ)))
+            write_json(host_path, host)
+        except Exception as exc:
+            host.setdefault("schema", hostinfo.HOST_SCHEMA)
+            host.update(hostname=raw_hostname, error=f"{type(exc).__name__}: {exc}")
+
+    host_thread = threading.Thread(target=collect_host, daemon=True)
+    manifest = {
+        "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "capture_version": CAPTURE_VERSION,
+        "torch_version": hostinfo.torch_version(),
+        "command": join_argv(opts.command), "argv": redact_argv(opts.command), "cwd": os.getcwd(),
+        "hostname": raw_hostname, "hosts": [hostname], "host_files": [f"hosts/{hostname}.json"],
+        "step_window": {"warmup": opts.warmup, "active": opts.active, "keep_going": opts.keep_going},
+        "start_time": start_iso, "start_unix": start_unix, "end_time": None,
+        "status": "partial", "exit_code": None, "world_size": None, "ranks_present": [],
+        "env_set": changed, "launcher_log": "launcher.log", "run_id": run_id,
+    }
+    write_json(out / "manifest.json", manifest)     # a run killed with SIGKILL leaves "partial"
+
+    # FIFOs: open the read ends (non-blocking open), keep a dummy writer so EOF only comes at the end
+    fifo_r = [os.open(p, os.O_RDONLY | os.O_NONBLOCK) for p in (term_out, term_err)]
+    fifo_w = [os.open(p, os.O_WRONLY | os.O_NONBLOCK) for p in (term_out, term_err)]
+    for fd in fifo_r:
+        os.set_blocking(fd, True)
+    log_lock = threading.Lock()
+    launcher_log = open(out / "launcher.log", "ab")
+    try:
+        proc = subprocess.Popen(opts.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, preexec_fn=_die_with_parent)
+    except OSError as exc:
+        launcher_log.close()
+        for fd in fifo_r + fifo_w:
+            os.close(fd)
+        manifest.update(status="failed", exit_code=127, error=f"{type(exc).__name__}: {exc}")
+        write_json(out / "manifest.json", manifest)
+        raise InputError(f"{opts.command[0]}: cannot start ({exc})") from None
+    host_thread.start()          # after the fork: preexec_fn is only safe in a single-threaded parent
+    # the launcher's own output (torchrun's banner, its tracebacks and "Root Cause" block) goes to
+    # launcher.log only: the ranks' output reaches the terminal, and the card leads after the run
+    pumps = [_Pump(os.dup(proc.stdout.fileno()), None, launcher_log, log_lock),
+             _Pump(os.dup(proc.stderr.fileno()), None, launcher_log, log_lock),
+             _Pump(fifo_r[0], _term(sys.stdout)), _Pump(fifo_r[1], _term(sys.stderr))]
+    proc.stdout.close()
+    proc.stderr.close()
+    for p in pumps:
+        p.start()
+
+    rc, interrupted = _wait_forwarding_signals(proc, out)
     exit_code = rc if rc >= 0 else 128 - rc
     if interrupted:                     # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports it
         exit_code = 128 + signal.Signals[interrupted[0]].value
@@ -461,6 +332,6 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     manifest = finish_bundle(out, manifest, host, exit_code, interrupted[0] if interrupted else None)
     if reaped:
         manifest["orphans_killed"] = reaped
-    _write_json(host_path, host)
-    _write_json(out / "manifest.json", manifest)
+    write_json(host_path, host)
+    write_json(out / "manifest.json", manifest)
     return RunResult(out, exit_code, manifest["status"], manifest)

@@ -14,21 +14,22 @@ What it does in a rank:
   above all, caught ones too), signals and the exit in ``settings.json`` and
   ``events.jsonl``.
 
-This file is loaded by path (not as part of the ddpdoctor package) so the user's
-interpreter needs nothing installed; it loads its parts the same way from beside itself
-(the launcher copies them: ``launcher.AGENT_PARTS``).  The ``Agent`` here only connects them:
+The agent folder is loaded by path as the package ``ddpdoctor_capture_agent`` (``sitecustomize.py`` under
+``ddpdoctor run``, ``capture/env_switch.py`` under ``DDPDOCTOR_CAPTURE``), so the user's interpreter needs
+nothing installed; its modules import only the standard library and each other, relatively.  The ``Agent``
+here only connects them:
 
-- ``agent_window.py``: the step window, a pure state machine (steps in, start/step/stop out);
-- ``agent_profiler.py``: torch.profiler over the window and the trace export;
-- ``agent_patches.py``: the table of torch patches and the one wrapper that applies them;
-- ``agent_recorder.py`` (with the readers in ``agent_settings.py``): what the hooks see of the
-  user's objects, and ``settings.json``;
-- ``agent_lifecycle.py`` (with ``agent_hang.py``): exit hooks, signals, ending after the window,
-  the stuck-rank watchdog and the hang stack dumps;
-- ``agent_log.py``: the event log and the count of errors the agent caught;
-- ``agent_process.py`` (which processes are ranks, the fd tee), ``agent_evidence.py`` /
-  ``agent_stacks.py`` / ``agent_gil.py`` (window evidence), ``agent_loader.py`` (the DataLoader's wait and its
-  workers' CPU over the window), ``agent_compile.py`` (torch.compile), ``agent_overrides.py`` (``run --try``).
+- ``window.py``: the step window, a pure state machine (steps in, start/step/stop out);
+- ``profiler.py``: torch.profiler over the window and the trace export;
+- ``patches.py``: the table of torch patches and the one wrapper that applies them;
+- ``recorder.py`` (with the readers in ``settings.py``): what the hooks see of the user's objects, and
+  ``settings.json``, whose fields ``contract.py`` declares;
+- ``lifecycle.py`` (with ``hang.py``): exit hooks, signals, ending after the window, the stuck-rank
+  watchdog and the hang stack dumps;
+- ``log.py``: the event log and the count of errors the agent caught;
+- ``process.py`` (which processes are ranks, the fd tee), ``evidence.py`` / ``stacks.py`` / ``gil.py``
+  (window evidence), ``loader.py`` (the DataLoader's wait and its workers' CPU over the window),
+  ``compile.py`` (torch.compile), ``overrides.py`` (``run --try``).
 """
 
 from __future__ import annotations
@@ -38,37 +39,14 @@ import socket
 import sys
 import time
 
+from . import compile as _compile          # torch.compile compilations in the window
+from . import evidence as _evidence, stacks as _stacks, gil as _gil   # window evidence
+from . import hang as _hang, lifecycle as _lifecycle, log as _log
+from . import loader as _loader            # the DataLoader's window: wait, CPU of the loading
+from . import overrides as _overrides      # `run --try` changes applied in this rank
+from . import patches as _patches, process as _process, profiler as _profiler
+from . import recorder as _recorder, settings as _settings, window as _window
 
-# --------------------------------------------------------------------------------------
-# the agent's parts: loaded by path from beside this file (this file is itself loaded by
-# path, as ddpdoctor_capture_agent.py in the run's private folder, or as agent.py in the package)
-# --------------------------------------------------------------------------------------
-
-def _load_part(part: str):
-    stem = os.path.splitext(os.path.basename(__file__))[0]
-    name = f"ddpdoctor_capture_{stem}_{part}"
-    mod = sys.modules.get(name)
-    if mod is None:
-        import importlib.util
-
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{stem}_{part}.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return mod
-
-
-_process = _load_part("process")
-_settings = _load_part("settings")
-_evidence, _stacks = _load_part("evidence"), _load_part("stacks")     # window evidence (agent_evidence.py)
-_gil = _load_part("gil")                   # GC pauses, the sampler's gaps, native stack dumps (agent_gil.py)
-_hang = _load_part("hang")
-_loader = _load_part("loader")             # the DataLoader's window: wait, CPU of the loading (agent_loader.py)
-_overrides = _load_part("overrides")       # `run --try` changes applied in this rank (agent_overrides.py)
-_log, _window, _patches = _load_part("log"), _load_part("window"), _load_part("patches")
-_recorder, _profiler, _lifecycle = _load_part("recorder"), _load_part("profiler"), _load_part("lifecycle")
-_compile = _load_part("compile")           # torch.compile compilations in the window (agent_compile.py)
 is_launcher_process, started_by_launcher = _process.is_launcher_process, _process.started_by_launcher
 is_helper_process, should_activate, start_fd_tee = _process.is_helper_process, _process.should_activate, _process.start_fd_tee
 _first_int, _env_int, _process_argv = _process.first_int, _process.env_int, _process._process_argv
@@ -90,7 +68,7 @@ AGENT = None
 
 
 class Agent:
-    """Connects the parts: the torch hooks (agent_patches.PATCHES names these methods and the
+    """Connects the parts: the torch hooks (patches.PATCHES names these methods and the
     recorder's) feed the step window, and the window's decisions drive the profiler and the end."""
 
     def __init__(self, env):
@@ -123,7 +101,7 @@ class Agent:
             "changes": self.changes, "skipped": {},
             "applied": {k: {"from": None, "to": v} for k, v in self.changes.items() if k.startswith("env.")}}
 
-    # what agent_hang.HangWatch and the other parts read
+    # what hang.HangWatch and the other parts read
     @property
     def steps(self) -> int:
         return self.window.steps
@@ -142,17 +120,17 @@ class Agent:
         self.event("ddpdoctor_error", where=where, error=f"{type(exc).__name__}: {exc}")
 
     def _evidence_hook(self, name: str, *args) -> None:
-        """Window evidence (agent_evidence.py): contention, stack samples, batch fingerprints."""
+        """Window evidence (evidence.py): contention, stack samples, batch fingerprints."""
         try:
             getattr(self.evidence, name)(*args)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.internal_error(f"evidence {name}", exc)
 
     def _compile_hook(self, name: str) -> None:
-        """torch.compile's compilations in the window (agent_compile.py)."""
+        """torch.compile's compilations in the window (compile.py)."""
         try:
             getattr(self.compile_watch, name)()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.internal_error(f"compile {name}", exc)
 
     # ---------------------------------------------------------------- install
@@ -167,7 +145,7 @@ class Agent:
             try:
                 self.tee_pid = start_fd_tee(os.path.join(self.dir, "output.log"),
                                             self.env.get("DDPDOCTOR_TERM_OUT"), self.env.get("DDPDOCTOR_TERM_ERR"))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self.internal_error("fd tee", exc)
         w = self.window
         self.event("start", pid=self.pid, ppid=os.getppid(), tee_pid=self.tee_pid, hostname=socket.gethostname(),
@@ -198,16 +176,16 @@ class Agent:
         """The constructor's arguments with the `run --try` changes; unchanged (and said why) if binding fails."""
         try:
             return _overrides.bind(func, obj, args, kwargs, self.changes, prefix, self.trial)
-        except Exception as exc:  # noqa: BLE001 - recorded in settings.json's trial.skipped
+        except Exception as exc:  # recorded in settings.json's trial.skipped
             self.trial["skipped"][prefix] = f"{type(exc).__name__}: {exc}"[:300]
             return args, kwargs
 
-    # ---------------------------------------------------------------- torch hooks (agent_patches.PATCHES)
+    # ---------------------------------------------------------------- torch hooks (patches.PATCHES)
     def torch_imported(self, torch) -> None:
         self.torch = torch
 
     def compile_called(self, *args, **kwargs) -> None:
-        """torch.compile: from now on a patched call that Dynamo traces skips the hooks (agent_patches.py);
+        """torch.compile: from now on a patched call that Dynamo traces skips the hooks (patches.py);
         without torch.compile the patched calls never check."""
         self.settings.compile_called()
         torch = self.torch or sys.modules.get("torch")
@@ -219,12 +197,12 @@ class Agent:
             if self.changes:
                 try:
                     _overrides.after_ddp(ddp, self.torch or sys.modules.get("torch"), self.changes, self.trial)
-                except Exception as exc:  # noqa: BLE001 - a change that cannot apply is reported, not fatal
+                except Exception as exc:  # a change that cannot apply is reported, not fatal
                     self.trial["skipped"]["ddp (after construction)"] = f"{type(exc).__name__}: {exc}"[:300]
 
     def ddp_forward(self, ddp, *args, **kwargs) -> None:
         """A forward pass of the DDP model: one micro-batch, and a step when steps are counted at
-        forward calls (no optimizer ever stepped, agent_window.StepWindow.forward)."""
+        forward calls (no optimizer ever stepped, window.StepWindow.forward)."""
         self._evidence_hook("forward_entered")
         self.settings.ddp_seen(ddp)
         synced = bool(getattr(ddp, "require_backward_grad_sync", True) and getattr(ddp, "_sync_gradients", True))
@@ -252,7 +230,7 @@ class Agent:
     def dataset_content(self, info: dict, loader) -> None:
         """What one epoch covers on this rank (``samples_per_epoch``) and, on a loader that walks the whole
         dataset with nothing sharding it on a multi-rank job, a content hash of a few fixed items
-        (``dataset_fingerprint``): CF001 compares them across ranks (DDPDOCTOR_DATASET_FINGERPRINT=0: off)."""
+        (``dataset_fingerprint``): the analysis compares them across ranks (DDPDOCTOR_DATASET_FINGERPRINT=0: off)."""
         try:
             info["samples_per_epoch"] = per_epoch = _loader.samples_per_epoch(loader)
             n = info.get("dataset_len")
@@ -261,7 +239,7 @@ class Agent:
                     and self.env.get("DDPDOCTOR_DATASET_FINGERPRINT") != "0"):
                 info["dataset_fingerprint"] = _loader.dataset_fingerprint(loader.dataset, n, self.torch,
                                                                           _evidence.batch_fingerprint)
-        except Exception as exc:  # noqa: BLE001 - a dataset that cannot be read here: no fingerprint
+        except Exception as exc:  # a dataset that cannot be read here: no fingerprint
             info["dataset_fingerprint"] = None
             self.internal_error("dataset fingerprint", exc)
 
@@ -298,7 +276,7 @@ class Agent:
         """The global optimizer step post hook (registered, not wrapped: it guards itself)."""
         try:
             b = self.window.optimizer_step(self.settings.optimizer_seen(optimizer), time.time())
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.internal_error("optimizer hook", exc)
             return
         if b is not None:
@@ -325,7 +303,7 @@ class Agent:
             return False
         try:
             self.profiler.start(torch)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.internal_error("window start (script)", exc)
         return self.window.profiling
 
@@ -336,7 +314,7 @@ class Agent:
         try:
             self.profiler.stop(complete=True)
             self.settings.write()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.internal_error("window end (script)", exc)
 
     # ---------------------------------------------------------------- the window's decisions
@@ -366,7 +344,7 @@ class Agent:
                 self.profiler.stop(complete=True)
                 self.settings.write()
                 end = b.then_exit
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.internal_error("step boundary", exc)
             return
         if end:
@@ -383,11 +361,11 @@ class Agent:
         try:
             if self.window.exit():
                 self.profiler.stop(complete=False)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.internal_error("flushing the trace", exc)
         try:
             self.settings.write()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.internal_error("settings", exc)
         if self.ending.hang is not None:
             self.ending.hang.flush()

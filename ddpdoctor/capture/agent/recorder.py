@@ -1,7 +1,7 @@
-"""Part of the capture agent (loaded by path beside it): what the torch hooks see of the user's objects
+"""Part of the capture agent: what the torch hooks see of the user's objects
 (DataLoaders, the DDP / FSDP model, the optimizer, autocast, GradScaler, torch.compile, OOMs and
-exceptions), and ``settings.json`` built from it.  The readers that turn a torch object into plain
-values are in ``agent_settings.py`` (passed in, like the agent's other parts); torch is never imported
+exceptions), and ``settings.json`` built from it (its fields are declared in ``contract.py``).  The readers that turn a torch object into plain
+values are in ``settings.py`` (passed in, like the agent's other parts); torch is never imported
 here, only the module the script imported is used.
 """
 
@@ -14,15 +14,17 @@ import sys
 import traceback
 import weakref
 
-SETTINGS_SCHEMA = "ddpdoctor.settings/1"
+from . import contract
+
+SETTINGS_SCHEMA = contract.SETTINGS_SCHEMA
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class SettingsRecorder:
     def __init__(self, agent, readers, env_int):
         self.agent = agent
-        self.r = readers                    # agent_settings.py
-        self.env_int = env_int              # agent_process.env_int
+        self.r = readers                    # settings.py
+        self.env_int = env_int              # process.env_int
         self.loaders = []                   # [(weakref, info dict)]
         self.set_epoch_called = False
         self.autocast = set()               # (device_type, dtype)
@@ -40,8 +42,9 @@ class SettingsRecorder:
         self.framework_seen = None          # from the call stack at the first optimizer step
         self.param_dtypes = []
         self.torch_cache = {}               # torch-derived values, for the lite write from another thread
+        self.contract_breach_told = False
 
-    # ---------------------------------------------------------------- hooks (agent_patches.PATCHES)
+    # ---------------------------------------------------------------- hooks (patches.PATCHES)
     def compile_called(self, *args, **kwargs) -> None:
         self.compiled = True
 
@@ -102,7 +105,7 @@ class SettingsRecorder:
         info = {"iterations": 1, "batches": 0}
         try:
             info.update(self.r._loader_settings(loader))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.agent.internal_error("dataloader settings", exc)
         self.agent._evidence_hook("loader_created", info, loader)
         self.agent.loader_timing.iterator_created(it)
@@ -189,7 +192,7 @@ class SettingsRecorder:
                 mod = ddp.module
                 if type(mod).__name__ == "OptimizedModule" or hasattr(mod, "_orig_mod"):
                     self.compiled = True
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 a.internal_error("ddp settings", exc)
         elif not lite and self.first_optimizer is not None and self.first_optimizer() is not None:
             params = [p for g in self.first_optimizer().param_groups for p in g["params"]]
@@ -204,20 +207,29 @@ class SettingsRecorder:
         d["precision"] = r._precision(torch, self.param_dtypes, self.autocast, self.grad_scaler, errors=a.errors)
         d["memory"] = r._memory(torch, errors=a.errors)
         d["evidence"] = a.evidence.record()
-        d["compile"] = a.compile_watch.record()          # agent_compile.py: None until the window ends
+        d["compile"] = a.compile_watch.record()          # compile.py: None until the window ends
         d["loader_window"] = a.loader_timing.record()
         d["nccl_version"] = r._nccl_version(torch, errors=a.errors)
         for key in ("distributed", "memory", "nccl_version", "precision"):
             if lite or (key == "distributed" and d[key] is None):
                 # lite: torch must not be called; distributed: the group was destroyed at exit (after
-                # the window the ranks leave it together, agent_lifecycle.py) -- its values as seen alive
+                # the window the ranks leave it together, lifecycle.py) -- its values as seen alive
                 d[key] = self.torch_cache.get(key, d[key])
             elif d[key] is not None:
                 self.torch_cache[key] = d[key]
         if lite:
             d["settings_note"] = "written by the signal watcher while the main thread was blocked: values cached earlier"
+        self._check_contract(d)
         d["agent_errors"] = a.errors.record()
         return d
+
+    def _check_contract(self, d: dict) -> None:
+        """A field contract.py does not declare is written all the same and told once, as a capture error."""
+        undeclared = contract.undeclared_settings(d)
+        if undeclared and not self.contract_breach_told:
+            self.contract_breach_told = True
+            self.agent.internal_error("settings.json fields missing from contract.py",
+                                      ValueError(", ".join(undeclared)))
 
     def _distributed(self, torch, d: dict) -> dict:
         if torch is None:

@@ -2,9 +2,9 @@
 
 Parsing and validation are plain Python (the CLI imports this module; torch is touched only by the
 functions that receive torch objects inside a rank). The keys are the fix knobs the rules use
-(``[[fix]] knob = …`` in rules/), so ``--try DL001`` can take a finding's first fix as it is.
+(``[[fix]] knob = …`` in rules/), so ``--try RULE`` can take a finding's first fix as it is.
 
-Applied where the issue asks: DataLoader and DDP arguments when they are constructed (bound to the real
+Applied at these points: DataLoader and DDP arguments when they are constructed (bound to the real
 signature, so positional arguments are changed too), a communication hook right after DDP is built,
 ``torch.set_num_threads`` there as well, environment variables in the launcher before any rank starts.
 """
@@ -55,7 +55,7 @@ def _bool(v: str) -> bool:
 
 def _hook(v: str) -> str:
     s = v.strip().lower()
-    s = s.removesuffix("_compress_hook")        # the hook's own name, as CM001's fix writes it
+    s = s.removesuffix("_compress_hook")        # the hook's own name, as a rule's fix writes it
     if s in ("fp16", "bf16", "none", "skip"):
         return s
     m = re.fullmatch(r"powersgd(?::(\d+))?", s)
@@ -189,7 +189,7 @@ def _plain(v):
 def _skip_communication(state, bucket):
     """The ablation hook: each rank keeps its own gradients, nothing crosses the network. What the step
     loses with it is what communication costs (exposed transfer and the waits it forces)."""
-    import torch  # noqa: PLC0415 - inside a rank only
+    import torch  # inside a rank only
 
     fut = torch.futures.Future()
     fut.set_result(bucket.buffer())
@@ -206,7 +206,7 @@ def after_ddp(ddp, torch, changes: dict, record: dict) -> None:
     hook = changes.get("ddp.comm_hook")
     if not hook or hook == "none":
         return
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: PLC0415 - inside a rank only
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # inside a rank only
 
     if hook == "skip":
         ddp.register_comm_hook(None, _skip_communication)
@@ -215,8 +215,7 @@ def after_ddp(ddp, torch, changes: dict, record: dict) -> None:
     elif hook == "bf16":
         ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
     else:
-        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd  # noqa: PLC0415
-
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
         rank = int(str(hook).split(":")[1])
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2)
         ddp.register_comm_hook(state, psgd.powerSGD_hook)

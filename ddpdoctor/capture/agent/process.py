@@ -1,5 +1,5 @@
-"""Part of the capture agent (loaded by path beside it, like the agent itself; standard
-library only): which processes are training ranks, and the tee of file descriptors 1 and 2."""
+"""Part of the capture agent (standard library only): which processes are training ranks, and the tee
+of file descriptors 1 and 2."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def start_fd_tee(log_path: str, term_out: str | None, term_err: str | None) -> i
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     r_out, w_out = os.pipe()
     r_err, w_err = os.pipe()
@@ -198,7 +198,7 @@ def start_fd_tee(log_path: str, term_out: str | None, term_err: str | None) -> i
                                 view = view[n:]
                         except OSError:
                             outs[fd] = None
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             code = 1
         os._exit(code)
     os.dup2(w_out, 1)

@@ -1,4 +1,5 @@
-"""What went wrong in a captured run, from the ranks' events (pure Python, no torch).
+"""What went wrong in a captured run, from the ranks' events, as `ddpdoctor run` prints it (pure Python,
+no torch).
 
 torchrun reports the first rank that *exited* with an error; the first rank that *had* a
 problem (an OOM it caught, an exception in another thread, a signal) is often another
@@ -6,7 +7,8 @@ one. This orders the problem events of all ranks by time."""
 
 from __future__ import annotations
 
-from ..bundle.events import load_events, problem_events
+from .bundle.events import load_events, problem_events
+
 
 def _short(text, limit: int) -> str:
     """The first line of a message, cut at a word boundary (never mid-word) with an ellipsis."""

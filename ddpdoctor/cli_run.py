@@ -1,4 +1,5 @@
-"""The `ddpdoctor run` click command (registered in ddpdoctor/cli.py)."""
+"""The `ddpdoctor run` click command (registered in ddpdoctor/cli.py): the top layer over the capture
+(capture/host/launcher.py), a trial of changes (trial/runner.py) and the analysis of the bundle."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from ..cli_options import analysis_args, hta_option, json_option, quiet_option, report_option, with_rules_options
-from ..errors import InputError
-from ..report.text import plural
+from .cli_options import analysis_args, hta_option, json_option, quiet_option, report_option, with_rules_options
+from .errors import InputError
+from .report.text import plural
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
@@ -33,7 +34,7 @@ from ..report.text import plural
 @click.option("--try", "tries", multiple=True, metavar="KEY=VALUE|RULE",
               help="Run the job with and without this change and measure it (repeatable), e.g. "
                    "--try dataloader.num_workers=4, --try ddp.bucket_cap_mb=100, --try env.NCCL_P2P_DISABLE=1, "
-                   "--try DL001 (that finding's first fix). Writes OUT/trial.json.")
+                   "--try RULE (a finding's rule id: its first fix). Writes OUT/trial.json.")
 @click.option("--repeat", type=click.IntRange(1, 20), default=None,
               help="With --try: runs per arm (default: 2, more when step times vary).")
 @click.option("--baseline", type=click.Path(exists=True, file_okay=False), default=None,
@@ -51,7 +52,7 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
 
     Exits with the training's exit code (130 after Ctrl-C, 143 after SIGTERM).
     """
-    from .launcher import RunOptions, run_capture
+    from .capture.host.launcher import RunOptions, run_capture
 
     command = list(command)
     if command and command[0] == "--":
@@ -62,8 +63,8 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
         raise InputError("--report, --json, --rules, --set and --hta belong to the analysis of one run; analyze "
                          "a trial's arm afterwards: ddpdoctor analyze TRIAL_FOLDER --report DIR")
     if not no_analyze and not tries:        # a bad rule folder or --set fails now, not after the training
-        from ..cli import _ruleset
-        from ..metrics import hta_adapter
+        from .cli import _ruleset
+        from .metrics import hta_adapter
 
         hta_adapter.require(hta)
         _ruleset(rules_dirs, sets, no_config)
@@ -74,7 +75,7 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
     if repeat is not None or baseline is not None:
         raise InputError("--repeat and --baseline belong to --try (a trial of one change)")
     if report_dir:
-        from ..report.files import check_report_dir
+        from .report.files import check_report_dir
 
         check_report_dir(report_dir, force)      # before the job runs, not after it
     opts = RunOptions(command=command, out=Path(out) if out else None, force=force, warmup=warmup,
@@ -100,8 +101,8 @@ def _say_what_happened(result, settings) -> None:
     not fail, or when no card follows (--no-analyze)."""
     import shutil
 
-    from ..report.text import wrap
-    from .summary import failure_timeline
+    from .report.text import wrap
+    from .run_timeline import failure_timeline
 
     m = result.manifest
     timeline = failure_timeline([str(result.out)], interrupted_by=m.get("interrupted_by"))
@@ -149,9 +150,9 @@ _RULE_ID = r"[A-Z]{2,3}\d{3}"
 def _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline) -> None:
     import re
 
-    from ..trial.runner import TrialOptions, run_trial, summary_line
-    from .agent_overrides import OverrideError, parse_changes
-    from .launcher import default_out_dir
+    from .capture.agent.overrides import OverrideError, parse_changes
+    from .capture.host.launcher import default_out_dir
+    from .trial.runner import TrialOptions, run_trial, summary_line
 
     if keep_going:
         raise InputError("--keep-going cannot be used with --try: both arms must record the same window")
@@ -211,7 +212,7 @@ def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, analysis
                        f"ranks/*/output.log, events.jsonl", err=True)
             return
     try:
-        from ..errors import FAILED_RUN
+        from .errors import FAILED_RUN
 
         res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), *analysis], timeout=1800)
         if res.returncode not in (0, FAILED_RUN):
@@ -222,6 +223,6 @@ def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, analysis
 
 
 def _rank_settings(out: Path):
-    from .launcher import read_rank_settings
+    from .capture.host.manifest import read_rank_settings
 
     return read_rank_settings(out).values()

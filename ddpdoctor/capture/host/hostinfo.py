@@ -13,9 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..redact import join_argv, redact_argv, redact_env
+from ...redact import join_argv, redact_argv, redact_env
+from ..agent import contract
 
-HOST_SCHEMA = "ddpdoctor.host/1"
+HOST_SCHEMA = contract.HOST_SCHEMA
 
 
 def safe_hostname(name: str | None = None) -> str:

@@ -1,4 +1,4 @@
-"""Part of the capture agent (loaded by path beside it): torch.compile (Dynamo) compilations
+"""Part of the capture agent: torch.compile (Dynamo) compilations
 during the step window, per step.
 
 Dynamo keeps a record of every frame compilation it ran (``torch._dynamo.utils.

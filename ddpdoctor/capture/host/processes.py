@@ -17,7 +17,7 @@ def _die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)    # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
 
 

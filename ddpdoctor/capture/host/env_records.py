@@ -3,7 +3,7 @@
 
 - ``manifest.json``: created by the first rank to start (schema ``ddpdoctor.manifest/1``, with
   ``"capture": "environment"``), each rank adds its host; finished, under a file lock, by the
-  last rank of the world to end, with ``launcher.finish_bundle`` (the launcher's own code);
+  last rank of the world to end, with ``manifest.finish_bundle`` (the launcher's own code);
 - ``hosts/<host>.json``: written by the first rank of each host (``hostinfo.collect``, in a thread:
   nvidia-smi can take a second); completed with the ranks' facts by the last rank;
 - the end-of-run analysis: the last rank runs ``ddpdoctor analyze DIR --report DIR/report``
@@ -26,11 +26,11 @@ import sys
 import threading
 import time
 
-from .. import __version__
-from . import CAPTURE_VERSION
+from ... import __version__
+from .. import CAPTURE_VERSION
+from ..agent.contract import MANIFEST_SCHEMA
 
 STATE_DIR = ".ddpdoctor-env"
-MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 HOST_WAIT_S = 15.0
 
 
@@ -137,8 +137,8 @@ class EnvRun:
         return out
 
     def _new_manifest(self) -> dict:
-        from ..redact import join_argv, redact_argv
-        from .agent_process import _process_argv
+        from ...redact import join_argv, redact_argv
+        from ..agent.process import _process_argv
 
         argv = _process_argv()
         t, iso = _now()
@@ -156,11 +156,11 @@ class EnvRun:
 
     def _write_host(self) -> None:
         from . import hostinfo
-        from .agent_process import _process_argv
+        from ..agent.process import _process_argv
 
         try:
             host = hostinfo.collect(_process_argv(), dict(os.environ))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             host = {"schema": hostinfo.HOST_SCHEMA, "hostname": self.raw_host, "error": f"{type(exc).__name__}: {exc}"}
         _write_json(self.host_path, host)
 
@@ -201,7 +201,7 @@ class EnvRun:
                 self.done = True
                 try:
                     self.rank_ended()
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     agent.internal_error("run records (DDPDOCTOR_CAPTURE)", exc)
 
         agent.finalize = finalize
@@ -241,7 +241,7 @@ class EnvRun:
         import glob
         import shutil
 
-        from .launcher import finish_bundle
+        from .manifest import finish_bundle
 
         path = os.path.join(self.out, "manifest.json")
         manifest = _read_json(path) or self._new_manifest()
@@ -264,7 +264,7 @@ class EnvRun:
             complete = len(traced) == manifest["world_size"] and manifest.get("windows_complete")
             manifest["status"] = "complete" if complete else "partial"
         if not manifest.get("nnodes"):        # no launcher argument to read it from: the hosts the ranks ran on
-            from .launcher import read_rank_settings
+            from .manifest import read_rank_settings
 
             names = {s.get("hostname") for s in read_rank_settings(_Path(self.out)).values() if s.get("hostname")}
             manifest["nnodes"] = len(names) or None
@@ -305,7 +305,7 @@ def say(message: str) -> None:
     try:
         sys.stderr.write(f"ddpdoctor: {message}\n")
         sys.stderr.flush()
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
 
 
@@ -316,7 +316,7 @@ def _int(v, default: int) -> int:
         return default
 
 
-def _Path(p):  # noqa: N802 - launcher's functions take pathlib paths
+def _Path(p):  # launcher's functions take pathlib paths
     from pathlib import Path
 
     return Path(p)

@@ -1,4 +1,4 @@
-"""Part of the capture agent (loaded by path beside it; standard library only): every torch patch in
+"""Part of the capture agent (standard library only): every torch patch in
 one table, applied by one wrapper helper when the user's program imports the module.
 
 An entry names the module, the patched object (``Class.attribute`` or a module function) and what
@@ -6,7 +6,7 @@ runs around the original, each a dotted name resolved on the agent (``settings.l
 ``agent.settings.loader_iter``):
 
 - ``args(orig, args, kwargs) -> (args, kwargs)``: the call's arguments, changed before the call
-  (``run --try``: DataLoader and DDP arguments at construction, agent_overrides.py);
+  (``run --try``: DataLoader and DDP arguments at construction, overrides.py);
 - ``before(*args, **kwargs)`` / ``after(result, *args, **kwargs)``: hooks around the original call;
 - ``around(*args, **kwargs) -> context manager or None``: the original call runs inside it (a
   profiler span of ddpdoctor's own, ``DataLoader.__iter__`` while the window records);
@@ -100,12 +100,12 @@ def wrap(owner, attr: str, *, args=None, before=None, after=None, around=None, o
         if args is not None:
             try:
                 a, k = args(orig, a, k)
-            except Exception as exc:  # noqa: BLE001 - the call goes on with its own arguments
+            except Exception as exc:  # the call goes on with its own arguments
                 on_error(f"{place} arguments", exc)
         if before is not None:
             try:
                 before(*a, **k)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 on_error(f"{place} before", exc)
         span = None
         if around is not None:
@@ -113,7 +113,7 @@ def wrap(owner, attr: str, *, args=None, before=None, after=None, around=None, o
                 span = around(*a, **k)
                 if span is not None:
                     span.__enter__()
-            except Exception as exc:  # noqa: BLE001 - the call goes on outside the span
+            except Exception as exc:  # the call goes on outside the span
                 span = None
                 on_error(f"{place} around", exc)
         try:
@@ -122,12 +122,12 @@ def wrap(owner, attr: str, *, args=None, before=None, after=None, around=None, o
             if span is not None:
                 try:
                     span.__exit__(None, None, None)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     on_error(f"{place} around", exc)
         if after is not None:
             try:
                 after(result, *a, **k)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 on_error(f"{place} after", exc)
         return result
 
@@ -153,7 +153,7 @@ def apply(agent, name: str, module) -> None:
         try:
             if p.when is None or resolve(agent, p.when)():
                 _apply_one(agent, p, module)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             agent.internal_error(f"patching {name}{' ' + p.target if p.target else ''}", exc)
 
 
@@ -198,7 +198,7 @@ class PostImportFinder:
                 spec = finder.find_spec(name, path, target)
                 if spec is not None:
                     break
-        except Exception as exc:  # noqa: BLE001 - the import goes on without the patch
+        except Exception as exc:  # the import goes on without the patch
             spec = None
             if self.errors is not None:
                 self.errors.count(f"import hook {name}", exc)

@@ -1,4 +1,4 @@
-"""Part of the capture agent (loaded by path beside it; standard library only): how a rank ends.
+"""Part of the capture agent (standard library only): how a rank ends.
 
 - ``Lifecycle``: the exit hooks (``sys.excepthook``, ``threading.excepthook``, ``sys.exit``,
   ``atexit``), SIGTERM/SIGINT/SIGHUP handlers (only where the script has none) and the signal watcher
@@ -6,7 +6,7 @@
   the exit code and reason settings.json records.
 - ``Ending``: ending the rank after its window (together with its peers, with a grace timer), the
   watchdog for a rank stuck in a collective a stopped peer never joins, and the stack dumps of a
-  hang (``agent_hang.HangWatch``, started here).
+  hang (``hang.HangWatch``, started here).
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ class Lifecycle:
         """We stopped this rank after its window; its record is written and the script's ``finally``
         blocks and later atexit handlers have run.  End here, without the interpreter's teardown of
         torch's C++ objects: with the training loop left mid-way, gloo aborted a rank there (SIGABRT,
-        'terminate called without an active exception') after it had left the process group, in 2
-        of 3 clean-clone CI runs on 2026-11-24, turning a complete capture into a failed run."""
+        'terminate called without an active exception') after it had left the process group, turning
+        a complete capture into a failed run."""
         import logging
 
         logging.shutdown()
@@ -306,7 +306,7 @@ class Ending:
         all-reduces), not in the script's own code (a long evaluation is not a hang), nor in the
         profiler: torch/autograd/profiler.py is where the window's trace is stopped and exported,
         which took longer than the stuck threshold on a loaded host, and the watchdog then ended a
-        healthy rank before its trace was written (issue 27)."""
+        healthy rank before its trace was written."""
         frame = sys._current_frames().get(threading.main_thread().ident)
         for _ in range(3):
             if frame is None:

@@ -1,10 +1,10 @@
-"""Part of the capture agent (loaded by path beside it): the step window as a pure state machine.
+"""Part of the capture agent: the step window as a pure state machine.
 
 Step events in (an optimizer step, a DDP forward pass, the script's own profiler starting, the rank
 ending), decisions out (start the profiler, mark a step, stop and export, end the rank).  No torch, no
 clock (times are passed in), no files: ``tests/capture/test_step_window.py`` runs it without torch.
-The agent (``agent.py``) feeds it from its torch hooks and carries out each decision with
-torch.profiler (``agent_profiler.py``).
+The agent (``core.py``) feeds it from its torch hooks and carries out each decision with
+torch.profiler (``profiler.py``).
 
 - Steps are optimizer steps -- of the first optimizer that steps, others are ignored -- whenever an
   optimizer steps at all.  DDP forward calls count steps only when more than ``forward_fallback``

@@ -1,10 +1,10 @@
-"""Part of the capture agent (loaded by path beside it): evidence recorded over the profiled
+"""Part of the capture agent: evidence recorded over the profiled
 window, for the verdict's "is this the workload or the machine?" questions.
 
-- host contention: the training thread's and the process's CPU time and context switches
+- host contention (``contention.py``): the training thread's and the process's CPU time and context switches
   (getrusage), the host's CPU time split (/proc/stat), runnable tasks sampled in the window
   (/proc/loadavg), usable CPUs (sched_getaffinity), torch's intra-op threads;
-- where the training thread's Python time goes (``agent_stacks.py``: a sampler thread that
+- where the training thread's Python time goes (``stacks.py``: a sampler thread that
   runs during the window only), tagged with the loop phase this part tracks (inside the
   DataLoader, between the batch and the DDP forward = input work, the rest of the step);
 - content fingerprints of the first batches each DataLoader returns, and what shards them.
@@ -24,175 +24,12 @@ import threading
 import time
 from collections.abc import Mapping
 
+from .contention import _read, contention_record, contention_snapshot, own_runnable_threads, runnable_tasks
+
 FINGERPRINT_BATCHES = 3          # batches fingerprinted per DataLoader, from its first
 FINGERPRINT_BYTES = 4096         # bytes of each tensor/array hashed (plus its shape and dtype)
 FINGERPRINT_MAX_ITEMS = 64       # leaves of one batch hashed (a batch is usually a few tensors)
 LOAD_SAMPLE_S = 0.1              # /proc/loadavg read this often during the window
-
-
-# ------------------------------------------------------------------ host contention probes
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
-
-
-def proc_stat_times(text: str | None) -> dict | None:
-    """The host's aggregate CPU times from /proc/stat's first line, in seconds:
-    total, idle (idle + iowait), steal (None when the kernel has no steal column)."""
-    if not text:
-        return None
-    first = text.split("\n", 1)[0].split()
-    if len(first) < 5 or first[0] != "cpu":
-        return None
-    try:
-        vals = [int(x) for x in first[1:]]
-    except ValueError:
-        return None
-    hz = _clock_ticks()
-    # user nice system idle iowait irq softirq steal [guest guest_nice: already inside user/nice]
-    total = sum(vals[:8])
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    steal = vals[7] if len(vals) > 7 else None
-    return {"total_s": total / hz, "idle_s": idle / hz, "steal_s": None if steal is None else steal / hz}
-
-
-def _clock_ticks() -> int:
-    try:
-        return int(os.sysconf("SC_CLK_TCK")) or 100
-    except (ValueError, OSError, AttributeError):
-        return 100
-
-
-def runnable_tasks(loadavg: str | None) -> int | None:
-    """Runnable scheduling entities now: the numerator of /proc/loadavg's 4th field."""
-    try:
-        return int(loadavg.split()[3].split("/")[0])
-    except (AttributeError, IndexError, ValueError):
-        return None
-
-
-def own_runnable_threads() -> int | None:
-    """Runnable tasks of the job on this rank now: this process's threads in state R (the reading thread,
-    running to read them, left out) and its child processes in state R (DataLoader workers).  Set against
-    /proc/loadavg's runnable count, what is left is other processes' (bundle/evidence.py)."""
-    def state(path: str) -> str | None:
-        text = _read(path)
-        return text.rsplit(")", 1)[1].split()[0] if text and ")" in text else None
-
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return None
-    n, kids = -1, set()
-    for tid in tids:
-        n += state(f"/proc/self/task/{tid}/stat") == "R"
-        text = _read(f"/proc/self/task/{tid}/children")
-        if text:
-            kids.update(text.split())
-    n += sum(state(f"/proc/{pid}/stat") == "R" for pid in kids)
-    return max(0, n)
-
-
-def _usage(who) -> dict | None:
-    try:
-        import resource
-
-        ru = resource.getrusage(who)
-        return {"cpu_s": ru.ru_utime + ru.ru_stime, "utime_s": ru.ru_utime, "stime_s": ru.ru_stime,
-                "nvcsw": ru.ru_nvcsw, "nivcsw": ru.ru_nivcsw}
-    except (ImportError, AttributeError, ValueError, OSError):
-        return None
-
-
-def _thread_usage() -> dict | None:
-    try:
-        import resource
-
-        return _usage(resource.RUSAGE_THREAD)     # Linux only (AttributeError elsewhere)
-    except (ImportError, AttributeError):
-        return None
-
-
-def _children_cpu_s() -> float | None:
-    """CPU seconds of this process's live children (DataLoader workers, the fd tee) from
-    /proc/<pid>/stat, plus the reaped ones (RUSAGE_CHILDREN)."""
-    try:
-        import resource
-
-        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-        total = ru.ru_utime + ru.ru_stime
-    except (ImportError, AttributeError, ValueError, OSError):
-        return None
-    pids = set()
-    try:
-        for tid in os.listdir("/proc/self/task"):
-            text = _read(f"/proc/self/task/{tid}/children")
-            if text:
-                pids.update(text.split())
-    except OSError:
-        return None
-    hz = _clock_ticks()
-    for pid in pids:
-        text = _read(f"/proc/{pid}/stat")
-        if not text or ")" not in text:
-            continue
-        fields = text.rsplit(")", 1)[1].split()
-        try:
-            total += (int(fields[11]) + int(fields[12])) / hz     # utime, stime (fields 14, 15)
-        except (IndexError, ValueError):
-            continue
-    return total
-
-
-def contention_snapshot() -> dict:
-    """One reading of every counter; taken in the training thread at window start and stop."""
-    return {"time": time.time(), "thread_ident": threading.get_ident(), "thread": _thread_usage(),
-            "process": _usage(0), "children_cpu_s": _children_cpu_s(),   # 0 = RUSAGE_SELF
-            "proc_stat": proc_stat_times(_read("/proc/stat"))}
-
-
-def contention_record(start: dict, stop: dict, load_samples: list[int], torch_threads, env) -> dict:
-    """What one rank reports about contention over its window (deltas, None where a probe failed)."""
-    wall = stop["time"] - start["time"]
-    out: dict = {"wall_s": round(wall, 6)}
-    t0, t1 = start.get("thread"), stop.get("thread")
-    same_thread = start.get("thread_ident") == stop.get("thread_ident")
-    if t0 and t1 and same_thread:
-        out["thread"] = {k: round(t1[k] - t0[k], 6) for k in t0}
-    else:
-        out["thread"] = None
-    p0, p1 = start.get("process"), stop.get("process")
-    out["process_cpu_s"] = round(p1["cpu_s"] - p0["cpu_s"], 6) if p0 and p1 else None
-    c0, c1 = start.get("children_cpu_s"), stop.get("children_cpu_s")
-    out["children_cpu_s"] = round(max(0.0, c1 - c0), 6) if c0 is not None and c1 is not None else None
-    s0, s1 = start.get("proc_stat"), stop.get("proc_stat")
-    if s0 and s1:
-        out["host"] = {"total_s": round(s1["total_s"] - s0["total_s"], 6),
-                       "idle_s": round(s1["idle_s"] - s0["idle_s"], 6),
-                       "steal_s": (round(s1["steal_s"] - s0["steal_s"], 6)
-                                   if s0["steal_s"] is not None and s1["steal_s"] is not None else None)}
-    else:
-        out["host"] = None
-    out["runnable_samples"] = list(load_samples)
-    out["host_cpus"] = os.cpu_count()
-    try:
-        out["affinity_cpus"] = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        out["affinity_cpus"] = None
-    out["torch_threads"] = torch_threads
-    out["local_world_size"] = _int(env.get("LOCAL_WORLD_SIZE"))
-    return out
-
-
-def _int(v):
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
 
 
 # ------------------------------------------------------------------ batch fingerprints
@@ -255,7 +92,7 @@ def batch_fingerprint(batch) -> str:
 def _class_names(obj) -> list[str]:
     try:
         return [c.__name__ for c in type(obj).__mro__]
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []
 
 
@@ -292,7 +129,7 @@ class Evidence:
     def __init__(self, env, stacks_module, gil_module=None, work_dir: str | None = None, step_of=None):
         self.env = env
         self._stacks = stacks_module
-        self._gil = gil_module             # agent_gil.py: GC pauses and the sampler's gaps (None: not recorded)
+        self._gil = gil_module             # gil.py: GC pauses and the sampler's gaps (None: not recorded)
         self._work_dir = work_dir          # where the native stack dumps are written during the window
         self._step_of = step_of or (lambda: 0)
         self._gc = self._gaps = self._native = None
@@ -311,7 +148,7 @@ class Evidence:
 
     # ---- hooks
     def loader_created(self, info: dict, loader) -> None:
-        info.setdefault("batch_fingerprints", [])      # sharded_by: agent_settings records it
+        info.setdefault("batch_fingerprints", [])      # sharded_by: settings.py records it
 
     def loader_entered(self) -> None:
         self.phase = "loader"
@@ -323,7 +160,7 @@ class Evidence:
             if len(fps) < FINGERPRINT_BATCHES:
                 try:
                     fps.append(batch_fingerprint(batch))
-                except Exception:  # noqa: BLE001
+                except Exception:
                     fps.append(None)          # unhashable batch: recorded once, the rank is left out of the comparison
 
     def own_work_begins(self):
@@ -346,7 +183,7 @@ class Evidence:
     def window_start(self, torch, step: int, typical_step_s: float | None = None, steps: int | None = None) -> None:
         try:
             self._torch_threads = int(torch.get_num_threads()) if torch is not None else None
-        except Exception:  # noqa: BLE001
+        except Exception:
             self._torch_threads = None
         self.window_forwards = 0
         self._loads = []
@@ -393,7 +230,7 @@ class Evidence:
                             self._native.arm(t0)     # the C watchdog dumps the stacks if the sampler starves
                 deadline = max(deadline + interval, time.monotonic())
                 stop.wait(max(0.0, deadline - time.monotonic()))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.errors.append(f"sampler: {type(exc).__name__}: {exc}")
         if sampler is not None:
             sampler.cpu_s = time.thread_time()
@@ -419,7 +256,7 @@ class Evidence:
             rec["errors"] = self.errors[:5]
         self._record = rec
 
-    # ---- GC pauses and the time the sampler cannot see (agent_gil.py)
+    # ---- GC pauses and the time the sampler cannot see (gil.py)
     def _start_gil_evidence(self) -> None:
         gil = self._gil
         if gil is None:
@@ -433,7 +270,7 @@ class Evidence:
                     self._native = gil.NativeDumps(os.path.join(self._work_dir, "native_stacks.tmp"),
                                                    self._gaps.threshold)
                     self._native.start()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.errors.append(f"gil evidence: {type(exc).__name__}: {exc}")
 
     def _stop_gil_evidence(self, rec: dict, steps: int) -> None:
@@ -457,7 +294,7 @@ class Evidence:
             if self._gaps is not None:
                 rec["gil"] = gil.summarize(self._gaps, self._gc, text, native is not None and not native.error,
                                            self._sampler, self._sampler.thread_id, steps, info)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.errors.append(f"gil evidence: {type(exc).__name__}: {exc}")
         finally:
             self._gc = self._gaps = self._native = None

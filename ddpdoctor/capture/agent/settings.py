@@ -1,4 +1,4 @@
-"""Part of the capture agent (loaded by path beside it): the settings read off the user's
+"""Part of the capture agent: the settings read off the user's
 DataLoader, optimizer, DDP model, precision and memory.  torch is passed in, never imported."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ def _loader_settings(loader) -> dict:
     batch_sampler = getattr(loader, "batch_sampler", None)
     try:
         n = len(loader.dataset)
-    except Exception:  # noqa: BLE001 - no length (an IterableDataset): unknown, not a capture error
+    except Exception:  # no length (an IterableDataset): unknown, not a capture error
         n = None
     bs = loader.batch_size
     if bs is None and batch_sampler is not None:
@@ -19,7 +19,7 @@ def _loader_settings(loader) -> dict:
     nw = loader.num_workers
     try:
         batches = len(loader)       # batches per epoch on this rank (after the sampler's sharding)
-    except Exception:  # noqa: BLE001 - no length (an IterableDataset without __len__): unknown, not an error
+    except Exception:  # no length (an IterableDataset without __len__): unknown, not an error
         batches = None
     sharded_by = _sharded_by(loader, sampler, batch_sampler)
     return {
@@ -165,7 +165,7 @@ def _ddp_settings(ddp, torch, errors=None) -> dict:
     d = {"used": True}
     try:
         log = dict(ddp._get_ddp_logging_data())
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         _count(errors, "ddp logging data", exc)
         log = {}
     cap = getattr(ddp, "bucket_bytes_cap", None)
@@ -225,7 +225,7 @@ def _precision(torch, dtypes, autocast, grad_scaler, errors=None) -> dict:
             if torch.cuda.is_available():
                 out["tf32"] = bool(torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest")
             out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             _count(errors, "precision settings", exc)
     return out
 
@@ -246,10 +246,10 @@ def _memory(torch, errors=None) -> dict | None:
             stats = torch.cuda.memory_stats(dev)
             out["num_alloc_retries"] = int(stats.get("num_alloc_retries", 0))      # cache flushes: memory pressure
             out["num_ooms"] = int(stats.get("num_ooms", 0))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             _count(errors, "cuda memory stats", exc)
         return out
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         _count(errors, "cuda memory", exc)
         return None
 
@@ -269,12 +269,12 @@ def _nccl_version(torch, errors=None):
         if torch.cuda.is_available():
             v = torch.cuda.nccl.version()
             return ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         _count(errors, "nccl version", exc)
     return None
 
 
 def _count(errors, place: str, exc: Exception) -> None:
-    """A reader's failure, counted in the agent's ``agent_errors`` (agent_log.ErrorCounter) when given one."""
+    """A reader's failure, counted in the agent's ``agent_errors`` (log.ErrorCounter) when given one."""
     if errors is not None:
         errors.count(place, exc)

@@ -1,4 +1,4 @@
-"""Part of the capture agent (loaded by path beside it): how the DataLoader spends the profiled
+"""Part of the capture agent: how the DataLoader spends the profiled
 window, to tell a loader that computes from a loader that waits (storage, network, locks).
 
 - the training thread's wall and CPU time inside ``next(loader)`` (the wait for a batch; with
@@ -176,7 +176,7 @@ def samples_per_epoch(loader) -> int | None:
         return None
     try:
         return int(len(inner))
-    except Exception:  # noqa: BLE001 - no length: unknown
+    except Exception:  # no length: unknown
         return None
 
 

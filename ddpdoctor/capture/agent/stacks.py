@@ -1,5 +1,5 @@
-"""Part of the capture agent (loaded by path beside it): a light sampler of the training
-thread's Python stack, run by ``agent_evidence.py``'s window thread during the profiled
+"""Part of the capture agent: a light sampler of the training
+thread's Python stack, run by ``evidence.py``'s window thread during the profiled
 window only.
 
 Each sample walks the training thread's frames (``sys._current_frames()``) from the
@@ -52,12 +52,12 @@ def _library_roots() -> tuple[str, ...]:
     try:
         paths = sysconfig.get_paths()
         roots.update(paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib"))
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     try:
         roots.update(site.getsitepackages())
         roots.add(site.getusersitepackages())
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     return tuple(sorted(os.path.join(os.path.abspath(r), "") for r in roots if r))
 
@@ -74,7 +74,7 @@ class StackSampler:
         self.missed = 0
         self.cpu_s = None                 # the sampler thread's CPU time over the window
         self.busy_s = 0.0                 # time spent taking samples (holding the GIL)
-        self.last = None                  # the last sample's key (agent_gil.Gaps: the frame before/after a gap)
+        self.last = None                  # the last sample's key (gil.Gaps: the frame before/after a gap)
         self._kinds: dict = {}            # code object -> (kind, module name, compiling)
         self._roots = _library_roots()
 
@@ -220,7 +220,7 @@ def public_name(code, module: str) -> str:
         try:
             if _defines(_static_lookup(mod, qual.split(".")), code):
                 return f"{name}.{qual}"
-        except Exception:  # noqa: BLE001
+        except Exception:
             continue
     return f"{module}.{qual}"
 
@@ -236,7 +236,7 @@ def aggregate(records: list[dict], samples: int, wall_s: float, steps: int, forw
 
     ``records``: [{lib, func, file, line, phase, sync, count}]; every sample stands for
     (wall_s - starved_s) / samples of wall time: ``starved_s`` is the time the sampler could not run
-    (GC, a call holding the GIL: agent_gil.py), which no sample covers and which is reported apart."""
+    (GC, a call holding the GIL: gil.py), which no sample covers and which is reported apart."""
     if samples <= 0 or wall_s <= 0 or steps <= 0:
         return {"sampled": False, "samples": max(0, samples), "reason": "no samples in the window"}
     ms_per_sample = max(wall_s - max(0.0, starved_s), 0.1 * wall_s) * 1000.0 / samples
@@ -251,7 +251,7 @@ def aggregate(records: list[dict], samples: int, wall_s: float, steps: int, forw
     for r in records:
         phases[str(r["phase"])] = phases.get(str(r["phase"]), 0) + r["count"]
         if r["phase"] in ("capture", COMPILE_PHASE):
-            continue        # ddpdoctor's own work at a step boundary; torch.compile compiling (agent_compile.py)
+            continue        # ddpdoctor's own work at a step boundary; torch.compile compiling (compile.py)
         key = (r["lib"], r["func"], r["file"], r["line"], bool(r["sync"]))
         s = sigs.setdefault(key, {"where": where_text(r), "lib": r["lib"], "func": r["func"], "file": r["file"],
                                   "line": r["line"], "sync": bool(r["sync"]), "count": 0})

@@ -1,6 +1,6 @@
-"""Part of the capture agent (loaded by path beside it): torch.profiler over the step window -- the side
+"""Part of the capture agent: torch.profiler over the step window -- the side
 of the window that touches torch.  The agent starts and stops it where the step window
-(``agent_window.py``) says; this part starts the profiler with ``ProfilerStep#N`` marks, exports one
+(``window.py``) says; this part starts the profiler with ``ProfilerStep#N`` marks, exports one
 gzipped trace and says so in the event log.  torch is the module the script imported, never imported
 here first.
 """
@@ -57,7 +57,7 @@ class WindowProfiler:
         a.event("profiler_start", step=steps, activities=[str(x).split(".")[-1] for x in acts])
         try:
             a.settings.write()            # early copy: a hang or SIGKILL later still leaves the settings
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             a.internal_error("settings", exc)
 
     def step(self) -> None:
@@ -69,7 +69,7 @@ class WindowProfiler:
         self._open_step(self.agent.torch or sys.modules.get("torch"))
 
     def _open_step(self, torch) -> None:
-        """A window the script marks (agent_window ``manual``): the ProfilerStep#N spans are ours, so the
+        """A window the script marks (window.py ``manual``): the ProfilerStep#N spans are ours, so the
         span after the last boundary (until the script's block ended: not a whole step) is taken out of
         the exported trace (``_drop_span``) rather than counted as a short step."""
         span = torch.profiler.record_function(f"ProfilerStep#{self.prof.step_num}")
@@ -81,7 +81,6 @@ class WindowProfiler:
         prof, self.prof = self.prof, None
         if prof is None:
             return
-        a = self.agent
         self.exporting = True
         try:
             self._stop_and_export(prof, complete)
@@ -94,7 +93,7 @@ class WindowProfiler:
         try:
             main = max(a.settings.loaders, key=lambda x: x[1].get("batches", 0))[1] if a.settings.loaders else {}
             a.loader_timing.window_stop(main.get("num_workers"))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             a.internal_error("loader window", exc)
         a.window.stopped()
         t0 = time.time()
