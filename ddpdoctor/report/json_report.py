@@ -44,6 +44,7 @@ def analysis_dict(a: Analysis) -> dict:
             "steps": n, "events": s.n_events, "collectives": len(s.collectives),
             "mean_us": {c: (None if s.values[c][0] is None or not n else sum(s.values[c]) / n) for c in COLUMNS},
             "share": a.rank_share(s), "notes": s.notes, "timeline": getattr(s, "timeline", None),
+            "decoder": s.decoder or None,
         }
     cross = asdict(a.cross)
     return _clean({

@@ -30,6 +30,7 @@ CATEGORY_CODES = {"kernel": 1, "gpu_memcpy": 2, "memcpy": 2, "gpu_memset": 3, "m
                   "cuda_runtime": 4, "runtime": 4, "cuda_driver": 4, "hip_runtime": 4,
                   "cpu_op": 5, "operator": 5, "user_annotation": 6}
 LEGACY_CATS = ("Kernel", "Runtime", "Operator", "Memcpy", "Memset")
+C_READER = "C reader"
 
 
 def _category_code(cat: str) -> int:
@@ -98,6 +99,7 @@ class RankTrace:
     runtime_sync: Spans = field(default_factory=lambda: Spans.build([], []))    # device/stream/event synchronize
     forward_inputs: list = field(default_factory=list)   # (forward start, input shapes) per forward pass
     coll_messages: CollMessages = field(default_factory=_no_messages)
+    decoder: str = ""                          # which reader decoded the file, and why not the C one
 
 
 def read_bytes(path: Path | sources.RemoteFile) -> bytes:
@@ -216,13 +218,17 @@ def load_rank_trace(path: Path, rank_hint: int | None = None, rank_hint_source: 
     if fast is not None and fast[0].n:
         from .colnorm import normalize_columns
 
-        return normalize_columns(str(path), *fast, rank_hint, rank_hint_source, comm_patterns)
+        rt = normalize_columns(str(path), *fast, rank_hint, rank_hint_source, comm_patterns)
+        rt.decoder = C_READER
+        return rt
     del fast
     trace = _decode(path, raw)
     del raw
     if not trace.traceEvents:
         raise InputError(f"{path}: JSON is not a profiler trace (no events in 'traceEvents')")
-    return normalize(str(path), trace, rank_hint, rank_hint_source, comm_patterns)
+    rt = normalize(str(path), trace, rank_hint, rank_hint_source, comm_patterns)
+    rt.decoder = f"msgspec ({fastscan.unavailable_reason() or 'the C reader does not take this file'})"
+    return rt
 
 
 def normalize(path: str, trace: Trace, rank_hint: int | None, rank_hint_source: str,

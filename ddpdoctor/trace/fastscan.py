@@ -14,6 +14,7 @@ import ctypes
 import hashlib
 import mmap
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,28 +43,65 @@ _ROW = (("ts", np.float64), ("dur", np.float64), ("cat", np.int32), ("name", np.
         ("pid", np.int64), ("tid", np.int64), ("corr", np.int64), ("ext", np.int64),
         ("dims_off", np.int64), ("dims_len", np.int32), ("flags", np.uint8),
         ("msg_off", np.int64), ("msg_len", np.int32), ("dtype", np.int32))
-_lib_cache: list = []
 _NELEMS = msgspec.json.Decoder(int | float | str | None)
+_lib_cache: list = []        # [the library, or None]
+_why_not: list[str] = [""]   # why the library is not used
+
+
+def _candidates() -> list[Path]:
+    """Where the library may be: beside this file (a wheel), or ``ddpdoctor_native/`` on sys.path
+    (an editable install puts it in site-packages, never in the checkout; see hatch_build.py)."""
+    here = Path(__file__).with_name("_kscan.so")
+    return [here, *(Path(p) / "ddpdoctor_native" / "_kscan.so" for p in sys.path if p)]
+
+
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    if os.environ.get("DDPDOCTOR_NO_KSCAN"):
+        return None, "turned off by DDPDOCTOR_NO_KSCAN"
+    so = next((p for p in _candidates() if p.is_file()), None)
+    if so is None:
+        return None, "the C reader is not built (no C compiler when ddpdoctor was installed)"
+    try:
+        lib = ctypes.CDLL(str(so))
+        lib.ks_source_id.restype = ctypes.c_char_p
+        if lib.ks_source_id().decode() != source_hash(Path(__file__).parent):
+            return None, "the C reader was built from other sources (reinstall ddpdoctor)"
+        lib.ks_layout.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
+        lib.ks_layout.restype = ctypes.c_int64
+        if c_layout(lib) != ctypes_layout():
+            return None, "the C reader's struct differs from fastscan.py's (reinstall ddpdoctor)"
+        for fn in (lib.ks_scan, lib.ks_scan_mapped):
+            fn.argtypes = [_P, ctypes.c_int64, ctypes.POINTER(_KScan)]
+            fn.restype = ctypes.c_int
+    except (OSError, AttributeError) as exc:
+        return None, f"the C reader cannot be loaded ({exc})"
+    return lib, ""
 
 
 def _lib():
     if not _lib_cache:
-        lib = None
-        so = Path(__file__).with_name("_kscan.so")
-        if so.exists() and not os.environ.get("DDPDOCTOR_NO_KSCAN"):
-            try:
-                lib = ctypes.CDLL(str(so))
-                lib.ks_source_id.restype = ctypes.c_char_p
-                if lib.ks_source_id().decode() != source_hash(so.parent):
-                    lib = None                   # built from other sources: reinstall to use it
-                else:
-                    for fn in (lib.ks_scan, lib.ks_scan_mapped):
-                        fn.argtypes = [_P, ctypes.c_int64, ctypes.POINTER(_KScan)]
-                        fn.restype = ctypes.c_int
-            except (OSError, AttributeError):
-                lib = None
+        lib, _why_not[0] = _load()
         _lib_cache.append(lib)
     return _lib_cache[0]
+
+
+def unavailable_reason() -> str:
+    """Why the C reader is not used ("" when it is)."""
+    if _lib() is not None:
+        return ""
+    return _why_not[0] or "the C reader is turned off"
+
+
+def c_layout(lib) -> list[int]:
+    """The C side's ``sizeof(KScan)`` and field offsets (``ks_layout`` in _kscan.c)."""
+    out = (ctypes.c_int64 * 64)()
+    k = lib.ks_layout(out, 64)
+    return list(out[:k])
+
+
+def ctypes_layout() -> list[int]:
+    """The same numbers for the ctypes mirror :class:`_KScan`."""
+    return [ctypes.sizeof(_KScan), *(getattr(_KScan, f).offset for f, _ in _KScan._fields_)]
 
 
 def source_hash(folder: Path) -> str:
