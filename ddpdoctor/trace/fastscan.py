@@ -3,7 +3,7 @@ straight into numpy columns, without a Python object per event.
 
 :func:`scan` returns ``None`` whenever the reader is not built or the trace is anything but plain
 JSON of the schema's types (see the C file); the caller then decodes with msgspec
-(:func:`ddpdoctor.trace.decode._decode`), so the RankTrace never depends on the path taken.
+(trace/msgscan.py); both readers' columns go through the one normaliser (trace/normalize.py).
 ``DDPDOCTOR_NO_KSCAN=1`` turns the reader off; a library built from other sources than the
 ones beside it (a checkout updated without a reinstall) is not used.
 """
@@ -23,10 +23,10 @@ import numpy as np
 
 from .. import safe_io
 from ..errors import InputError
+from .columns import HAS_CORR, PID_STR, TID_STR, Columns
 from .schema import TRACE_DECODER, Trace
 
 OK, BAIL, FULL = 0, 1, 2
-PID_STR, TID_STR, HAS_CORR, HAS_EXT = 1, 2, 4, 8
 _P = ctypes.c_void_p
 
 
@@ -117,28 +117,14 @@ def available() -> bool:
 
 
 @dataclass
-class Columns:
-    """One row per complete event ("ph": "X"), in file order. String fields are ids into
-    ``strings`` (one id per distinct string); pid / tid are ids there where ``flags`` says so."""
+class RawArgs:
+    """:class:`~.columns.ArgValues` read from the file's bytes: the spans the scan recorded."""
 
-    n: int
-    ts: np.ndarray
-    dur: np.ndarray
-    cat: np.ndarray
-    name: np.ndarray
-    coll: np.ndarray          # -1: no collective name
-    pid: np.ndarray
-    tid: np.ndarray
-    corr: np.ndarray          # -1 where absent
-    ext: np.ndarray
+    raw: bytes | bytearray | mmap.mmap
     dims_off: np.ndarray
     dims_len: np.ndarray      # -1: no "Input Dims"
-    flags: np.ndarray
     msg_off: np.ndarray
     msg_len: np.ndarray       # -1: no "In msg nelems" (or null)
-    dtype: np.ndarray         # -1: no "dtype" (or null)
-    strings: list[str]
-    raw: bytes | bytearray | mmap.mmap    # the file, for the few "Input Dims" read
 
     def in_nelems(self, i: int) -> int | float | str | None:
         """args "In msg nelems" of row ``i`` as msgspec decodes it into the schema's type."""
@@ -230,7 +216,9 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
     c["corr"] = np.where((c["flags"] & HAS_CORR) != 0, c["corr"], -1)
     for f in ("ts", "dur", "ext", "dims_off", "dims_len", "flags", "msg_off", "msg_len"):
         c[f] = c[f].copy()                  # compact: the capacity beyond n is released
-    return Columns(n=n, strings=list(canon), raw=raw, **c), meta
+    args = RawArgs(raw, *(c.pop(f) for f in ("dims_off", "dims_len", "msg_off", "msg_len")))
+    return Columns(n=n, strings=list(canon), has_dims=args.dims_len > 0, has_msg=args.msg_len >= 0, args=args,
+                   **c), meta
 
 
 def _strings(raw, off: np.ndarray, ln: np.ndarray, esc: np.ndarray) -> list[str]:
