@@ -30,8 +30,8 @@ from pathlib import Path
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_analyze import generate  # noqa: E402
-from bench_decode_limit import _commit, _load  # noqa: E402
+from bench_analyze import generate
+from bench_decode_limit import _commit, _load
 
 BEGIN, END = "<!-- bench_rank_stages: begin -->", "<!-- bench_rank_stages: end -->"
 

@@ -145,6 +145,15 @@ class Comparison:
 
 # ---------------------------------------------------------------------- entry points
 
+def analyzer(opts, ruleset, progress=None):
+    """The analysis of one path into a diagnosis dict, for report.files.load_diagnosis (a renderer
+    does not run the pipeline below it: the CLI and this API hand it this function)."""
+    from .diagnosis import run_analyze
+    from .report.json_report import to_dict
+
+    return lambda path: to_dict(run_analyze([path], opts, ruleset, progress=progress))
+
+
 def analyze(paths, *, all_windows: bool = False, jobs: int | None = None, ranks: str | None = None,
             scheduler: str | None = None, comm_kernels: Iterable[str] = (), hta: str = "auto",
             rules: Iterable[str | os.PathLike] = (), overrides: Mapping[str, Any] | Iterable[str] = (),
@@ -194,7 +203,7 @@ def load(source: str | os.PathLike) -> Document:
     with _translated_errors():
         from .report.files import load_diagnosis, prepare
 
-        return Document(prepare(load_diagnosis(os.fspath(source), analyze_ok=False)))
+        return Document(prepare(load_diagnosis(os.fspath(source))))
 
 
 def compare(before, after, *, max_regression: float | None = None, hta: str = "off") -> Comparison:
@@ -211,7 +220,7 @@ def compare(before, after, *, max_regression: float | None = None, hta: str = "o
                 return x._data
             if isinstance(x, Mapping):
                 return prepare(validate(dict(x), name))
-            return prepare(load_diagnosis(os.fspath(x), opts=AnalyzeOptions(hta=hta), ruleset=ruleset))
+            return prepare(load_diagnosis(os.fspath(x), analyzer(AnalyzeOptions(hta=hta), ruleset)))
 
         return Comparison(cmp.compare(side(before, "before"), side(after, "after"), max_regression=max_regression))
 

@@ -43,3 +43,14 @@ def analysis_args(rules_dirs=(), sets=(), no_config=False, hta="auto", quiet=Fal
     args += (["--json", str(json_path)] if json_path else []) + (["--report", str(report_dir)] if report_dir else [])
     args += ["--force"] if report_dir and force else []
     return args + (["-q"] if quiet else []) + (["-v"] if verbose else [])
+
+
+def ruleset_in_force(rules_dirs, sets, no_config=False):
+    """The rules in force (--rules, --set, --no-config); the metrics.toml overrides it carries stay in
+    force until the command ends."""
+    from .resources import set_metric_overrides
+    from .rules_engine.registry import build_ruleset
+
+    rs = build_ruleset(list(rules_dirs), list(sets), use_config=not no_config)
+    set_metric_overrides(rs.metrics)
+    return rs

@@ -26,10 +26,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__
+from ..version import __version__
 from ..errors import InputError
 from ..redact import join_argv, redact_argv
-from ..report.text import plural
+from ..text import plural
 from . import CAPTURE_VERSION, hostinfo
 from .agent_hang import signal_ranks_on_request
 from .processes import _alive, _die_with_parent, _reap_orphans, _tee_pids, _wait_for

@@ -13,7 +13,7 @@ import statistics
 from ..bundle.discover import compact_ranks
 from ..resources import metric_params
 from ..trial.predict import fix_prediction
-from .text import WIDTH, block_items, command, cut, plural, shell, wrap
+from ..text import WIDTH, block_items, command, cut, plural, shell, wrap
 from .view import analysis, findings, verdict_summary
 
 FAILURE_CATEGORIES = ("failure", "network", "memory")

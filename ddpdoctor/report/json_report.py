@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, is_dataclass
 
-from .. import __version__
+from ..version import __version__
 from ..analysis import Analysis
 from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
 
@@ -67,7 +67,7 @@ def analysis_dict(a: Analysis) -> dict:
 
 def _plain_facts(facts: dict) -> dict:
     """The facts rules read, without per-step vectors; per-rank vectors as {rank: value}."""
-    from ..rules_engine.engine import _plain
+    from ..rules_engine.engine import plain
     from ..rules_engine.expr import Vec
 
     out = {}
@@ -76,7 +76,7 @@ def _plain_facts(facts: dict) -> dict:
             continue
         if isinstance(v, Vec) and v.values.dtype == object:
             continue
-        out[k] = _plain(v)
+        out[k] = plain(v)
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import attrgetter, is_not
+from operator import attrgetter, is_, is_not
 
 import numpy as np
 
@@ -37,8 +37,8 @@ class _Table(dict):
         self.values.append(key)
         return v
 
-    def ids(self, values: list) -> np.ndarray:
-        return np.fromiter(map(self.__getitem__, values), dtype=np.int32, count=len(values))
+    def ids(self, values, n: int) -> np.ndarray:
+        return np.fromiter(map(self.__getitem__, values), dtype=np.int32, count=n)
 
 
 @dataclass
@@ -61,28 +61,43 @@ def columns(trace: Trace) -> Columns:
     table = _Table()
     ts = np.fromiter(map(TS, evs), dtype=np.float64, count=n)
     dur = np.fromiter(map(DUR, evs), dtype=np.float64, count=n)
-    cat, name = table.ids(list(map(CAT, evs))), table.ids(list(map(NAME, evs)))
+    cat, name = table.ids(map(CAT, evs), n), table.ids(map(NAME, evs), n)
     pid, pid_obj = _id_column(list(map(PID, evs)), table)
     tid, tid_obj = _id_column(list(map(TID, evs)), table)
     args = list(map(ARGS, evs))
     del evs
     if None in args:
-        args = [_NO_ARGS if a is None else a for a in args]
+        filled = np.array(args, dtype=object)
+        filled[_is_none(args)] = _NO_ARGS
+        args = filled.tolist()
     corr, has_corr = _corr_column(list(map(CORR, args)))
-    ext_values = list(map(EXT, args))
-    if None in ext_values:              # 2021 traces spell it "external id"
-        ext_values = [a if a is not None else b for a, b in zip(ext_values, map(EXT_2021, args))]
-    has_ext = np.fromiter(map(is_not, ext_values, repeat(None)), dtype=bool, count=n)
-    ext, ext_obj = _id_column([v if v is not None else 0 for v in ext_values] if not has_ext.all() else ext_values,
-                              table)
+    ext, has_ext, ext_obj = _ext_column(args, table)
     flags = (pid_obj * PID_STR + tid_obj * TID_STR + has_corr * HAS_CORR + has_ext * HAS_EXT
-             + (ext_obj & has_ext) * EXT_STR).astype(np.uint8)
+             + ext_obj * EXT_STR).astype(np.uint8)
     return Columns(
-        n=n, ts=ts, dur=dur, cat=cat, name=name, coll=table.ids(list(map(COLL, args))),
-        dtype=table.ids(list(map(DTYPE, args))), pid=pid, tid=tid, corr=corr, ext=ext, flags=flags,
+        n=n, ts=ts, dur=dur, cat=cat, name=name, coll=table.ids(map(COLL, args), n),
+        dtype=table.ids(map(DTYPE, args), n), pid=pid, tid=tid, corr=corr, ext=ext, flags=flags,
         has_dims=np.fromiter(map(bool, map(DIMS, args)), dtype=bool, count=n),
-        has_msg=np.fromiter(map(is_not, map(NELEMS, args), repeat(None)), dtype=bool, count=n),
-        strings=table.values, args=StructArgs(args))
+        has_msg=~_is_none(list(map(NELEMS, args))), strings=table.values, args=StructArgs(args))
+
+
+def _is_none(values: list) -> np.ndarray:
+    return np.fromiter(map(is_, values, repeat(None)), dtype=bool, count=len(values))
+
+
+def _ext_column(args: list[Args], table: _Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """args "External id" (2021 traces: "external id") as an id column: (values, present, is an id
+    into the table)."""
+    values = list(map(EXT, args))
+    missing = _is_none(values)
+    if missing.any():
+        obj = np.array(values, dtype=object)
+        obj[missing] = np.array(list(map(EXT_2021, args)), dtype=object)[missing]
+        missing = _is_none(obj.tolist())
+        obj[missing] = 0
+        values = obj.tolist()
+    col, is_obj = _id_column(values, table)
+    return col, ~missing, is_obj & ~missing
 
 
 def _id_column(values: list, table: _Table) -> tuple[np.ndarray, np.ndarray]:
@@ -94,9 +109,18 @@ def _id_column(values: list, table: _Table) -> tuple[np.ndarray, np.ndarray]:
             return np.fromiter(values, dtype=np.int64, count=n), np.zeros(n, dtype=bool)
         except OverflowError:
             pass
-    is_obj = np.fromiter((type(v) is not int or not _I64[0] <= v < _I64[1] for v in values), dtype=bool, count=n)
-    col = np.fromiter((table[v] if o else v for v, o in zip(values, is_obj.tolist())), dtype=np.int64, count=n)
-    return col, is_obj
+    is_str = np.fromiter(map(isinstance, values, repeat(str)), dtype=bool, count=n)
+    obj = np.array(values, dtype=object)
+    col = np.empty(n, dtype=np.int64)
+    col[is_str] = table.ids(obj[is_str].tolist(), int(is_str.sum()))
+    try:
+        col[~is_str] = obj[~is_str].astype(np.int64)
+        return col, is_str
+    except OverflowError:                      # an int beyond int64: an id of its own, as a string is
+        big = np.fromiter((type(v) is int and not _I64[0] <= v < _I64[1] for v in values), dtype=bool, count=n)
+        col[big] = table.ids(obj[big].tolist(), int(big.sum()))
+        col[~is_str & ~big] = obj[~is_str & ~big].astype(np.int64)
+        return col, is_str | big
 
 
 def _corr_column(values: list) -> tuple[np.ndarray, np.ndarray]:
