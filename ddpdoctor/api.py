@@ -163,8 +163,8 @@ def analyze(paths, *, all_windows: bool = False, jobs: int | None = None, ranks:
     ``paths``: one path or a list (a ``ddpdoctor run`` bundle, trace files or folders, logs, fsspec
     URLs).  The options are the CLI's: ``all_windows`` (--all-windows), ``jobs`` (-j), ``ranks``
     (--ranks "0-7,12"), ``scheduler`` (--scheduler), ``comm_kernels`` (--comm-kernel regexes), ``hta``
-    ("auto", "on", "off"), ``rules`` (--rules folders), ``overrides`` ({"DL001.min_wait_share": 0.2}
-    or ["DL001.min_wait_share=0.2"], --set), ``use_config`` (False: --no-config), ``redact_hosts``.
+    ("auto", "on", "off"), ``rules`` (--rules folders), ``overrides`` ({"RULE.PARAM": 0.2} or
+    ["RULE.PARAM=0.2"], --set: a rule id and one of its parameters, see ``ddpdoctor rules explain RULE``), ``use_config`` (False: --no-config), ``redact_hosts``.
     ``check=True`` raises :class:`FailedRunError` (exit code 3) when the run itself failed; by
     default a failed run is a diagnosis like any other (``doc.failed``)."""
     import re

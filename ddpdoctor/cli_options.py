@@ -9,8 +9,9 @@ RULES_OPTIONS = [
     click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
                  help="A folder of extra rule files (*.toml); a rule with a built-in id replaces it (repeatable)."),
     click.option("--set", "sets", multiple=True, metavar="RULE.param=VALUE",
-                 help="Override a rule threshold for this run, e.g. --set DL001.min_wait_share=0.2, or one of "
-                      "rules/metrics.toml, e.g. --set metrics.straggler.min_late_share=0.1 (repeatable)."),
+                 help="Override a rule threshold for this run (`ddpdoctor rules explain RULE` lists its "
+                      "parameters), or one of rules/metrics.toml, e.g. --set metrics.straggler.min_late_share=0.1 "
+                      "(repeatable)."),
     click.option("--no-config", is_flag=True,
                  help="Ignore [tool.ddpdoctor] in pyproject.toml and ddpdoctor.toml."),
 ]
