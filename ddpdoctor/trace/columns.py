@@ -14,11 +14,30 @@ import numpy as np
 
 # flags per row (the compiled reader's values: F_PID_STR ... in _kscan_lex.h)
 PID_STR, TID_STR, HAS_CORR, HAS_EXT = 1, 2, 4, 8
-EXT_STR = 16      # the external id is an id into ``strings`` (msgscan.py only)
 
 
-class ArgValues(Protocol):
-    """The two args read for a few rows only, kept in the reader's own form until asked for."""
+class ArgColumns(Protocol):
+    """The events' args, read for the rows the normaliser asks about (most rows need none of them):
+    ``rows`` is an int array of row numbers."""
+
+    def corr(self, rows: np.ndarray) -> np.ndarray:
+        """int64 args "correlation"; -1 where absent or not a number."""
+
+    def ext(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(present, keys) of args "External id" (2021 traces: "external id"): keys is int64, or an
+        object array of the values (an int beyond int64, a string) when not every id is an int64."""
+
+    def coll(self, rows: np.ndarray) -> np.ndarray:
+        """args "Collective name": an object array, None where absent."""
+
+    def dtype(self, rows: np.ndarray) -> np.ndarray:
+        """args "dtype": an object array, None where absent."""
+
+    def has_msg(self, rows: np.ndarray) -> np.ndarray:
+        """bool: args "In msg nelems" is present and not null."""
+
+    def has_dims(self, rows: np.ndarray) -> np.ndarray:
+        """bool: args "Input Dims" is present and not empty."""
 
     def in_nelems(self, i: int) -> int | float | str | None:
         """args "In msg nelems" of row ``i``, typed as trace/schema.py types it."""
@@ -29,22 +48,16 @@ class ArgValues(Protocol):
 
 @dataclass
 class Columns:
-    """String fields are ids into ``strings`` (one id per distinct value). pid, tid and the external
-    id are ints, or ids into ``strings`` where ``flags`` says so (a string id, or an int beyond int64)."""
+    """String fields are ids into ``strings`` (one id per distinct value); pid and tid are ints, or
+    ids into ``strings`` where ``flags`` says so (a string id, or an int beyond int64)."""
 
     n: int
     ts: np.ndarray            # float64
     dur: np.ndarray           # float64
     cat: np.ndarray           # int32 ids
     name: np.ndarray          # int32 ids
-    coll: np.ndarray          # int32 ids of args "Collective name"; -1: none
-    dtype: np.ndarray         # int32 ids of args "dtype"; -1: none
     pid: np.ndarray           # int64
     tid: np.ndarray           # int64
-    corr: np.ndarray          # int64 args "correlation"; -1 where absent or not a number
-    ext: np.ndarray           # int64 args "External id" (2021: "external id") where flags has HAS_EXT
-    flags: np.ndarray         # uint8: PID_STR, TID_STR, HAS_CORR, HAS_EXT, EXT_STR
-    has_dims: np.ndarray      # bool: args "Input Dims" is present and not empty
-    has_msg: np.ndarray       # bool: args "In msg nelems" is present and not null
+    flags: np.ndarray         # uint8: PID_STR, TID_STR (the compiled reader sets HAS_CORR, HAS_EXT too)
     strings: list
-    args: ArgValues
+    args: ArgColumns

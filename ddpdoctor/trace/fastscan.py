@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import safe_io
 from ..errors import InputError
-from .columns import HAS_CORR, PID_STR, TID_STR, Columns
+from .columns import HAS_CORR, HAS_EXT, PID_STR, TID_STR, Columns
 from .schema import TRACE_DECODER, Trace
 
 OK, BAIL, FULL = 0, 1, 2
@@ -118,13 +118,38 @@ def available() -> bool:
 
 @dataclass
 class RawArgs:
-    """:class:`~.columns.ArgValues` read from the file's bytes: the spans the scan recorded."""
+    """:class:`~.columns.ArgColumns` of the scan: full columns, and spans of the file's bytes for the
+    two args read for a few rows only."""
 
     raw: bytes | bytearray | mmap.mmap
+    corr_col: np.ndarray      # -1 where absent
+    ext_col: np.ndarray
+    has_ext: np.ndarray
+    coll_ids: np.ndarray      # -1: none
+    dtype_ids: np.ndarray     # -1: none
     dims_off: np.ndarray
     dims_len: np.ndarray      # -1: no "Input Dims"
     msg_off: np.ndarray
     msg_len: np.ndarray       # -1: no "In msg nelems" (or null)
+    strings_or_none: np.ndarray   # the strings as an object array, None last: id -1 reads None
+
+    def corr(self, rows: np.ndarray) -> np.ndarray:
+        return self.corr_col[rows]
+
+    def ext(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.has_ext[rows], self.ext_col[rows]
+
+    def coll(self, rows: np.ndarray) -> np.ndarray:
+        return self.strings_or_none[self.coll_ids[rows]]
+
+    def dtype(self, rows: np.ndarray) -> np.ndarray:
+        return self.strings_or_none[self.dtype_ids[rows]]
+
+    def has_msg(self, rows: np.ndarray) -> np.ndarray:
+        return self.msg_len[rows] >= 0
+
+    def has_dims(self, rows: np.ndarray) -> np.ndarray:
+        return self.dims_len[rows] > 0
 
     def in_nelems(self, i: int) -> int | float | str | None:
         """args "In msg nelems" of row ``i`` as msgspec decodes it into the schema's type."""
@@ -216,9 +241,11 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
     c["corr"] = np.where((c["flags"] & HAS_CORR) != 0, c["corr"], -1)
     for f in ("ts", "dur", "ext", "dims_off", "dims_len", "flags", "msg_off", "msg_len"):
         c[f] = c[f].copy()                  # compact: the capacity beyond n is released
-    args = RawArgs(raw, *(c.pop(f) for f in ("dims_off", "dims_len", "msg_off", "msg_len")))
-    return Columns(n=n, strings=list(canon), has_dims=args.dims_len > 0, has_msg=args.msg_len >= 0, args=args,
-                   **c), meta
+    strings = list(canon)
+    args = RawArgs(raw, c.pop("corr"), c.pop("ext"), (c["flags"] & HAS_EXT) != 0, c.pop("coll"), c.pop("dtype"),
+                   *(c.pop(f) for f in ("dims_off", "dims_len", "msg_off", "msg_len")),
+                   strings_or_none=np.array([*strings, None], dtype=object))
+    return Columns(n=n, strings=strings, args=args, **c), meta
 
 
 def _strings(raw, off: np.ndarray, ln: np.ndarray, esc: np.ndarray) -> list[str]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import attrgetter, is_, is_not
+from operator import attrgetter, is_, itemgetter
 
 import numpy as np
 
-from .columns import EXT_STR, HAS_CORR, HAS_EXT, PID_STR, TID_STR, Columns
+from .columns import PID_STR, TID_STR, Columns
 from .schema import Args, Trace
 
 PH, CAT, NAME, PID, TID, TS, DUR, ARGS = map(attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
@@ -43,15 +43,54 @@ class _Table(dict):
 
 @dataclass
 class StructArgs:
-    """:class:`~.columns.ArgValues` read from the decoded structs."""
+    """:class:`~.columns.ArgColumns` read from the decoded structs, for the rows asked about only."""
 
-    args: list[Args]
+    args: list[Args | None]
+
+    def _take(self, rows: np.ndarray) -> list[Args]:
+        if not len(rows):
+            return []
+        got = [self.args[int(rows[0])]] if len(rows) == 1 else list(itemgetter(*rows.tolist())(self.args))
+        return [_NO_ARGS if a is None else a for a in got] if None in got else got
+
+    def corr(self, rows: np.ndarray) -> np.ndarray:
+        return _corr_column(list(map(CORR, self._take(rows))))
+
+    def ext(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        args = self._take(rows)
+        values = list(map(EXT, args))
+        if None in values:              # 2021 traces spell it "external id"
+            values = [a if a is not None else b for a, b in zip(values, map(EXT_2021, args))]
+        present = ~_is_none(values)
+        if set(map(type, values)) <= {int}:
+            try:
+                return present, np.fromiter(values, dtype=np.int64, count=len(values))
+            except OverflowError:
+                pass
+        keys = np.empty(len(values), dtype=object)
+        keys[:] = values
+        return present, keys
+
+    def coll(self, rows: np.ndarray) -> np.ndarray:
+        return _objects(list(map(COLL, self._take(rows))))
+
+    def dtype(self, rows: np.ndarray) -> np.ndarray:
+        return _objects(list(map(DTYPE, self._take(rows))))
+
+    def has_msg(self, rows: np.ndarray) -> np.ndarray:
+        return ~_is_none(list(map(NELEMS, self._take(rows))))
+
+    def has_dims(self, rows: np.ndarray) -> np.ndarray:
+        args = self._take(rows)
+        return np.fromiter(map(bool, map(DIMS, args)), dtype=bool, count=len(args))
 
     def in_nelems(self, i: int) -> int | float | str | None:
-        return self.args[i].in_nelems
+        a = self.args[i]
+        return a.in_nelems if a is not None else None
 
     def input_dims(self, i: int) -> str:
-        return bytes(self.args[i].input_dims).decode("utf-8", "replace")
+        a = self.args[i]
+        return bytes(a.input_dims).decode("utf-8", "replace") if a is not None else ""
 
 
 def columns(trace: Trace) -> Columns:
@@ -64,40 +103,19 @@ def columns(trace: Trace) -> Columns:
     cat, name = table.ids(map(CAT, evs), n), table.ids(map(NAME, evs), n)
     pid, pid_obj = _id_column(list(map(PID, evs)), table)
     tid, tid_obj = _id_column(list(map(TID, evs)), table)
-    args = list(map(ARGS, evs))
-    del evs
-    if None in args:
-        filled = np.array(args, dtype=object)
-        filled[_is_none(args)] = _NO_ARGS
-        args = filled.tolist()
-    corr, has_corr = _corr_column(list(map(CORR, args)))
-    ext, has_ext, ext_obj = _ext_column(args, table)
-    flags = (pid_obj * PID_STR + tid_obj * TID_STR + has_corr * HAS_CORR + has_ext * HAS_EXT
-             + ext_obj * EXT_STR).astype(np.uint8)
-    return Columns(
-        n=n, ts=ts, dur=dur, cat=cat, name=name, coll=table.ids(map(COLL, args), n),
-        dtype=table.ids(map(DTYPE, args), n), pid=pid, tid=tid, corr=corr, ext=ext, flags=flags,
-        has_dims=np.fromiter(map(bool, map(DIMS, args)), dtype=bool, count=n),
-        has_msg=~_is_none(list(map(NELEMS, args))), strings=table.values, args=StructArgs(args))
+    flags = (pid_obj * PID_STR + tid_obj * TID_STR).astype(np.uint8)
+    return Columns(n=n, ts=ts, dur=dur, cat=cat, name=name, pid=pid, tid=tid, flags=flags, strings=table.values,
+                   args=StructArgs(list(map(ARGS, evs))))
+
+
+def _objects(values: list) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def _is_none(values: list) -> np.ndarray:
     return np.fromiter(map(is_, values, repeat(None)), dtype=bool, count=len(values))
-
-
-def _ext_column(args: list[Args], table: _Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """args "External id" (2021 traces: "external id") as an id column: (values, present, is an id
-    into the table)."""
-    values = list(map(EXT, args))
-    missing = _is_none(values)
-    if missing.any():
-        obj = np.array(values, dtype=object)
-        obj[missing] = np.array(list(map(EXT_2021, args)), dtype=object)[missing]
-        missing = _is_none(obj.tolist())
-        obj[missing] = 0
-        values = obj.tolist()
-    col, is_obj = _id_column(values, table)
-    return col, ~missing, is_obj & ~missing
 
 
 def _id_column(values: list, table: _Table) -> tuple[np.ndarray, np.ndarray]:
@@ -110,27 +128,26 @@ def _id_column(values: list, table: _Table) -> tuple[np.ndarray, np.ndarray]:
         except OverflowError:
             pass
     is_str = np.fromiter(map(isinstance, values, repeat(str)), dtype=bool, count=n)
-    obj = np.array(values, dtype=object)
-    col = np.empty(n, dtype=np.int64)
-    col[is_str] = table.ids(obj[is_str].tolist(), int(is_str.sum()))
+    ids = list(values)
+    for i in np.flatnonzero(is_str).tolist():
+        ids[i] = table[values[i]]
     try:
-        col[~is_str] = obj[~is_str].astype(np.int64)
-        return col, is_str
+        return np.fromiter(ids, dtype=np.int64, count=n), is_str
     except OverflowError:                      # an int beyond int64: an id of its own, as a string is
         big = np.fromiter((type(v) is int and not _I64[0] <= v < _I64[1] for v in values), dtype=bool, count=n)
-        col[big] = table.ids(obj[big].tolist(), int(big.sum()))
-        col[~is_str & ~big] = obj[~is_str & ~big].astype(np.int64)
-        return col, is_str | big
+        for i in np.flatnonzero(big).tolist():
+            ids[i] = table[values[i]]
+        return np.fromiter(ids, dtype=np.int64, count=n), is_str | big
 
 
-def _corr_column(values: list) -> tuple[np.ndarray, np.ndarray]:
+def _corr_column(values: list) -> np.ndarray:
     """int64 correlation ids, -1 where absent or not a number (a string of digits is its number, as
-    ``int()`` reads it); and whether args named one."""
+    ``int()`` reads it)."""
     n = len(values)
-    has = np.fromiter(map(is_not, values, repeat(None)), dtype=bool, count=n)
+    has = ~_is_none(values)
     if has.all():
         try:
-            return np.fromiter(values, dtype=np.int64, count=n), has
+            return np.fromiter(values, dtype=np.int64, count=n)
         except (TypeError, ValueError, OverflowError):
             pass
     out = np.full(n, -1, dtype=np.int64)
@@ -139,7 +156,7 @@ def _corr_column(values: list) -> tuple[np.ndarray, np.ndarray]:
         out[has] = np.fromiter(present, dtype=np.int64, count=len(present))
     except (TypeError, ValueError, OverflowError):
         out[has] = [_corr(c) for c in present]
-    return out, has
+    return out
 
 
 def _corr(c) -> int:

@@ -15,7 +15,7 @@ import bisect
 import numpy as np
 
 from . import classify
-from .columns import EXT_STR, HAS_EXT, PID_STR, TID_STR, Columns
+from .columns import PID_STR, TID_STR, Columns
 from .messages import CollMessages, coll_messages
 from .model import GpuOps, RankTrace, Spans, rank_trace
 from .schema import Trace
@@ -112,13 +112,12 @@ def normalize(path: str, cols: Columns, meta: Trace, rank_hint: int | None, rank
     steps = sorted(((cols.strings[op_name[i]], float(op_s[i]), float(op_e[i])) for i in steps_idx
                     if on_main[i] and in_pid[i]), key=lambda x: x[1])
     buckets = host_buckets(flags, in_pid, on_main, rt_mask, op_ann)
-    ext_to_coll: dict = {}
-    for i in buckets["coll"].tolist():
-        j = int(op_idx[i])
-        if cols.flags[j] & HAS_EXT:
-            ext_to_coll[_ext_key(cols, j)] = classify.host_collective_kind(cols.strings[op_name[i]])
+    coll_rows = op_idx[buckets["coll"]]
+    present, keys = cols.args.ext(coll_rows)
+    ext_to_coll = {k: classify.host_collective_kind(cols.strings[nm])
+                   for k, nm, has in zip(keys.tolist(), op_name[buckets["coll"]].tolist(), present.tolist()) if has}
 
-    messages = _collective_messages(op_idx[buckets["coll"]], op_s[buckets["coll"]], cols)
+    messages = _collective_messages(coll_rows, op_s[buckets["coll"]], cols)
 
     def spans(key: str) -> Spans:
         idx = buckets[key]
@@ -143,9 +142,9 @@ def normalize(path: str, cols: Columns, meta: Trace, rank_hint: int | None, rank
     pageable[mem] = S.table(lambda nm: "HtoD" in nm and "Pageable" in nm, k_name[mem], bool)[k_name[mem]]
     kern = np.flatnonzero(k_code == 1)
     _kernel_kinds(kern, gpu_idx[kern], cols, S, ext_to_coll, is_comm_name, kinds, traits, comm_kind)
-    gpu = GpuOps(k_s, k_e, kinds, cols.corr[gpu_idx], comm_kind, pageable, traits, k_names)
+    gpu = GpuOps(k_s, k_e, kinds, cols.args.corr(gpu_idx), comm_kind, pageable, traits, k_names)
     rt_idx = np.flatnonzero(rt_mask)
-    rt_corr = cols.corr[op_idx[rt_idx]]
+    rt_corr = cols.args.corr(op_idx[rt_idx])
     rt_keep = rt_corr >= 0
 
     return rank_trace(
@@ -191,29 +190,22 @@ def _kernel_kinds(kern: np.ndarray, rows: np.ndarray, cols: Columns, S: _Strings
         return
     names = cols.name[rows]
     comm = S.table(lambda nm: bool(is_comm_name(nm)), names, bool)[names]
-    coll = cols.coll[rows]
-    has_coll = coll >= 0
-    marked = np.zeros(len(rows), dtype=bool)
-    if has_coll.any():
-        nonempty = S.table(bool, coll[has_coll], bool)
-        marked[has_coll] = nonempty[coll[has_coll]]
+    coll = cols.args.coll(rows)
+    marked = np.fromiter(map(bool, coll), dtype=bool, count=len(coll))
     comm |= marked
     parents = None
     if ext_to_coll:
-        has_ext = (cols.flags[rows] & HAS_EXT) != 0
-        if (cols.flags[rows] & EXT_STR).any() or not all(type(k) is int for k in ext_to_coll):
-            ext = np.array([_ext_key(cols, r) if h else None for r, h in zip(rows.tolist(), has_ext.tolist())],
-                           dtype=object)
-            parented = has_ext & np.fromiter(map(ext_to_coll.__contains__, ext), dtype=bool, count=len(ext))
+        present, keys = cols.args.ext(rows)
+        if keys.dtype == np.int64 and all(type(k) is int for k in ext_to_coll):
+            known = np.isin(keys, np.fromiter(ext_to_coll, dtype=np.int64, count=len(ext_to_coll)))
         else:
-            ext = cols.ext[rows]
-            keys = np.fromiter(ext_to_coll, dtype=np.int64, count=len(ext_to_coll))
-            parented = has_ext & np.isin(ext, keys)
+            known = np.fromiter(map(ext_to_coll.__contains__, keys.tolist()), dtype=bool, count=len(keys))
+        parented = present & known
         comm |= parented
-        parents = (parented, ext)
+        parents = (parented, keys)
     kind_of: dict = {}
     for j in np.flatnonzero(comm).tolist():
-        mark = cols.strings[coll[j]] if marked[j] else None
+        mark = coll[j] if marked[j] else None
         parent = ext_to_coll[_py(parents[1][j])] if parents is not None and parents[0][j] else None
         key = (mark, cols.strings[names[j]], parent)
         ck = kind_of.get(key)
@@ -227,16 +219,16 @@ def _kernel_kinds(kern: np.ndarray, rows: np.ndarray, cols: Columns, S: _Strings
 
 def _collective_messages(rows: np.ndarray, starts: np.ndarray, cols: Columns) -> CollMessages:
     """The host collective records (rows of ``cols``, a few per step) that name their message size."""
+    coll, has_msg, dtype = cols.args.coll(rows), cols.args.has_msg(rows), cols.args.dtype(rows)
     return coll_messages(
-        (s, cols.strings[int(cols.coll[r])], cols.args.in_nelems(r),
-         cols.strings[int(cols.dtype[r])] if cols.dtype[r] >= 0 else None)
-        for r, s in zip(rows.tolist(), starts.tolist()) if cols.coll[r] >= 0 and cols.has_msg[r])
+        (s, coll[j], cols.args.in_nelems(r), dtype[j])
+        for j, (r, s) in enumerate(zip(rows.tolist(), starts.tolist())) if coll[j] is not None and has_msg[j])
 
 
 def _forward_inputs(forward: Spans, main_rows: np.ndarray, cols: Columns) -> list[tuple[float, str]]:
     """(start, input shapes of the first main-thread op of the forward) for each forward span (rows
     of the main-thread ops): with record_shapes, this is the batch the model received."""
-    with_dims = main_rows[cols.has_dims[main_rows]]
+    with_dims = main_rows[cols.args.has_dims(main_rows)]
     if not len(with_dims):
         return []
     cand = sorted(zip(cols.ts[with_dims].tolist(), with_dims.tolist()))
@@ -249,11 +241,6 @@ def _forward_inputs(forward: Spans, main_rows: np.ndarray, cols: Columns) -> lis
         if j < len(cand) and starts[j] <= fe:
             out.append((fs, cols.args.input_dims(cand[j][1])))
     return out
-
-
-def _ext_key(cols: Columns, row: int):
-    """The external id of ``row`` as a Python value (an int, or the string / big int it spells)."""
-    return cols.strings[int(cols.ext[row])] if cols.flags[row] & EXT_STR else int(cols.ext[row])
 
 
 def _py(v):
