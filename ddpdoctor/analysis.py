@@ -177,7 +177,7 @@ def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None,
     else:
         results = executors.local_processes(_worker, tasks, jobs, on_result)
     summaries, errors = [], []
-    for rank, summary, warns, err in sorted(results, key=lambda r: r[0]):
+    for _rank, summary, warns, err in sorted(results, key=lambda r: r[0]):
         warnings.extend(warns)
         if err:
             errors.append(err)

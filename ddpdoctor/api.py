@@ -211,8 +211,8 @@ def compare(before, after, *, max_regression: float | None = None, hta: str = "o
     dict, or a path (report.json, report folder, bundle archive, or a run folder analyzed on the fly)."""
     with _translated_errors(), _rules_in_force((), (), True) as ruleset:
         from .analysis import AnalyzeOptions
-        from .report.files import load_diagnosis, prepare
         from .report.document import validate
+        from .report.files import load_diagnosis, prepare
         from .ticket import compare as cmp
 
         def side(x, name):

@@ -278,11 +278,10 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
 
     from .analysis import AnalyzeOptions
     from .api import analyzer
-    from .ticket.archive import build_bundle
+    from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
     from .report.redaction import HostRedactor
-
-    from .metrics import hta_adapter
+    from .ticket.archive import build_bundle
 
     hta_adapter.require(hta)
     hosts = HostRedactor() if redact_hosts else None
@@ -319,9 +318,9 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     """
     from .analysis import AnalyzeOptions
     from .api import analyzer
-    from .ticket import compare as cmp
     from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
+    from .ticket import compare as cmp
 
     hta_adapter.require(hta)
     trial = None

@@ -17,8 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .scenario import (PHASES, RankSpec, Scenario, dump_scenario, load_scenario,
-                       scenario_from_dict, scenario_from_shares)
+from .scenario import PHASES, RankSpec, Scenario, dump_scenario, load_scenario, scenario_from_dict, scenario_from_shares
 from .timeline import Layout, RankStep, measure
 from .writer import RankTraceWriter
 

@@ -11,7 +11,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from click.testing import CliRunner
 
 from ddpdoctor.cli import main

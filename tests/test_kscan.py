@@ -15,6 +15,7 @@ import pytest
 from ddpdoctor.trace import decode, fastscan, msgscan
 from ddpdoctor.trace.normalize import normalize
 
+
 def _compiler() -> str | None:
     cc = shlex.split(os.environ.get("CC", "cc"))
     return shutil.which(cc[0]) if cc else None

@@ -12,8 +12,8 @@ import statistics
 
 from ..bundle.discover import compact_ranks
 from ..resources import metric_params
-from ..trial.predict import fix_prediction
 from ..text import WIDTH, block_items, command, cut, plural, shell, wrap
+from ..trial.predict import fix_prediction
 from .view import analysis, findings, verdict_summary
 
 FAILURE_CATEGORIES = ("failure", "network", "memory")

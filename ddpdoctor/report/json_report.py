@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, is_dataclass
 
-from ..version import __version__
 from ..analysis import Analysis
 from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
+from ..version import __version__
 
 SCHEMA = "ddpdoctor.diagnosis/1"
 ANALYSIS_SCHEMA = "ddpdoctor.analysis/1"

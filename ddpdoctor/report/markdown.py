@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 
+from ..text import is_code
 from . import view
 from .escape import md, md_code, md_fence, md_multiline, md_prose
 from .paths import localize_doc
-from ..text import is_code
 
 _URL = re.compile(r"https?://[^\s<>\"'`\\]+")
 MAX_CHARS = 65_536

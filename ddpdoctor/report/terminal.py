@@ -4,9 +4,9 @@ the diagnosis document, like every other renderer; plain text at a given width."
 
 from __future__ import annotations
 
-from .card import partial_reasons, render_card
-from ..text import WIDTH, block, cut, plural, wrap
 from ..bundle.discover import compact_ranks
+from ..text import WIDTH, block, cut, plural, wrap
+from .card import partial_reasons, render_card
 from .view import analysis, evidence_value, findings, rank_ids, select_ranks
 
 PERFORMANCE = ("dataloader", "communication", "compute", "imbalance", "config")
