@@ -188,3 +188,14 @@ def test_random_traces_give_the_same_rank_trace_from_both_readers(tmp_path, seed
     p.write_text(json.dumps(doc, indent=None if seed % 2 else 1, ensure_ascii=bool(seed % 3)))
     from_msgspec, from_c = _both(p, ("fused",) if seed % 2 else ())
     _same(from_msgspec, from_c)
+
+
+def test_a_stale_or_broken_library_first_on_the_path_is_passed_over(tmp_path, monkeypatch):
+    good = next(p for p in fastscan._candidates() if p.is_file() and fastscan._open(p)[0] is not None)
+    broken = tmp_path / "_kscan.so"
+    broken.write_bytes(b"not a library")
+    monkeypatch.setattr(fastscan, "_candidates", lambda: [broken, good])
+    assert fastscan._load()[0] is not None
+    monkeypatch.setattr(fastscan, "_candidates", lambda: [broken])
+    lib, why = fastscan._load()
+    assert lib is None and why.startswith("the C reader cannot be loaded")

@@ -56,11 +56,19 @@ def _candidates() -> list[Path]:
 
 
 def _load() -> tuple[ctypes.CDLL | None, str]:
+    """The first library found that was built from the sources beside this file, with the struct
+    layout of :class:`_KScan`; else None and why."""
     if os.environ.get("DDPDOCTOR_NO_KSCAN"):
         return None, "turned off by DDPDOCTOR_NO_KSCAN"
-    so = next((p for p in _candidates() if p.is_file()), None)
-    if so is None:
-        return None, "the C reader is not built (no C compiler when ddpdoctor was installed)"
+    why = "the C reader is not built (no C compiler when ddpdoctor was installed)"
+    for so in (p for p in _candidates() if p.is_file()):
+        lib, why = _open(so)
+        if lib is not None:
+            return lib, ""
+    return None, why
+
+
+def _open(so: Path) -> tuple[ctypes.CDLL | None, str]:
     try:
         lib = ctypes.CDLL(str(so))
         lib.ks_source_id.restype = ctypes.c_char_p
