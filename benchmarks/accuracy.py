@@ -67,7 +67,7 @@ class Expectation:
     first_fix: str                 # substring, or "-" (not scored)
     absent: list[str] = field(default_factory=list)
     path: str = ""                 # the script (cpu) or "" (synthetic)
-    synth: dict = field(default_factory=dict)   # scenario args for ddpdoctor.synth
+    synth: dict = field(default_factory=dict)   # scenario args for ddpdoctor_synth
 
 
 def parse_header(path: Path) -> Expectation:
@@ -107,15 +107,15 @@ def load_scenarios(folder: Path = SCENARIO_DIR) -> list[Expectation]:
 
 
 def _synth_args(entry: dict, base: Path) -> dict:
-    """The ddpdoctor.synth scenario of one entry: a table under ``args``/``scenario``/``synth``,
-    a path to a scenario TOML there (relative to the list, the repo, or ddpdoctor/synth/scenarios/),
+    """The ddpdoctor_synth scenario of one entry: a table under ``args``/``scenario``/``synth``,
+    a path to a scenario TOML there (relative to the list, the repo, or ddpdoctor_synth/scenarios/),
     or the entry's own non-``expected_*`` keys."""
     spec = next((entry[k] for k in ("args", "scenario", "synth") if k in entry), None)
     if isinstance(spec, dict):
         return dict(spec)
     if isinstance(spec, str):
-        for cand in (base / spec, ROOT / spec, ROOT / "ddpdoctor" / "synth" / "scenarios" / spec,
-                     ROOT / "ddpdoctor" / "synth" / "scenarios" / f"{spec}.toml"):
+        for cand in (base / spec, ROOT / spec, ROOT / "ddpdoctor_synth" / "scenarios" / spec,
+                     ROOT / "ddpdoctor_synth" / "scenarios" / f"{spec}.toml"):
             if cand.is_file():
                 with open(cand, "rb") as fh:
                     d = tomllib.load(fh)
@@ -260,7 +260,7 @@ def analyze(folder: Path, work: Path) -> dict | None:
 
 def run_synthetic(exp: Expectation, work: Path, busy: bool) -> tuple[dict | None, str, float]:
     sys.path.insert(0, str(ROOT))
-    from ddpdoctor.synth import generate, scenario_from_dict
+    from ddpdoctor_synth import generate, scenario_from_dict
 
     t0 = time.monotonic()
     with CpuBurner(busy):

@@ -38,7 +38,7 @@ def measure(cmd: list[str]) -> dict:
 
 
 def generate(work: Path, ranks: int, mb: float, gz: bool) -> Path:
-    from ddpdoctor.synth import Scenario, generate as gen
+    from ddpdoctor_synth import Scenario, generate as gen
 
     folder = work / f"{ranks}x{mb:g}MB{'-gz' if gz else ''}"
     traces = folder / "traces"

@@ -5,10 +5,10 @@
 One process, the first rank file of the generated set (bench_analyze.generate, reused from
 --work), each stage timed on its own, best of --repeat (fresh objects each round, garbage
 collected between rounds). The pipeline is what `analyze` runs per rank: the C column reader
-on the file mapped in memory (trace/fastscan.py), normalize on its columns (trace/colnorm.py),
+on the file mapped in memory (trace/fastscan.py), normalize on its columns (trace/normalize.py),
 summarize. Beside it, for comparison: the 7-field msgspec decode of the file's bytes (what
 bench_decode_limit.py calls the decode limit, per file) and the msgspec path `analyze` falls
-back to when the reader bails (read, decode into ddpdoctor's structs, normalize).
+back to when the reader bails (read, decode into ddpdoctor's structs, their columns (trace/msgscan.py), normalize).
 `analyze -j CPUS` runs one such pipeline per rank in parallel, so with as many CPUs as files
 this is the floor of its wall time, before process start-up and the cross-rank stage.
 
@@ -30,8 +30,8 @@ from pathlib import Path
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_analyze import generate  # noqa: E402
-from bench_decode_limit import _commit, _load  # noqa: E402
+from bench_analyze import generate
+from bench_decode_limit import _commit, _load
 
 BEGIN, END = "<!-- bench_rank_stages: begin -->", "<!-- bench_rank_stages: end -->"
 
@@ -55,8 +55,8 @@ PIPELINE = ("column scan, mapped file (C reader)", "normalize columns", "summari
 
 def _round(path: Path) -> dict[str, float]:
     from ddpdoctor.metrics.breakdown import summarize
-    from ddpdoctor.trace import decode as D, fastscan
-    from ddpdoctor.trace.colnorm import normalize_columns
+    from ddpdoctor.trace import decode as D, fastscan, msgscan
+    from ddpdoctor.trace.normalize import normalize
 
     out = {}
     gc.collect()
@@ -65,7 +65,7 @@ def _round(path: Path) -> dict[str, float]:
     out[PIPELINE[0]] = time.perf_counter() - t
     assert tried and fast is not None, "the C reader did not run on this file"
     t = time.perf_counter()
-    rt = normalize_columns(str(path), *fast, 0, "file name")
+    rt = normalize(str(path), *fast, 0, "file name")
     out[PIPELINE[1]] = time.perf_counter() - t
     del fast
     t = time.perf_counter()
@@ -81,12 +81,16 @@ def _round(path: Path) -> dict[str, float]:
     out["decode, 7-field struct (the limit)"] = time.perf_counter() - t
     gc.collect()
     t = time.perf_counter()
-    trace = D._decode(path, raw)
+    trace = D.decode_trace(path, raw)
     out["decode, ddpdoctor's structs (msgspec path)"] = time.perf_counter() - t
     del raw
     t = time.perf_counter()
-    D.normalize(str(path), trace, 0, "file name")
-    out["normalize structs (msgspec path)"] = time.perf_counter() - t
+    cols = msgscan.columns(trace)
+    out["structs to columns (msgspec path)"] = time.perf_counter() - t
+    t = time.perf_counter()
+    normalize(str(path), cols, trace, 0, "file name")
+    out["normalize columns (msgspec path)"] = time.perf_counter() - t
+    del cols
     del trace
     gc.collect()
     return out
@@ -114,7 +118,7 @@ def main() -> None:
         lines.append(f"| {s} | {best[s]:.2f} | {', '.join(f'{r[s]:.2f}' for r in rounds)} | {share} |")
     lines.append(f"| **pipeline** (column scan + normalize columns + summarize) | **{total:.2f}** | | 100 % |")
     fallback = [s for s in stages if "msgspec path" in s] + [PIPELINE[2]]
-    lines.append(f"| msgspec path for comparison (read + decode + normalize structs + summarize) | "
+    lines.append(f"| msgspec path for comparison (read + decode + columns + normalize + summarize) | "
                  f"{sum(best[s] for s in fallback):.2f} | | – |")
     size = path.stat().st_size / 1e6
     lines += ["", f"{path.name}: {size:.0f} MB."]

@@ -3,7 +3,7 @@
     python benchmarks/bench_ranks.py                       # 128 and 1,024 ranks, writes docs/SCALE.md
     python benchmarks/bench_ranks.py --ranks 64 --ranks 512 --out -
 
-Each job is synthetic (ddpdoctor.synth): RANKS ranks of 5 profiled steps each (~1.3 MB of trace JSON), 8 ranks per node,
+Each job is synthetic (ddpdoctor_synth): RANKS ranks of 5 profiled steps each (~1.3 MB of trace JSON), 8 ranks per node,
 recorded all-reduce ends jittered by σ = 20 µs, and one straggler (three quarters of the way up the
 ranks) that computes 15 ms longer every step.  Traces are generated once into --work and reused.
 Each measurement is a fresh `python -m ddpdoctor analyze --json` process; peak memory is the largest
@@ -35,7 +35,7 @@ def straggler_of(ranks: int) -> int:
 
 
 def generate(work: Path, ranks: int, steps: int) -> Path:
-    from ddpdoctor.synth import Scenario, generate as gen
+    from ddpdoctor_synth import Scenario, generate as gen
 
     folder = work / f"ranks{ranks}x{steps}steps"
     traces = folder / "traces"

@@ -40,8 +40,8 @@ def named(cr: dict) -> str:
 
 
 def case(work: Path, skew: float, straggler: int | None, layout: str = "trace") -> dict:
-    from ddpdoctor.synth import Scenario, generate
-    from ddpdoctor.synth.handler import HOSTS, handler_layout
+    from ddpdoctor_synth import Scenario, generate
+    from ddpdoctor_synth.handler import HOSTS, handler_layout
 
     folder = work / f"skew{skew:+g}_{'strag' if straggler is not None else 'none'}"
     sc = Scenario(world_size=8, steps=6, ranks_per_node=4, node_skew_ms=[0.0, skew], straggler_rank=straggler,

@@ -14,10 +14,9 @@ Errors are exceptions whose ``exit_code`` is the CLI's: InputError 2, FailedRunE
 UnreachableError 4.  Importing ddpdoctor imports neither torch nor numpy, pandas or matplotlib.
 """
 
-__version__ = "0.1.0"
-
-from .api import Comparison, Document, analyze, compare, load  # noqa: E402
-from .errors import DDPDoctorError, FailedRunError, InputError, NoTracesError, UnreachableError  # noqa: E402
+from .api import Comparison, Document, analyze, compare, load
+from .errors import DDPDoctorError, FailedRunError, InputError, NoTracesError, UnreachableError
+from .version import __version__
 
 __all__ = ["analyze", "load", "compare", "Document", "Comparison", "DDPDoctorError", "InputError",
            "NoTracesError", "FailedRunError", "UnreachableError", "__version__"]

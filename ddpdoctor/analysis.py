@@ -86,6 +86,7 @@ def _process_rank(rank: int, files: list[TraceFile], comm_patterns: tuple[str, .
     for f in files:
         rt = load_rank_trace(f.path, rank, f.rank_source, comm_patterns)
         parts.append(summarize(rt, rank))
+        parts[-1].decoder = rt.decoder
     return parts[0] if len(parts) == 1 else _concat(parts)
 
 
@@ -125,6 +126,7 @@ def _concat(parts: list[RankSummary]) -> RankSummary:
     base.paths = [x for p in parts for x in p.paths]
     base.n_events = sum(p.n_events for p in parts)
     base.notes = sorted({n for p in parts for n in p.notes})
+    base.decoder = "; ".join(sorted({p.decoder for p in parts}))
     return base
 
 
@@ -175,7 +177,7 @@ def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None,
     else:
         results = executors.local_processes(_worker, tasks, jobs, on_result)
     summaries, errors = [], []
-    for rank, summary, warns, err in sorted(results, key=lambda r: r[0]):
+    for _rank, summary, warns, err in sorted(results, key=lambda r: r[0]):
         warnings.extend(warns)
         if err:
             errors.append(err)

@@ -145,6 +145,15 @@ class Comparison:
 
 # ---------------------------------------------------------------------- entry points
 
+def analyzer(opts, ruleset, progress=None):
+    """The analysis of one path into a diagnosis dict, for report.files.load_diagnosis (a renderer
+    does not run the pipeline below it: the CLI and this API hand it this function)."""
+    from .diagnosis import run_analyze
+    from .report.json_report import to_dict
+
+    return lambda path: to_dict(run_analyze([path], opts, ruleset, progress=progress))
+
+
 def analyze(paths, *, all_windows: bool = False, jobs: int | None = None, ranks: str | None = None,
             scheduler: str | None = None, comm_kernels: Iterable[str] = (), hta: str = "auto",
             rules: Iterable[str | os.PathLike] = (), overrides: Mapping[str, Any] | Iterable[str] = (),
@@ -154,8 +163,8 @@ def analyze(paths, *, all_windows: bool = False, jobs: int | None = None, ranks:
     ``paths``: one path or a list (a ``ddpdoctor run`` bundle, trace files or folders, logs, fsspec
     URLs).  The options are the CLI's: ``all_windows`` (--all-windows), ``jobs`` (-j), ``ranks``
     (--ranks "0-7,12"), ``scheduler`` (--scheduler), ``comm_kernels`` (--comm-kernel regexes), ``hta``
-    ("auto", "on", "off"), ``rules`` (--rules folders), ``overrides`` ({"DL001.min_wait_share": 0.2}
-    or ["DL001.min_wait_share=0.2"], --set), ``use_config`` (False: --no-config), ``redact_hosts``.
+    ("auto", "on", "off"), ``rules`` (--rules folders), ``overrides`` ({"RULE.PARAM": 0.2} or
+    ["RULE.PARAM=0.2"], --set: a rule id and one of its parameters, see ``ddpdoctor rules explain RULE``), ``use_config`` (False: --no-config), ``redact_hosts``.
     ``check=True`` raises :class:`FailedRunError` (exit code 3) when the run itself failed; by
     default a failed run is a diagnosis like any other (``doc.failed``)."""
     import re
@@ -194,7 +203,7 @@ def load(source: str | os.PathLike) -> Document:
     with _translated_errors():
         from .report.files import load_diagnosis, prepare
 
-        return Document(prepare(load_diagnosis(os.fspath(source), analyze_ok=False)))
+        return Document(prepare(load_diagnosis(os.fspath(source))))
 
 
 def compare(before, after, *, max_regression: float | None = None, hta: str = "off") -> Comparison:
@@ -202,8 +211,8 @@ def compare(before, after, *, max_regression: float | None = None, hta: str = "o
     dict, or a path (report.json, report folder, bundle archive, or a run folder analyzed on the fly)."""
     with _translated_errors(), _rules_in_force((), (), True) as ruleset:
         from .analysis import AnalyzeOptions
-        from .report.files import load_diagnosis, prepare
         from .report.document import validate
+        from .report.files import load_diagnosis, prepare
         from .ticket import compare as cmp
 
         def side(x, name):
@@ -211,7 +220,7 @@ def compare(before, after, *, max_regression: float | None = None, hta: str = "o
                 return x._data
             if isinstance(x, Mapping):
                 return prepare(validate(dict(x), name))
-            return prepare(load_diagnosis(os.fspath(x), opts=AnalyzeOptions(hta=hta), ruleset=ruleset))
+            return prepare(load_diagnosis(os.fspath(x), analyzer(AnalyzeOptions(hta=hta), ruleset)))
 
         return Comparison(cmp.compare(side(before, "before"), side(after, "after"), max_regression=max_regression))
 

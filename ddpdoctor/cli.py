@@ -9,8 +9,10 @@ import traceback
 
 import click
 
-from . import __version__
+from .cli_options import hta_option, json_option, quiet_option, report_option, ruleset_in_force, with_rules_options
 from .errors import FAILED_RUN, InputError
+from .text import plural
+from .version import __version__
 
 
 def _fail(message: str, code: int) -> None:
@@ -57,20 +59,6 @@ class _Group(click.Group):
 @click.version_option(__version__, prog_name="ddpdoctor")
 def main() -> None:
     """Why is my PyTorch DDP training slow, and what should I change?"""
-
-
-def _ruleset(rules_dirs, sets, no_config=False):
-    """The rules in force; the metrics.toml overrides it carries stay in force until the command ends."""
-    from .resources import set_metric_overrides
-    from .rules_engine.registry import build_ruleset
-
-    rs = build_ruleset(list(rules_dirs), list(sets), use_config=not no_config)
-    set_metric_overrides(rs.metrics)
-    return rs
-
-
-from .cli_options import hta_option, json_option, quiet_option, report_option  # noqa: E402
-from .cli_options import with_rules_options as _with_rules_options  # noqa: E402
 
 
 _redact_hosts_option = click.option(
@@ -154,7 +142,7 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
 @click.option("--comm-kernel", "comm_patterns", multiple=True, metavar="REGEX",
               help="Treat kernels whose name matches REGEX as communication (repeatable).")
 @hta_option
-@_with_rules_options
+@with_rules_options
 @_redact_hosts_option
 @click.option("-v", "--verbose", is_flag=True, help="Every finding, every fix and the per-rank table, not only the card.")
 @quiet_option
@@ -190,7 +178,7 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, ranks_spec, sc
 
     hta_adapter.require(hta)
     paths, trial = trial_arm(list(paths), quiet)
-    ruleset = _ruleset(rules_dirs, sets, no_config)
+    ruleset = ruleset_in_force(rules_dirs, sets, no_config)
     opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_patterns), hta=hta,
                           scheduler=scheduler, ranks=ranks_spec)
     with _progress(quiet) as progress:
@@ -238,7 +226,7 @@ def report_cmd(source, fmt, output, verbose, redact_hosts):
     """
     from .report.files import load_diagnosis, prepare, render
 
-    d = prepare(load_diagnosis(source, analyze_ok=False), redact_hosts)
+    d = prepare(load_diagnosis(source), redact_hosts)
     if fmt == "terminal" and not output:
         _print_terminal(d, verbose)
         return
@@ -275,7 +263,7 @@ def schema():
               help="Keep only the profiled steps' events of each trace.")
 @click.option("--hta", type=click.Choice(["auto", "on", "off"]), default="off", show_default=True,
               help="HTA cross-check when SOURCE must be analyzed first.")
-@_with_rules_options
+@with_rules_options
 @_redact_hosts_option
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, sets, no_config, redact_hosts, quiet):
@@ -289,26 +277,26 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
     from pathlib import Path
 
     from .analysis import AnalyzeOptions
-    from .ticket.archive import build_bundle
+    from .api import analyzer
+    from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
     from .report.redaction import HostRedactor
-
-    from .metrics import hta_adapter
+    from .ticket.archive import build_bundle
 
     hta_adapter.require(hta)
     hosts = HostRedactor() if redact_hosts else None
     with _progress(quiet) as progress:
-        raw = load_diagnosis(source, opts=AnalyzeOptions(hta=hta), ruleset=_ruleset(rules_dirs, sets, no_config),
-                             progress=progress)
+        raw = load_diagnosis(source, analyzer(AnalyzeOptions(hta=hta), ruleset_in_force(rules_dirs, sets, no_config),
+                                              progress))
     if hosts is not None:
-        from .ticket.archive import _hosts_from_records, _walk
+        from .ticket.archive import bundle_files, hosts_from_records
 
-        _hosts_from_records(_walk(Path(source)), hosts)
+        hosts_from_records(bundle_files(Path(source)), hosts)
     d = prepare(raw, redact_hosts, hosts)
     res = build_bundle(source, output, d, max_mb=max_mb, with_traces=with_traces, trim_traces=trim_traces,
                        hosts=hosts)
     if not quiet:
-        click.echo(f"{res.path}: {res.size / 1024 / 1024:.2f} MiB, {len(res.members)} file{'' if len(res.members) == 1 else 's'}")
+        click.echo(f"{res.path}: {res.size / 1024 / 1024:.2f} MiB, {plural(len(res.members), 'file')}")
         for x in res.left_out:
             click.echo(f"  left out: {hosts.sub(x) if hosts else x}")
 
@@ -321,7 +309,7 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text", show_default=True)
 @click.option("--hta", type=click.Choice(["auto", "on", "off"]), default="off", show_default=True,
               help="HTA cross-check when a side must be analyzed first.")
-@_with_rules_options
+@with_rules_options
 def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config):
     """Before/after: per-category step-time change, the verdict then and now.
 
@@ -329,9 +317,10 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     folders (analyzed on the fly).  Exit code 1 when --max-regression is exceeded.
     """
     from .analysis import AnalyzeOptions
-    from .ticket import compare as cmp
+    from .api import analyzer
     from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
+    from .ticket import compare as cmp
 
     hta_adapter.require(hta)
     trial = None
@@ -339,8 +328,8 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
         from .trial.folders import trial_sides
 
         before, after, trial = trial_sides(before)
-    rs = _ruleset(rules_dirs, sets, no_config)
-    sides = [prepare(load_diagnosis(p, opts=AnalyzeOptions(hta=hta), ruleset=rs)) for p in (before, after)]
+    rs = ruleset_in_force(rules_dirs, sets, no_config)
+    sides = [prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta=hta), rs))) for p in (before, after)]
     c = cmp.compare(*sides, max_regression=max_regression)
     if trial is not None:
         from .trial.runner import summary_line
@@ -361,12 +350,12 @@ def rules() -> None:
 
 
 @rules.command("list")
-@_with_rules_options
+@with_rules_options
 def rules_list(rules_dirs, sets, no_config):
     """One line per rule: id, category, severity, name, title."""
-    from .report.text import wrap
+    from .text import wrap
 
-    rs = _ruleset(rules_dirs, sets, no_config)
+    rs = ruleset_in_force(rules_dirs, sets, no_config)
     width = _output_width(200)
     for r in rs.active():
         origin = "" if r.origin == "built-in" else f"  [{r.path}]"
@@ -385,12 +374,12 @@ def rules_list(rules_dirs, sets, no_config):
 
 @rules.command("explain")
 @click.argument("rule_id")
-@_with_rules_options
+@with_rules_options
 def rules_explain(rule_id, rules_dirs, sets, no_config):
     """What a rule detects, why it matters, its fixes, references and params."""
     from .rules_engine.explain import explain
 
-    rs = _ruleset(rules_dirs, sets, no_config)
+    rs = ruleset_in_force(rules_dirs, sets, no_config)
     click.echo(explain(rs.get(rule_id), rs.params.get(rs.get(rule_id).id, {}), _output_width()))
 
 
@@ -405,7 +394,7 @@ def rules_facts(markdown):
     if markdown:
         sys.stdout.write(render(cat))
         return
-    from .report.text import wrap
+    from .text import wrap
 
     width = _output_width(200)
     for name in cat.names():
@@ -423,7 +412,7 @@ def rules_facts(markdown):
 @rules.command("test")
 @click.option("--update", is_flag=True, help="Write each rule's snapshot (rules/<folder>/snapshots/<id>.snap) "
                                             "from what its cases render now; review the diff before committing.")
-@_with_rules_options
+@with_rules_options
 def rules_test(update, rules_dirs, sets, no_config):
     """Run the test cases stored in every rule file and compare what they render with each rule's
     snapshot; exit 1 if a case fails or a snapshot differs (a diff is printed), 2 on a malformed rule."""
@@ -432,7 +421,7 @@ def rules_test(update, rules_dirs, sets, no_config):
     from .resources import rules_dir
     from .rules_engine.selftest import run_all
 
-    rs = _ruleset(rules_dirs, sets, no_config)
+    rs = ruleset_in_force(rules_dirs, sets, no_config)
     disabled = [r for rid, r in rs.rules.items() if rid in rs.disabled]
     sys.exit(run_all(rs.active(), [rules_dir(), *map(Path, rules_dirs)], update, click.echo, disabled))
 

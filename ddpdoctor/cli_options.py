@@ -9,8 +9,9 @@ RULES_OPTIONS = [
     click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
                  help="A folder of extra rule files (*.toml); a rule with a built-in id replaces it (repeatable)."),
     click.option("--set", "sets", multiple=True, metavar="RULE.param=VALUE",
-                 help="Override a rule threshold for this run, e.g. --set DL001.min_wait_share=0.2, or one of "
-                      "rules/metrics.toml, e.g. --set metrics.straggler.min_late_share=0.1 (repeatable)."),
+                 help="Override a rule threshold for this run (`ddpdoctor rules explain RULE` lists its "
+                      "parameters), or one of rules/metrics.toml, e.g. --set metrics.straggler.min_late_share=0.1 "
+                      "(repeatable)."),
     click.option("--no-config", is_flag=True,
                  help="Ignore [tool.ddpdoctor] in pyproject.toml and ddpdoctor.toml."),
 ]
@@ -43,3 +44,14 @@ def analysis_args(rules_dirs=(), sets=(), no_config=False, hta="auto", quiet=Fal
     args += (["--json", str(json_path)] if json_path else []) + (["--report", str(report_dir)] if report_dir else [])
     args += ["--force"] if report_dir and force else []
     return args + (["-q"] if quiet else []) + (["-v"] if verbose else [])
+
+
+def ruleset_in_force(rules_dirs, sets, no_config=False):
+    """The rules in force (--rules, --set, --no-config); the metrics.toml overrides it carries stay in
+    force until the command ends."""
+    from .resources import set_metric_overrides
+    from .rules_engine.registry import build_ruleset
+
+    rs = build_ruleset(list(rules_dirs), list(sets), use_config=not no_config)
+    set_metric_overrides(rs.metrics)
+    return rs

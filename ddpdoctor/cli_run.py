@@ -11,7 +11,7 @@ import click
 
 from .cli_options import analysis_args, hta_option, json_option, quiet_option, report_option, with_rules_options
 from .errors import InputError
-from .report.text import plural
+from .text import plural
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
@@ -63,11 +63,11 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
         raise InputError("--report, --json, --rules, --set and --hta belong to the analysis of one run; analyze "
                          "a trial's arm afterwards: ddpdoctor analyze TRIAL_FOLDER --report DIR")
     if not no_analyze and not tries:        # a bad rule folder or --set fails now, not after the training
-        from .cli import _ruleset
+from .cli_options import ruleset_in_force
         from .metrics import hta_adapter
 
         hta_adapter.require(hta)
-        _ruleset(rules_dirs, sets, no_config)
+        ruleset_in_force(rules_dirs, sets, no_config)
     analysis = analysis_args(rules_dirs, sets, no_config, hta, quiet, json_path, report_dir, verbose, force)
     if tries:
         _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline)
@@ -101,7 +101,7 @@ def _say_what_happened(result, settings) -> None:
     not fail, or when no card follows (--no-analyze)."""
     import shutil
 
-    from .report.text import wrap
+    from .text import wrap
     from .run_timeline import failure_timeline
 
     m = result.manifest

@@ -24,7 +24,7 @@ import zlib
 from pathlib import Path
 
 from .errors import InputError
-from .report.text import plural
+from .text import plural
 
 DEFAULT_MAX_TRACE_BYTES = 4 << 30
 DEFAULT_MAX_LOG_BYTES = 256 << 20

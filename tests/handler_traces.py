@@ -1,4 +1,4 @@
-"""Plain `tensorboard_trace_handler` output built with the synthetic generator (ddpdoctor/synth): 8 ranks,
+"""Plain `tensorboard_trace_handler` output built with the synthetic generator (ddpdoctor_synth): 8 ranks,
 4 per host, files named `{hostname}_{pid}.{time_ns}.pt.trace.json.gz`, one folder per host."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ddpdoctor.synth import Scenario, generate
-from ddpdoctor.synth.handler import HOSTS, handler_layout  # noqa: F401 - HOSTS for the tests
+from ddpdoctor_synth import Scenario, generate
+from ddpdoctor_synth.handler import HOSTS, handler_layout  # noqa: F401 - HOSTS for the tests
 
 
 def handler_job(folder: Path, skew_ms: float, straggler: int | None, naming: str = "handler",

@@ -137,7 +137,7 @@ def test_step_table_dataframe(tmp_path):
 def test_allreduce_message_sizes_come_from_the_collective_records(tmp_path):
     """record_param_comms carries 'In msg nelems' and 'dtype': bytes and records per step, counted in the
     host's steps (the synthetic writer puts them on the backward thread, inside each ProfilerStep)."""
-    from ddpdoctor.synth import Scenario, generate
+    from ddpdoctor_synth import Scenario, generate
 
     generate(Scenario(world_size=2, steps=3, buckets=5, bucket_kb=16.0), tmp_path, gzip=False)
     rt = load_rank_trace(tmp_path / "rank0.pt.trace.json")

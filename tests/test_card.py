@@ -12,7 +12,7 @@ import pytest
 from ddpdoctor.report import view
 from ddpdoctor.report.card import partial_reasons, render_card
 from ddpdoctor.report.terminal import render_full
-from ddpdoctor.report.text import block, shell, wrap
+from ddpdoctor.text import block, shell, wrap
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from ddpdoctor.report.card import next_step, render_card
-from ddpdoctor.report.text import shell
+from ddpdoctor.text import shell
 
 from test_card import _doc
 

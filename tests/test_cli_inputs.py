@@ -96,7 +96,7 @@ def test_missing_ranks_warn_and_give_partial_results(tmp_path):
 
 
 def test_ranks_analyzes_the_chosen_ranks_only_and_every_output_says_so(tmp_path):
-    from ddpdoctor.synth import Scenario, generate
+    from ddpdoctor_synth import Scenario, generate
     traces = tmp_path / "traces"
     generate(Scenario(world_size=12, steps=3, straggler_rank=9, straggler_extra_us=15000.0), traces)
     out, report = tmp_path / "a.json", tmp_path / "report"

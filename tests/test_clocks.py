@@ -15,7 +15,7 @@ from ddpdoctor.metrics.columns import COLUMNS
 from ddpdoctor.metrics.cross_rank import analyze_cross_rank
 from ddpdoctor.metrics.steps import StepWindow
 from ddpdoctor.resources import metric_overrides
-from ddpdoctor.synth import Scenario, generate
+from ddpdoctor_synth import Scenario, generate
 
 HOSTS = ["a"] * 4 + ["b"] * 4
 RANKS = list(range(8))
@@ -208,7 +208,7 @@ def test_skew_without_a_straggler_names_none(tmp_path, skew_ms):
 
 
 def test_scenario_nodes_and_skew_round_trip_and_validate(tmp_path):
-    from ddpdoctor.synth import dump_scenario, load_scenario
+    from ddpdoctor_synth import dump_scenario, load_scenario
 
     sc = Scenario(world_size=8, ranks_per_node=4, node_skew_ms=[0.0, -12.5], end_jitter_us=20.0, name="x")
     assert load_scenario(dump_scenario(sc, tmp_path / "sc.toml")) == sc

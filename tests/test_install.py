@@ -1,9 +1,16 @@
 """A light default install (#14 item 7): HTA's cross-check is the extra ddpdoctor[hta], the default
 dependencies carry no notebook stack, and `--hta on` without HTA says how to install it."""
 
+import os
+import shlex
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ddpdoctor.cli import main
@@ -34,3 +41,41 @@ def test_hta_on_without_hta_says_how_to_install_it(monkeypatch):
         assert res.exit_code == 2 and "pip install 'ddpdoctor[hta]'" in res.output, res.output
     res = CliRunner().invoke(main, ["analyze", str(sample), "--format", "json"])       # auto: skipped quietly
     assert res.exit_code == 0 and '"hta": null' in res.output
+
+
+def _compiler() -> str | None:
+    cc = shlex.split(os.environ.get("CC", "cc"))
+    return shutil.which(cc[0]) if cc else None
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel `pip wheel .` builds from this checkout (hatch_build.py runs)."""
+    out = tmp_path_factory.mktemp("wheel")
+    before = _untracked_in_package()
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _untracked_in_package() == before, "the build wrote into the checkout"
+    (whl,) = out.glob("ddpdoctor-*.whl")
+    return whl
+
+
+def _untracked_in_package() -> set[str]:
+    return {str(p.relative_to(ROOT)) for p in (ROOT / "ddpdoctor").rglob("*.so")}
+
+
+def test_the_wheel_is_tagged_for_any_python_of_its_platform(wheel):
+    tag = wheel.name.removesuffix(".whl").split("-")[-3:]
+    names = zipfile.ZipFile(wheel).namelist()
+    if "ddpdoctor/trace/_kscan.so" in names:        # a ctypes library: no CPython ABI
+        assert tag[:2] == ["py3", "none"] and tag[2] != "any", wheel.name
+    else:
+        assert _compiler() is None, f"a C compiler exists but the wheel has no C reader: {wheel.name}"
+        assert tag == ["py3", "none", "any"], wheel.name
+
+
+def test_the_wheel_carries_no_test_helpers(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.startswith("ddpdoctor/synth/")]
+    assert "ddpdoctor/_rules/dataloader/DL001-dataloader-wait.toml" in names

@@ -66,8 +66,16 @@ def test_readme_layout_lists_what_the_tree_holds():
     pkg = ROOT / "ddpdoctor"
     expected = {f"ddpdoctor/{p.name}/" for p in pkg.iterdir() if (p / "__init__.py").is_file()}
     expected |= {f"ddpdoctor/{p.name}" for p in pkg.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    expected |= {f"{p.name}/" for p in ROOT.iterdir() if p.is_dir() and p != pkg and _is_source_folder(p)}
     missing = sorted(expected - set(listed))
     assert not missing, f"README layout does not list {missing}"
+
+
+def _is_source_folder(p: Path) -> bool:
+    """A top-level folder of the repository (not a hidden one, a virtualenv, a build or a cache)."""
+    if p.name.startswith((".", "__")) or p.name in ("build", "dist") or p.name.endswith(".egg-info"):
+        return False
+    return not (p / "pyvenv.cfg").exists() and not p.name.startswith("ddpdoctor-out")
 
 
 def test_readme_quickstart_card_is_what_analyze_prints():

@@ -67,7 +67,7 @@ def _logs_folder(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    from ddpdoctor.synth import generate, scenario_from_shares
+    from ddpdoctor_synth import generate, scenario_from_shares
 
     root = tmp_path_factory.mktemp("cases")
     out = {"empty": _empty_report(), "dataloader": run_analyze([str(DL_SAMPLE)], OPTS)}
@@ -339,7 +339,7 @@ def test_report_rerenders_what_analyze_wrote(tmp_path):
 
 
 def test_bundle_respects_the_size_budget(tmp_path):
-    from ddpdoctor.synth import generate, scenario_from_shares
+    from ddpdoctor_synth import generate, scenario_from_shares
 
     generate(scenario_from_shares(world_size=2, steps=6), tmp_path / "run", gzip=False)
     full = sum(p.stat().st_size for p in (tmp_path / "run").glob("*.json"))
@@ -359,7 +359,7 @@ def test_bundle_respects_the_size_budget(tmp_path):
 
 
 def test_compare_reports_the_gain_and_gates_a_regression(tmp_path):
-    from ddpdoctor.synth import generate, scenario_from_shares
+    from ddpdoctor_synth import generate, scenario_from_shares
 
     generate(scenario_from_shares(world_size=4, steps=2, dataloader=0.30), tmp_path / "before")
     generate(scenario_from_shares(world_size=4, steps=2, dataloader=0.02, step_us=72000.0), tmp_path / "after")

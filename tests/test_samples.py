@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.analysis import AnalyzeOptions, analyze
-from ddpdoctor.synth import Truth
+from ddpdoctor_synth import Truth
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 try:
-    import ddpdoctor.synth  # noqa: F401
+    import ddpdoctor_synth  # noqa: F401
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ddpdoctor.synth import (RankSpec, Scenario, Truth, dump_scenario, generate, load_scenario,
+from ddpdoctor_synth import (RankSpec, Scenario, Truth, dump_scenario, generate, load_scenario,
                              scenario_from_shares)
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "ddpdoctor" / "synth" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[1] / "ddpdoctor_synth" / "scenarios"
 DL_NAME = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 EXCLUSIVE = ("compute", "comm_exposed", "memcpy", "dataloader_wait", "host_idle", "other")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -341,7 +341,7 @@ def test_example_scenarios_load(name):
 def test_cli(tmp_path):
     scen = tmp_path / "tiny.toml"
     scen.write_text("world_size = 2\nsteps = 1\nkernel_us = 1000.0\nstraggler_rank = 1\nstraggler_extra_us = 500.0\n")
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor.synth", str(scen), str(tmp_path / "o"), "--no-gzip"],
+    res = subprocess.run([sys.executable, "-m", "ddpdoctor_synth", str(scen), str(tmp_path / "o"), "--no-gzip"],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], check=True)
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 1 and "2 ranks x 1 steps" in lines[0] and "straggler rank 1" in lines[0]

@@ -3,7 +3,7 @@
 import pytest
 
 from ddpdoctor.analysis import AnalyzeOptions, analyze
-from ddpdoctor.synth import generate, scenario_from_shares
+from ddpdoctor_synth import generate, scenario_from_shares
 
 TOL = 0.02   # acceptance: injected shares within 2 percentage points
 CHECKED = ("compute", "comm", "comm_exposed", "memcpy", "gpu_busy", "dataloader_wait", "host_idle", "other",
@@ -60,8 +60,8 @@ def test_launch_bound_host_idle(tmp_path):
 def test_scenario_files_shipped_with_the_generator_are_recovered(tmp_path):
     from pathlib import Path
 
-    import ddpdoctor.synth as synth
-    from ddpdoctor.synth import load_scenario
+    import ddpdoctor_synth as synth
+    from ddpdoctor_synth import load_scenario
 
     folder = Path(synth.__file__).parent / "scenarios"
     files = sorted(folder.glob("*.toml"))

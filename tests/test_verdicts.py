@@ -13,7 +13,7 @@ import pytest
 from ddpdoctor.analysis import AnalyzeOptions
 from ddpdoctor.diagnosis import run_analyze
 from ddpdoctor.rules_engine.registry import build_ruleset
-from ddpdoctor.synth import generate, scenario_from_shares
+from ddpdoctor_synth import generate, scenario_from_shares
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
@@ -188,7 +188,7 @@ def _synthetic_matrix():
 @pytest.mark.parametrize("entry", _synthetic_matrix(), ids=lambda e: e["name"])
 def test_synthetic_matrix_entry(entry, tmp_path):
     """The synthetic half of the accuracy matrix (benchmarks/accuracy.py reads the same list)."""
-    from ddpdoctor.synth import scenario_from_dict
+    from ddpdoctor_synth import scenario_from_dict
     generate(scenario_from_dict(dict(entry["args"], name=entry["name"])), tmp_path)
     r = diagnose(tmp_path)
     v = r.diagnosis.verdict

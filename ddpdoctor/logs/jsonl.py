@@ -14,7 +14,7 @@ import json
 from datetime import datetime
 
 from ..errors import InputError
-from ..report.text import plural
+from ..text import plural
 from . import patterns as P
 from .model import LogEvent
 

@@ -58,6 +58,7 @@ class RankSummary:
     extras: dict[str, float | None] = field(default_factory=dict)   # per-rank scalars, see _extras
     input_shapes: list[str | None] = field(default_factory=list)    # per step: shapes the forward received
     timeline: dict | None = None  # the median-duration step's segments and top kernels, see _timeline
+    decoder: str = ""             # the trace reader that ran (RankTrace.decoder)
 
 
 def _union(sp: Spans) -> iv.Intervals:

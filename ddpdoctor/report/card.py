@@ -12,8 +12,8 @@ import statistics
 
 from ..bundle.discover import compact_ranks
 from ..resources import metric_params
+from ..text import WIDTH, block_items, command, cut, plural, shell, wrap
 from ..trial.predict import fix_prediction
-from .text import WIDTH, block_items, command, cut, plural, shell, wrap
 from .view import analysis, findings, verdict_summary
 
 FAILURE_CATEGORIES = ("failure", "network", "memory")
@@ -223,15 +223,16 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
     return lines
 
 
-# The contention finding (IM004) is context, not a cost: on the card it is listed only when it changed the
-# verdict (a cost set aside as machine noise) or the measured contention is material (other processes or
-# steal took at least this share of the host's CPU time); `-v` lists it always.
-CONTENTION_RULES = ("IM004",)
+# A finding about the recording rather than the workload (its rule's `order = "recording"`: the host was
+# contended) is context, not a cost: on the card it is listed only when it changed the verdict (a cost set
+# aside as machine noise) or the measured contention is material (other processes or steal took at least
+# this share of the host's CPU time); `-v` lists it always.
+RECORDING = "recording"
 CONTENTION_MATERIAL_SHARE = 0.5
 
 
 def _worth_listing(f: dict, d: dict) -> bool:
-    if f.get("rule") not in CONTENTION_RULES:
+    if f.get("order") != RECORDING:
         return True
     if any("machine noise" in str(c.get("why_not") or "") for c in d.get("costs") or []):
         return True

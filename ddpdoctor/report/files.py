@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import tarfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import safe_io
@@ -156,9 +157,10 @@ def _from_archive(p: Path) -> dict:
         raise InputError(f"{p}: not a readable bundle archive ({exc})") from None
 
 
-def load_diagnosis(path: str, analyze_ok: bool = True, **analyze_kw) -> dict:
-    """A diagnosis dict from report.json, a folder holding one, a bundle archive, or (when
-    ``analyze_ok``) by analyzing a folder of traces / logs."""
+def load_diagnosis(path: str, analyze: Callable[[str], dict] | None = None) -> dict:
+    """A diagnosis dict from report.json, a folder holding one, a bundle archive, or (given
+    ``analyze``, the caller's analysis of a path into a diagnosis dict) a folder of traces / logs.
+    A renderer does not run the analysis itself: the pipeline sits below it."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{path}: no such file or folder")
@@ -172,14 +174,10 @@ def load_diagnosis(path: str, analyze_ok: bool = True, **analyze_kw) -> dict:
             head = safe_io.load_json(raw, str(p))
             if isinstance(head, dict) and head.get("schema") == SCHEMA:
                 return _well_formed(head, str(p))
-            if not analyze_ok:
+            if analyze is None:
                 _check(head, str(p))
     elif (p / "report.json").is_file():
         return _read_json(p / "report.json")
-    if not analyze_ok:
+    if analyze is None:
         raise InputError(f"{path}: no report.json here (write one with `ddpdoctor analyze … --report DIR`)")
-    from ..diagnosis import run_analyze
-    from .json_report import to_dict
-
-    return to_dict(run_analyze([str(p)], analyze_kw.get("opts"), analyze_kw.get("ruleset"),
-                               progress=analyze_kw.get("progress")))
+    return analyze(str(p))

@@ -14,7 +14,8 @@ from .escape import h
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 MAX_TABLE_ROWS = 2000
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1100px;padding:16px 24px;color:#212529}
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1100px;
+padding:16px 24px;color:#212529}
 h1{font-size:22px;margin:8px 0}h2{font-size:18px;border-bottom:1px solid #dee2e6;padding-bottom:4px;margin-top:28px}
 h3{font-size:15px;margin:18px 0 6px}
 .verdict{border-left:6px solid #1d3557;background:#f1f5f9;padding:10px 14px;border-radius:4px}
@@ -26,7 +27,8 @@ h3{font-size:15px;margin:18px 0 6px}
 .cat.communication{background:#f3d9fa}.cat.imbalance{background:#d0ebff}.cat.compute{background:#d3f9d8}
 pre{background:#f8f9fa;border:1px solid #e9ecef;padding:8px 10px;overflow-x:auto;font-size:12.5px;border-radius:4px}
 pre .add{color:#2b8a3e}pre .del{color:#c92a2a}pre .cmt{color:#868e96}
-table{border-collapse:collapse;font-size:12.5px;margin:6px 0}td,th{border:1px solid #dee2e6;padding:3px 7px;text-align:right}
+table{border-collapse:collapse;font-size:12.5px;margin:6px 0}
+td,th{border:1px solid #dee2e6;padding:3px 7px;text-align:right}
 th{background:#f1f3f5}td.l,th.l{text-align:left;max-width:560px;overflow-wrap:anywhere}
 img{max-width:100%;border:1px solid #e9ecef;margin:6px 0}figure{margin:12px 0}figcaption{font-size:12px;color:#495057}
 .muted{color:#6c757d;font-size:12.5px}summary{cursor:pointer;font-weight:600}

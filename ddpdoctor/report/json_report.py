@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, is_dataclass
 
-from .. import __version__
 from ..analysis import Analysis
 from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
+from ..version import __version__
 
 SCHEMA = "ddpdoctor.diagnosis/1"
 ANALYSIS_SCHEMA = "ddpdoctor.analysis/1"
@@ -44,6 +44,7 @@ def analysis_dict(a: Analysis) -> dict:
             "steps": n, "events": s.n_events, "collectives": len(s.collectives),
             "mean_us": {c: (None if s.values[c][0] is None or not n else sum(s.values[c]) / n) for c in COLUMNS},
             "share": a.rank_share(s), "notes": s.notes, "timeline": getattr(s, "timeline", None),
+            "decoder": s.decoder or None,
         }
     cross = asdict(a.cross)
     return _clean({
@@ -66,7 +67,7 @@ def analysis_dict(a: Analysis) -> dict:
 
 def _plain_facts(facts: dict) -> dict:
     """The facts rules read, without per-step vectors; per-rank vectors as {rank: value}."""
-    from ..rules_engine.engine import _plain
+    from ..rules_engine.engine import plain
     from ..rules_engine.expr import Vec
 
     out = {}
@@ -75,7 +76,7 @@ def _plain_facts(facts: dict) -> dict:
             continue
         if isinstance(v, Vec) and v.values.dtype == object:
             continue
-        out[k] = _plain(v)
+        out[k] = plain(v)
     return out
 
 

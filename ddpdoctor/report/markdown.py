@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 
+from ..text import is_code
 from . import view
 from .escape import md, md_code, md_fence, md_multiline, md_prose
 from .paths import localize_doc
-from .text import is_code
 
 _URL = re.compile(r"https?://[^\s<>\"'`\\]+")
 MAX_CHARS = 65_536
@@ -68,7 +68,8 @@ def finding_block(i: int, f: dict, said: str = "") -> str:
     cost = ""
     if f.get("cost") is not None and f.get("expected_speedup"):
         cost = f"costs {100 * f['cost']:.0f} % of the step, up to {f['expected_speedup']:.2f}x faster"
-    out = [f"### {i}. [{md(f.get('rule'))}] {md(f.get('title'))}{_ranks(f.get('ranks') or [])}{' — ' + md(cost) if cost else ''}", "",
+    cost_md = " — " + md(cost) if cost else ""
+    out = [f"### {i}. [{md(f.get('rule'))}] {md(f.get('title'))}{_ranks(f.get('ranks') or [])}{cost_md}", "",
            f"*{md(f.get('category'))}, severity {md(f.get('severity'))}*" +
            (f", confidence {f['confidence']:.2f}" if isinstance(f.get("confidence"), (int, float)) else ""),
            "", "*Its summary is the verdict above.*" if f.get("summary") and f["summary"] in said

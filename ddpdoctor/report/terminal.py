@@ -4,9 +4,9 @@ the diagnosis document, like every other renderer; plain text at a given width."
 
 from __future__ import annotations
 
-from .card import partial_reasons, render_card
-from .text import WIDTH, block, cut, plural, wrap
 from ..bundle.discover import compact_ranks
+from ..text import WIDTH, block, cut, plural, wrap
+from .card import partial_reasons, render_card
 from .view import analysis, evidence_value, findings, rank_ids, select_ranks
 
 PERFORMANCE = ("dataloader", "communication", "compute", "imbalance", "config")
@@ -80,6 +80,7 @@ def _table(d: dict, width: int) -> list[str]:
                 + f", steps from {first.get('step_source')}", width, "Per rank: ", "  ")
     out += wrap(" ".join(partial_reasons(d)), width, "  partial: ", "  ") if d.get("partial") else []
     out += _hosts(a, width)
+    out += _decoders(ranks, width)
     out.append("")
     head = f"{'rank':>5} {'steps':>5} {'step ms':>8}" + "".join(f" {h:>9}" for _, h in cols)
     out.append(cut(head, width))
@@ -116,6 +117,19 @@ def _hosts(a: dict, width: int) -> list[str]:
              sorted(groups.items(), key=lambda kv: min(kv[1]))]
     tail = f"; from the {_SOURCE.get(next(iter(sources)), next(iter(sources)))}" if len(sources) == 1 else ""
     return wrap(", ".join(parts) + tail, width, "  hosts: ", "  ")
+
+
+def _decoders(ranks: dict, width: int) -> list[str]:
+    """Which trace reader decoded which ranks (trace/decode.py: the C reader, or msgspec and why)."""
+    groups: dict[str, list[int]] = {}
+    for r, row in ranks.items():
+        if row.get("decoder"):
+            groups.setdefault(row["decoder"], []).append(int(r))
+    if len(groups) == 1:
+        return wrap(next(iter(groups)), width, "  decoded by: ", "  ")
+    parts = [f"{dec} (rank{'s' if len(rs) > 1 else ''} {compact_ranks(sorted(rs))})"
+             for dec, rs in sorted(groups.items(), key=lambda kv: min(kv[1]))]
+    return wrap("; ".join(parts), width, "  decoded by: ", "  ") if parts else []
 
 
 _SOURCE = {"trace": "traces' host_name", "file name": "trace handler's file names ({host}_{pid}.…)",

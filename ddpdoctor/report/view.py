@@ -5,7 +5,6 @@ ranks, number formatting.  Pure Python (no matplotlib, no traces)."""
 from __future__ import annotations
 
 import json
-
 import statistics
 
 MAX_RANKS_SHOWN = 16

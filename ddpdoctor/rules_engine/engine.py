@@ -62,19 +62,19 @@ class Outcome:
     error: str | None = None
 
 
-def _plain(v):
+def plain(v):
     """A JSON-able version of an evaluated value."""
     if isinstance(v, Vec):
-        return {int(r): _plain(x) for r, x in zip(v.ranks, v.values)} if len(set(v.ranks.tolist())) == len(v) \
-            else [_plain(x) for x in v.values]
+        return {int(r): plain(x) for r, x in zip(v.ranks, v.values)} if len(set(v.ranks.tolist())) == len(v) \
+            else [plain(x) for x in v.values]
     if isinstance(v, (np.floating, np.integer, np.bool_)):
         v = v.item()
     if isinstance(v, float):
         return None if np.isnan(v) else round(v, 6)
     if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
+        return [plain(x) for x in v]
     if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
+        return {str(k): plain(x) for k, x in v.items()}
     return v
 
 
@@ -184,7 +184,7 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
                             knob=fx.knob, value=value, framework=in_framework.framework if in_framework else None))
     # the fix the evidence selects first (`leads_if`), the others as written (sorted() is stable)
     fixes = [fx for _p, fx in sorted(zip(place, fixes), key=lambda pf: pf[0])]
-    evidence = {k: _plain(v) for k, v in look.values.items() if not isinstance(v, Missing)}
+    evidence = {k: plain(v) for k, v in look.values.items() if not isinstance(v, Missing)}
     return Finding(
         rule=rule.id, name=rule.name, category=rule.category, severity=rule.severity, title=rule.title,
         summary=re.sub(r"\s+", " ", summary).strip(), ranks=ranks, evidence=evidence, fixes=fixes,

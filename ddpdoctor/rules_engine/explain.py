@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ..report.text import WIDTH, block, wrap
+from ..text import WIDTH, block, wrap
 from .model import Rule
 
 

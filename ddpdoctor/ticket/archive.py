@@ -33,7 +33,7 @@ from .. import safe_io
 from ..errors import InputError
 from ..redact import collect_secrets, redact_known_formats, strip_terminal
 from ..report.redaction import HostRedactor, redact_secrets, redact_string
-from ..report.text import plural
+from ..text import plural
 
 TOP = "ddpdoctor-ticket"
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
@@ -71,7 +71,7 @@ def looks_secret(path: Path) -> bool:
     return bool(SECRET_FILE.match(path.name)) and not path.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))
 
 
-def _walk(src: Path, left_out: list[str] | None = None) -> list[Path]:
+def bundle_files(src: Path, left_out: list[str] | None = None) -> list[Path]:
     """Regular files under ``src`` whose real path stays inside it (links out of the folder,
     FIFOs, sockets, devices, loops and dangling links are left out, and said)."""
     if not src.is_dir():
@@ -183,7 +183,7 @@ def _head_tail(data: bytes, keep: int) -> bytes:
                                     .encode()] + lines[-half:])
 
 
-def _hosts_from_records(files: list[Path], hosts: HostRedactor) -> None:
+def hosts_from_records(files: list[Path], hosts: HostRedactor) -> None:
     names = []
     for p in files:
         if p.name == "manifest.json" or (p.suffix == ".json" and p.parent.name == "hosts"):
@@ -222,9 +222,9 @@ def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0
     budget = int(max_mb * 1024 * 1024)
     res = BundleResult(out)
     walk_notes: list[str] = []
-    files = [p for p in _walk(src, walk_notes) if p.resolve() != out.resolve()]
+    files = [p for p in bundle_files(src, walk_notes) if p.resolve() != out.resolve()]
     if hosts is not None:
-        _hosts_from_records(files, hosts)
+        hosts_from_records(files, hosts)
     _collect_file_secrets(files)
     plots = make_plots(d)
     members = [Member("report.md", render_markdown(d, [(f"plots/{n}.png", t) for n, t, _ in plots]).encode(), "report"),
@@ -300,8 +300,8 @@ def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0
                 if add(Member(tname, _host_trace(t, hosts), "trace")):
                     ok = True
                     if not trim_traces or steps:
-                        res.left_out.append(f"{name}: trimmed to {'the last ' + plural(steps, 'step') if steps else 'the profiled steps'}"
-                                            " to fit the size budget")
+                        kept = "the last " + plural(steps, "step") if steps else "the profiled steps"
+                        res.left_out.append(f"{name}: trimmed to {kept} to fit the size budget")
                     break
                 tried.append(steps)
             if not ok:

@@ -103,8 +103,10 @@ def _lines(c: dict) -> tuple[list[str], list[list[str]], list[str]]:
 def render_text(c: dict) -> str:
     head, body, notes = _lines(c)
     widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
-    fmt = lambda r: "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w)  # noqa: E731
-                              for i, (x, w) in enumerate(zip(r, widths)))
+
+    def fmt(r) -> str:
+        return "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(r, widths)))
+
     return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, body), "", *notes]) + "\n"
 
 

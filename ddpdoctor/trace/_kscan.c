@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stddef.h>
 
 #include "_kscan_lex.h"
 
@@ -24,6 +25,21 @@
 #define KS_SOURCE_ID "unknown"
 #endif
 const char *ks_source_id(void) { return KS_SOURCE_ID; }
+
+/* the layout of KScan (its size, then the offset of each field in declaration order), which
+ * fastscan.py compares with its ctypes mirror before it uses this library */
+#define KS_OFF(f) (int64_t)offsetof(KScan, f)
+int64_t ks_layout(int64_t *out, int64_t cap) {
+    const int64_t lay[] = {
+        (int64_t)sizeof(KScan), KS_OFF(cap), KS_OFF(n), KS_OFF(ts), KS_OFF(dur), KS_OFF(cat), KS_OFF(name),
+        KS_OFF(coll), KS_OFF(pid), KS_OFF(tid), KS_OFF(corr), KS_OFF(ext), KS_OFF(dims_off), KS_OFF(dims_len),
+        KS_OFF(flags), KS_OFF(msg_off), KS_OFF(msg_len), KS_OFF(dtype), KS_OFF(strcap), KS_OFF(nstr),
+        KS_OFF(str_off), KS_OFF(str_len), KS_OFF(str_esc), KS_OFF(htab), KS_OFF(hsize), KS_OFF(events_start),
+        KS_OFF(events_end), KS_OFF(fail_at)};
+    int64_t k = (int64_t)(sizeof lay / sizeof lay[0]);
+    for (int64_t i = 0; i < k && i < cap; i++) out[i] = lay[i];
+    return k;
+}
 
 typedef struct {
     int64_t corr, ext_a, ext_b, dims_off, msg_off;

@@ -3,7 +3,7 @@ straight into numpy columns, without a Python object per event.
 
 :func:`scan` returns ``None`` whenever the reader is not built or the trace is anything but plain
 JSON of the schema's types (see the C file); the caller then decodes with msgspec
-(:func:`ddpdoctor.trace.decode._decode`), so the RankTrace never depends on the path taken.
+(trace/msgscan.py); both readers' columns go through the one normaliser (trace/normalize.py).
 ``DDPDOCTOR_NO_KSCAN=1`` turns the reader off; a library built from other sources than the
 ones beside it (a checkout updated without a reinstall) is not used.
 """
@@ -14,6 +14,7 @@ import ctypes
 import hashlib
 import mmap
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +23,10 @@ import numpy as np
 
 from .. import safe_io
 from ..errors import InputError
+from .columns import HAS_CORR, HAS_EXT, PID_STR, TID_STR, Columns
 from .schema import TRACE_DECODER, Trace
 
 OK, BAIL, FULL = 0, 1, 2
-PID_STR, TID_STR, HAS_CORR, HAS_EXT = 1, 2, 4, 8
 _P = ctypes.c_void_p
 
 
@@ -42,28 +43,73 @@ _ROW = (("ts", np.float64), ("dur", np.float64), ("cat", np.int32), ("name", np.
         ("pid", np.int64), ("tid", np.int64), ("corr", np.int64), ("ext", np.int64),
         ("dims_off", np.int64), ("dims_len", np.int32), ("flags", np.uint8),
         ("msg_off", np.int64), ("msg_len", np.int32), ("dtype", np.int32))
-_lib_cache: list = []
 _NELEMS = msgspec.json.Decoder(int | float | str | None)
+_lib_cache: list = []        # [the library, or None]
+_why_not: list[str] = [""]   # why the library is not used
+
+
+def _candidates() -> list[Path]:
+    """Where the library may be: beside this file (a wheel), or ``ddpdoctor_native/`` on sys.path
+    (an editable install puts it in site-packages, never in the checkout; see hatch_build.py)."""
+    here = Path(__file__).with_name("_kscan.so")
+    return [here, *(Path(p) / "ddpdoctor_native" / "_kscan.so" for p in sys.path if p)]
+
+
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    """The first library found that was built from the sources beside this file, with the struct
+    layout of :class:`_KScan`; else None and why."""
+    if os.environ.get("DDPDOCTOR_NO_KSCAN"):
+        return None, "turned off by DDPDOCTOR_NO_KSCAN"
+    why = "the C reader is not built (no C compiler when ddpdoctor was installed)"
+    for so in (p for p in _candidates() if p.is_file()):
+        lib, why = _open(so)
+        if lib is not None:
+            return lib, ""
+    return None, why
+
+
+def _open(so: Path) -> tuple[ctypes.CDLL | None, str]:
+    try:
+        lib = ctypes.CDLL(str(so))
+        lib.ks_source_id.restype = ctypes.c_char_p
+        if lib.ks_source_id().decode() != source_hash(Path(__file__).parent):
+            return None, "the C reader was built from other sources (reinstall ddpdoctor)"
+        lib.ks_layout.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
+        lib.ks_layout.restype = ctypes.c_int64
+        if c_layout(lib) != ctypes_layout():
+            return None, "the C reader's struct differs from fastscan.py's (reinstall ddpdoctor)"
+        for fn in (lib.ks_scan, lib.ks_scan_mapped):
+            fn.argtypes = [_P, ctypes.c_int64, ctypes.POINTER(_KScan)]
+            fn.restype = ctypes.c_int
+    except (OSError, AttributeError) as exc:
+        return None, f"the C reader cannot be loaded ({exc})"
+    return lib, ""
 
 
 def _lib():
     if not _lib_cache:
-        lib = None
-        so = Path(__file__).with_name("_kscan.so")
-        if so.exists() and not os.environ.get("DDPDOCTOR_NO_KSCAN"):
-            try:
-                lib = ctypes.CDLL(str(so))
-                lib.ks_source_id.restype = ctypes.c_char_p
-                if lib.ks_source_id().decode() != source_hash(so.parent):
-                    lib = None                   # built from other sources: reinstall to use it
-                else:
-                    for fn in (lib.ks_scan, lib.ks_scan_mapped):
-                        fn.argtypes = [_P, ctypes.c_int64, ctypes.POINTER(_KScan)]
-                        fn.restype = ctypes.c_int
-            except (OSError, AttributeError):
-                lib = None
+        lib, _why_not[0] = _load()
         _lib_cache.append(lib)
     return _lib_cache[0]
+
+
+def unavailable_reason() -> str:
+    """Why the C reader is not used ("" when it is)."""
+    if _lib() is not None:
+        return ""
+    return _why_not[0] or "the C reader is turned off"
+
+
+def c_layout(lib) -> list[int]:
+    """The C side's ``sizeof(KScan)`` and field offsets (``ks_layout`` in _kscan.c)."""
+    out = (ctypes.c_int64 * 64)()
+    k = lib.ks_layout(out, 64)
+    return list(out[:k])
+
+
+def ctypes_layout() -> list[int]:
+    """The same numbers for the ctypes mirror :class:`_KScan`."""
+    return [ctypes.sizeof(_KScan), *(getattr(_KScan, f).offset for f, _ in _KScan._fields_)]
 
 
 def source_hash(folder: Path) -> str:
@@ -79,28 +125,39 @@ def available() -> bool:
 
 
 @dataclass
-class Columns:
-    """One row per complete event ("ph": "X"), in file order. String fields are ids into
-    ``strings`` (one id per distinct string); pid / tid are ids there where ``flags`` says so."""
+class RawArgs:
+    """:class:`~.columns.ArgColumns` of the scan: full columns, and spans of the file's bytes for the
+    two args read for a few rows only."""
 
-    n: int
-    ts: np.ndarray
-    dur: np.ndarray
-    cat: np.ndarray
-    name: np.ndarray
-    coll: np.ndarray          # -1: no collective name
-    pid: np.ndarray
-    tid: np.ndarray
-    corr: np.ndarray          # -1 where absent
-    ext: np.ndarray
+    raw: bytes | bytearray | mmap.mmap
+    corr_col: np.ndarray      # -1 where absent
+    ext_col: np.ndarray
+    has_ext: np.ndarray
+    coll_ids: np.ndarray      # -1: none
+    dtype_ids: np.ndarray     # -1: none
     dims_off: np.ndarray
     dims_len: np.ndarray      # -1: no "Input Dims"
-    flags: np.ndarray
     msg_off: np.ndarray
     msg_len: np.ndarray       # -1: no "In msg nelems" (or null)
-    dtype: np.ndarray         # -1: no "dtype" (or null)
-    strings: list[str]
-    raw: bytes | bytearray | mmap.mmap    # the file, for the few "Input Dims" read
+    strings_or_none: np.ndarray   # the strings as an object array, None last: id -1 reads None
+
+    def corr(self, rows: np.ndarray) -> np.ndarray:
+        return self.corr_col[rows]
+
+    def ext(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.has_ext[rows], self.ext_col[rows]
+
+    def coll(self, rows: np.ndarray) -> np.ndarray:
+        return self.strings_or_none[self.coll_ids[rows]]
+
+    def dtype(self, rows: np.ndarray) -> np.ndarray:
+        return self.strings_or_none[self.dtype_ids[rows]]
+
+    def has_msg(self, rows: np.ndarray) -> np.ndarray:
+        return self.msg_len[rows] >= 0
+
+    def has_dims(self, rows: np.ndarray) -> np.ndarray:
+        return self.dims_len[rows] > 0
 
     def in_nelems(self, i: int) -> int | float | str | None:
         """args "In msg nelems" of row ``i`` as msgspec decodes it into the schema's type."""
@@ -192,7 +249,11 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
     c["corr"] = np.where((c["flags"] & HAS_CORR) != 0, c["corr"], -1)
     for f in ("ts", "dur", "ext", "dims_off", "dims_len", "flags", "msg_off", "msg_len"):
         c[f] = c[f].copy()                  # compact: the capacity beyond n is released
-    return Columns(n=n, strings=list(canon), raw=raw, **c), meta
+    strings = list(canon)
+    args = RawArgs(raw, c.pop("corr"), c.pop("ext"), (c["flags"] & HAS_EXT) != 0, c.pop("coll"), c.pop("dtype"),
+                   *(c.pop(f) for f in ("dims_off", "dims_len", "msg_off", "msg_len")),
+                   strings_or_none=np.array([*strings, None], dtype=object))
+    return Columns(n=n, strings=strings, args=args, **c), meta
 
 
 def _strings(raw, off: np.ndarray, ln: np.ndarray, esc: np.ndarray) -> list[str]:

@@ -1,5 +1,5 @@
 """The messages of collective records (``record_param_comms``: ``In msg nelems`` and ``dtype``):
-their bytes, built the same way from either decode path (decode.py's events, colnorm.py's columns)."""
+their bytes, built the same way by trace/normalize.py from either reader's columns."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class CollMessages:
         return int(self.start.size)
 
 
-def _no_messages() -> CollMessages:
+def no_messages() -> CollMessages:
     return CollMessages(np.zeros(0), np.zeros(0), [], np.zeros(0))
 
 
@@ -46,7 +46,7 @@ def message_bytes(nelems, dtype) -> float | None:
 
 def coll_messages(records) -> CollMessages:
     """CollMessages from (start, collective name, ``In msg nelems``, ``dtype``) of the host collective
-    records (both decode paths); a record without a name, a size or a known dtype is left out."""
+    records; a record without a name, a size or a known dtype is left out."""
     start, nbytes, kind, elem = [], [], [], []
     for s, collective, nelems, dtype in records:
         if not collective or nelems is None:
@@ -58,6 +58,6 @@ def coll_messages(records) -> CollMessages:
             kind.append(classify.collective_kind(collective, "", None))
             elem.append(DTYPE_BYTES[dtype])
     if not start:
-        return _no_messages()
+        return no_messages()
     return CollMessages(np.asarray(start, dtype=np.float64), np.asarray(nbytes, dtype=np.float64), kind,
                         np.asarray(elem, dtype=np.float64))

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 
-from ... import __version__
+from ...version import __version__
 from .. import CAPTURE_VERSION
 from ..agent.contract import MANIFEST_SCHEMA
 

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ... import __version__
+from ...version import __version__
 from ...errors import InputError
 from ...redact import join_argv, redact_argv
 from .. import CAPTURE_VERSION

@@ -278,7 +278,10 @@ def measure(rs: RankStep) -> dict[str, int]:
     gpu = _cat([c_n, mem])
     g_d = _cat([gpu, dl])
     all_ = _cat([g_d, host])
-    U = lambda x: union_len(x[0], x[1], lo, hi)  # noqa: E731
+
+    def U(x) -> float:
+        return union_len(x[0], x[1], lo, hi)
+
     compute, comm_u, cn, busy, gd = U(comp), U(comm), U(c_n), U(gpu), U(g_d)
     out = {
         "step_time": hi - lo,

@@ -1,4 +1,4 @@
-"""``python -m ddpdoctor.synth SCENARIO.toml OUT_DIR [--gzip/--no-gzip] [--target-mb N]``."""
+"""``python -m ddpdoctor_synth SCENARIO.toml OUT_DIR [--gzip/--no-gzip] [--target-mb N]``."""
 
 from . import main
 

@@ -1,11 +1,11 @@
 """Synthetic multi-rank torch.profiler/Kineto traces of DDP training with a known truth.
 
->>> from ddpdoctor.synth import Scenario, generate
+>>> from ddpdoctor_synth import Scenario, generate
 >>> truth = generate(Scenario(world_size=4, steps=5), "out", gzip=True)   # doctest: +SKIP
 
 writes ``out/rank{r}.pt.trace.json(.gz)`` for every rank and ``out/truth.json``.  The truth
 columns use the analyzer's definitions and are computed from the generator's own layout
-(see :func:`ddpdoctor.synth.timeline.measure`).  No torch, no GPU.
+(see :func:`ddpdoctor_synth.timeline.measure`).  No torch, no GPU.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .scenario import (PHASES, RankSpec, Scenario, dump_scenario, load_scenario,
-                       scenario_from_dict, scenario_from_shares)
+from .scenario import PHASES, RankSpec, Scenario, dump_scenario, load_scenario, scenario_from_dict, scenario_from_shares
 from .timeline import Layout, RankStep, measure
 from .writer import RankTraceWriter
 
@@ -218,7 +217,7 @@ def generate(sc: Scenario, out_dir: str | Path, gzip: bool = True, jobs: int = 1
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m ddpdoctor.synth",
+    ap = argparse.ArgumentParser(prog="python -m ddpdoctor_synth",
                                  description="Write synthetic multi-rank DDP Kineto traces and their truth.")
     ap.add_argument("scenario", help="scenario TOML file")
     ap.add_argument("out_dir")

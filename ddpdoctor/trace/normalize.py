@@ -1,19 +1,35 @@
-""":func:`ddpdoctor.trace.decode.normalize` for the compiled reader's columns (trace/fastscan.py).
+"""The one normaliser: a reader's :class:`~.columns.Columns` (trace/fastscan.py or trace/msgscan.py)
+into a :class:`~.model.RankTrace`.
 
-The same RankTrace as ``normalize`` on msgspec's events, step for step, but every field is
-already a numpy column and every string an id: categories, names, collective names and string
-pids / tids are classified once per distinct string and spread with an array take.
+Both schema generations are normalized here: 2021 categories (``Kernel``, ``Runtime``, ``Operator``,
+``Memcpy``, ``Memset``) and current ones (``kernel``, ``cuda_runtime``, ``cuda_driver``, ``cpu_op``,
+``user_annotation``, ``gpu_memcpy``, ``gpu_memset``). Every field is a numpy column and every string
+an id: categories, names, collective names and string pids / tids are classified once per distinct
+string and spread with an array take, so no Python code runs per event.
 """
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from . import classify
-from .decode import _STEP, LEGACY_CATS, GpuOps, RankTrace, Spans, _category_code, host_buckets, rank_trace
+from .columns import PID_STR, TID_STR, Columns
 from .messages import CollMessages, coll_messages
-from .fastscan import HAS_EXT, PID_STR, TID_STR, Columns
+from .model import GpuOps, RankTrace, Spans, rank_trace
 from .schema import Trace
+
+# category (lower case) -> code: 1 kernel, 2 memcpy, 3 memset, 4 runtime, 5 operator, 6 annotation
+CATEGORY_CODES = {"kernel": 1, "gpu_memcpy": 2, "memcpy": 2, "gpu_memset": 3, "memset": 3,
+                  "cuda_runtime": 4, "runtime": 4, "cuda_driver": 4, "hip_runtime": 4,
+                  "cpu_op": 5, "operator": 5, "user_annotation": 6}
+LEGACY_CATS = ("Kernel", "Runtime", "Operator", "Memcpy", "Memset")
+STEP = 1 << 16    # beside classify's name flags: a ProfilerStep#N span
+
+
+def category_code(cat: str) -> int:
+    return CATEGORY_CODES.get(cat.lower(), 0)
 
 
 class _Strings:
@@ -38,8 +54,9 @@ class _Strings:
         return self.obj[ids].tolist() if len(ids) else []
 
 
-def _ids(col: np.ndarray, flags: np.ndarray, bit: int, strings: list[str]):
-    """Python values of an int-or-string id column: ``at(i)``, ``equals(value)``, ``tolist()``."""
+def _ids(col: np.ndarray, flags: np.ndarray, bit: int, strings: list):
+    """Python values of an int-or-string id column (``flags & bit``: an id into ``strings``):
+    ``at(i)``, ``equals(value)``, ``tolist()``."""
     is_str = (flags & bit) != 0
     any_str = bool(is_str.any())
 
@@ -47,10 +64,10 @@ def _ids(col: np.ndarray, flags: np.ndarray, bit: int, strings: list[str]):
         return strings[int(col[i])] if any_str and is_str[i] else int(col[i])
 
     def equals(value) -> np.ndarray:
-        if isinstance(value, str):
-            sid = strings.index(value) if value in strings else -1
-            return is_str & (col == sid)
-        return ~is_str & (col == value) if any_str else col == value
+        if isinstance(value, int) and -(1 << 63) <= value < (1 << 63):
+            return ~is_str & (col == value) if any_str else col == value
+        sid = strings.index(value) if value in strings else -1      # a string, a big int (or None: no row)
+        return is_str & (col == sid)
 
     def tolist() -> list:
         return [at(i) for i in range(len(col))] if any_str else col.tolist()
@@ -58,12 +75,12 @@ def _ids(col: np.ndarray, flags: np.ndarray, bit: int, strings: list[str]):
     return at, equals, tolist
 
 
-def normalize_columns(path: str, cols: Columns, meta: Trace, rank_hint: int | None, rank_hint_source: str,
+def normalize(path: str, cols: Columns, meta: Trace, rank_hint: int | None, rank_hint_source: str,
                       comm_patterns: tuple[str, ...] = ()) -> RankTrace:
     is_comm_name = classify.comm_kernel_matcher(comm_patterns)
     S = _Strings(cols.strings)
     n = cols.n
-    code = S.table(_category_code, cols.cat, np.int8)[cols.cat]
+    code = S.table(category_code, cols.cat, np.int8)[cols.cat]
     schema = "2021" if any(cols.strings[i] in LEGACY_CATS for i in S.present(cols.cat).tolist()) else "current"
     gpu_idx = np.flatnonzero((code >= 1) & (code <= 3))
     op_idx = np.flatnonzero(code >= 4)
@@ -83,9 +100,9 @@ def normalize_columns(path: str, cols: Columns, meta: Trace, rank_hint: int | No
     op_ann = np.where(op_code == 4, 2, op_code - 5).astype(np.int8)   # 0 op, 1 annotation, 2 runtime
     rt_mask = op_code == 4
     F = classify
-    flags = S.table(lambda nm: F.name_flags(nm) | (_STEP if nm.startswith("ProfilerStep#") else 0),
+    flags = S.table(lambda nm: F.name_flags(nm) | (STEP if nm.startswith("ProfilerStep#") else 0),
                     op_name, np.int32)[op_name]
-    steps_idx = np.flatnonzero(~rt_mask & ((flags & _STEP) != 0)).tolist()
+    steps_idx = np.flatnonzero(~rt_mask & ((flags & STEP) != 0)).tolist()
     if steps_idx:
         main_tid, main_pid = tid_at(steps_idx[0]), pid_at(steps_idx[0])
     else:
@@ -95,13 +112,12 @@ def normalize_columns(path: str, cols: Columns, meta: Trace, rank_hint: int | No
     steps = sorted(((cols.strings[op_name[i]], float(op_s[i]), float(op_e[i])) for i in steps_idx
                     if on_main[i] and in_pid[i]), key=lambda x: x[1])
     buckets = host_buckets(flags, in_pid, on_main, rt_mask, op_ann)
-    ext_to_coll: dict = {}
-    for i in buckets["coll"].tolist():
-        j = int(op_idx[i])
-        if cols.flags[j] & HAS_EXT:
-            ext_to_coll[int(cols.ext[j])] = classify.host_collective_kind(cols.strings[op_name[i]])
+    coll_rows = op_idx[buckets["coll"]]
+    present, keys = cols.args.ext(coll_rows)
+    ext_to_coll = {k: classify.host_collective_kind(cols.strings[nm])
+                   for k, nm, has in zip(keys.tolist(), op_name[buckets["coll"]].tolist(), present.tolist()) if has}
 
-    messages = _collective_messages(op_idx[buckets["coll"]], op_s[buckets["coll"]], cols)
+    messages = _collective_messages(coll_rows, op_s[buckets["coll"]], cols)
 
     def spans(key: str) -> Spans:
         idx = buckets[key]
@@ -126,9 +142,9 @@ def normalize_columns(path: str, cols: Columns, meta: Trace, rank_hint: int | No
     pageable[mem] = S.table(lambda nm: "HtoD" in nm and "Pageable" in nm, k_name[mem], bool)[k_name[mem]]
     kern = np.flatnonzero(k_code == 1)
     _kernel_kinds(kern, gpu_idx[kern], cols, S, ext_to_coll, is_comm_name, kinds, traits, comm_kind)
-    gpu = GpuOps(k_s, k_e, kinds, cols.corr[gpu_idx], comm_kind, pageable, traits, k_names)
+    gpu = GpuOps(k_s, k_e, kinds, cols.args.corr(gpu_idx), comm_kind, pageable, traits, k_names)
     rt_idx = np.flatnonzero(rt_mask)
-    rt_corr = cols.corr[op_idx[rt_idx]]
+    rt_corr = cols.args.corr(op_idx[rt_idx])
     rt_keep = rt_corr >= 0
 
     return rank_trace(
@@ -143,32 +159,54 @@ def normalize_columns(path: str, cols: Columns, meta: Trace, rank_hint: int | No
     )
 
 
+def host_buckets(flags: np.ndarray, in_pid: np.ndarray, on_main: np.ndarray, rt_mask: np.ndarray,
+                 op_ann: np.ndarray) -> dict[str, np.ndarray]:
+    """Indices of the host events of each kind : every op and runtime call of the
+    main process but markers, the main thread's ops, DataLoader, forward, backward, optimizer and
+    collective ops, allocator and synchronizing runtime calls."""
+    F = classify
+    host = in_pid & ((flags & F.MARKER) == 0)
+    host_rt = host & rt_mask
+    host_op = host & ~rt_mask
+
+    def has(flag: int) -> np.ndarray:
+        return (flags & flag) != 0
+
+    sel = {"host": host, "main": host_op & (op_ann == 0) & on_main,
+           "dl": host_op & has(F.DATALOADER), "fwd": host_op & has(F.FORWARD),
+           "bwd": host_op & has(F.BACKWARD), "opt": host_op & has(F.OPTIMIZER),
+           "coll": host_op & has(F.COLLECTIVE),
+           "alloc": host_rt & has(F.RT_ALLOC), "sync": host_rt & ~has(F.RT_ALLOC) & has(F.RT_SYNC)}
+    return {k: np.flatnonzero(m) for k, m in sel.items()}
+
+
 def _kernel_kinds(kern: np.ndarray, rows: np.ndarray, cols: Columns, S: _Strings, ext_to_coll: dict,
                   is_comm_name, kinds: np.ndarray, traits: np.ndarray, comm_kind: list[str]) -> None:
-    """decode._kernel_kinds on columns: ``kern`` indexes the GPU ops, ``rows`` the same kernels'
-    rows of ``cols``."""
+    """Fill kinds, traits and collective kinds of the kernels (``kern`` indexes the GPU ops, ``rows``
+    the same kernels' rows of ``cols``): a kernel is a communication kernel when its args name a
+    collective, when it was launched from a host collective (external id), or when its name matches
+    a communication-kernel pattern."""
     if not len(kern):
         return
     names = cols.name[rows]
     comm = S.table(lambda nm: bool(is_comm_name(nm)), names, bool)[names]
-    coll = cols.coll[rows]
-    has_coll = coll >= 0
-    marked = np.zeros(len(rows), dtype=bool)
-    if has_coll.any():
-        nonempty = S.table(bool, coll[has_coll], bool)
-        marked[has_coll] = nonempty[coll[has_coll]]
+    coll = cols.args.coll(rows)
+    marked = np.fromiter(map(bool, coll), dtype=bool, count=len(coll))
     comm |= marked
     parents = None
     if ext_to_coll:
-        ext = cols.ext[rows]
-        keys = np.fromiter(ext_to_coll, dtype=np.int64, count=len(ext_to_coll))
-        parented = ((cols.flags[rows] & HAS_EXT) != 0) & np.isin(ext, keys)
+        present, keys = cols.args.ext(rows)
+        if keys.dtype == np.int64 and all(type(k) is int for k in ext_to_coll):
+            known = np.isin(keys, np.fromiter(ext_to_coll, dtype=np.int64, count=len(ext_to_coll)))
+        else:
+            known = np.fromiter(map(ext_to_coll.__contains__, keys.tolist()), dtype=bool, count=len(keys))
+        parented = present & known
         comm |= parented
-        parents = (parented, ext)
+        parents = (parented, keys)
     kind_of: dict = {}
     for j in np.flatnonzero(comm).tolist():
-        mark = cols.strings[coll[j]] if marked[j] else None
-        parent = ext_to_coll[int(parents[1][j])] if parents is not None and parents[0][j] else None
+        mark = coll[j] if marked[j] else None
+        parent = ext_to_coll[_py(parents[1][j])] if parents is not None and parents[0][j] else None
         key = (mark, cols.strings[names[j]], parent)
         ck = kind_of.get(key)
         if ck is None:
@@ -180,18 +218,17 @@ def _kernel_kinds(kern: np.ndarray, rows: np.ndarray, cols: Columns, S: _Strings
 
 
 def _collective_messages(rows: np.ndarray, starts: np.ndarray, cols: Columns) -> CollMessages:
-    """decode._collective_messages on columns (rows of the host collective ops)."""
+    """The host collective records (rows of ``cols``, a few per step) that name their message size."""
+    coll, has_msg, dtype = cols.args.coll(rows), cols.args.has_msg(rows), cols.args.dtype(rows)
     return coll_messages(
-        (s, cols.strings[int(cols.coll[r])], cols.in_nelems(r),
-         cols.strings[int(cols.dtype[r])] if cols.dtype[r] >= 0 else None)
-        for r, s in zip(rows.tolist(), starts.tolist()) if cols.coll[r] >= 0 and cols.msg_len[r] >= 0)
+        (s, coll[j], cols.args.in_nelems(r), dtype[j])
+        for j, (r, s) in enumerate(zip(rows.tolist(), starts.tolist())) if coll[j] is not None and has_msg[j])
 
 
 def _forward_inputs(forward: Spans, main_rows: np.ndarray, cols: Columns) -> list[tuple[float, str]]:
-    """decode._forward_inputs on columns (rows of the main-thread ops)."""
-    import bisect
-
-    with_dims = main_rows[cols.dims_len[main_rows] > 0]
+    """(start, input shapes of the first main-thread op of the forward) for each forward span (rows
+    of the main-thread ops): with record_shapes, this is the batch the model received."""
+    with_dims = main_rows[cols.args.has_dims(main_rows)]
     if not len(with_dims):
         return []
     cand = sorted(zip(cols.ts[with_dims].tolist(), with_dims.tolist()))
@@ -202,5 +239,9 @@ def _forward_inputs(forward: Spans, main_rows: np.ndarray, cols: Columns) -> lis
             continue
         j = bisect.bisect_left(starts, fs)
         if j < len(cand) and starts[j] <= fe:
-            out.append((fs, cols.input_dims(cand[j][1])))
+            out.append((fs, cols.args.input_dims(cand[j][1])))
     return out
+
+
+def _py(v):
+    return v.item() if isinstance(v, np.generic) else v

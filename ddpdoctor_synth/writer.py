@@ -128,7 +128,7 @@ class RankTraceWriter:
         elif gzip:
             self.fh = _gzip.open(path, "wb", compresslevel=compresslevel)
         else:
-            self.fh = open(path, "wb", buffering=1 << 20)  # noqa: SIM115
+            self.fh = open(path, "wb", buffering=1 << 20)  # closed by close()
 
     # ------------------------------------------------------------------ output
     def _flush(self) -> None:
