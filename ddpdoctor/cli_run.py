@@ -63,7 +63,7 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
         raise InputError("--report, --json, --rules, --set and --hta belong to the analysis of one run; analyze "
                          "a trial's arm afterwards: ddpdoctor analyze TRIAL_FOLDER --report DIR")
     if not no_analyze and not tries:        # a bad rule folder or --set fails now, not after the training
-from .cli_options import ruleset_in_force
+        from .cli_options import ruleset_in_force
         from .metrics import hta_adapter
 
         hta_adapter.require(hta)

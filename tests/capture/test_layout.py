@@ -10,7 +10,7 @@ CAPTURE = Path(__file__).resolve().parents[2] / "ddpdoctor" / "capture"
 AGENT = CAPTURE / "agent"
 # what capture may import from the rest of ddpdoctor: the bottom layer only (never trial/, report/, the CLI,
 # nor the analysis that reads bundles)
-ALLOWED_FROM_DDPDOCTOR = {"errors", "redact", "__version__"}
+ALLOWED_FROM_DDPDOCTOR = {"errors", "redact", "version"}
 
 
 def _imports(path: Path):
