@@ -30,7 +30,7 @@ class TrialOptions:
     command: list[str]
     out: Path
     changes: dict | None              # None with rule set: taken from the baseline's diagnosis
-    rule: str | None = None           # `--try DL001`
+    rule: str | None = None           # `--try RULE`
     repeat: int | None = None         # per arm; None: chosen from the noise of the first pair
     baseline: Path | None = None      # an existing bundle as the baseline arm
     warmup: int = 5
