@@ -67,13 +67,17 @@ def threshold() -> float:
     return float(metric_params()["trial"]["min_predicted_speedup"])
 
 
-def _shown(knob: str, value) -> str:
+def setting_text(knob: str, value) -> str:
+    """knob=value as `--try` takes it (a whole float without its .0)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     return f"{knob}={value}"
 
 
 def candidates(report, best: dict, tried: dict, min_speedup: float) -> tuple[list[Candidate], list[dict]]:
-    """The settings the diagnosis proposes that `--try` can apply, not in force yet and not tried before,
-    one per knob (the best predicted), ordered by predicted gain; those left out, each with why."""
+    """The settings the diagnosis proposes that `--try` can apply and that were not tried before, one per knob
+    (the best predicted, unless that value is in force already), ordered by predicted gain; those left out
+    (not in force), each with why."""
     doc = runner.doc_of(report)
     by_knob: dict[str, Candidate] = {}
     left: list[dict] = []
@@ -88,9 +92,7 @@ def candidates(report, best: dict, tried: dict, min_speedup: float) -> tuple[lis
             except OverrideError as exc:
                 left.append({"change": f"{fx.knob}={fx.value}", "rule": f.rule, "why": str(exc)})
                 continue
-            shown = _shown(knob, value)
-            if knob in best and best[knob] == value:
-                continue
+            shown = setting_text(knob, value)
             if shown in tried:
                 left.append({"change": shown, "rule": f.rule, "why": f"tried in trial {tried[shown]}"})
                 continue
@@ -101,7 +103,9 @@ def candidates(report, best: dict, tried: dict, min_speedup: float) -> tuple[lis
             old = by_knob.get(knob)
             if old is None or (c.predicted_speedup or 0) > (old.predicted_speedup or 0):
                 by_knob[knob] = c
-    ranked = sorted(by_knob.values(), key=lambda c: -(c.predicted_speedup or 0))
+    # the best-predicted value of a knob already in force: the diagnosis asks for no other value of it
+    ranked = sorted((c for k, c in by_knob.items() if not (k in best and best[k] == c.change[k])),
+                    key=lambda c: -(c.predicted_speedup or 0))
     material = [c for c in ranked if (c.predicted_speedup or 0) > min_speedup]
     for c in ranked:
         if c not in material:
@@ -267,7 +271,7 @@ def run_tune(opts: TuneOptions, say=print, emit=print, write=None, capture_basel
 
 
 def _joined(settings: dict) -> str:
-    return ", ".join(_shown(k, v) for k, v in settings.items())
+    return ", ".join(setting_text(k, v) for k, v in settings.items())
 
 
 def _trial_record(n: int, c: Candidate, before: dict, t: dict, kept: bool, why: str, seconds: float,

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from ..rules_engine.frameworks import framework_table
-from .tune import SCHEMA, State, cumulative
+from ..report.text import plural
+from .tune import SCHEMA, State, cumulative, setting_text, threshold
 
 # raw PyTorch: where each setting `--try` applies lives in the script (frameworks.toml holds the frameworks)
 RAW_PYTORCH = {
@@ -103,14 +104,14 @@ def final_line(doc: dict) -> str:
     if doc["settings"] and cum.get("measured") is not None:
         lines = "; ".join(doc["patch"]["lines"])
         ci = cum.get("ci95")
-        shown = ", ".join(f"{k}={v}" for k, v in doc["settings"].items())
+        shown = ", ".join(setting_text(k, v) for k, v in doc["settings"].items())
         return (f"measured {cum['measured']:.2f}x faster with: {shown} ({lines})"
                 + (f"; 95 % {ci[0]:.2f}–{ci[1]:.2f}, the final settings against the original job" if ci else ""))
     if doc["settings"]:
         return f"kept {', '.join(doc['settings'])}, but {cum.get('note')}"
     tried = len(doc["trials"])
-    head = (f"no setting made this job measurably faster ({tried} tried)" if tried else
-            "no setting to try: the diagnosis proposes none that `--try` can apply with a material predicted gain")
+    head = (f"no setting made this job measurably faster ({plural(tried, 'setting')} tried)" if tried else
+            f"no setting to try: none of the diagnosis's fixes is a setting `--try` can apply with a predicted "
+            f"gain above {threshold():.2f}x")
     advice = doc.get("code_change_recommended")
-    tail = f"; the diagnosis recommends a code change instead: {advice}" if advice else ""
-    return head + tail
+    return head + (f"; it recommends a code change instead: {advice}" if advice else "")
