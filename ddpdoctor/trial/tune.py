@@ -119,6 +119,8 @@ def decide(t: dict, c: Candidate, allow_numerics: bool) -> tuple[bool, str]:
     """Keep the change only when the run with it did not fail, it was applied, and the 95 % interval of
     the speed-up lies above 1; one that changes numerics only with --allow-numerics."""
     arms = t.get("arms") or []
+    if any(a.get("interrupted_by") for a in arms):
+        return False, "interrupted before the trial ended"
     if t.get("failed_arm"):
         code = next((a["exit_code"] for a in arms if a["arm"] == t["failed_arm"] and a["exit_code"]), None)
         who = "the run with the change" if t["failed_arm"] == "try" else "the run with the current best settings"

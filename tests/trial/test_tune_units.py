@@ -83,6 +83,10 @@ def test_a_change_is_kept_only_when_its_interval_lies_above_1_and_the_run_did_no
     kept, why = tune.decide(_trial(1.5, [1.2, 1.9], applied=skipped), _cand(), False)
     assert not kept and why.startswith("not applied: dataloader.num_workers: MyLoader")
     assert tune.decide(_trial(None, None), _cand(), False)[0] is False
+    # Ctrl-C reached the ranks of the try arm (exit 130): not a failure of the change
+    stopped = [{"arm": "try", "exit_code": 130, "interrupted_by": "SIGINT"}]
+    assert tune.decide(_trial(failed_arm="try", arms=stopped), _cand(), False) == (
+        False, "interrupted before the trial ended")
 
 
 def test_a_faster_change_of_numerics_is_listed_never_kept_without_opt_in():
@@ -138,6 +142,11 @@ class FakeJob:
         res = self.results[shown]
         if res == "ctrl-c":
             raise KeyboardInterrupt
+        if res == "sigint-in-ranks":          # Ctrl-C while a run was going: run_capture returns 130
+            arm = {"arm": "try", "repeat": 1, "bundle": "Tx", "step_times_ms": [], "failed": True,
+                   "exit_code": 130, "interrupted_by": "SIGINT"}
+            return {"measured_speedup": None, "ci95": None, "failed_arm": "try", "applied": None,
+                    "arms": [dict(topts.reuse_arm, arm="baseline", repeat=1, reused=True), arm]}
         speed, ci = res
         n = len(self.calls)
         base_ms, try_ms = self.best_ms, self.best_ms / speed
@@ -204,6 +213,10 @@ def test_max_trials_budget_and_ctrl_c_stop_the_loop_and_keep_what_was_measured(t
     results["ddp.bucket_cap_mb=100"] = "ctrl-c"
     st, *_ = _run(FakeJob(results, {}, first), _opts(tmp_path))
     assert st.exit_code == 130 and "interrupted" in st.stopped and len(st.trials) == 1
+    results["ddp.bucket_cap_mb=100"] = "sigint-in-ranks"
+    st, *_ = _run(FakeJob(results, {}, first), _opts(tmp_path))
+    assert st.exit_code == 130 and st.stopped == "interrupted by you (Ctrl-C) during trial 2"
+    assert [t["why"] for t in st.trials][-1] == "interrupted before the trial ended"
 
 
 def test_a_failed_baseline_stops_before_any_trial_with_the_jobs_exit_code(tmp_path):
