@@ -64,10 +64,12 @@ def _verdict(report) -> dict | None:
 
 
 def code_advice(report) -> str | None:
-    """The diagnosis's first fix that is a change to the code (what to do when no setting helps)."""
+    """The first fix that is a change to the code, of the verdict's finding first (what to do when no
+    setting helps)."""
     if report is None:
         return None
-    for f in report.diagnosis.findings:
+    lead = getattr(report.diagnosis.verdict, "rule", None)          # the verdict's finding first
+    for f in sorted(report.diagnosis.findings, key=lambda f: f.rule != lead):
         for fx in f.fixes:
             if not getattr(fx, "knob", None):
                 return f"[{f.rule}] {fx.title}"
@@ -109,6 +111,8 @@ def final_line(doc: dict) -> str:
                 + (f"; 95 % {ci[0]:.2f}–{ci[1]:.2f}, the final settings against the original job" if ci else ""))
     if doc["settings"]:
         return f"kept {', '.join(doc['settings'])}, but {cum.get('note')}"
+    if doc.get("exit_code") == 130:
+        return "interrupted before any change was kept; what was measured is in tune.json"
     tried = len(doc["trials"])
     head = (f"no setting made this job measurably faster ({plural(tried, 'setting')} tried)" if tried else
             f"no setting to try: none of the diagnosis's fixes is a setting `--try` can apply with a predicted "

@@ -235,6 +235,15 @@ def test_nothing_helped_says_which_code_change_the_diagnosis_recommends(tmp_path
     assert line == ("no setting to try: none of the diagnosis's fixes is a setting `--try` can apply with a "
                     "predicted gain above 1.05x; it recommends a code change instead: [CM001] Gradient "
                     "accumulation without no_sync(): 8 gradient all-reduces per optimizer step")
+    # the verdict's finding speaks first, whatever the order of the findings
+    noisy = _report([_finding("IM004", 1.2, [_fix(None, None, "Re-record on an idle host")], category="imbalance"),
+                     *accum.diagnosis.findings], label="communication-bound")
+    noisy.diagnosis.verdict.rule = "CM001"
+    assert tune_report.code_advice(noisy).startswith("[CM001] Gradient accumulation without no_sync()")
+    stopped = tune.State(trials=[{"kept": False, "why": "interrupted before the trial ended", "shown": "x=1"}],
+                         exit_code=130)
+    assert tune_report.final_line(tune_report.document(_opts(tmp_path), stopped, base, best, 1.0)) == (
+        "interrupted before any change was kept; what was measured is in tune.json")
     rejected = tune.State(trials=[{"kept": False, "why": "no measurable change", "shown": "x=1"}])
     doc = tune_report.document(_opts(tmp_path), rejected, base, best, 1.0)
     assert tune_report.final_line(doc).startswith("no setting made this job measurably faster (1 setting tried); "
