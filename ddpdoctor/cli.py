@@ -428,3 +428,4 @@ def rules_test(update, rules_dirs, sets, no_config):
 
 from .cli_run import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
 main.add_command(_run_command)
+main.add_command(__import__("ddpdoctor.cli_tune", fromlist=["tune"]).tune)  # `ddpdoctor tune` (issue #31)

@@ -57,6 +57,15 @@ class Fix:
     # holds last, the others between; each group as written (an answer not recorded moves nothing)
     leads_if: Expr | None = None
     trails_if: Expr | None = None
+    # for `ddpdoctor tune` / `run --try` (docs/TUNE.md): the model trial/predict.py uses for this fix's knob
+    # (one of PREDICT_MODELS; default: the finding's upper bound), and whether the setting changes what the
+    # model computes (a compression hook, a precision): then tune never keeps it without --allow-numerics
+    predict: str | None = None
+    changes_numerics: bool = False
+
+
+# prediction models of trial/predict.py a fix may name (`predict = "…"`)
+PREDICT_MODELS = ("collective_count", "halved_bytes")
 
 
 @dataclass
@@ -140,6 +149,19 @@ def _knob(c, fx: dict, after: int) -> str | None:
     if "value" not in fx:
         c.fail("knob", f"knob {knob!r} needs a 'value' template", after)
     return knob
+
+
+def _tune_keys(c, fx: dict, after: int) -> tuple[str | None, bool]:
+    """A fix's `predict` and `changes_numerics` keys (they describe a setting: they need a knob)."""
+    model, numerics = fx.get("predict"), fx.get("changes_numerics", False)
+    if model is not None and model not in PREDICT_MODELS:
+        c.fail("predict", f"predict {model!r} is not one of {', '.join(PREDICT_MODELS)}", after)
+    if not isinstance(numerics, bool):
+        c.fail("changes_numerics", "changes_numerics is true or false", after)
+    if (model is not None or numerics) and fx.get("knob") is None:
+        c.fail("predict" if model is not None else "changes_numerics",
+               "'predict' and 'changes_numerics' describe a setting: the fix needs a 'knob'", after)
+    return model, numerics
 
 
 def key_line(text: str, key: str, after: int = 0) -> int:
@@ -346,6 +368,7 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
     fix_lines = [n for n, line in enumerate(text.splitlines()) if line.strip() == "[[fix]]"]
     for i, fx in enumerate(fixes):
         after = fix_lines[i] if i < len(fix_lines) else 0
+        model, numerics = _tune_keys(c, fx, after)
         for key in ("title", "change"):
             if not isinstance(fx.get(key), (str, list)):
                 c.fail("fix", f"fix #{i + 1} needs a {key!r} string (or [[fix.{key}]] parts)", after)
@@ -358,7 +381,8 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
             kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None,
             knob=_knob(c, fx, after), value=c.template("value", fx["value"], allow, after) if "value" in fx else None,
             leads_if=c.expr("leads_if", fx["leads_if"], allow, after) if "leads_if" in fx else None,
-            trails_if=c.expr("trails_if", fx["trails_if"], allow, after) if "trails_if" in fx else None))
+            trails_if=c.expr("trails_if", fx["trails_if"], allow, after) if "trails_if" in fx else None,
+            predict=model, changes_numerics=numerics))
     test_lines = [n for n, line in enumerate(text.splitlines()) if line.strip() == "[[test]]"]
     for i, tc in enumerate(data.get("test", [])):
         if tc.get("expect") not in ("fire", "quiet", "abstain"):

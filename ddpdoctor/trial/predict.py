@@ -6,16 +6,21 @@ Read by the trial (the prediction it prints beside the measurement) and by the c
 
 - By default the prediction is the upper bound of the baseline finding whose fixes change the tried
   setting (else of the finding of the category the setting acts on): 1 / (1 − its cost).
-- A bucket size or a 16-bit hook is predicted from the messages CM001 measured instead (see
-  :func:`bucket_prediction`, :func:`compression_prediction`).
+- A setting whose fix declares a model (``predict = "collective_count"`` for bucket sizes,
+  ``"halved_bytes"`` for a 16-bit hook, on the rule's ``[[fix]]``; read by trial/fix_traits.py) is
+  predicted from the messages that finding measured instead (:func:`bucket_prediction`,
+  :func:`compression_prediction`). No rule id is written here: the rule files say which finding
+  carries what a model reads.
 """
 
 from __future__ import annotations
 
 import math
 
+from .fix_traits import traits
+
 # the cost a setting acts on, when no fix of the diagnosis names the setting itself (e.g. on a 2-CPU host
-# DL001's first fix is "make each batch cheaper", yet more workers still overlap waits on storage)
+# the loader finding's first fix is "make each batch cheaper", yet more workers still overlap waits on storage)
 KNOB_CATEGORY = {"dataloader.num_workers": "dataloader", "dataloader.prefetch_factor": "dataloader",
                  "dataloader.persistent_workers": "dataloader", "ddp.bucket_cap_mb": "communication",
                  "ddp.comm_hook": "communication",
@@ -50,10 +55,12 @@ def predict(changes: dict, doc: dict) -> dict:
             "prediction_note": f"{best['rule']} ({best.get('title')}): the upper bound if its cost were removed"}
 
 
-def _cm001(changes: dict, doc: dict, knob: str) -> dict | None:
+def _modelled(changes: dict, doc: dict, knob: str, model: str) -> dict | None:
+    """The finding whose rule declares MODEL for KNOB (its evidence is what the model reads), when the
+    change is that one knob."""
     if set(changes) != {knob}:
         return None
-    return next((f for f in doc.get("findings") or [] if f.get("rule") == "CM001"), None)
+    return next((f for f in doc.get("findings") or [] if traits(f.get("rule"), knob).predict == model), None)
 
 
 def _one_core(doc: dict) -> tuple[bool, object]:
@@ -73,7 +80,7 @@ def _transfer(cm: dict) -> float | None:
 
 
 def bucket_prediction(changes: dict, doc: dict) -> dict | None:
-    """``ddp.bucket_cap_mb`` from the message counts and sizes CM001 measured, instead of the exposed-time
+    """``ddp.bucket_cap_mb`` from the message counts and sizes the communication finding measured, instead of the exposed-time
     bound (which a 192-collective job beat: 2.97x measured against "up to 1.91x").
 
     - Fewer, larger collectives: each collective pays a fixed latency, and on a CPU backend with one core
@@ -85,7 +92,7 @@ def bucket_prediction(changes: dict, doc: dict) -> dict | None:
     - More, smaller collectives only help by overlapping communication with backward; a CPU backend with
       at most one core per rank has no core to overlap on: no gain expected (comm_heavy, 1 → 6 buckets:
       1.01x measured, 95 % 0.94–1.04)."""
-    cm = _cm001(changes, doc, "ddp.bucket_cap_mb")
+    cm = _modelled(changes, doc, "ddp.bucket_cap_mb", "collective_count")
     if cm is None:
         return None
     try:
@@ -101,14 +108,14 @@ def bucket_prediction(changes: dict, doc: dict) -> dict | None:
     if n_new >= n_now:
         if not one_core:
             return None
-        return {"predicted_speedup": 1.0, "predicted_by": "CM001",
-                "prediction_note": (f"CM001: {n_now:.0f} → {n_new} collectives per step; smaller buckets pay off by "
+        return {"predicted_speedup": 1.0, "predicted_by": cm["rule"],
+                "prediction_note": (f"{cm['rule']}: {n_now:.0f} → {n_new} collectives per step; smaller buckets pay off by "
                                     "overlapping communication with backward, and a CPU backend with "
                                     f"{cpus:g} CPU per rank has no core to overlap on")}
     part = comm if one_core else min(comm, cm.get("cost") or comm)
     saved = part * (1 - n_new / n_now)
-    return {"predicted_speedup": round(1 / (1 - min(saved, 0.95)), 3), "predicted_by": "CM001",
-            "prediction_note": (f"CM001: {n_now:.0f} → {n_new} collectives per step ({grad_mb:.1f} MB of gradients in "
+    return {"predicted_speedup": round(1 / (1 - min(saved, 0.95)), 3), "predicted_by": cm["rule"],
+            "prediction_note": (f"{cm['rule']}: {n_now:.0f} → {n_new} collectives per step ({grad_mb:.1f} MB of gradients in "
                                 f"{value:g} MB buckets); up to {saved:.0%} of the step saved, the "
                                 + ("transfer time of the collectives that go away (one core per rank: their "
                                    "threads take the training thread's CPU)" if one_core else
@@ -120,21 +127,21 @@ def compression_prediction(changes: dict, doc: dict) -> dict | None:
     half the exposed transfer time goes away. Not on a CPU backend: there the casts and gloo's 16-bit
     sums cost more than the bytes save (comm_heavy, one CPU per rank: predicted up to 1.48x by the cost's
     bound, measured 0.72x, 95 % 0.63–0.83): no gain predicted."""
-    cm = _cm001(changes, doc, "ddp.comm_hook")
+    cm = _modelled(changes, doc, "ddp.comm_hook", "halved_bytes")
     if cm is None or str(changes["ddp.comm_hook"]).lower().removesuffix("_compress_hook") not in ("fp16", "bf16"):
         return None
     comm = _transfer(cm)
     if comm is None:
         return None
     if (doc.get("facts") or {}).get("run.device") == "cpu":
-        return {"predicted_speedup": 1.0, "predicted_by": "CM001",
-                "prediction_note": ("CM001: on a CPU backend the 16-bit casts and gloo's 16-bit sums cost more than "
+        return {"predicted_speedup": 1.0, "predicted_by": cm["rule"],
+                "prediction_note": (f"{cm['rule']}: on a CPU backend the 16-bit casts and gloo's 16-bit sums cost more than "
                                     "the halved bytes save (comm_heavy, one CPU per rank: 1.38x slower measured)")}
     one_core, _cpus = _one_core(doc)
     part = comm if one_core else min(comm, cm.get("cost") or comm)
     saved = part / 2
-    return {"predicted_speedup": round(1 / (1 - min(saved, 0.95)), 3), "predicted_by": "CM001",
-            "prediction_note": (f"CM001: 16-bit gradients halve the bytes on the wire; up to {saved:.0%} of the step "
+    return {"predicted_speedup": round(1 / (1 - min(saved, 0.95)), 3), "predicted_by": cm["rule"],
+            "prediction_note": (f"{cm['rule']}: 16-bit gradients halve the bytes on the wire; up to {saved:.0%} of the step "
                                 "saved, half the " + ("transfer time (one core per rank)" if one_core
                                                       else "exposed communication"))}
 

@@ -30,12 +30,18 @@ class TrialOptions:
     command: list[str]
     out: Path
     changes: dict | None              # None with rule set: taken from the baseline's diagnosis
-    rule: str | None = None           # `--try DL001`
+    rule: str | None = None           # `--try RULE`
     repeat: int | None = None         # per arm; None: chosen from the noise of the first pair
     baseline: Path | None = None      # an existing bundle as the baseline arm
     warmup: int = 5
     active: int = 5
     force: bool = False
+    # `ddpdoctor tune`: settings both arms run with (the current best), an arm already recorded with them
+    # that stands as baseline #1 (with its diagnosis), and where each arm's diagnosis is kept for the caller
+    base_changes: dict | None = None
+    reuse_arm: dict | None = None
+    reuse_report: object = None
+    reports: dict | None = None
 
 
 def _diagnose(bundle: Path):
@@ -44,13 +50,13 @@ def _diagnose(bundle: Path):
     return run_analyze([str(bundle)])
 
 
-def _arm_record(arm: str, n: int, bundle: Path, exit_code: int, status: str, report) -> dict:
+def _arm_record(arm: str, n: int, bundle: Path, exit_code: int, status: str, report, interrupted_by=None) -> dict:
     times = stats.job_step_times_us(report.analysis.summaries) if report and report.analysis else []
     v = report.diagnosis.verdict if report else None
     return {"arm": arm, "repeat": n, "bundle": str(bundle), "exit_code": exit_code, "status": status,
             "steps": len(times), "step_times_ms": [round(t / 1000, 3) for t in times],
             "verdict": getattr(v, "bottleneck", None), "label": getattr(v, "label", None),
-            "failed": bool(getattr(v, "failed", False)) or exit_code != 0}
+            "failed": bool(getattr(v, "failed", False)) or exit_code != 0, "interrupted_by": interrupted_by}
 
 
 def change_from_rule(rule: str, report) -> dict:
@@ -75,10 +81,10 @@ def change_from_rule(rule: str, report) -> dict:
 def prediction(changes: dict, report) -> dict:
     """The prediction for these settings from the baseline's diagnosis (trial/predict.py reads the same
     fields of the diagnosis document, so the card and the trial agree)."""
-    return predict.predict(changes, _doc_of(report))
+    return predict.predict(changes, doc_of(report))
 
 
-def _doc_of(report) -> dict:
+def doc_of(report) -> dict:
     """The fields of the diagnosis document a prediction reads, from a live report."""
     def fix(x):
         return {"knob": getattr(x, "knob", None), "value": getattr(x, "value", None), "title": getattr(x, "title", "")}
@@ -90,7 +96,7 @@ def _doc_of(report) -> dict:
     return {"findings": findings, "facts": getattr(report, "facts", None) or {}}
 
 
-def _capture(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> tuple[dict, object]:
+def capture_arm(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> tuple[dict, object]:
     bundle = opts.out / f"{arm}-{n}"
     res = run_capture(RunOptions(command=opts.command, out=bundle, force=True, warmup=opts.warmup,
                                  active=opts.active, changes=changes))
@@ -99,9 +105,11 @@ def _capture(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> tupl
         report = _diagnose(bundle)
     except InputError:
         pass                                   # no trace and no log: the record says the arm has no steps
-    rec = _arm_record(arm, n, bundle, res.exit_code, res.status, report)
+    rec = _arm_record(arm, n, bundle, res.exit_code, res.status, report, res.manifest.get("interrupted_by"))
     if changes:
         rec["applied"] = _applied(bundle)
+    if opts.reports is not None:
+        opts.reports[(arm, n)] = report
     return rec, report
 
 
@@ -125,12 +133,16 @@ def run_trial(opts: TrialOptions, say=print) -> dict:
     if opts.baseline is not None:
         base_report = _diagnose(opts.baseline)
         arms.append(_arm_record("baseline", 0, opts.baseline, 0, "given", base_report))
+    elif opts.reuse_arm is not None:
+        base_report = opts.reuse_report
+        arms.append(dict(opts.reuse_arm, arm="baseline", repeat=1, reused=True))
+    base = opts.base_changes or None
     repeat, n = opts.repeat, 0
     while True:
         n += 1
         order = ("baseline", "try") if n % 2 else ("try", "baseline")
         for arm in order:
-            if arm == "baseline" and opts.baseline is not None:
+            if arm == "baseline" and (opts.baseline is not None or (opts.reuse_arm is not None and n == 1)):
                 continue
             if arm == "try" and changes is None:          # `--try RULE`: the change comes from the baseline
                 if base_report is None:
@@ -138,7 +150,7 @@ def run_trial(opts: TrialOptions, say=print) -> dict:
                                      f"(see {opts.out / 'baseline-1'}); no change to take from it")
                 changes = change_from_rule(opts.rule, base_report)
             say(f"ddpdoctor: trial {arm} #{n}" + (f" ({_show(changes)})" if arm == "try" else ""))
-            rec, report = _capture(opts, arm, n, changes if arm == "try" else None)
+            rec, report = capture_arm(opts, arm, n, {**(base or {}), **changes} if arm == "try" else base)
             arms.append(rec)
             if arm == "baseline" and base_report is None:
                 base_report = report
@@ -162,6 +174,7 @@ def _show(changes: dict | None) -> str:
 def _finish(opts: TrialOptions, arms: list[dict], changes, base_report, failed_arm, repeat=None) -> dict:
     base, treat = _times(arms, "baseline"), _times(arms, "try")
     out = {"schema": SCHEMA, "command": opts.command, "change": changes, "rule": opts.rule,
+           "base_changes": opts.base_changes or None,
            "repeats_per_arm": repeat, "window": {"warmup": opts.warmup, "active": opts.active},
            "failed_arm": failed_arm, "arms": arms,
            "ci_method": f"bootstrap over each arm's recorded steps ({stats.BOOTSTRAP_SAMPLES} resamples), "
