@@ -53,7 +53,7 @@ def tune(out, force, budget, max_trials, allow_numerics, repeat, warmup, active,
         raise InputError("no command to tune: ddpdoctor tune [OPTIONS] -- torchrun --nproc_per_node=N train.py ARGS")
     if command[0].startswith("-"):
         raise InputError(f"unknown option {command[0]!r} for tune (options go before `--`; see ddpdoctor tune --help)")
-    from .capture.launcher import check_command
+    from .capture.host.launcher import check_command
 
     check_command(command)
     target = Path(out) if out else Path(time.strftime("ddpdoctor-tune-%Y%m%d-%H%M%S"))

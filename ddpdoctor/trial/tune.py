@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..capture.agent_overrides import OverrideError, parse_change
+from ..capture.agent.overrides import OverrideError, parse_change
 from . import predict, runner, stats
 from .fix_traits import traits
 

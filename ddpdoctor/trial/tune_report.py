@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..rules_engine.frameworks import framework_table
-from ..report.text import plural
+from ..text import plural
 from .tune import SCHEMA, State, cumulative, setting_text, threshold
 
 # raw PyTorch: where each setting `--try` applies lives in the script (frameworks.toml holds the frameworks)
