@@ -275,7 +275,7 @@ def run_one(exp: Expectation, condition: str, repeat: int, keep: Path | None = N
         runner = run_cpu if exp.kind == "cpu" else run_synthetic
         try:
             diag, error, seconds = runner(exp, Path(tmp), condition == "busy")
-        except Exception as e:                      # one broken run is a result, not the end of the matrix
+        except Exception as e:  # noqa: BLE001 - one broken run is a result, not the end of the matrix
             diag, error, seconds = None, f"{type(e).__name__}: {e}", 0.0
         if keep is not None:                        # the bundle and diagnosis, to look at a surprising run
             shutil.copytree(tmp, keep / f"{exp.name}-{condition}-{repeat}", dirs_exist_ok=True)

@@ -17,7 +17,7 @@ def _die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)    # PR_SET_PDEATHSIG
-    except Exception:
+    except (OSError, AttributeError):   # no libc by that name, or no prctl: not Linux
         pass
 
 
