@@ -11,7 +11,7 @@ def _catalogued(msg_id: str, flags: int = 0, first: int | None = None) -> re.Pat
     """A message's wording from the message catalogue (rules/messages/): one place holds it; this module keeps
     only the structure around it (prefixes, ranks, tracebacks)."""
     pats = message_patterns(msg_id)[:first]
-    return re.compile("|".join(f"(?:{p})" for p in pats), flags)
+    return re.compile("|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats), flags)
 
 
 OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
@@ -19,8 +19,10 @@ OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory
 OOM_ALLOC = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]i?B)")
 OOM_GPU = re.compile(r"GPU (\d+) has a total capac\w* of ([\d.]+ ?[KMGT]i?B)")
 
+# (the second form: the same report with its first words cut off or wrapped onto the line before)
 WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>[^)]*\)?[^)]*)\)"
-                      r"(?: ran for (?P<ran>\d+) milliseconds)?")
+                      r"(?: ran for (?P<ran>\d+) milliseconds)?|"
+                      r"WorkNCCL\((?P<args2>SeqNum=[^)]*\)?[^)]*)\) ran for (?P<ran2>\d+) milliseconds before timing out")
 WORK_ARG = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape|DataType)=([^,)]+)")
 RANK_IN_MSG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?)?Rank (?P<rank>\d+)\]")
 WORK_STATE = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<at>\d+), last enqueued NCCL work: "
@@ -72,6 +74,10 @@ SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (
                     r"invoked oom-killer)", I)
 # torch.utils.data's own report that a worker process died (usually the kernel OOM killer: SIGKILL)
 DL_WORKER_KILLED = re.compile(r"DataLoader worker \(pid\(?s?\)?\s*[\d, ]+\) is killed by signal: (?P<what>[\w ]+)", I)
+# std::terminate's report of an uncaught C++ exception (libstdc++'s verbose terminate handler), its what() line
+CXX_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
+CXX_WHAT = re.compile(r"^\s*what\(\):\s*(?P<msg>.*)$")
+CXX_ABORT = re.compile(r"^\s*Aborted\b|core dumped|SIGABRT")
 CRASH = re.compile(r"Segmentation fault|SIGSEGV|Fatal Python error|core dumped|SIGABRT|terminate called after throwing", I)
 
 TR_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
@@ -120,7 +126,7 @@ GLOO_MESH = _catalogued("gloo.connect_full_mesh", I)
 GLOO_REMOTE = re.compile(r"remote=\[(\d{1,3}(?:\.\d{1,3}){3})\]")
 GLOO_SELF_RANK = re.compile(r"\(rank=(\d+), size=\d+")
 # NCCL's ncclSystemError as old c10d printed it: a system call (socket, shared memory) failed in NCCL init
-NCCL_SYSTEM = re.compile(r"unhand?led system error", I)
+NCCL_SYSTEM = _catalogued("nccl.error.unhandled_system")
 # torch.multiprocessing.spawn's report of a dead child: its index is the rank mp.spawn gave it
 SPAWN_EXIT = re.compile(r"process (?P<idx>\d+) terminated with (?:signal (?P<sig>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
 # DDP's reducer error, also quoted without its "RuntimeError:" prefix
