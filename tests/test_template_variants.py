@@ -26,9 +26,9 @@ from ddpdoctor.rules_engine.selftest import _log_search, case_facts  # noqa: E40
 
 GOLDEN = ROOT / "tests" / "data" / "template_render_golden.json"
 REAL = Path(os.environ.get("DDPDOCTOR_REAL_TRACES", ROOT.parent / "shared" / "real_traces"))
-# the rules whose templates became variants (issue #13); rules/failures/* are converted after #11
+# the rules whose templates became variants (issue #13); rules/failure/* are converted after #11
 RULES = ("CM001", "CP001", "CP002", "DL001", "IM001", "IM002", "IM003", "IM004")
-# rules/failures/*: every fix is pinned (their titles held ternaries too), on the stored cases, on
+# rules/failure/*: every fix is pinned (their titles held ternaries too), on the stored cases, on
 # each stored firing case with one fact changed (FUZZ), and on the log corpora
 FAILURE_RULES = tuple(f"FL{i:03d}" for i in range(1, 16)) + ("FL017",) + tuple(f"NET{i:03d}" for i in range(1, 6))
 LOGS = (ROOT / "tests" / "real_logs", ROOT / "tests" / "data" / "failure_formats")
