@@ -228,6 +228,12 @@ class FileParser:
             self._event("exception", f"RuntimeError: {msg.strip()}", no, ctx, exc_type="RuntimeError",
                         message=msg.strip()[:1000], category="other")
             return
+        self._classify_message(no, msg, ctx, stream, nccl, in_summary, bool(exc))
+
+    def _classify_message(self, no: int, msg: str, ctx: dict, stream, nccl: bool, in_summary: bool,
+                          exc: bool) -> None:
+        """The kinds a line (an exception's too) can be besides a Python error: usage errors, OOM, timeouts,
+        mismatches, store and network faults, peers, exits, signals, crashes, progress."""
         low = msg.lower()
         loggy = bool(nccl or exc or in_summary or P.LOGGY.search(msg))
         if not exc and not nccl and "error" in low:
