@@ -94,3 +94,27 @@ def test_a_later_collective_does_not_ask_for_the_device(tmp_path):
                                  "timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=10, NumelOut=10, "
                                  "Timeout(ms)=600000) ran for 600004 milliseconds before timing out.\n")
     assert top.rule == "FL003" and all("set_device" not in f.change for f in top.fixes)
+
+
+# ------------------------------------------------------------------ a rule's [log] names catalogue entries by id
+
+def test_fl011_searches_the_catalogue_entries_it_names():
+    from ddpdoctor.logs.catalogue import message_patterns
+    from ddpdoctor.rules_engine.registry import build_ruleset
+
+    rule = build_ruleset(use_config=False).rules["FL011"]
+    assert set(message_patterns("cuda.device_side_assert")) <= set(rule.log_patterns)
+    assert set(message_patterns("nccl.cuda.illegal_memory_access")) <= set(rule.log_patterns)
+
+
+def test_a_rule_naming_an_unknown_message_is_refused(tmp_path):
+    import pytest
+
+    from ddpdoctor.rules_engine.model import RuleError, load_rule_file
+
+    src = (Path(__file__).resolve().parent.parent / "rules" / "failure" / "FL011-cuda-error-pattern.toml").read_text()
+    bad = tmp_path / "FL011-copy.toml"
+    bad.write_text(src.replace('"cuda.misaligned_address"', '"cuda.no_such_message"'))
+    with pytest.raises(RuleError) as exc:
+        load_rule_file(bad)
+    assert "cuda.no_such_message" in str(exc.value) and "rules/messages" in str(exc.value)
