@@ -14,8 +14,7 @@ def _catalogued(msg_id: str, flags: int = 0, first: int | None = None) -> re.Pat
     return re.compile("|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats), flags)
 
 
-OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
-                 r"Cuda failure .*out of memory|HIP out of memory|cudaErrorMemoryAllocation", I)
+OOM = _catalogued("cuda.out_of_memory", I)
 OOM_ALLOC = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]i?B)")
 OOM_GPU = re.compile(r"GPU (\d+) has a total capac\w* of ([\d.]+ ?[KMGT]i?B)")
 
@@ -150,10 +149,8 @@ NCCL_BOOT_TRACE = re.compile(r"\bbootstrap\.cc?u?:\d+ -> (?P<code>[236])\b")
 TRANSPORT_P2P = re.compile(r"via (?:P2P|direct pointer|direct shared memory|SHM|NET/\w+)", I)
 
 # TORCH_DISTRIBUTED_DEBUG=DETAIL/INFO and DDP's own model checks
-MONITORED = re.compile(r"Ranks? (?P<ranks>\d+(?:\s*,\s*\d+)*) failed to pass monitoredBarrier(?: in (?P<ms>\d+) ms)?", I)
-DDP_MODEL_MISMATCH = re.compile(r"DDP expects same model across all ranks, but Rank (?P<r1>\d+) has (?P<n1>\d+) params, "
-                                r"while rank (?P<r2>\d+) has inconsistent (?P<n2>\d+) params|"
-                                r"appears not to match (?:sizes|strides) of the same param in process (?P<r0>\d+)", I)
+MONITORED = _catalogued("pg_gloo.monitored_barrier", I)
+DDP_MODEL_MISMATCH = _catalogued("ddp.params_differ_across_ranks", I)
 SHAPE_VERIFY = re.compile(r"Error when verifying shape tensors for collective (?P<op>\w+) on rank (?P<rank>\d+)", I)
 SEQ_DIFF = re.compile(r"Sequence number: ?(?P<a>\d+) ?vs ?(?P<b>\d+)")
 OP_DIFF = re.compile(r"Op type: ?(?P<a>[A-Z_]+) ?vs ?(?P<b>[A-Z_]+)")
