@@ -286,8 +286,7 @@ class FileParser:
         m = P.RENDEZVOUS.search(msg) if any(w in low for w in _RDZV_WORDS) else None
         if m:
             self._event("rendezvous", msg, no, ctx, joined=_int(m.group("joined")), expected=_int(m.group("expected")),
-                        addr=m.group("addr") or m.group("addr2"), port=_int(m.group("port") or m.group("port2")),
-                        timeout_s=_int(m.group("s")),
+                        addr=m.group("addr"), port=_int(m.group("port")), timeout_s=_int(m.group("seconds")),
                         detail=m.group(0)[:200])
             return
         net = network_problem(msg)

@@ -15,6 +15,33 @@ def _catalogued(msg_id: str, flags: int = 0, first: int | None = None) -> re.Pat
 
 
 OOM = _catalogued("cuda.out_of_memory", I)
+
+
+class _Found:
+    """A match of one catalogue pattern: groups that pattern does not define read as None."""
+
+    def __init__(self, m: re.Match):
+        self.m = m
+
+    def group(self, name=0):
+        if name == 0 or name in self.m.re.groupindex:
+            return self.m.group(name)
+        return None
+
+
+class _Catalogued:
+    """Several catalogue entries' patterns searched in turn (their named groups may repeat across entries)."""
+
+    def __init__(self, ids: tuple[str, ...], flags: int = 0):
+        self.patterns = [re.compile(p[4:] if p.startswith("(?i)") else p, flags | (I if p.startswith("(?i)") else 0))
+                         for i in ids for p in message_patterns(i)]
+
+    def search(self, text: str) -> _Found | None:
+        for p in self.patterns:
+            m = p.search(text)
+            if m:
+                return _Found(m)
+        return None
 OOM_ALLOC = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]i?B)")
 OOM_GPU = re.compile(r"GPU (\d+) has a total capac\w* of ([\d.]+ ?[KMGT]i?B)")
 
@@ -32,15 +59,11 @@ TEARDOWN = _catalogued("pg_nccl.teardown", I)
 GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation|"
                           r"Application timeout caused pair closure|"
                           r"Timed out (?:waiting|after) .*?(?:gloo|recv|send)", I)
-RENDEZVOUS = re.compile(r"Timed out after (?P<s>\d+) seconds waiting for (?:clients|workers)\. (?P<joined>\d+)/(?P<expected>\d+) "
-                        r"(?:clients|workers) joined|DistStoreError: (?:Socket Timeout|wait timeout after \d+ ?ms)|"
-                        r"client socket has timed out after (?P<ms>\S+?) while trying to connect to \((?P<addr>[^,]+), (?P<port>\d+)\)|"
-                        # c10d >= 2.0: "…to connect to 192.0.0.1:1234", "…failed to connect to [::ffff:10.0.0.1]:29500 (errno: 110 …)"
-                        r"client socket has (?:timed out after \S+? while trying|failed) to connect to "
-                        r"\[?(?:::ffff:)?(?P<addr2>[\w.\-:]+?)\]?:(?P<port2>\d+)\b|"
-                        r"server socket has failed to (?:listen|bind)[^.]*|Address already in use|RendezvousTimeoutError|"
-                        r"Timed out initializing process group in store based barrier|"
-                        r"RendezvousConnectionError|Connection refused.*(?:29500|MASTER_ADDR|store)", I)
+# the store / rendezvous messages, one catalogue entry after another (their groups: joined, expected, seconds,
+# addr, port)
+RENDEZVOUS = _Catalogued(("c10d.store.clients_not_joined", "c10d.store.wait_timeout", "c10d.store.client_connect_timeout",
+                          "c10d.store.port_in_use", "c10d.store.server_listen_failed", "c10d.store.rendezvous_timeout",
+                          "c10d.store.rendezvous_closed"), I)
 PEER = re.compile(r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|ncclRemoteError|"
                   r"Connection was likely closed|Did the remote process exit or crash|"
                   r"remote process exited or there was a network error|retcode 6\b|Connection refused.*(?:gloo|NCCL)|"
