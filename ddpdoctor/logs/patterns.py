@@ -56,14 +56,13 @@ WORK_STATE = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work):
 DUMP_SIGNAL = re.compile(r"Received a dump signal due to a collective timeout from\s+(?:rank (?P<rank>\d+)|this local rank)", I)
 TEARDOWN = _catalogued("pg_nccl.teardown", I)
 
-GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation|"
-                          r"Application timeout caused pair closure|"
-                          r"Timed out (?:waiting|after) .*?(?:gloo|recv|send)", I)
 # the store / rendezvous messages, one catalogue entry after another (their groups: joined, expected, seconds,
 # addr, port)
 RENDEZVOUS = _Catalogued(("c10d.store.clients_not_joined", "c10d.store.wait_timeout", "c10d.store.client_connect_timeout",
                           "c10d.store.port_in_use", "c10d.store.server_listen_failed", "c10d.store.rendezvous_timeout",
                           "c10d.store.rendezvous_closed"), I)
+# gloo's timeouts (unbound_buffer.cc "Timed out waiting <N>ms for <op> operation to complete", pair closure)
+GLOO_TIMEOUT = _Catalogued(("gloo.timeout",), I)
 PEER = re.compile(r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|ncclRemoteError|"
                   r"Connection was likely closed|Did the remote process exit or crash|"
                   r"remote process exited or there was a network error|retcode 6\b|Connection refused.*(?:gloo|NCCL)|"
