@@ -53,7 +53,6 @@ WORK_ARG = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShap
 RANK_IN_MSG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?)?Rank (?P<rank>\d+)\]")
 WORK_STATE = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<at>\d+), last enqueued NCCL work: "
                         r"(?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)")
-DUMP_SIGNAL = re.compile(r"Received a dump signal due to a collective timeout from\s+(?:rank (?P<rank>\d+)|this local rank)", I)
 TEARDOWN = _catalogued("pg_nccl.teardown", I)
 
 # the store / rendezvous messages, one catalogue entry after another (their groups: joined, expected, seconds,
@@ -63,6 +62,11 @@ RENDEZVOUS = _Catalogued(("c10d.store.clients_not_joined", "c10d.store.wait_time
                           "c10d.store.rendezvous_closed"), I)
 # gloo's timeouts (unbound_buffer.cc "Timed out waiting <N>ms for <op> operation to complete", pair closure)
 GLOO_TIMEOUT = _Catalogued(("gloo.timeout",), I)
+DUMP_SIGNAL = _Catalogued(("pg_nccl.dump_signal",), I)
+# transport faults the network rule names: NCCL's IB (net_ib.cc, ibvwrap.cc) and P2P / CUDA IPC (p2p.cc) messages
+NET_IB = _Catalogued(("nccl.ib.completion_error", "nccl.ib.async_event", "nccl.ib.verbs_call_failed",
+                      "nccl.ib.device_open_failed", "nccl.ib.link_type_mismatch"), I)
+NET_P2P = _Catalogued(("nccl.p2p.ipc_failed", "nccl.p2p.mapping_exhausted"), I)
 PEER = re.compile(r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|ncclRemoteError|"
                   r"Connection was likely closed|Did the remote process exit or crash|"
                   r"remote process exited or there was a network error|retcode 6\b|Connection refused.*(?:gloo|NCCL)|"
@@ -157,11 +161,6 @@ NET_BIND = re.compile(r"bind failed ?: ?(?P<why>Cannot assign requested address|
 NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect\w*|bootstrap\w*)\b[^\n]*?"
                          r"(?:returned|failed|:)\s*:?\s*(?:SO_ERROR:\s*)?(?P<why>Connection refused|Connection timed out|No route to host|"
                          r"Network is unreachable|Software caused connection abort)", I)
-NET_IB = re.compile(r"NET/IB\w* ?: ?Got completion (?:from peer (?P<peer>\S+) )?with (?:status=)?(?:error )?(?P<err>\d+)|"
-                    r"\bibv_\w+\b.*?(?:failed|error)|(?:failed|error)\b.*?\bibv_\w+|IBV_WC_\w+|"
-                    r"NET/IB ?: ?.*?(?:async event|port .*? (?:down|error))", I)
-NET_P2P = re.compile(r"cu(?:da)?IpcOpenMemHandle|CUDA IPC handle|peer access is not supported|p2p\.cc:\d+ NCCL WARN|"
-                     r"peer mapping resources exhausted|P2P/(?:IPC|CUMEM)\S* .*?(?:fail|error)", I)
 NET_WORDS = ("find address", "find interface", "interface found", "same subnet", "bind", "ibv_", "net/ib",
              "ibv_wc", "connect", "socket_ifname", "af_inet", "address family", "ipc", "peer access", "peer mapping",
              "p2p/", "p2p.cc", "loopback", "connectfullmesh", "system error", "bootstrap.c")
