@@ -66,7 +66,8 @@ def kills(g, f: dict) -> tuple:
     k = first([e for e in killed if e.rank is not None and e.data.get("root")]) or \
         first([e for e in killed if e.rank is not None]) or first(killed)
     f.update({"failure.killed.present": bool(killed), "failure.killed.ranks": ranks_of(killed),
-              "failure.killed.rank": k.rank if k else None, "failure.killed.signal": k.data.get("signal") if k else None,
+              "failure.killed.rank": k.rank if k else None,
+              "failure.killed.signal": k.data.get("signal") if k else None,
               "failure.killed.exitcode": k.data.get("exitcode") if k else None,
               "failure.killed.terminated_ranks": ranks_of(term),
               "failure.killed.host_oom": any(e.data.get("host_oom") for e in killed)})
@@ -181,7 +182,10 @@ def mismatch(g, f: dict) -> LogEvent | None:
                if key in a and key in b and a.get(key) != b.get(key)]
     if m.data.get("aspect") and m.data["aspect"] not in aspects:
         aspects.append(m.data["aspect"])
-    behind = (ra if sa < sb else rb) if sa is not None and sb is not None and sa != sb else (rb if rb is not None else ra)
+    if sa is not None and sb is not None and sa != sb:
+        behind = ra if sa < sb else rb
+    else:
+        behind = rb if rb is not None else ra
     f.update({"failure.mismatch.rank_a": ra, "failure.mismatch.rank_b": rb,
               "failure.mismatch.ranks": sorted({r for r in (ra, rb) if r is not None}),
               "failure.mismatch.op_a": a.get("OpType"), "failure.mismatch.op_b": b.get("OpType"),
@@ -208,9 +212,9 @@ def remote_errors(g, f: dict, excs) -> tuple:
     gone = set(ranks_of(g("exit") + g("torchrun_failure") + g("torchrun_root") + g("killed") + g("oom") + g("crash"))) \
         - set(f["failure.remote_error.ranks"])
     f["failure.remote_error.exited_ranks"] = sorted(gone)
+    network = bool(g("network")) or any(e.data.get("category") == "network" for e in excs)
     f["failure.remote_error.cause"] = (None if not peers else "process_exited" if gone else
-                                       "network" if (g("network") or any(e.data.get("category") == "network" for e in excs))
-                                       else "unknown")
+                                       "network" if network else "unknown")
     return p, peers
 
 

@@ -270,7 +270,8 @@ class FileParser:
             return
         m = P.DUMP_SIGNAL.search(msg) if "dump signal" in low else None
         if m:
-            self._event("dump_signal", msg, no, ctx, from_rank=int(m.group("from")) if m.group("from") else ctx.get("rank"))
+            sender = int(m.group("from")) if m.group("from") else ctx.get("rank")
+            self._event("dump_signal", msg, no, ctx, from_rank=sender)
             return
         mm = mismatch_text(msg) if ("mismatch" in msg or "DDP expects" in msg or "verifying shape" in msg
                                     or "appears not to match" in msg) else None

@@ -57,8 +57,9 @@ TEARDOWN = _catalogued("pg_nccl.teardown", I)
 
 # the store / rendezvous messages, one catalogue entry after another (their groups: joined, expected, seconds,
 # addr, port)
-RENDEZVOUS = _Catalogued(("c10d.store.clients_not_joined", "c10d.store.wait_timeout", "c10d.store.client_connect_timeout",
-                          "c10d.store.port_in_use", "c10d.store.server_listen_failed", "c10d.store.rendezvous_timeout",
+RENDEZVOUS = _Catalogued(("c10d.store.clients_not_joined", "c10d.store.wait_timeout",
+                          "c10d.store.client_connect_timeout", "c10d.store.port_in_use",
+                          "c10d.store.server_listen_failed", "c10d.store.rendezvous_timeout",
                           "c10d.store.rendezvous_closed"), I)
 # gloo's timeouts (unbound_buffer.cc "Timed out waiting <N>ms for <op> operation to complete", pair closure)
 GLOO_TIMEOUT = _Catalogued(("gloo.timeout",), I)
