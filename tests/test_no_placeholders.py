@@ -20,7 +20,7 @@ from ddpdoctor.rules_engine.registry import load_rules
 
 PLACEHOLDER = re.compile(r"\(unknown\)|(?<!=)\bNone\b|(?:^|[\s(])\?(?=$|[\s.,;:)'])|[A-Za-z]\(s\)|\bnan\b|\bnull\b|"
                          r"<N/A>|\bundefined\b")
-# the failure rules (rules/failures/, this issue's own) are held to more: a missing rank, line or code never reads
+# the failure rules (rules/failure/, this issue's own) are held to more: a missing rank, line or code never reads
 # "rank none", and a sentence whose value is missing never ends in "in ." or ": ."
 STRICT = re.compile(PLACEHOLDER.pattern + r"|\b(?:rank|ranks|line|code) none\b|differ in \.|set up: \.|rank: \.")
 RULES = load_rules().rules

@@ -30,7 +30,9 @@ KNOWN_MISSES: dict[str, str] = {}
 KINDS = {"oom", "timeout", "mismatch", "interface", "p2p", "ib", "rendezvous", "uneven_inputs", "oom_killer",
          "nan", "unused_parameters", "exception", "exit", "other",
          # added with round 8 (issue 26): /dev/shm, device binding, DDP 'marked ready twice'
-         "shm", "device", "ready_twice"}
+         "shm", "device", "ready_twice",
+         # added with issue 26 round 2 (families read in torch 2.13.0): launcher setup, the store, code errors
+         "launch", "store", "code"}
 
 
 def test_corpus_is_complete():

@@ -134,7 +134,7 @@ def suspect_p2p(f: dict, known: dict | None = None) -> None:
 
 def promote_bad_interface(f: dict) -> None:
     """NCCL picked a loopback/virtual interface, or each node a different one, and the job then hung, lost a
-    peer, failed inside NCCL or never assembled: that choice is the cause (NET005 names the interface to use)."""
+    peer, failed inside NCCL or never assembled: that choice is the cause (the network rule names the interface to use)."""
     problem = f.get("nccl.ifname_problem")
     if problem not in ("only_virtual", "some_virtual", "names_differ") or \
             f.get("failure.network.problem") not in (None, "connect", "bootstrap", "system"):

@@ -126,7 +126,7 @@ def network_problem(msg: str) -> dict | None:
         return {"problem": "p2p", "detail": m.group(0)[:200], "backend": "nccl"}
     m = P.NET_IB.search(msg) if ("ib" in low) else None
     if m:
-        return {"problem": "ib", "remote": m.group("peer"), "ib_error": _int(m.group("err")), "backend": "nccl",
+        return {"problem": "ib", "remote": m.group("peer"), "ib_error": _int(m.group("status")), "backend": "nccl",
                 "detail": m.group(0)[:200]}
     m = P.NET_BIND.search(msg) if "bind" in low else None
     if m and "server socket" not in low:

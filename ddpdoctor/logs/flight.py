@@ -5,8 +5,8 @@
 Dumps are read with a restricted unpickler that builds only plain containers and scalars
 (a dump pulled off a ticket is untrusted input; torch's own loader uses plain pickle.load).
 The entries are then checked here for missing ranks, ranks behind and mismatched
-collectives. Analysis never imports torch (only capture does): FL009's fix gives the command that runs
-torch's own analyzer (``python -m torch.distributed.flight_recorder.fr_trace``) on the same dumps.
+collectives. Analysis never imports torch (only capture does): the Flight Recorder rule's fix gives the
+command that runs torch's own analyzer (``python -m torch.distributed.flight_recorder.fr_trace``) on the same dumps.
 """
 
 from __future__ import annotations

@@ -86,13 +86,17 @@ def _is_cause(m: Message, look) -> bool:
 
 def _primary(found: dict[str, dict], root_text: str | None, look) -> Message | None:
     causes = [m for m in default_messages() if m.id in found and _is_cause(m, look)]
-    if not causes:
-        return None
-    if root_text:
-        on_root = [m for m in causes if m.match(root_text)]
-        if on_root:
-            return on_root[0]
-    return min(causes, key=lambda m: found[m.id]["first"][:2])
+    # a message that is itself the cause (role) before one that is the cause only by the run's facts (cause_if):
+    # NCCL's WARN line naming the failed call before the error code it ends in
+    for group in ([m for m in causes if m.role == "cause"], [m for m in causes if m.role != "cause"]):
+        if not group:
+            continue
+        if root_text:
+            on_root = [m for m in group if m.match(root_text)]
+            if on_root:
+                return on_root[0]
+        return min(group, key=lambda m: found[m.id]["first"][:2])
+    return None
 
 
 class _Lookup:

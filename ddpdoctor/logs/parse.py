@@ -64,6 +64,14 @@ _PEER_WORDS = ("peer", "pipe", "remote", "retcode 6", "aborted", "refused", "pro
 _CRASH_WORDS = ("segmentation", "sig", "fatal", "core dumped", "terminate called")
 
 
+def exception_category(msg: str, emsg: str | None = None) -> str:
+    """What kind of error an exception's line reports (its message ``emsg``, default the line)."""
+    return ("oom" if P.OOM.search(msg) else "mismatch" if mismatch_text(msg if emsg is None else emsg) else
+            "timeout" if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) or P.MONITORED.search(msg) else
+            "network" if network_problem(msg) else
+            "peer" if P.PEER.search(msg) else "other")
+
+
 class FileParser:
     def __init__(self, lf: LogFile, default_year: int, nccl: NcclCollector):
         self.lf = lf
@@ -75,6 +83,7 @@ class FileParser:
         self.summary = TorchrunSummary(self)  # torchrun's "Root Cause" / "Failures" block
         self.stream_time: dict = {}          # last timestamp seen per (rank, local) stream of this file
         self.last_using = None               # ((host, pidkey), "NET/Socket : Using") awaiting its list
+        self.cxx: dict = {}                  # stream -> the C++ exception type std::terminate reported, or True
 
     # ---------------------------------------------------------------- events
     def _event(self, kind, text, line_no, ctx, time=None, **data) -> LogEvent:
@@ -107,7 +116,8 @@ class FileParser:
                 continue
             if "Detected mismatch between collectives" in raw:
                 raw, skip_to = _join_wrapped(lines, no - 1)
-            elif "connectFullMesh" in raw or "Unable to resolve hostname" in raw:
+            elif "connectFullMesh" in raw or "Unable to resolve hostname" in raw or (
+                    "WorkNCCL(" in raw and raw.rstrip().endswith(")")):     # a watchdog report wrapped after the work
                 raw, skip_to = _join_indented(lines, no - 1)
             parts = P.GLUED.split(raw) if ("[E" in raw or "[rank" in raw or "]:" in raw[1:]) else [raw]
             for part in parts:
@@ -150,6 +160,34 @@ class FileParser:
         self._classify(no, msg, ctx)
 
     # ---------------------------------------------------------------- classification
+    def _uncaught_cxx(self, no: int, msg: str, ctx: dict, stream) -> bool:
+        """std::terminate's report of an uncaught C++ exception ("terminate called after throwing an instance of
+        'gloo::IoException'", then "what():  <message>", then "Aborted (core dumped)") is an error like a Python
+        exception: the ``what()`` text is what the process died of, the abort its consequence. True when the
+        line was consumed (the terminate line; the abort after a ``what()``); a ``what()`` line becomes an
+        exception event and is then classified as any line (a network fault, a catalogued message)."""
+        m = P.CXX_TERMINATE.search(msg)
+        if m:
+            self.cxx[stream] = m.group("type") or "std::exception"
+            return True
+        etype = self.cxx.get(stream)
+        if isinstance(etype, str):
+            w = P.CXX_WHAT.match(msg)
+            if w:
+                text = w.group("msg").strip()
+                self.cxx[stream] = True
+                self._event("exception", f"{etype}: {text}", no, ctx, exc_type=etype, message=text[:1000],
+                            category=exception_category(text), source="c++")
+                return False
+            self.cxx.pop(stream)
+            self._event("crash", f"terminate called after throwing an instance of '{etype}'", no, ctx)
+            return False
+        if etype is True and P.CXX_ABORT.search(msg):
+            self.cxx.pop(stream)
+            return True
+        self.cxx.pop(stream, None)
+        return False
+
     def _classify(self, no: int, msg: str, ctx: dict, nccl: bool = False, in_summary: bool = False) -> None:
         if not P.ANY.search(msg) and not P.ANY_NET.search(msg):
             return
@@ -159,6 +197,8 @@ class FileParser:
             return
         if stream in self.tb_open and not in_summary and msg[:1].isspace():
             return                                   # a frame or source line of a traceback
+        if not nccl and not in_summary and self._uncaught_cxx(no, msg, ctx, stream):
+            return
         exc = None if nccl else P.EXC_LINE.match(msg)
         spawn = P.SPAWN_EXIT.search(msg) if exc and "terminated with" in msg else None
         if spawn:
@@ -181,16 +221,19 @@ class FileParser:
         if exc and (stream in self.tb_open or in_summary or "." in exc.group("type") or exc.group("msg")):
             self.tb_open.discard(stream)
             etype, emsg = exc.group("type"), (exc.group("msg") or "").strip()
-            cat = ("oom" if P.OOM.search(msg) else "mismatch" if mismatch_text(emsg) else
-                   "timeout" if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) or P.MONITORED.search(msg) else
-                   "network" if network_problem(msg) else
-                   "peer" if P.PEER.search(msg) else "other")
-            self._event("exception", f"{etype}: {emsg}", no, ctx, exc_type=etype, message=emsg[:1000], category=cat)
+            self._event("exception", f"{etype}: {emsg}", no, ctx, exc_type=etype, message=emsg[:1000],
+                        category=exception_category(msg, emsg))
         if not exc and not nccl and P.DDP_UNUSED.match(msg.strip()):
             # the reducer's error quoted on its own (the RuntimeError prefix cut off): the same Python error
             self._event("exception", f"RuntimeError: {msg.strip()}", no, ctx, exc_type="RuntimeError",
                         message=msg.strip()[:1000], category="other")
             return
+        self._classify_message(no, msg, ctx, stream, nccl, in_summary, bool(exc))
+
+    def _classify_message(self, no: int, msg: str, ctx: dict, stream, nccl: bool, in_summary: bool,
+                          exc: bool) -> None:
+        """The kinds a line (an exception's too) can be besides a Python error: usage errors, OOM, timeouts,
+        mismatches, store and network faults, peers, exits, signals, crashes, progress."""
         low = msg.lower()
         loggy = bool(nccl or exc or in_summary or P.LOGGY.search(msg))
         if not exc and not nccl and "error" in low:
@@ -208,11 +251,11 @@ class FileParser:
             self._event("oom", msg, no, ctx, tried=a.group(1) if a else None, gpu=int(g.group(1)) if g else None,
                         capacity=g.group(2) if g else None, source="nccl" if nccl else "python")
             return
-        m = P.WATCHDOG.search(msg) if "Watchdog" in msg else None
+        m = P.WATCHDOG.search(msg) if "Watchdog" in msg or "before timing out" in msg else None
         if m:
-            d = parse_work(m.group("args"))
-            if m.group("ran"):
-                d["ran_ms"] = int(m.group("ran"))
+            d = parse_work(m.group("args") or m.group("args2"))
+            if m.group("ran") or m.group("ran2"):
+                d["ran_ms"] = int(m.group("ran") or m.group("ran2"))
             r = P.RANK_IN_MSG.search(msg)
             if r and r.group("pg"):
                 d["pg"] = int(r.group("pg"))
@@ -227,7 +270,8 @@ class FileParser:
             return
         m = P.DUMP_SIGNAL.search(msg) if "dump signal" in low else None
         if m:
-            self._event("dump_signal", msg, no, ctx, from_rank=int(m.group("rank")) if m.group("rank") else ctx.get("rank"))
+            sender = int(m.group("from")) if m.group("from") else ctx.get("rank")
+            self._event("dump_signal", msg, no, ctx, from_rank=sender)
             return
         mm = mismatch_text(msg) if ("mismatch" in msg or "DDP expects" in msg or "verifying shape" in msg
                                     or "appears not to match" in msg) else None
@@ -243,8 +287,7 @@ class FileParser:
         m = P.RENDEZVOUS.search(msg) if any(w in low for w in _RDZV_WORDS) else None
         if m:
             self._event("rendezvous", msg, no, ctx, joined=_int(m.group("joined")), expected=_int(m.group("expected")),
-                        addr=m.group("addr") or m.group("addr2"), port=_int(m.group("port") or m.group("port2")),
-                        timeout_s=_int(m.group("s")),
+                        addr=m.group("addr"), port=_int(m.group("port")), timeout_s=_int(m.group("seconds")),
                         detail=m.group(0)[:200])
             return
         net = network_problem(msg)

@@ -11,35 +11,63 @@ def _catalogued(msg_id: str, flags: int = 0, first: int | None = None) -> re.Pat
     """A message's wording from the message catalogue (rules/messages/): one place holds it; this module keeps
     only the structure around it (prefixes, ranks, tracebacks)."""
     pats = message_patterns(msg_id)[:first]
-    return re.compile("|".join(f"(?:{p})" for p in pats), flags)
+    return re.compile("|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats), flags)
 
 
-OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
-                 r"Cuda failure .*out of memory|HIP out of memory|cudaErrorMemoryAllocation", I)
+OOM = _catalogued("cuda.out_of_memory", I)
+
+
+class _Found:
+    """A match of one catalogue pattern: groups that pattern does not define read as None."""
+
+    def __init__(self, m: re.Match):
+        self.m = m
+
+    def group(self, name=0):
+        if name == 0 or name in self.m.re.groupindex:
+            return self.m.group(name)
+        return None
+
+
+class _Catalogued:
+    """Several catalogue entries' patterns searched in turn (their named groups may repeat across entries)."""
+
+    def __init__(self, ids: tuple[str, ...], flags: int = 0):
+        self.patterns = [re.compile(p[4:] if p.startswith("(?i)") else p, flags | (I if p.startswith("(?i)") else 0))
+                         for i in ids for p in message_patterns(i)]
+
+    def search(self, text: str) -> _Found | None:
+        for p in self.patterns:
+            m = p.search(text)
+            if m:
+                return _Found(m)
+        return None
 OOM_ALLOC = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]i?B)")
 OOM_GPU = re.compile(r"GPU (\d+) has a total capac\w* of ([\d.]+ ?[KMGT]i?B)")
 
+# (the second form: the same report with its first words cut off or wrapped onto the line before)
 WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>[^)]*\)?[^)]*)\)"
-                      r"(?: ran for (?P<ran>\d+) milliseconds)?")
+                      r"(?: ran for (?P<ran>\d+) milliseconds)?|"
+                      r"WorkNCCL\((?P<args2>SeqNum=[^)]*\)?[^)]*)\) ran for (?P<ran2>\d+) milliseconds before timing out")
 WORK_ARG = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape|DataType)=([^,)]+)")
 RANK_IN_MSG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?)?Rank (?P<rank>\d+)\]")
 WORK_STATE = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<at>\d+), last enqueued NCCL work: "
                         r"(?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)")
-DUMP_SIGNAL = re.compile(r"Received a dump signal due to a collective timeout from\s+(?:rank (?P<rank>\d+)|this local rank)", I)
 TEARDOWN = _catalogued("pg_nccl.teardown", I)
 
-GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation|"
-                          r"Application timeout caused pair closure|"
-                          r"Timed out (?:waiting|after) .*?(?:gloo|recv|send)", I)
-RENDEZVOUS = re.compile(r"Timed out after (?P<s>\d+) seconds waiting for (?:clients|workers)\. (?P<joined>\d+)/(?P<expected>\d+) "
-                        r"(?:clients|workers) joined|DistStoreError: (?:Socket Timeout|wait timeout after \d+ ?ms)|"
-                        r"client socket has timed out after (?P<ms>\S+?) while trying to connect to \((?P<addr>[^,]+), (?P<port>\d+)\)|"
-                        # c10d >= 2.0: "…to connect to 192.0.0.1:1234", "…failed to connect to [::ffff:10.0.0.1]:29500 (errno: 110 …)"
-                        r"client socket has (?:timed out after \S+? while trying|failed) to connect to "
-                        r"\[?(?:::ffff:)?(?P<addr2>[\w.\-:]+?)\]?:(?P<port2>\d+)\b|"
-                        r"server socket has failed to (?:listen|bind)[^.]*|Address already in use|RendezvousTimeoutError|"
-                        r"Timed out initializing process group in store based barrier|"
-                        r"RendezvousConnectionError|Connection refused.*(?:29500|MASTER_ADDR|store)", I)
+# the store / rendezvous messages, one catalogue entry after another (their groups: joined, expected, seconds,
+# addr, port)
+RENDEZVOUS = _Catalogued(("c10d.store.clients_not_joined", "c10d.store.wait_timeout",
+                          "c10d.store.client_connect_timeout", "c10d.store.port_in_use",
+                          "c10d.store.server_listen_failed", "c10d.store.rendezvous_timeout",
+                          "c10d.store.rendezvous_closed"), I)
+# gloo's timeouts (unbound_buffer.cc "Timed out waiting <N>ms for <op> operation to complete", pair closure)
+GLOO_TIMEOUT = _Catalogued(("gloo.timeout",), I)
+DUMP_SIGNAL = _Catalogued(("pg_nccl.dump_signal",), I)
+# transport faults the network rule names: NCCL's IB (net_ib.cc, ibvwrap.cc) and P2P / CUDA IPC (p2p.cc) messages
+NET_IB = _Catalogued(("nccl.ib.completion_error", "nccl.ib.async_event", "nccl.ib.verbs_call_failed",
+                      "nccl.ib.device_open_failed", "nccl.ib.link_type_mismatch"), I)
+NET_P2P = _Catalogued(("nccl.p2p.ipc_failed", "nccl.p2p.mapping_exhausted"), I)
 PEER = re.compile(r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|ncclRemoteError|"
                   r"Connection was likely closed|Did the remote process exit or crash|"
                   r"remote process exited or there was a network error|retcode 6\b|Connection refused.*(?:gloo|NCCL)|"
@@ -72,6 +100,10 @@ SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (
                     r"invoked oom-killer)", I)
 # torch.utils.data's own report that a worker process died (usually the kernel OOM killer: SIGKILL)
 DL_WORKER_KILLED = re.compile(r"DataLoader worker \(pid\(?s?\)?\s*[\d, ]+\) is killed by signal: (?P<what>[\w ]+)", I)
+# std::terminate's report of an uncaught C++ exception (libstdc++'s verbose terminate handler), its what() line
+CXX_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
+CXX_WHAT = re.compile(r"^\s*what\(\):\s*(?P<msg>.*)$")
+CXX_ABORT = re.compile(r"^\s*Aborted\b|core dumped|SIGABRT")
 CRASH = re.compile(r"Segmentation fault|SIGSEGV|Fatal Python error|core dumped|SIGABRT|terminate called after throwing", I)
 
 TR_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
@@ -120,7 +152,7 @@ GLOO_MESH = _catalogued("gloo.connect_full_mesh", I)
 GLOO_REMOTE = re.compile(r"remote=\[(\d{1,3}(?:\.\d{1,3}){3})\]")
 GLOO_SELF_RANK = re.compile(r"\(rank=(\d+), size=\d+")
 # NCCL's ncclSystemError as old c10d printed it: a system call (socket, shared memory) failed in NCCL init
-NCCL_SYSTEM = re.compile(r"unhand?led system error", I)
+NCCL_SYSTEM = _catalogued("nccl.error.unhandled_system")
 # torch.multiprocessing.spawn's report of a dead child: its index is the rank mp.spawn gave it
 SPAWN_EXIT = re.compile(r"process (?P<idx>\d+) terminated with (?:signal (?P<sig>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
 # DDP's reducer error, also quoted without its "RuntimeError:" prefix
@@ -130,11 +162,6 @@ NET_BIND = re.compile(r"bind failed ?: ?(?P<why>Cannot assign requested address|
 NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect\w*|bootstrap\w*)\b[^\n]*?"
                          r"(?:returned|failed|:)\s*:?\s*(?:SO_ERROR:\s*)?(?P<why>Connection refused|Connection timed out|No route to host|"
                          r"Network is unreachable|Software caused connection abort)", I)
-NET_IB = re.compile(r"NET/IB\w* ?: ?Got completion (?:from peer (?P<peer>\S+) )?with (?:status=)?(?:error )?(?P<err>\d+)|"
-                    r"\bibv_\w+\b.*?(?:failed|error)|(?:failed|error)\b.*?\bibv_\w+|IBV_WC_\w+|"
-                    r"NET/IB ?: ?.*?(?:async event|port .*? (?:down|error))", I)
-NET_P2P = re.compile(r"cu(?:da)?IpcOpenMemHandle|CUDA IPC handle|peer access is not supported|p2p\.cc:\d+ NCCL WARN|"
-                     r"peer mapping resources exhausted|P2P/(?:IPC|CUMEM)\S* .*?(?:fail|error)", I)
 NET_WORDS = ("find address", "find interface", "interface found", "same subnet", "bind", "ibv_", "net/ib",
              "ibv_wc", "connect", "socket_ifname", "af_inet", "address family", "ipc", "peer access", "peer mapping",
              "p2p/", "p2p.cc", "loopback", "connectfullmesh", "system error", "bootstrap.c")
@@ -144,10 +171,8 @@ NCCL_BOOT_TRACE = re.compile(r"\bbootstrap\.cc?u?:\d+ -> (?P<code>[236])\b")
 TRANSPORT_P2P = re.compile(r"via (?:P2P|direct pointer|direct shared memory|SHM|NET/\w+)", I)
 
 # TORCH_DISTRIBUTED_DEBUG=DETAIL/INFO and DDP's own model checks
-MONITORED = re.compile(r"Ranks? (?P<ranks>\d+(?:\s*,\s*\d+)*) failed to pass monitoredBarrier(?: in (?P<ms>\d+) ms)?", I)
-DDP_MODEL_MISMATCH = re.compile(r"DDP expects same model across all ranks, but Rank (?P<r1>\d+) has (?P<n1>\d+) params, "
-                                r"while rank (?P<r2>\d+) has inconsistent (?P<n2>\d+) params|"
-                                r"appears not to match (?:sizes|strides) of the same param in process (?P<r0>\d+)", I)
+MONITORED = _catalogued("pg_gloo.monitored_barrier", I)
+DDP_MODEL_MISMATCH = _catalogued("ddp.params_differ_across_ranks", I)
 SHAPE_VERIFY = re.compile(r"Error when verifying shape tensors for collective (?P<op>\w+) on rank (?P<rank>\d+)", I)
 SEQ_DIFF = re.compile(r"Sequence number: ?(?P<a>\d+) ?vs ?(?P<b>\d+)")
 OP_DIFF = re.compile(r"Op type: ?(?P<a>[A-Z_]+) ?vs ?(?P<b>[A-Z_]+)")

@@ -10,7 +10,7 @@ said what is wrong; this names it in the interpreter's own words and at the user
     File "/home/me/train.py", line 3, in <module>  /  ModuleNotFoundError: No module named 'torchvisionx'
 
 Reads the events and the lines ``analyze_logs`` already parsed (no file is read again).  When found,
-``failure.root_cause.kind`` becomes ``startup`` (rule FL016) and the rank is None when every rank
+``failure.root_cause.kind`` becomes ``startup`` (the script-cannot-start rule reads it) and the rank is None when every rank
 failed alike.
 """
 

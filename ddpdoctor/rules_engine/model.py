@@ -125,6 +125,20 @@ class Rule:
 DERIVED_CLASSES = ("verdict",)
 
 
+def _message_patterns(c, ids) -> list[str]:
+    """The patterns of catalogue entries (rules/messages/) a rule's [log] names by id."""
+    from ..logs.catalogue import message_by_id    # (the catalogue loads rules' templates: imported when used)
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        c.fail("messages", "[log] messages = [\"catalogue.id\", …]")
+    out = []
+    for mid in ids:
+        msg = message_by_id(mid)
+        if msg is None:
+            c.fail("messages", f"no message {mid!r} in rules/messages/")
+        out += [p.pattern for p in msg.patterns]
+    return out
+
+
 def order_class(rule_order: str, category: str, severity: str) -> str:
     """A finding's class in rules/metrics.toml [order]: the rule's own `order`, else "failure" for a
     finding that says the run failed (a failure rule, a critical network fault), else "cost"."""
@@ -340,9 +354,12 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
 
     log_patterns: list[str] = []
     if "log" in data:
-        pats = data["log"].get("patterns") if isinstance(data["log"], dict) else None
+        log = data["log"] if isinstance(data["log"], dict) else {}
+        pats = log.get("patterns")
+        if "messages" in log:           # catalogue ids (rules/messages/): the wording lives in the catalogue
+            pats = _message_patterns(c, log["messages"]) + list(pats or [])
         if not isinstance(pats, list) or not pats or not all(isinstance(p, str) for p in pats):
-            c.fail("log", "[log] needs patterns = [\"regex\", …]")
+            c.fail("log", "[log] needs messages = [\"catalogue.id\", …] or patterns = [\"regex\", …]")
         for p in pats:
             try:
                 re.compile(p)
