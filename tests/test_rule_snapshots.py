@@ -189,15 +189,15 @@ def test_a_builtin_rule_out_of_place_is_refused_at_load(tmp_path, folder, rule_i
 
 
 def test_moving_a_category_is_one_line_of_the_layout(tmp_path):
-    path = _builtin_copy(tmp_path, "network", "NET001")
+    path = _builtin_copy(tmp_path, "failure", "NET001")
     root = path.parent.parent
     layout_file = root / "layout.toml"
     load_layout.cache_clear()
-    with pytest.raises(RuleError, match="belongs in rules/failures/"):
+    with pytest.raises(RuleError, match="belongs in rules/network/"):
         check_rule(load_layout(root), load_rule_file(path), root)
     text = layout_file.read_text()
     line = next(x for x in text.splitlines() if x.startswith("network "))
-    layout_file.write_text(text.replace(line, line.replace('"failures"', '"network"')))
+    layout_file.write_text(text.replace(line, line.replace('"network" }', '"failure" }')))
     load_layout.cache_clear()
     check_rule(load_layout(root), load_rule_file(path), root)
 
