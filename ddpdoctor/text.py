@@ -135,3 +135,22 @@ def shell(cmd: str, width: int = WIDTH, first: str = "", rest: str = "    ") -> 
             ln = ln[width - 1:]
         fitted.append(ln)
     return fitted
+
+
+# each column in the words a sentence uses ("its extra time goes to …")
+PHASE_WORDS: dict[str, str] = {
+    "step_time": "the whole step",
+    "dataloader_wait": "waiting for its DataLoader",
+    "forward": "the forward pass",
+    "backward": "the backward pass",
+    "optimizer": "the optimizer step",
+    "gpu_busy": "GPU work",
+    "compute": "compute",
+    "comm": "communication",
+    "comm_exposed": "communication that compute does not hide",
+    "comm_sync_wait": "waiting for peers in collectives",
+    "comm_transfer": "transferring data in collectives",
+    "memcpy": "memory copies",
+    "host_idle": "host-side work while the GPU idles",
+    "other": "work outside any traced operator",
+}

@@ -114,7 +114,7 @@ def test_column_placeholder_is_the_breakdown():
 
 def test_trace_facts_scope_matches_the_catalogue():
     from ddpdoctor.analysis import analyze
-    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.expr import Vec
 
     facts = trace_facts(analyze([str(ROOT / "sample_traces" / "synthetic_gpu_8ranks_straggler_rank3")]))
     for k, v in facts.items():

@@ -13,7 +13,7 @@ import pytest
 
 from ddpdoctor.report.card import fix_body, render_card
 from ddpdoctor.rules_engine.engine import Finding, evaluate
-from ddpdoctor.rules_engine.expr import Vec
+from ddpdoctor.expr import Vec
 from ddpdoctor.rules_engine.model import RuleError, load_rule_file
 from ddpdoctor.rules_engine.registry import build_ruleset
 from ddpdoctor.rules_engine.verdict import _order

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.rules_engine.engine import evaluate
-from ddpdoctor.rules_engine.expr import ExprError, Missing
+from ddpdoctor.expr import ExprError, Missing
 from ddpdoctor.rules_engine.registry import load_rules
 
 PLACEHOLDER = re.compile(r"\(unknown\)|(?<!=)\bNone\b|(?:^|[\s(])\?(?=$|[\s.,;:)'])|[A-Za-z]\(s\)|\bnan\b|\bnull\b|"

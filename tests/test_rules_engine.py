@@ -13,11 +13,11 @@ import pytest
 from ddpdoctor.errors import InputError
 from ddpdoctor.resources import rules_dir
 from ddpdoctor.rules_engine.engine import evaluate
-from ddpdoctor.rules_engine.expr import ExprError, Missing, Vec, compile_expr
+from ddpdoctor.expr import ExprError, Missing, Vec, compile_expr
 from ddpdoctor.rules_engine.model import RuleError, load_rule_file
 from ddpdoctor.rules_engine.registry import build_ruleset, load_rules
 from ddpdoctor.rules_engine.selftest import case_facts, run_case
-from ddpdoctor.rules_engine.template import compile_template
+from ddpdoctor.template import compile_template
 
 BUILTIN = load_rules()
 CASES = [(r, c) for r in BUILTIN.active() for c in r.tests]
@@ -388,7 +388,7 @@ def test_no_rule_text_says_word_s():
 
 
 def test_a_missing_value_in_parentheses_is_not_doubled():
-    from ddpdoctor.rules_engine.template import NOT_RECORDED, _tidy
+    from ddpdoctor.template import NOT_RECORDED, _tidy
 
     assert _tidy(f"num_workers ({NOT_RECORDED}) now") == f"num_workers {NOT_RECORDED} now"
     assert _tidy(f"(num_workers={NOT_RECORDED} now)") == f"(num_workers={NOT_RECORDED} now)"
@@ -396,11 +396,11 @@ def test_a_missing_value_in_parentheses_is_not_doubled():
 
 def test_a_conditional_part_missing_a_value_reads_not_recorded_as_a_whole():
     """As ``{' at ' + x if cond else ''}`` did; plain text shows the missing value in place."""
-    from ddpdoctor.rules_engine.expr import compile_expr
-    from ddpdoctor.rules_engine.template import NOT_RECORDED, Variant, VariantTemplate, compile_template
+    from ddpdoctor.expr import compile_expr
+    from ddpdoctor.template import NOT_RECORDED, Variant, VariantTemplate, compile_template
 
     def look(name):
-        from ddpdoctor.rules_engine.expr import Missing
+        from ddpdoctor.expr import Missing
         return {"c": True}.get(name, Missing(frozenset([name])))
 
     t = VariantTemplate([[Variant(None, compile_template("Rank 1"))],

@@ -199,7 +199,7 @@ def test_synthetic_matrix_entry(entry, tmp_path):
 
 def _contended_straggler_facts(**over):
     import numpy as np
-    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.expr import Vec
     ranks = np.array([0, 1])
     facts = {
         "trace.present": True, "run.device": "cpu", "run.ranks": [0, 1], "run.ranks_analyzed": 2,
@@ -244,7 +244,7 @@ def test_a_late_rank_with_nothing_of_its_own_on_a_contended_host_is_noise():
 def _late_loader_facts(**over):
     """Rank 1 alone waits for its DataLoader (larger images in its shard); rank 0 waits for rank 1."""
     import numpy as np
-    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.expr import Vec
     ranks = np.array([0, 1])
     facts = _contended_straggler_facts(**{
         "rank.share.dataloader_wait": Vec(np.array([0.0, 0.28]), ranks),
@@ -276,7 +276,7 @@ def test_a_loader_wait_paid_only_by_the_late_rank_is_the_imbalance():
 
 def test_a_loader_wait_on_every_rank_stays_dataloader_bound():
     import numpy as np
-    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.expr import Vec
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
     facts = _late_loader_facts(**{"rank.share.dataloader_wait": Vec(np.array([0.30, 0.45]), np.array([0, 1])),
                                   "straggler.late_share": 0.15})
@@ -287,7 +287,7 @@ def test_a_loader_wait_on_every_rank_stays_dataloader_bound():
 
 def test_alternating_lateness_without_a_cause_stays_noise_on_a_contended_host():
     import numpy as np
-    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.expr import Vec
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
     facts = _late_loader_facts(**{"straggler.extra_column": "other",
                                   "rank.share.dataloader_wait": Vec(np.array([0.01, 0.01]), np.array([0, 1]))})
@@ -301,7 +301,7 @@ def test_alternating_lateness_without_a_cause_stays_noise_on_a_contended_host():
 
 def test_a_cost_on_one_rank_in_few_steps_on_a_contended_host_is_noise():
     import numpy as np
-    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.expr import Vec
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
     ranks = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
     # rank 1 waits for data in 2 of its 5 steps (lost cycles), rank 0 never; no straggler
@@ -327,7 +327,7 @@ def _tiny_buckets_busy_facts(rank0_wait: float):
     lateness is set aside as noise; rank 0 spends `rank0_wait` of its step waiting for it, so its
     exposed transfer (every rank runs the same all-reduces) is a smaller share of its longer step."""
     import numpy as np
-    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.expr import Vec
     rows = np.array([0] * 5 + [1] * 5)
     both = np.array([0, 1])
     facts = _contended_straggler_facts(**{
@@ -368,7 +368,7 @@ def test_extra_work_the_sampler_found_on_one_rank_is_the_imbalance_without_a_str
     DL001 on rank 1 in half of its steps (machine-noise pattern), but the Python sampler puts 25 %
     of the step in rank 1's Dataset.__getitem__: the workload's own imbalance (IM005), first fix on its data."""
     import numpy as np
-    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.expr import Vec
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
     ranks = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
     waits = Vec(np.array([0.05, 0.05, 0.05, 0.05, 0.05, 0.45, 0.05, 0.40, 0.05, 0.05]), ranks)
@@ -440,7 +440,7 @@ def _periodic_facts(loader_ms, other_ms):
     """Two ranks, 6 steps: every other step waits for new DataLoader workers (rank 1 the longer)."""
     import numpy as np
 
-    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.expr import Vec
 
     rows = np.array([0] * 6 + [1] * 6)
     l0 = np.array(loader_ms, float)
@@ -472,7 +472,7 @@ def test_a_late_rank_late_in_the_loader_wait_every_rank_pays_is_the_loaders_on_a
     burner. Its lateness (68 %) lies in the DataLoader wait every rank pays (61 %): the loader is the
     cause, and the late rank is that cost landing harder on one rank of a contended host."""
     import numpy as np
-    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.expr import Vec
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
     facts = _late_loader_facts(**{"rank.share.dataloader_wait": Vec(np.array([0.75, 0.47]), np.array([0, 1])),
                                   "straggler.ranks": [0], "straggler.rank": 0, "straggler.late_share": 0.68,

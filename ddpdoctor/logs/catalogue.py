@@ -18,8 +18,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..fact_catalogue import default_catalogue
 from ..resources import rules_dir
-from ..rules_engine.expr import ExprError, compile_expr
-from ..rules_engine.template import Template, Variant, VariantTemplate, compile_template
+from ..expr import ExprError, compile_expr
+from ..template import Template, Variant, VariantTemplate, compile_template
 
 KINDS = ("code", "launch", "config", "resources", "container", "network", "hardware", "driver", "version",
          "data", "symptom")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ..rules_engine.expr import Missing
+from ..expr import Missing
 from .catalogue import Message, default_messages
 from .model import LogEvent
 

@@ -24,23 +24,6 @@ COLUMNS: dict[str, str] = {
     "other": "the rest of the step: nothing the trace can attribute",
 }
 
-# each column in the words a sentence uses ("its extra time goes to …")
-PHASE_WORDS: dict[str, str] = {
-    "step_time": "the whole step",
-    "dataloader_wait": "waiting for its DataLoader",
-    "forward": "the forward pass",
-    "backward": "the backward pass",
-    "optimizer": "the optimizer step",
-    "gpu_busy": "GPU work",
-    "compute": "compute",
-    "comm": "communication",
-    "comm_exposed": "communication that compute does not hide",
-    "comm_sync_wait": "waiting for peers in collectives",
-    "comm_transfer": "transferring data in collectives",
-    "memcpy": "memory copies",
-    "host_idle": "host-side work while the GPU idles",
-    "other": "work outside any traced operator",
-}
 
 # Exclusive columns: on GPU traces they partition step_time exactly.
 PARTITION_GPU = ("compute", "comm_exposed", "memcpy", "dataloader_wait", "host_idle", "other")

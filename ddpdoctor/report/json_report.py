@@ -68,7 +68,7 @@ def analysis_dict(a: Analysis) -> dict:
 def _plain_facts(facts: dict) -> dict:
     """The facts rules read, without per-step vectors; per-rank vectors as {rank: value}."""
     from ..rules_engine.engine import plain
-    from ..rules_engine.expr import Vec
+    from ..expr import Vec
 
     out = {}
     for k, v in sorted(facts.items()):

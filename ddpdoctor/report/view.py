@@ -212,7 +212,7 @@ def _evidence_key(k: str) -> tuple[str, str]:
 
 def evidence_items(ev: dict) -> list[str]:
     """A finding's evidence in words: units applied, column names as phrases, no raw keys."""
-    from ..metrics.columns import PHASE_WORDS
+    from ..text import PHASE_WORDS
 
     out = []
     for k, v in (ev or {}).items():

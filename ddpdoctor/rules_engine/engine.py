@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .expr import ExprError, Missing, Vec, _speedup
+from ..expr import ExprError, Missing, Vec, _speedup
 from .frameworks import phrase, phrased_change
 from .model import Rule, metric_value, order_class
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
 from ..resources import metric_params
-from .expr import Vec
+from ..expr import Vec
 
 # derived columns: the exposed communication split into waiting for peers and transfer
 DERIVED = ("comm_wait_exposed", "comm_transfer_exposed")

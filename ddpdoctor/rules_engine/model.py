@@ -16,8 +16,8 @@ import tomllib
 from ..errors import InputError
 from ..fact_catalogue import default_catalogue
 from ..resources import metric_params
-from .expr import Expr, ExprError, compile_expr
-from .template import Template, Variant, VariantTemplate, compile_template
+from ..expr import Expr, ExprError, compile_expr
+from ..template import Template, Variant, VariantTemplate, compile_template
 
 CATEGORIES = ("failure", "network", "dataloader", "communication", "compute", "imbalance",
               "config", "memory", "info")

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from .engine import Outcome, evaluate
-from .expr import Vec
+from ..expr import Vec
 from .model import Rule, RuleCase
-from .template import NOT_RECORDED
+from ..template import NOT_RECORDED
 
 VECTOR_ROOTS = ("rank.", "step.")
 # a firing case must read as a sentence a user could act on: no value left unrecorded, no clause

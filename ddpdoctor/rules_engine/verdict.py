@@ -21,7 +21,7 @@ import numpy as np
 
 from ..resources import metric_params
 from .engine import Finding, Outcome, evaluate
-from .expr import Vec
+from ..expr import Vec
 from .model import VERDICT_CATEGORIES
 from .registry import RuleSet
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .text import PHASE_WORDS
+
 
 class ExprError(ValueError):
     """An expression is malformed or uses something outside the whitelist."""
@@ -256,8 +258,6 @@ def _plural(n, one, many=None):
 
 def _phase(column):
     """A step-table column in plain words (``other`` → ``work outside any traced operator``)."""
-    from ..metrics.columns import PHASE_WORDS
-
     return PHASE_WORDS.get(str(column), str(column).replace("_", " "))
 
 
