@@ -239,7 +239,7 @@ def python_facts(ranks: dict[int, dict], params: dict) -> dict:
     if inputs:
         ms = {r: _num(i["ms_per_step"]) for r, i in inputs.items()}
         # the input work EVERY rank does (the least of the ranks): what one rank does beyond that is
-        # that rank's extra work (python.extra_work, IM001), not the pipeline's
+        # that rank's extra work (python.extra_work: the straggler rule), not the pipeline's
         med = min(ms.values())
         _put(facts, "python.input_work.ms_per_step", round(med, 3), ms)
         step_ms = median(_num(sampled[r].get("step_ms")) or 0.0 for r in inputs)

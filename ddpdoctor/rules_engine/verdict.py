@@ -114,7 +114,7 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
     t = metric_params()["verdict"]
     materiality = t.get("materiality", {})
     contended = any(f.rule in t.get("contention_rules", []) for f in findings)
-    explained = _straggler_explained(facts)
+    explained, arrival = _straggler_explained(facts), set(t.get("arrival_straggler_rules", []))
     out, sporadic = [], []
     for f in sorted((f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
                     key=lambda f: (-f.cost, f.rule)):
@@ -125,20 +125,20 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
         alternating = f.category == "imbalance" and (
             f.rule in t.get("alternating_rules", []) or
             (f.agreement is not None and f.agreement < t["alternating_max_agreement"]))
-        if contended and alternating and not (f.rule == "IM001" and explained):
+        if contended and alternating and not (f.rule in arrival and explained):
             c.eligible = False
             c.why_not = f"the ranks take turns being late on a contended host: {NOISE}"
-        elif alternating and f.rule == "IM001" and _unexplained_straggler(facts, t):
+        elif alternating and f.rule in arrival and _unexplained_straggler(facts, t):
             # no other process measured, but the lateness moves between ranks and the late rank does nothing of
             # its own: a rank with more work is late every step; one the scheduler delays is late in some
             c.eligible = False
             c.why_not = (f"the ranks take turns being late (the straggler is last in {f.agreement:.0%} of the steps) "
                          f"and nothing the late rank does differs: {NOISE}")
-        elif contended and f.rule == "IM001" and _unexplained_straggler(facts, t):
+        elif contended and f.rule in arrival and _unexplained_straggler(facts, t):
             c.eligible = False
             c.why_not = ("the late rank computes the same inputs longer on a contended host and nothing it does "
                          f"differs (no uneven inputs, no extra work seen): {NOISE}")
-        elif contended and f.rule == "IM001" and (shared := _late_in_a_shared_cost(findings, facts, t)):
+        elif contended and f.rule in arrival and (shared := _late_in_a_shared_cost(findings, facts, t)):
             c.eligible = False
             c.why_not = (f"the late rank is late in the {shared.category} cost every rank pays "
                          f"({shared.rule}), which lands harder on one rank of a contended host: {NOISE}")
@@ -205,7 +205,7 @@ def _sporadic(f: Finding, facts: dict, t: dict) -> bool:
 
 def _late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict) -> Finding | None:
     """The finding whose cost every analyzed rank pays, material, in the very column where the late rank
-    spends its extra time (e.g. DL001 on every rank, the straggler late in its DataLoader wait), when
+    spends its extra time (e.g. the loader's wait on every rank, the straggler late in its DataLoader wait), when
     nothing of the late rank's own explains it: then fixing that cost removes the lateness too."""
     if _straggler_explained(facts):
         return None
