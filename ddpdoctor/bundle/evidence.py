@@ -94,16 +94,50 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
             loads.append(sum(samples) / len(samples) / cpus)
     if busy:
         out["busy_share"] = median(busy)
-        if len(own) == n_local and None not in own:        # every rank on the host measured its own CPU time
+        job = _job_cpu_share(cons)
+        if job is not None:                                # the job's whole process tree, measured
+            out["other_busy_share"] = min(1.0, max(0.0, median(busy) - job))
+        elif len(own) == n_local and None not in own:      # every rank on the host measured its own CPU time
             out["other_busy_share"] = min(1.0, max(0.0, median(busy) - sum(own)))
         if None not in steal:
             out["steal_share"] = median(steal)
     if loads:
         out["load_per_cpu"] = median(loads)
-        other = _other_runnable(cons)
+        other = _job_outside_runnable(cons)
+        if other is None:
+            other = _other_runnable(cons)
         if other is not None:
             out["other_runnable_per_cpu"] = other
+    procs = [c["job"].get("processes") for c in cons.values() if isinstance(c.get("job"), dict)]
+    procs = [p for p in procs if isinstance(p, int) and p > 0]
+    if procs:
+        out["job_processes"] = max(procs)          # how many processes the job's tree held (quoted by IM004)
     return out
+
+
+def _job_outside_runnable(cons: dict[int, dict]) -> float | None:
+    """Runnable tasks outside the job per CPU, from the rank(s) that sampled the job's whole process tree:
+    each sample is the host's runnable count less the job's runnable threads read right after it; the
+    mean over the window (a sample may come out negative when a thread changed state between the two
+    readings: the mean keeps those, then is floored at 0), the median over such ranks."""
+    means = []
+    for c in cons.values():
+        job = c.get("job")
+        samples = [s for s in (job or {}).get("outside_runnable_samples") or [] if isinstance(s, int)]
+        if samples and isinstance(c.get("host_cpus"), int) and c["host_cpus"] > 0:
+            means.append(max(0.0, sum(samples) / len(samples)) / c["host_cpus"])
+    return median(means) if means else None
+
+
+def _job_cpu_share(cons: dict[int, dict]) -> float | None:
+    """The job's whole process tree's CPU time over the window as a share of the host's CPU time."""
+    shares = []
+    for c in cons.values():
+        job, host = c.get("job"), c.get("host") or {}
+        cpu, total = _num((job or {}).get("cpu_s")), _num(host.get("total_s"))
+        if cpu is not None and total and total > 0:
+            shares.append(cpu / total)
+    return median(shares) if shares else None
 
 
 def _other_runnable(cons: dict[int, dict]) -> float | None:
@@ -136,7 +170,7 @@ def contention_facts(ranks: dict[int, dict]) -> dict:
             if key in per_host[busiest]:
                 _put(facts, f"host.contention.{key}", _round(per_host[busiest][key]),
                      {r: _round(per_host[h][key]) for r, h in rank_host.items() if key in per_host[h]})
-    for key in ("other_busy_share", "load_per_cpu", "steal_share", "other_runnable_per_cpu"):
+    for key in ("other_busy_share", "load_per_cpu", "steal_share", "other_runnable_per_cpu", "job_processes"):
         vals = {h: per_host[h][key] for h in per_host if key in per_host[h]}
         if vals:
             _put(facts, f"host.contention.{key}", _round(max(vals.values())),

@@ -69,6 +69,7 @@ _overrides = _load_part("overrides")       # `run --try` changes applied in this
 _log, _window, _patches = _load_part("log"), _load_part("window"), _load_part("patches")
 _recorder, _profiler, _lifecycle = _load_part("recorder"), _load_part("profiler"), _load_part("lifecycle")
 _compile = _load_part("compile")           # torch.compile compilations in the window (agent_compile.py)
+_jobtree = _load_part("jobtree")           # the job's whole process tree, for contention (agent_jobtree.py)
 is_launcher_process, started_by_launcher = _process.is_launcher_process, _process.started_by_launcher
 is_helper_process, should_activate, start_fd_tee = _process.is_helper_process, _process.should_activate, _process.start_fd_tee
 _first_int, _env_int, _process_argv = _process.first_int, _process.env_int, _process._process_argv
@@ -115,7 +116,8 @@ class Agent:
         self.settings = _recorder.SettingsRecorder(self, _settings, _env_int)
         self.life = _lifecycle.Lifecycle(self)
         self.ending = _lifecycle.Ending(self, _hang)
-        self.evidence = _evidence.Evidence(env, _stacks, _gil, work_dir=self.dir, step_of=lambda: self.window.steps)
+        self.evidence = _evidence.Evidence(env, _stacks, _gil, work_dir=self.dir, step_of=lambda: self.window.steps,
+                                           jobtree=_jobtree)
         self.compile_watch = _compile.CompileWatch()
         self.loader_timing = _loader.LoaderTiming()
         self.changes = _overrides.from_env(env)          # `run --try`: None on a plain run

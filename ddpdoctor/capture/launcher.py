@@ -38,7 +38,7 @@ from .streams import _Pump, _term
 MANIFEST_SCHEMA = "ddpdoctor.manifest/1"
 AGENT_PATH = Path(__file__).with_name("agent.py")
 AGENT_PARTS = ("process", "settings", "evidence", "stacks", "gil", "hang", "loader", "overrides", "log", "window", "patches", "recorder",
-               "profiler", "lifecycle", "compile")
+               "profiler", "lifecycle", "compile", "jobtree")
 INJECT_DIR = Path(__file__).with_name("_inject")
 FR_BUFFER_SIZE = "2000"
 
