@@ -111,7 +111,7 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
     procs = [c["job"].get("processes") for c in cons.values() if isinstance(c.get("job"), dict)]
     procs = [p for p in procs if isinstance(p, int) and p > 0]
     if procs:
-        out["job_processes"] = max(procs)          # how many processes the job's tree held (quoted by IM004)
+        out["job_processes"] = max(procs)          # how many processes the job's tree held (quoted by the contention rule)
     return out
 
 
@@ -207,7 +207,19 @@ def _optimizer_step(where) -> bool:
     return call.startswith("torch.optim.") or call.endswith((".zero_grad", "optimizer.step"))
 
 
-def extra_work(sampled: dict[int, dict], params: dict) -> dict | None:
+def _waits_for_workers(where) -> bool:
+    """The place is the DataLoader's own iterator: with worker processes, the training thread there only
+    waits for (and unpickles) batches the workers make; a rank that spends longer there is late in its
+    DataLoader wait (the trace's column, the loader's facts), not doing work of its own."""
+    return str(where or "").split(" in ", 1)[0].startswith("torch.utils.data.dataloader.")
+
+
+def _has_workers(d: dict) -> bool:
+    dl = d.get("dataloader")
+    return isinstance(dl, dict) and isinstance(dl.get("num_workers"), int) and dl["num_workers"] > 0
+
+
+def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] = frozenset()) -> dict | None:
     """The rank that spends materially more time in one user function (waits for peers
     excluded) than the median of the other ranks, or None.  Materially: the excess reaches
     ``extra_work_min_share`` of the median step and ``extra_work_min_samples`` samples, and
@@ -227,6 +239,8 @@ def extra_work(sampled: dict[int, dict], params: dict) -> dict | None:
         for key, f in mine.items():
             if _model_pass(key[0]) or _optimizer_step(f.get("where")):
                 continue            # the model's own forward/backward/optimizer step: every rank runs it
+            if r in loader_workers and _waits_for_workers(f.get("where")):
+                continue            # waiting for its DataLoader workers: the loader's time, not the rank's work
             ms = _num(f.get("ms_per_step")) or 0.0
             others = median(_num(places[o].get(key, {}).get("ms_per_step")) or 0.0 for o in places if o != r)
             excess = ms - others
@@ -264,7 +278,7 @@ def python_facts(ranks: dict[int, dict], params: dict) -> dict:
     sampled_flag = {r: bool(st.get("sampled")) for r, st in sorted(recorded.items())}
     _put(facts, "python.sampled", all(sampled_flag.values()), sampled_flag)
     sampled = {r: st for r, st in recorded.items() if st.get("sampled")}
-    found = extra_work(sampled, params)
+    found = extra_work(sampled, params, {r for r in sampled if _has_workers(ranks[r])})
     if found:
         for k, v in found.items():
             facts[f"python.extra_work.{k}"] = v

@@ -1,0 +1,65 @@
+"""Which costs may decide the verdict (rules_engine/verdict.py reads these): when a late rank's lateness is
+its own (a cause the evidence names) and when it is a cost every rank pays, or machine noise.  Thresholds,
+columns and per-category facts come from rules/metrics.toml ``[verdict]`` (``t`` below); no rule id here."""
+
+from __future__ import annotations
+
+from .engine import Finding
+
+
+def is_sporadic(f: Finding, facts: dict, t: dict) -> bool:
+    """A cost that shows on some ranks only and in few of their steps. Every rank runs the same
+    training code, so the workload's own cost shows on every rank, step after step."""
+    analyzed = facts.get("run.ranks_analyzed")
+    return (isinstance(analyzed, int) and 0 < len(f.ranks or []) < analyzed and not shared_by_fact(f, facts, t)
+            and f.agreement is not None and f.agreement < t["sporadic_max_agreement"])
+
+
+def shared_by_fact(f: Finding, facts: dict, t: dict) -> bool:
+    """The finding's cost is every rank's by a measured fact of its category (metrics.toml shared_cost_facts)."""
+    name = t.get("shared_cost_facts", {}).get(f.category)
+    return name is not None and facts.get(name) is True
+
+
+def late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict, contended: bool) -> Finding | None:
+    """The finding whose cost every analyzed rank pays, material, in the very column where the late rank
+    spends its extra time (e.g. the loader's wait, the straggler late in its DataLoader wait), when nothing
+    of the late rank's own explains it: then fixing that cost removes the lateness too.  Every rank pays it
+    when a measured fact of its category says so (shared_cost_facts), or, on a contended host, when its
+    rule fired on every rank (there the cost lands harder on whichever rank the host delays)."""
+    if straggler_explained(facts):
+        return None
+    column, analyzed = facts.get("straggler.extra_column"), facts.get("run.ranks_analyzed")
+    if not column or not isinstance(analyzed, int) or analyzed < 2:
+        return None
+    materiality = t.get("materiality", {})
+    for f in findings:
+        cols = t.get("own_variation_columns", {}).get(f.category, ())
+        if (column in cols and f.cost is not None and f.cost >= materiality.get(f.category, 0.0)
+                and (shared_by_fact(f, facts, t) or (contended and len(set(f.ranks or [])) >= analyzed))):
+            return f
+    return None
+
+
+def straggler_explained(facts: dict) -> bool:
+    """The late rank's extra time has a cause of its own: the Python sampler found extra work on that
+    rank, its garbage collections or a call that held the GIL stopped it longer than the others, or the
+    inputs differ in shape between ranks."""
+    rank = facts.get("straggler.rank")
+    return rank is not None and (facts.get("python.extra_work.rank") == rank
+                                 or facts.get("python.gc.rank") == rank or facts.get("python.gil_held.rank") == rank
+                                 or facts.get("cross.input_shapes") == "varying")
+
+
+def unexplained_straggler(facts: dict, t: dict) -> bool:
+    """The straggler's extra time has no cause of its own: the Python sampler saw no extra work on that
+    rank, the inputs are not uneven, and its extra time lies where lost CPU cycles show, or mostly
+    nowhere (the phase in which it differs most holds under `attributed_min_share` of its lateness)."""
+    if straggler_explained(facts):
+        return False
+    cols = t["noise_columns_gpu"] if facts.get("run.device") == "gpu" else t["noise_columns_cpu"]
+    if facts.get("straggler.extra_column") in cols:
+        return True
+    extra, late = facts.get("straggler.extra_us"), facts.get("straggler.late_us")
+    return (isinstance(extra, (int, float)) and isinstance(late, (int, float)) and late > 0
+            and extra < t["attributed_min_share"] * late)
