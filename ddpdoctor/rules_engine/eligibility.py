@@ -27,7 +27,7 @@ def late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict, contend
     of the late rank's own explains it: then fixing that cost removes the lateness too.  Every rank pays it
     when a measured fact of its category says so (shared_cost_facts), or, on a contended host, when its
     rule fired on every rank (there the cost lands harder on whichever rank the host delays)."""
-    if straggler_explained(facts):
+    if straggler_explained(facts, t):
         return None
     column, analyzed = facts.get("straggler.extra_column"), facts.get("run.ranks_analyzed")
     if not column or not isinstance(analyzed, int) or analyzed < 2:
@@ -41,21 +41,30 @@ def late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict, contend
     return None
 
 
-def straggler_explained(facts: dict) -> bool:
-    """The late rank's extra time has a cause of its own: the Python sampler found extra work on that
-    rank, its garbage collections or a call that held the GIL stopped it longer than the others, or the
-    inputs differ in shape between ranks."""
+def straggler_explained(facts: dict, t: dict) -> bool:
+    """The late rank's extra time has a cause of its own (metrics.toml ``straggler_causes``): the Python
+    sampler's extra work on that rank, its longer GC pauses, a call that held the GIL, with an excess per
+    step that accounts for at least ``attributed_min_share`` of its lateness (a GIL gap of 16 ms does not
+    explain a rank 36 ms late); or the inputs differ in shape between ranks (``uneven_inputs``)."""
     rank = facts.get("straggler.rank")
-    return rank is not None and (facts.get("python.extra_work.rank") == rank
-                                 or facts.get("python.gc.rank") == rank or facts.get("python.gil_held.rank") == rank
-                                 or facts.get("cross.input_shapes") == "varying")
+    if rank is None:
+        return False
+    late = facts.get("straggler.late_us")
+    for cause in t.get("straggler_causes", []):
+        if facts.get(cause["rank"]) != rank:
+            continue
+        ms = facts.get(cause["ms_per_step"])
+        if not isinstance(ms, (int, float)) or not isinstance(late, (int, float)) or late <= 0 \
+                or 1000.0 * ms >= t["attributed_min_share"] * late:
+            return True
+    return any(facts.get(name) == value for name, value in t.get("uneven_inputs", {}).items())
 
 
 def unexplained_straggler(facts: dict, t: dict) -> bool:
     """The straggler's extra time has no cause of its own: the Python sampler saw no extra work on that
     rank, the inputs are not uneven, and its extra time lies where lost CPU cycles show, or mostly
     nowhere (the phase in which it differs most holds under `attributed_min_share` of its lateness)."""
-    if straggler_explained(facts):
+    if straggler_explained(facts, t):
         return False
     cols = t["noise_columns_gpu"] if facts.get("run.device") == "gpu" else t["noise_columns_cpu"]
     if facts.get("straggler.extra_column") in cols:

@@ -115,7 +115,7 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
     t = metric_params()["verdict"]
     materiality = t.get("materiality", {})
     contended = any(f.rule in t.get("contention_rules", []) for f in findings)
-    explained, arrival = straggler_explained(facts), set(t.get("arrival_straggler_rules", []))
+    explained, arrival = straggler_explained(facts, t), set(t.get("arrival_straggler_rules", []))
     out, sporadic = [], []
     for f in sorted((f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
                     key=lambda f: (-f.cost, f.rule)):
