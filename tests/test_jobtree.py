@@ -3,6 +3,7 @@
 Unit tests on a /proc built in code; end to end on real 2-rank torchrun jobs (CPU, gloo)."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -135,7 +136,7 @@ def _run(tmp_path, *args) -> dict:
                           "--standalone", "--nproc_per_node=2", str(SCRIPT), "120", *args],
                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
-    return load_bundle_facts([str(out)])
+    return out, load_bundle_facts([str(out)])
 
 
 def _im004_fires(facts: dict) -> bool:
@@ -151,12 +152,19 @@ def _im004_fires(facts: dict) -> bool:
 def test_e2e_the_jobs_own_grandchild_is_not_contention(tmp_path):
     pytest.importorskip("torch")
     before = _outside_now()
-    if before > 0.25:
-        pytest.skip(f"the host is busy before the job: {before:.2f} runnable tasks per CPU from other processes; "
-                    "contention from outside would be measured rightly")
-    facts = _run(tmp_path, "grandchild")
+    out, facts = _run(tmp_path, "grandchild")
     # torchrun's agent, two ranks, the helper and its spinning grandchild, and the run process itself
     assert facts["host.contention.job_processes"] >= 5
+    job = json.loads((out / "ranks" / "rank0" / "settings.json").read_text())["evidence"]["contention"]["job"]
+    assert job["root"] == "ddpdoctor run"
+    # the spinning grandchild is the job's at every reading (runnable, running or not, whatever else runs)
+    assert min(job["runnable_samples"]) >= 1 and len(job["runnable_samples"]) == len(job["outside_runnable_samples"])
+    assert job["cpu_s"] > 0
+    rank1 = json.loads((out / "ranks" / "rank1" / "settings.json").read_text())["evidence"]["contention"]
+    assert "job" not in rank1                           # one rank per host measures the tree
+    if before > 0.25:
+        pytest.skip(f"the host was busy before the job: {before:.2f} runnable tasks per CPU from other processes, "
+                    "so contention from outside is measured rightly; the quiet case needs an idle host")
     # the grandchild spins on one of the 2 CPUs (the old per-rank count missed it: 0.5 per CPU outside)
     assert facts["host.contention.load_per_cpu"] >= 1.0, facts["host.contention.load_per_cpu"]
     assert facts["host.contention.other_runnable_per_cpu"] < 0.25, facts["host.contention.other_runnable_per_cpu"]
@@ -175,7 +183,7 @@ def cpu_burners():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the job tree is read from /proc (Linux)")
 def test_e2e_burners_outside_the_job_are_contention(tmp_path, cpu_burners):
     pytest.importorskip("torch")
-    facts = _run(tmp_path)
+    _, facts = _run(tmp_path)
     assert all(p.poll() is None for p in cpu_burners)
     n = os.cpu_count() or 2
     # one burner per CPU ran outside the job the whole time: about 1 runnable per CPU outside it
