@@ -106,3 +106,7 @@ def test_a_cause_explains_the_late_rank_only_when_it_accounts_for_its_lateness()
     # a GIL-holding call that stops the rank for most of its lateness is its cause
     d = diagnose({**facts, "python.gil_held.ms_per_step": 30.0, "python.gil_held.share": 0.12}, rules)
     assert next(c for c in d.costs if c.category == "imbalance" and c.cost == 0.15).eligible
+    # ... and so do two causes that name it, together (the sampler's gaps and its samples do not overlap)
+    d = diagnose({**facts, "python.extra_work.rank": 0, "python.extra_work.ms_per_step": 10.0,
+                  "python.extra_work.share": 0.04, "python.extra_work.where": "snapshot (train.py:34)"}, rules)
+    assert next(c for c in d.costs if c.category == "imbalance" and c.cost == 0.15).eligible
