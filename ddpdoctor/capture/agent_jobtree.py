@@ -147,20 +147,29 @@ class JobSampler:
     def for_rank(cls, env) -> JobSampler | None:
         if (env.get("LOCAL_RANK") or "0") != "0":
             return None                     # one rank per host measures the whole job
-        found = job_root(env)
-        return cls(*found) if found else None
+        try:
+            found = job_root(env)
+            return cls(*found) if found else None
+        except Exception:  # noqa: BLE001 - never into the user's program: the rank records its own instead
+            return None
 
     def sample(self, host_runnable: int) -> None:
-        pids = tree(self.root)
-        if not pids:
+        try:
+            pids = tree(self.root)
+            mine = runnable_threads(pids) if pids else None
+        except Exception:  # noqa: BLE001 - a reading lost, not the window's other evidence
             return
-        mine = runnable_threads(pids)
+        if mine is None:
+            return
         self.processes = max(self.processes, len(pids))
         self.job.append(mine)
         self.outside.append(host_runnable - mine)     # the reading thread is in both counts
 
     def record(self) -> dict:
-        end = cpu_seconds(tree(self.root))
+        try:
+            end = cpu_seconds(tree(self.root))
+        except Exception:  # noqa: BLE001
+            end = None
         cpu = round(max(0.0, end - self.cpu_start), 6) if end is not None and self.cpu_start is not None else None
         return {"root": self.what, "processes": self.processes, "cpu_s": cpu,
                 "runnable_samples": list(self.job), "outside_runnable_samples": list(self.outside)}
