@@ -72,12 +72,6 @@ def loader_facts(ranks: dict[int, dict]) -> dict:
     if shares:
         _put(facts, "loader.cpu_share", max(shares.values()), shares)
     needs = {r: x["workers_needed"] for r, x in per.items() if x.get("workers_needed") is not None}
-    if len(needs) >= 2 and len(needs) == len(per) and all(per[r]["workers"] > 0 for r in needs):
-        # every rank's workers are too slow for its step, measured: the batch latency exceeds what its
-        # workers deliver in one step's compute; then the rank that waits longest for its loader sets the
-        # job's pace and the others wait for it (num_workers=0 loaders are left out: there any loading
-        # would count, however small)
-        facts["loader.behind_on_every_rank"] = all(needs[r] > per[r]["workers"] for r in needs)
     if needs:
         worst = max(needs, key=lambda r: (needs[r], -r))
         for key in ("workers_needed", "batch_latency_ms", "compute_ms_per_batch"):

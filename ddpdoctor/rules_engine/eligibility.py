@@ -11,22 +11,14 @@ def is_sporadic(f: Finding, facts: dict, t: dict) -> bool:
     """A cost that shows on some ranks only and in few of their steps. Every rank runs the same
     training code, so the workload's own cost shows on every rank, step after step."""
     analyzed = facts.get("run.ranks_analyzed")
-    return (isinstance(analyzed, int) and 0 < len(f.ranks or []) < analyzed and not shared_by_fact(f, facts, t)
+    return (isinstance(analyzed, int) and 0 < len(f.ranks or []) < analyzed
             and f.agreement is not None and f.agreement < t["sporadic_max_agreement"])
 
 
-def shared_by_fact(f: Finding, facts: dict, t: dict) -> bool:
-    """The finding's cost is every rank's by a measured fact of its category (metrics.toml shared_cost_facts)."""
-    name = t.get("shared_cost_facts", {}).get(f.category)
-    return name is not None and facts.get(name) is True
-
-
-def late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict, contended: bool) -> Finding | None:
+def late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict) -> Finding | None:
     """The finding whose cost every analyzed rank pays, material, in the very column where the late rank
-    spends its extra time (e.g. the loader's wait, the straggler late in its DataLoader wait), when nothing
-    of the late rank's own explains it: then fixing that cost removes the lateness too.  Every rank pays it
-    when a measured fact of its category says so (shared_cost_facts), or, on a contended host, when its
-    rule fired on every rank (there the cost lands harder on whichever rank the host delays)."""
+    spends its extra time (e.g. the loader's wait on every rank, the straggler late in its DataLoader wait),
+    when nothing of the late rank's own explains it: then fixing that cost removes the lateness too."""
     if straggler_explained(facts, t):
         return None
     column, analyzed = facts.get("straggler.extra_column"), facts.get("run.ranks_analyzed")
@@ -36,7 +28,7 @@ def late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict, contend
     for f in findings:
         cols = t.get("own_variation_columns", {}).get(f.category, ())
         if (column in cols and f.cost is not None and f.cost >= materiality.get(f.category, 0.0)
-                and (shared_by_fact(f, facts, t) or (contended and len(set(f.ranks or [])) >= analyzed))):
+                and len(set(f.ranks or [])) >= analyzed):
             return f
     return None
 

@@ -139,10 +139,10 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
             c.eligible = False
             c.why_not = ("the late rank computes the same inputs longer on a contended host and nothing it does "
                          f"differs (no uneven inputs, no extra work seen): {NOISE}")
-        elif f.rule in arrival and (shared := late_in_a_shared_cost(findings, facts, t, contended)):
-            c.eligible = False      # the late rank is the one the shared cost delays most: fix the cost
-            c.why_not = (f"the late rank is late in the {shared.category} cost every rank pays ({shared.rule}), which "
-                         + (f"lands harder on one rank of a contended host: {NOISE}" if contended else "sets the pace"))
+        elif contended and f.rule in arrival and (shared := late_in_a_shared_cost(findings, facts, t)):
+            c.eligible = False
+            c.why_not = (f"the late rank is late in the {shared.category} cost every rank pays "
+                         f"({shared.rule}), which lands harder on one rank of a contended host: {NOISE}")
         elif contended and f.category != "imbalance" and is_sporadic(f, facts, t):
             c.eligible = False
             on = f"rank {f.ranks[0]}" if len(f.ranks) == 1 else f"ranks {', '.join(map(str, f.ranks))}"
