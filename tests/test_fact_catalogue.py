@@ -45,7 +45,9 @@ def evidence_bundle(root: Path) -> Path:
                                batches=20, returned=20 - (r == 0), samples_per_epoch=100, dataset_len=100,
                                dataset_fingerprint="TensorDataset:100:ab")
         call = {"where": "json.dumps in log_state (train.py:52)", "ms_per_step": 30.0, "gaps": 4, "source": "faulthandler"}
-        s["evidence"] = {"contention": dict(contention(nivcsw=50 + r), own_runnable_samples=[1, 1]),
+        job = {"job": {"root": "ddpdoctor run", "processes": 6, "cpu_s": 1.5, "runnable_samples": [2, 3],
+                       "outside_runnable_samples": [0, 1]}} if r == 0 else {}    # capture/agent/jobtree.py
+        s["evidence"] = {"contention": dict(contention(nivcsw=50 + r), own_runnable_samples=[1, 1], **job),
                          "stacks": stacks({"main": 20, "write_checkpoint": 30 if r == 0 else 0},
                                           input_ms=10.0 + r, input_where="decode (train.py:30)"),
                          # GC pauses on rank 1, a GIL-holding call on rank 2 (capture/agent/gil.py)

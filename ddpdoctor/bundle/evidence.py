@@ -94,16 +94,50 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
             loads.append(sum(samples) / len(samples) / cpus)
     if busy:
         out["busy_share"] = median(busy)
-        if len(own) == n_local and None not in own:        # every rank on the host measured its own CPU time
+        job = _job_cpu_share(cons)
+        if job is not None:                                # the job's whole process tree, measured
+            out["other_busy_share"] = min(1.0, max(0.0, median(busy) - job))
+        elif len(own) == n_local and None not in own:      # every rank on the host measured its own CPU time
             out["other_busy_share"] = min(1.0, max(0.0, median(busy) - sum(own)))
         if None not in steal:
             out["steal_share"] = median(steal)
     if loads:
         out["load_per_cpu"] = median(loads)
-        other = _other_runnable(cons)
+        other = _job_outside_runnable(cons)
+        if other is None:
+            other = _other_runnable(cons)
         if other is not None:
             out["other_runnable_per_cpu"] = other
+    procs = [c["job"].get("processes") for c in cons.values() if isinstance(c.get("job"), dict)]
+    procs = [p for p in procs if isinstance(p, int) and p > 0]
+    if procs:
+        out["job_processes"] = max(procs)          # how many processes the job's tree held (quoted by the contention rule)
     return out
+
+
+def _job_outside_runnable(cons: dict[int, dict]) -> float | None:
+    """Runnable tasks outside the job per CPU, from the rank(s) that sampled the job's whole process tree:
+    each sample is the host's runnable count less the job's runnable threads read right after it; the
+    mean over the window (a sample may come out negative when a thread changed state between the two
+    readings: the mean keeps those, then is floored at 0), the median over such ranks."""
+    means = []
+    for c in cons.values():
+        job = c.get("job")
+        samples = [s for s in (job or {}).get("outside_runnable_samples") or [] if isinstance(s, int)]
+        if samples and isinstance(c.get("host_cpus"), int) and c["host_cpus"] > 0:
+            means.append(max(0.0, sum(samples) / len(samples)) / c["host_cpus"])
+    return median(means) if means else None
+
+
+def _job_cpu_share(cons: dict[int, dict]) -> float | None:
+    """The job's whole process tree's CPU time over the window as a share of the host's CPU time."""
+    shares = []
+    for c in cons.values():
+        job, host = c.get("job"), c.get("host") or {}
+        cpu, total = _num((job or {}).get("cpu_s")), _num(host.get("total_s"))
+        if cpu is not None and total and total > 0:
+            shares.append(cpu / total)
+    return median(shares) if shares else None
 
 
 def _other_runnable(cons: dict[int, dict]) -> float | None:
@@ -136,7 +170,7 @@ def contention_facts(ranks: dict[int, dict]) -> dict:
             if key in per_host[busiest]:
                 _put(facts, f"host.contention.{key}", _round(per_host[busiest][key]),
                      {r: _round(per_host[h][key]) for r, h in rank_host.items() if key in per_host[h]})
-    for key in ("other_busy_share", "load_per_cpu", "steal_share", "other_runnable_per_cpu"):
+    for key in ("other_busy_share", "load_per_cpu", "steal_share", "other_runnable_per_cpu", "job_processes"):
         vals = {h: per_host[h][key] for h in per_host if key in per_host[h]}
         if vals:
             _put(facts, f"host.contention.{key}", _round(max(vals.values())),
@@ -173,7 +207,19 @@ def _optimizer_step(where) -> bool:
     return call.startswith("torch.optim.") or call.endswith((".zero_grad", "optimizer.step"))
 
 
-def extra_work(sampled: dict[int, dict], params: dict) -> dict | None:
+def _waits_for_workers(where) -> bool:
+    """The place is the DataLoader's own iterator: with worker processes, the training thread there only
+    waits for (and unpickles) batches the workers make; a rank that spends longer there is late in its
+    DataLoader wait (the trace's column, the loader's facts), not doing work of its own."""
+    return str(where or "").split(" in ", 1)[0].startswith("torch.utils.data.dataloader.")
+
+
+def _has_workers(d: dict) -> bool:
+    dl = d.get("dataloader")
+    return isinstance(dl, dict) and isinstance(dl.get("num_workers"), int) and dl["num_workers"] > 0
+
+
+def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] = frozenset()) -> dict | None:
     """The rank that spends materially more time in one user function (waits for peers
     excluded) than the median of the other ranks, or None.  Materially: the excess reaches
     ``extra_work_min_share`` of the median step and ``extra_work_min_samples`` samples, and
@@ -193,6 +239,8 @@ def extra_work(sampled: dict[int, dict], params: dict) -> dict | None:
         for key, f in mine.items():
             if _model_pass(key[0]) or _optimizer_step(f.get("where")):
                 continue            # the model's own forward/backward/optimizer step: every rank runs it
+            if r in loader_workers and _waits_for_workers(f.get("where")):
+                continue            # waiting for its DataLoader workers: the loader's time, not the rank's work
             ms = _num(f.get("ms_per_step")) or 0.0
             others = median(_num(places[o].get(key, {}).get("ms_per_step")) or 0.0 for o in places if o != r)
             excess = ms - others
@@ -230,7 +278,7 @@ def python_facts(ranks: dict[int, dict], params: dict) -> dict:
     sampled_flag = {r: bool(st.get("sampled")) for r, st in sorted(recorded.items())}
     _put(facts, "python.sampled", all(sampled_flag.values()), sampled_flag)
     sampled = {r: st for r, st in recorded.items() if st.get("sampled")}
-    found = extra_work(sampled, params)
+    found = extra_work(sampled, params, {r for r in sampled if _has_workers(ranks[r])})
     if found:
         for k, v in found.items():
             facts[f"python.extra_work.{k}"] = v
@@ -239,7 +287,7 @@ def python_facts(ranks: dict[int, dict], params: dict) -> dict:
     if inputs:
         ms = {r: _num(i["ms_per_step"]) for r, i in inputs.items()}
         # the input work EVERY rank does (the least of the ranks): what one rank does beyond that is
-        # that rank's extra work (python.extra_work, IM001), not the pipeline's
+        # that rank's extra work (python.extra_work: the straggler rule), not the pipeline's
         med = min(ms.values())
         _put(facts, "python.input_work.ms_per_step", round(med, 3), ms)
         step_ms = median(_num(sampled[r].get("step_ms")) or 0.0 for r in inputs)

@@ -88,8 +88,8 @@ def _put(facts: dict, name: str, value, per_rank: dict) -> None:
 def dataset_facts(ranks: dict[int, dict]) -> dict:
     """``data.whole_dataset_per_rank``: on every rank (two or more) one epoch yields as many samples as the
     dataset holds (nothing shards it); ``data.same_dataset``: every rank recorded a content fingerprint of
-    the same fixed items and they agree (CF001: every rank walks the same whole dataset, whatever its
-    shuffle seed).  Absent when fewer than two ranks recorded what they need."""
+    the same fixed items and they agree (the missing-sampler rule: every rank walks the same whole
+    dataset, whatever its shuffle seed).  Absent when fewer than two ranks recorded what they need."""
     facts: dict = {}
     loaders = {r: d["dataloader"] for r, d in ranks.items() if isinstance(d.get("dataloader"), dict)}
     covers = {r: dl.get("samples_per_epoch") == dl.get("dataset_len") for r, dl in loaders.items()

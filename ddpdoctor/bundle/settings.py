@@ -216,7 +216,7 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     facts.update(evidence_facts(ranks, metric_params()["evidence"]))
     facts.update(compile_facts(ranks))        # torch.compile compilations in the window (bundle/compile.py)
     facts.update(loader_facts(ranks))          # the DataLoader's window: waiting or computing (bundle/loader.py)
-    facts.update(dataset_facts(ranks))         # what one epoch covers on each rank, and of which data (CF001)
+    facts.update(dataset_facts(ranks))         # what one epoch covers on each rank, and of which data (missing sampler)
 
     # ---- hosts
     if hosts:

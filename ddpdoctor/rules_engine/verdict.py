@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..resources import metric_params
+from .eligibility import is_sporadic, late_in_a_shared_cost, straggler_explained, unexplained_straggler
 from .engine import Finding, Outcome, evaluate
 from ..expr import Vec
 from .model import VERDICT_CATEGORIES
@@ -114,7 +115,7 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
     t = metric_params()["verdict"]
     materiality = t.get("materiality", {})
     contended = any(f.rule in t.get("contention_rules", []) for f in findings)
-    explained = _straggler_explained(facts)
+    explained, arrival = straggler_explained(facts, t), set(t.get("arrival_straggler_rules", []))
     out, sporadic = [], []
     for f in sorted((f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
                     key=lambda f: (-f.cost, f.rule)):
@@ -125,24 +126,24 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
         alternating = f.category == "imbalance" and (
             f.rule in t.get("alternating_rules", []) or
             (f.agreement is not None and f.agreement < t["alternating_max_agreement"]))
-        if contended and alternating and not (f.rule == "IM001" and explained):
+        if contended and alternating and not (f.rule in arrival and explained):
             c.eligible = False
             c.why_not = f"the ranks take turns being late on a contended host: {NOISE}"
-        elif alternating and f.rule == "IM001" and _unexplained_straggler(facts, t):
+        elif alternating and f.rule in arrival and unexplained_straggler(facts, t):
             # no other process measured, but the lateness moves between ranks and the late rank does nothing of
             # its own: a rank with more work is late every step; one the scheduler delays is late in some
             c.eligible = False
             c.why_not = (f"the ranks take turns being late (the straggler is last in {f.agreement:.0%} of the steps) "
                          f"and nothing the late rank does differs: {NOISE}")
-        elif contended and f.rule == "IM001" and _unexplained_straggler(facts, t):
+        elif contended and f.rule in arrival and unexplained_straggler(facts, t):
             c.eligible = False
             c.why_not = ("the late rank computes the same inputs longer on a contended host and nothing it does "
                          f"differs (no uneven inputs, no extra work seen): {NOISE}")
-        elif contended and f.rule == "IM001" and (shared := _late_in_a_shared_cost(findings, facts, t)):
+        elif contended and f.rule in arrival and (shared := late_in_a_shared_cost(findings, facts, t)):
             c.eligible = False
             c.why_not = (f"the late rank is late in the {shared.category} cost every rank pays "
                          f"({shared.rule}), which lands harder on one rank of a contended host: {NOISE}")
-        elif contended and f.category != "imbalance" and _sporadic(f, facts, t):
+        elif contended and f.category != "imbalance" and is_sporadic(f, facts, t):
             c.eligible = False
             on = f"rank {f.ranks[0]}" if len(f.ranks) == 1 else f"ranks {', '.join(map(str, f.ranks))}"
             c.why_not = (f"seen on {on} only, in {f.agreement:.0%} of the rank-steps, "
@@ -170,7 +171,7 @@ def _judge_net_of_wait(costs: list[Cost], sporadic: list[Cost], facts: dict, t: 
         return
     for c in sporadic:
         again = reevaluate(c.rule, net)
-        if again is not None and again.cost is not None and not _sporadic(again, facts, t):
+        if again is not None and again.cost is not None and not is_sporadic(again, facts, t):
             c.eligible = True
             c.why_not = None
 
@@ -195,42 +196,6 @@ def net_of_peer_wait(facts: dict) -> dict | None:
     return out
 
 
-def _sporadic(f: Finding, facts: dict, t: dict) -> bool:
-    """A cost that shows on some ranks only and in few of their steps. Every rank runs the same
-    training code, so the workload's own cost shows on every rank, step after step."""
-    analyzed = facts.get("run.ranks_analyzed")
-    return (isinstance(analyzed, int) and 0 < len(f.ranks or []) < analyzed
-            and f.agreement is not None and f.agreement < t["sporadic_max_agreement"])
-
-
-def _late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict) -> Finding | None:
-    """The finding whose cost every analyzed rank pays, material, in the very column where the late rank
-    spends its extra time (e.g. DL001 on every rank, the straggler late in its DataLoader wait), when
-    nothing of the late rank's own explains it: then fixing that cost removes the lateness too."""
-    if _straggler_explained(facts):
-        return None
-    column, analyzed = facts.get("straggler.extra_column"), facts.get("run.ranks_analyzed")
-    if not column or not isinstance(analyzed, int) or analyzed < 2:
-        return None
-    materiality = t.get("materiality", {})
-    for f in findings:
-        cols = t.get("own_variation_columns", {}).get(f.category, ())
-        if (column in cols and f.cost is not None and f.cost >= materiality.get(f.category, 0.0)
-                and len(set(f.ranks or [])) >= analyzed):
-            return f
-    return None
-
-
-def _straggler_explained(facts: dict) -> bool:
-    """The late rank's extra time has a cause of its own: the Python sampler found extra work on that
-    rank, its garbage collections or a call that held the GIL stopped it longer than the others, or the
-    inputs differ in shape between ranks."""
-    rank = facts.get("straggler.rank")
-    return rank is not None and (facts.get("python.extra_work.rank") == rank
-                                 or facts.get("python.gc.rank") == rank or facts.get("python.gil_held.rank") == rank
-                                 or facts.get("cross.input_shapes") == "varying")
-
-
 def _fold_late_rank_costs(costs: list[Cost], by_rule: dict[str, Finding], facts: dict) -> None:
     """A cost that only the late rank(s) pay (e.g. DataLoader wait on the straggler alone) is that rank's
     extra time: the other ranks pay it as waiting, so the straggler finding carries it and this one does
@@ -248,20 +213,6 @@ def _fold_late_rank_costs(costs: list[Cost], by_rule: dict[str, Finding], facts:
             on = f"rank {min(ranks)}" if len(ranks) == 1 else f"ranks {', '.join(map(str, sorted(ranks)))}"
             c.why_not = (f"paid only on the late {on}: the others wait for "
                          f"it, so it is counted in the imbalance ({straggler.rule})")
-
-
-def _unexplained_straggler(facts: dict, t: dict) -> bool:
-    """The straggler's extra time has no cause of its own: the Python sampler saw no extra work on that
-    rank, the inputs are not uneven, and its extra time lies where lost CPU cycles show, or mostly
-    nowhere (the phase in which it differs most holds under `attributed_min_share` of its lateness)."""
-    if _straggler_explained(facts):
-        return False
-    cols = t["noise_columns_gpu"] if facts.get("run.device") == "gpu" else t["noise_columns_cpu"]
-    if facts.get("straggler.extra_column") in cols:
-        return True
-    extra, late = facts.get("straggler.extra_us"), facts.get("straggler.late_us")
-    return (isinstance(extra, (int, float)) and isinstance(late, (int, float)) and late > 0
-            and extra < t["attributed_min_share"] * late)
 
 
 def _step_cv(facts: dict) -> float | None:

@@ -42,6 +42,7 @@ import time
 from . import compile as _compile          # torch.compile compilations in the window
 from . import evidence as _evidence, stacks as _stacks, gil as _gil   # window evidence
 from . import hang as _hang, lifecycle as _lifecycle, log as _log
+from . import jobtree as _jobtree          # the job's whole process tree, for contention
 from . import loader as _loader            # the DataLoader's window: wait, CPU of the loading
 from . import overrides as _overrides      # `run --try` changes applied in this rank
 from . import patches as _patches, process as _process, profiler as _profiler
@@ -93,7 +94,8 @@ class Agent:
         self.settings = _recorder.SettingsRecorder(self, _settings, _env_int)
         self.life = _lifecycle.Lifecycle(self)
         self.ending = _lifecycle.Ending(self, _hang)
-        self.evidence = _evidence.Evidence(env, _stacks, _gil, work_dir=self.dir, step_of=lambda: self.window.steps)
+        self.evidence = _evidence.Evidence(env, _stacks, _gil, work_dir=self.dir, step_of=lambda: self.window.steps,
+                                           jobtree=_jobtree)
         self.compile_watch = _compile.CompileWatch()
         self.loader_timing = _loader.LoaderTiming()
         self.changes = _overrides.from_env(env)          # `run --try`: None on a plain run

@@ -126,8 +126,9 @@ class Evidence:
     ``forward_entered``; the profiler window calls ``window_start`` / ``window_stop`` from the
     training thread; ``record()`` is what settings.json holds under ``evidence``."""
 
-    def __init__(self, env, stacks_module, gil_module=None, work_dir: str | None = None, step_of=None):
+    def __init__(self, env, stacks_module, gil_module=None, work_dir: str | None = None, step_of=None, jobtree=None):
         self.env = env
+        self._jobtree, self._job = jobtree, None     # jobtree.py: the job's whole process tree
         self._stacks = stacks_module
         self._gil = gil_module             # gil.py: GC pauses and the sampler's gaps (None: not recorded)
         self._work_dir = work_dir          # where the native stack dumps are written during the window
@@ -189,6 +190,7 @@ class Evidence:
         self._loads = []
         self._own_loads = []
         self._start = contention_snapshot()
+        self._job = self._jobtree.JobSampler.for_rank(self.env) if self._jobtree is not None else None
         self._start_step = step
         interval = sample_interval_s(self.env.get("DDPDOCTOR_SAMPLE_HZ"), typical_step_s, steps)
         if interval is not None:
@@ -216,7 +218,9 @@ class Evidence:
                     n = runnable_tasks(_read("/proc/loadavg"))
                     if n is not None:
                         self._loads.append(n - 1)        # minus this thread, which is running to read it
-                        own = own_runnable_threads()
+                        if self._job is not None:
+                            self._job.sample(n)
+                        own = own_runnable_threads() if self._job is None else None
                         if own is not None:
                             self._own_loads.append(own)
                     next_load = now + LOAD_SAMPLE_S
@@ -245,6 +249,8 @@ class Evidence:
         rec = {"schema": 1, "window_first_step": self._start_step, "window_steps": recorded_steps,
                "contention": contention_record(self._start, stop, self._loads, self._torch_threads, self.env)}
         rec["contention"]["own_runnable_samples"] = list(self._own_loads)
+        if self._job is not None:
+            rec["contention"]["job"] = self._job.record()
         wall = rec["contention"]["wall_s"]
         self._stop_gil_evidence(rec, recorded_steps)
         starved = _starved_s(rec, recorded_steps)        # the time in the sampler's gaps: no sample stands for it

@@ -1,0 +1,70 @@
+"""Which costs may decide the verdict (rules_engine/verdict.py reads these): when a late rank's lateness is
+its own (a cause the evidence names) and when it is a cost every rank pays, or machine noise.  Thresholds,
+columns and per-category facts come from rules/metrics.toml ``[verdict]`` (``t`` below); no rule id here."""
+
+from __future__ import annotations
+
+from .engine import Finding
+
+
+def is_sporadic(f: Finding, facts: dict, t: dict) -> bool:
+    """A cost that shows on some ranks only and in few of their steps. Every rank runs the same
+    training code, so the workload's own cost shows on every rank, step after step."""
+    analyzed = facts.get("run.ranks_analyzed")
+    return (isinstance(analyzed, int) and 0 < len(f.ranks or []) < analyzed
+            and f.agreement is not None and f.agreement < t["sporadic_max_agreement"])
+
+
+def late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict) -> Finding | None:
+    """The finding whose cost every analyzed rank pays, material, in the very column where the late rank
+    spends its extra time (e.g. the loader's wait on every rank, the straggler late in its DataLoader wait),
+    when nothing of the late rank's own explains it: then fixing that cost removes the lateness too."""
+    if straggler_explained(facts, t):
+        return None
+    column, analyzed = facts.get("straggler.extra_column"), facts.get("run.ranks_analyzed")
+    if not column or not isinstance(analyzed, int) or analyzed < 2:
+        return None
+    materiality = t.get("materiality", {})
+    for f in findings:
+        cols = t.get("own_variation_columns", {}).get(f.category, ())
+        if (column in cols and f.cost is not None and f.cost >= materiality.get(f.category, 0.0)
+                and len(set(f.ranks or [])) >= analyzed):
+            return f
+    return None
+
+
+def straggler_explained(facts: dict, t: dict) -> bool:
+    """The late rank's extra time has a cause of its own (metrics.toml ``straggler_causes``): the Python
+    sampler's extra work on that rank, its longer GC pauses, calls that held the GIL, whose excess per step
+    (summed over the causes that name it: sampled time and the sampler's gaps do not overlap) accounts for
+    at least ``attributed_min_share`` of its lateness (a GIL gap of 16 ms does not explain a rank 36 ms
+    late); an excess not measured counts as explaining it.  Or the inputs differ between ranks."""
+    rank = facts.get("straggler.rank")
+    if rank is None:
+        return False
+    late, named, total = facts.get("straggler.late_us"), False, 0.0
+    for cause in t.get("straggler_causes", []):
+        if facts.get(cause["rank"]) == rank:
+            named = True
+            ms = facts.get(cause["ms_per_step"])
+            if not isinstance(ms, (int, float)):
+                return True
+            total += ms
+    unmeasured = not isinstance(late, (int, float)) or late <= 0
+    if named and (unmeasured or 1000.0 * total >= t["attributed_min_share"] * late):
+        return True
+    return any(facts.get(name) == value for name, value in t.get("uneven_inputs", {}).items())
+
+
+def unexplained_straggler(facts: dict, t: dict) -> bool:
+    """The straggler's extra time has no cause of its own: the Python sampler saw no extra work on that
+    rank, the inputs are not uneven, and its extra time lies where lost CPU cycles show, or mostly
+    nowhere (the phase in which it differs most holds under `attributed_min_share` of its lateness)."""
+    if straggler_explained(facts, t):
+        return False
+    cols = t["noise_columns_gpu"] if facts.get("run.device") == "gpu" else t["noise_columns_cpu"]
+    if facts.get("straggler.extra_column") in cols:
+        return True
+    extra, late = facts.get("straggler.extra_us"), facts.get("straggler.late_us")
+    return (isinstance(extra, (int, float)) and isinstance(late, (int, float)) and late > 0
+            and extra < t["attributed_min_share"] * late)
