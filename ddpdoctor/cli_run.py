@@ -144,7 +144,7 @@ def _bundle_line(result) -> str:
     return f"ddpdoctor: bundle {result.out} — {ended}, {traces}{pointer}"
 
 
-_RULE_ID = r"[A-Z]{2,4}\d{3}"      # as rules_engine.model.ID_PATTERN: NET001 has four letters
+_RULE_ID = r"[A-Z]{2,4}\d{3}"      # as rules_engine.model.ID_PATTERN: a prefix of two to four letters
 
 
 def _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline) -> None:

@@ -36,7 +36,7 @@ def test_the_straggler_role_is_declared():
 
 def _dl001_fix_titles(facts: dict) -> list[str]:
     from ddpdoctor.rules_engine.engine import evaluate
-    from ddpdoctor.rules_engine.expr import Vec
+    from ddpdoctor.expr import Vec
     from ddpdoctor.rules_engine.registry import load_rules
 
     ruleset = load_rules()

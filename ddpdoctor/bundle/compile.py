@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from statistics import median
 
-from .evidence import _num, _put, safe_where
+from .values import as_number, put_fact, safe_where
 
 
 _SIZE_GUARD = re.compile(r"size mismatch at index (\d+)")
@@ -34,36 +34,36 @@ def compile_facts(ranks: dict[int, dict]) -> dict:
     if not recs:
         return facts
     used = {r: rec.get("used") is True for r, rec in recs.items()}
-    _put(facts, "compile.used", any(used.values()), used)
-    measured = {r: rec for r, rec in recs.items() if used[r] and (_num(rec.get("window_ms")) or 0) > 0
+    put_fact(facts, "compile.used", any(used.values()), used)
+    measured = {r: rec for r, rec in recs.items() if used[r] and (as_number(rec.get("window_ms")) or 0) > 0
                 and isinstance(rec.get("steps"), list) and rec["steps"]}
     if not measured:
         return facts
-    compiles = {r: int(_num(rec.get("compiles")) or 0) for r, rec in measured.items()}
-    ms = {r: _num(rec.get("compile_ms")) or 0.0 for r, rec in measured.items()}
-    share = {r: round(ms[r] / _num(rec["window_ms"]), 4) for r, rec in measured.items()}
+    compiles = {r: int(as_number(rec.get("compiles")) or 0) for r, rec in measured.items()}
+    ms = {r: as_number(rec.get("compile_ms")) or 0.0 for r, rec in measured.items()}
+    share = {r: round(ms[r] / as_number(rec["window_ms"]), 4) for r, rec in measured.items()}
     per_step = {r: round(ms[r] / len(rec["steps"]), 3) for r, rec in measured.items()}
-    steps_with = {r: sum(1 for s in rec["steps"] if isinstance(s, dict) and (_num(s.get("compiles")) or 0) > 0)
+    steps_with = {r: sum(1 for s in rec["steps"] if isinstance(s, dict) and (as_number(s.get("compiles")) or 0) > 0)
                   for r, rec in measured.items()}
-    _put(facts, "compile.window_compiles", round(_median(compiles)), compiles)
-    _put(facts, "compile.steps_compiling", round(_median(steps_with)), steps_with)
-    _put(facts, "compile.ms_per_step", round(_median(per_step), 3), per_step)
-    _put(facts, "compile.share", round(_median(share), 4), share)
-    limits = {r: int(v) for r, rec in measured.items() if (v := _num(rec.get("recompile_limit"))) is not None}
+    put_fact(facts, "compile.window_compiles", round(_median(compiles)), compiles)
+    put_fact(facts, "compile.steps_compiling", round(_median(steps_with)), steps_with)
+    put_fact(facts, "compile.ms_per_step", round(_median(per_step), 3), per_step)
+    put_fact(facts, "compile.share", round(_median(share), 4), share)
+    limits = {r: int(v) for r, rec in measured.items() if (v := as_number(rec.get("recompile_limit"))) is not None}
     if limits:
-        _put(facts, "compile.recompile_limit", min(limits.values()), limits)
+        put_fact(facts, "compile.recompile_limit", min(limits.values()), limits)
     reasons: dict[str, dict] = {}
     for rec in measured.values():
         for item in rec.get("reasons") or []:
             if isinstance(item, dict) and isinstance(item.get("guard"), str):
                 r = reasons.setdefault(item["guard"], {"count": 0, "example": item["guard"]})
-                r["count"] += int(_num(item.get("count")) or 0)
+                r["count"] += int(as_number(item.get("count")) or 0)
                 if isinstance(item.get("example"), str):
                     r["example"] = item["example"]
     if reasons:
         top = max(sorted(reasons), key=lambda k: reasons[k]["count"])
-        _put(facts, "compile.reason", safe_where(reasons[top]["example"]))
-        _put(facts, "compile.reason_count", reasons[top]["count"])
+        put_fact(facts, "compile.reason", safe_where(reasons[top]["example"]))
+        put_fact(facts, "compile.reason_count", reasons[top]["count"])
         dim = _SIZE_GUARD.search(top)
         if dim:
             facts["compile.size_dim"] = int(dim.group(1))

@@ -9,42 +9,9 @@ what it needs (a plain trace, an old bundle, a probe that failed: Linux-only cou
 
 from __future__ import annotations
 
-import json
-import re
 from statistics import median
 
-from ..redact import REDACTED, looks_like_secret
-
-
-def _num(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-
-def _evidence(d: dict) -> dict:
-    ev = d.get("evidence")
-    return ev if isinstance(ev, dict) else {}
-
-
-def _put(facts: dict, name: str, value, per_rank: dict[int, object] | None = None) -> None:
-    if value is None:
-        return
-    facts[name] = value
-    if per_rank and len(per_rank) > 1:
-        vals = [json.dumps(v, sort_keys=True) for v in per_rank.values()]
-        if len(set(vals)) > 1:
-            facts[f"{name}.per_rank"] = dict(sorted(per_rank.items()))
-
-
-_ABS_PATH = re.compile(r"(?<![\w.\-])(?:[A-Za-z]:)?[\\/](?:[^\s:()\\/]+[\\/])+([^\s:()\\/]+)")
-
-
-def safe_where(text) -> str | None:
-    """A sampled place for a report: absolute paths cut to the file name (the agent writes
-    none, but a bundle may be edited), credential-looking text redacted."""
-    if not isinstance(text, str) or not text:
-        return None
-    text = _ABS_PATH.sub(lambda m: m.group(1), text)[:300]
-    return REDACTED if looks_like_secret(text) else text
+from .values import as_number, evidence_of, put_fact, safe_where
 
 
 # ------------------------------------------------------------------ host contention
@@ -56,13 +23,13 @@ def _round(x: float | None, nd: int = 4) -> float | None:
 def _host_groups(ranks: dict[int, dict]) -> dict[str, list[int]]:
     hosts: dict[str, list[int]] = {}
     for r in sorted(ranks):
-        if _evidence(ranks[r]).get("contention"):
+        if evidence_of(ranks[r]).get("contention"):
             hosts.setdefault(str(ranks[r].get("hostname")), []).append(r)
     return hosts
 
 
 def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
-    cons = {r: _evidence(ranks[r])["contention"] for r in members}
+    cons = {r: evidence_of(ranks[r])["contention"] for r in members}
     n_local = max([len(members)] + [int(c["local_world_size"]) for c in cons.values()
                                     if isinstance(c.get("local_world_size"), int)])
     out: dict = {"ranks_on_host": n_local}
@@ -80,14 +47,14 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
     busy, steal, own, loads = [], [], [], []
     for c in cons.values():
         host = c.get("host") or {}
-        total, idle = _num(host.get("total_s")), _num(host.get("idle_s"))
+        total, idle = as_number(host.get("total_s")), as_number(host.get("idle_s"))
         if not total or total <= 0 or idle is None:
             continue
         busy.append(max(0.0, total - idle) / total)
-        st = _num(host.get("steal_s"))
+        st = as_number(host.get("steal_s"))
         steal.append(None if st is None else max(0.0, st) / total)
-        pcpu = _num(c.get("process_cpu_s"))
-        own.append(None if pcpu is None else (pcpu + (_num(c.get("children_cpu_s")) or 0.0)) / total)
+        pcpu = as_number(c.get("process_cpu_s"))
+        own.append(None if pcpu is None else (pcpu + (as_number(c.get("children_cpu_s")) or 0.0)) / total)
         samples = [s for s in c.get("runnable_samples") or [] if isinstance(s, int)]
         cpus = c.get("host_cpus")
         if samples and isinstance(cpus, int) and cpus > 0:
@@ -134,7 +101,7 @@ def _job_cpu_share(cons: dict[int, dict]) -> float | None:
     shares = []
     for c in cons.values():
         job, host = c.get("job"), c.get("host") or {}
-        cpu, total = _num((job or {}).get("cpu_s")), _num(host.get("total_s"))
+        cpu, total = as_number((job or {}).get("cpu_s")), as_number(host.get("total_s"))
         if cpu is not None and total and total > 0:
             shares.append(cpu / total)
     return median(shares) if shares else None
@@ -168,28 +135,28 @@ def contention_facts(ranks: dict[int, dict]) -> dict:
         busiest = min(with_cpus, key=lambda h: (per_host[h]["cpus_per_rank"], -per_host[h].get("threads_per_cpu", 0)))
         for key in ("cpus_per_rank", "threads_per_cpu"):
             if key in per_host[busiest]:
-                _put(facts, f"host.contention.{key}", _round(per_host[busiest][key]),
+                put_fact(facts, f"host.contention.{key}", _round(per_host[busiest][key]),
                      {r: _round(per_host[h][key]) for r, h in rank_host.items() if key in per_host[h]})
     for key in ("other_busy_share", "load_per_cpu", "steal_share", "other_runnable_per_cpu", "job_processes"):
         vals = {h: per_host[h][key] for h in per_host if key in per_host[h]}
         if vals:
-            _put(facts, f"host.contention.{key}", _round(max(vals.values())),
+            put_fact(facts, f"host.contention.{key}", _round(max(vals.values())),
                  {r: _round(vals[h]) for r, h in rank_host.items() if h in vals})
     switches = {}
     for r in sorted(rank_host):
-        c = _evidence(ranks[r])["contention"]
-        th, wall = c.get("thread") or {}, _num(c.get("wall_s"))
+        c = evidence_of(ranks[r])["contention"]
+        th, wall = c.get("thread") or {}, as_number(c.get("wall_s"))
         if isinstance(th.get("nivcsw"), (int, float)) and wall and wall > 0:
             switches[r] = round(th["nivcsw"] / wall, 2)
     if switches:
-        _put(facts, "host.contention.involuntary_switches_per_s", max(switches.values()), switches)
+        put_fact(facts, "host.contention.involuntary_switches_per_s", max(switches.values()), switches)
     return facts
 
 
 # ------------------------------------------------------------------ stack samples
 
 def _stacks(d: dict) -> dict:
-    st = _evidence(d).get("stacks")
+    st = evidence_of(d).get("stacks")
     return st if isinstance(st, dict) else {}
 
 
@@ -229,20 +196,20 @@ def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] 
     places: dict[int, dict[tuple, dict]] = {
         r: {(f.get("func"), f.get("file")): f for f in st.get("functions") or [] if isinstance(f, dict)}
         for r, st in sampled.items()}
-    step_ms = median(_num(st.get("step_ms")) or 0.0 for st in sampled.values())
+    step_ms = median(as_number(st.get("step_ms")) or 0.0 for st in sampled.values())
     if step_ms <= 0:
         return None
     best = None
     for r, mine in places.items():
-        ms_per_sample = _num(sampled[r].get("ms_per_sample")) or 0.0
-        steps = _num(sampled[r].get("steps")) or 1.0
+        ms_per_sample = as_number(sampled[r].get("ms_per_sample")) or 0.0
+        steps = as_number(sampled[r].get("steps")) or 1.0
         for key, f in mine.items():
             if _model_pass(key[0]) or _optimizer_step(f.get("where")):
                 continue            # the model's own forward/backward/optimizer step: every rank runs it
             if r in loader_workers and _waits_for_workers(f.get("where")):
                 continue            # waiting for its DataLoader workers: the loader's time, not the rank's work
-            ms = _num(f.get("ms_per_step")) or 0.0
-            others = median(_num(places[o].get(key, {}).get("ms_per_step")) or 0.0 for o in places if o != r)
+            ms = as_number(f.get("ms_per_step")) or 0.0
+            others = median(as_number(places[o].get(key, {}).get("ms_per_step")) or 0.0 for o in places if o != r)
             excess = ms - others
             excess_samples = excess * steps / ms_per_sample if ms_per_sample > 0 else 0.0
             if (excess >= params["extra_work_min_share"] * step_ms and excess_samples >= params["extra_work_min_samples"]
@@ -276,30 +243,30 @@ def python_facts(ranks: dict[int, dict], params: dict) -> dict:
     if not recorded:
         return facts
     sampled_flag = {r: bool(st.get("sampled")) for r, st in sorted(recorded.items())}
-    _put(facts, "python.sampled", all(sampled_flag.values()), sampled_flag)
+    put_fact(facts, "python.sampled", all(sampled_flag.values()), sampled_flag)
     sampled = {r: st for r, st in recorded.items() if st.get("sampled")}
     found = extra_work(sampled, params, {r for r in sampled if _has_workers(ranks[r])})
     if found:
         for k, v in found.items():
             facts[f"python.extra_work.{k}"] = v
     inputs = {r: st["input"] for r, st in sorted(sampled.items())
-              if isinstance(st.get("input"), dict) and _num(st["input"].get("ms_per_step")) is not None}
+              if isinstance(st.get("input"), dict) and as_number(st["input"].get("ms_per_step")) is not None}
     if inputs:
-        ms = {r: _num(i["ms_per_step"]) for r, i in inputs.items()}
+        ms = {r: as_number(i["ms_per_step"]) for r, i in inputs.items()}
         # the input work EVERY rank does (the least of the ranks): what one rank does beyond that is
         # that rank's extra work (python.extra_work: the straggler rule), not the pipeline's
         med = min(ms.values())
-        _put(facts, "python.input_work.ms_per_step", round(med, 3), ms)
-        step_ms = median(_num(sampled[r].get("step_ms")) or 0.0 for r in inputs)
+        put_fact(facts, "python.input_work.ms_per_step", round(med, 3), ms)
+        step_ms = median(as_number(sampled[r].get("step_ms")) or 0.0 for r in inputs)
         if step_ms > 0:
-            _put(facts, "python.input_work.share", round(med / step_ms, 4))
+            put_fact(facts, "python.input_work.share", round(med / step_ms, 4))
         totals: dict[str, float] = {}
         for i in inputs.values():
             for t in i.get("top") or []:
                 if isinstance(t, dict) and isinstance(t.get("where"), str):
-                    totals[t["where"]] = totals.get(t["where"], 0.0) + (_num(t.get("ms_per_step")) or 0.0)
+                    totals[t["where"]] = totals.get(t["where"], 0.0) + (as_number(t.get("ms_per_step")) or 0.0)
         if totals:
-            _put(facts, "python.input_work.where", safe_where(max(sorted(totals), key=lambda w: totals[w])))
+            put_fact(facts, "python.input_work.where", safe_where(max(sorted(totals), key=lambda w: totals[w])))
     return facts
 
 
@@ -322,7 +289,7 @@ def data_facts(ranks: dict[int, dict]) -> dict:
         facts["data.same_first_batches"] = len({tuple(v[:k]) for v in fps.values()}) == 1
     named = {r: s for r, s in shard.items() if s}
     if named:
-        _put(facts, "data.sharded_by", safe_where(named[min(named)]), shard if len(named) != len(shard) else named)
+        put_fact(facts, "data.sharded_by", safe_where(named[min(named)]), shard if len(named) != len(shard) else named)
     return facts
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from statistics import median
 
-from .evidence import _evidence, _num, _put, safe_where
+from .values import evidence_of, as_number, put_fact, safe_where
 
 
 def _step_ms(d: dict) -> float | None:
-    st = _evidence(d).get("stacks")
-    return _num(st.get("step_ms")) if isinstance(st, dict) else None
+    st = evidence_of(d).get("stacks")
+    return as_number(st.get("step_ms")) if isinstance(st, dict) else None
 
 
 def _excess(per_rank: dict[int, float], step_ms: float, min_share: float, min_ratio: float):
@@ -32,17 +32,17 @@ def _excess(per_rank: dict[int, float], step_ms: float, min_share: float, min_ra
 
 def gc_facts(ranks: dict[int, dict], params: dict) -> dict:
     facts: dict = {}
-    recs = {r: _evidence(d).get("gc") for r, d in sorted(ranks.items())}
-    recs = {r: g for r, g in recs.items() if isinstance(g, dict) and _num(g.get("ms_per_step")) is not None}
+    recs = {r: evidence_of(d).get("gc") for r, d in sorted(ranks.items())}
+    recs = {r: g for r, g in recs.items() if isinstance(g, dict) and as_number(g.get("ms_per_step")) is not None}
     if not recs:
         return facts
-    ms = {r: round(_num(g["ms_per_step"]), 3) for r, g in recs.items()}
-    _put(facts, "python.gc.ms_per_step", max(ms.values()), ms)
+    ms = {r: round(as_number(g["ms_per_step"]), 3) for r, g in recs.items()}
+    put_fact(facts, "python.gc.ms_per_step", max(ms.values()), ms)
     steps = [s for s in (_step_ms(ranks[r]) for r in recs) if s]
     if len(recs) < 2 or not steps:
         return facts
     step_ms = median(steps)
-    _put(facts, "python.gc.share", round(max(ms.values()) / step_ms, 4))
+    put_fact(facts, "python.gc.share", round(max(ms.values()) / step_ms, 4))
     found = _excess(ms, step_ms, params["gc_extra_min_share"], params["gc_extra_min_ratio"])
     if found is None:
         return facts
@@ -53,22 +53,22 @@ def gc_facts(ranks: dict[int, dict], params: dict) -> dict:
     facts.update({"python.gc.rank": r, "python.gc.rank_ms_per_step": ms[r],
                   "python.gc.extra_ms_per_step": round(excess, 3), "python.gc.extra_share": round(excess / step_ms, 4),
                   "python.gc.others_ms_per_step": round(others, 3),
-                  "python.gc.full_collections": int(_num(full.get("count")) or 0),
+                  "python.gc.full_collections": int(as_number(full.get("count")) or 0),
                   "python.gc.window_steps": windows})
-    if _num(full.get("max_ms")) is not None:
-        facts["python.gc.max_pause_ms"] = round(_num(full["max_ms"]), 1)
+    if as_number(full.get("max_ms")) is not None:
+        facts["python.gc.max_pause_ms"] = round(as_number(full["max_ms"]), 1)
     return facts
 
 
 def gil_facts(ranks: dict[int, dict], params: dict) -> dict:
     facts: dict = {}
-    recs = {r: _evidence(d).get("gil") for r, d in sorted(ranks.items())}
+    recs = {r: evidence_of(d).get("gil") for r, d in sorted(ranks.items())}
     recs = {r: g for r, g in recs.items() if isinstance(g, dict)}
     if not recs:
         return facts
-    starved = {r: round(sum(_num(v) or 0.0 for v in (g.get("starved_ms_per_step") or {}).values()), 3)
+    starved = {r: round(sum(as_number(v) or 0.0 for v in (g.get("starved_ms_per_step") or {}).values()), 3)
                for r, g in recs.items()}
-    _put(facts, "python.sampler_starved_ms_per_step", max(starved.values()), starved)
+    put_fact(facts, "python.sampler_starved_ms_per_step", max(starved.values()), starved)
     natives = {r: (g.get("native") or {}).get("sampler") for r, g in recs.items()}
     used = sorted({n for n in natives.values() if isinstance(n, str)})
     if used:
@@ -81,7 +81,7 @@ def gil_facts(ranks: dict[int, dict], params: dict) -> dict:
              for r, g in recs.items()}
     best = None
     for where in sorted({w for c in calls.values() for w in c}):
-        per = {r: _num(calls[r].get(where, {}).get("ms_per_step")) or 0.0 for r in recs}
+        per = {r: as_number(calls[r].get(where, {}).get("ms_per_step")) or 0.0 for r in recs}
         found = _excess(per, step_ms, params["gil_held_min_share"], params["gil_held_min_ratio"])
         if found is None or int(calls[found[0]][where].get("gaps") or 0) < params["gil_held_min_gaps"]:
             continue

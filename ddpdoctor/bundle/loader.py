@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import math
 
-
-def _num(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+from .values import as_number
 
 
 def rank_loader(rec: dict) -> dict | None:
     """One rank's window: cpu_share, batch_latency_ms, compute_ms_per_batch, workers_needed (None if unmeasured)."""
     if not isinstance(rec, dict):
         return None
-    wall, batches = _num(rec.get("wall_s")), _num(rec.get("batches"))
-    nxt, nxt_cpu = _num(rec.get("next_wall_s")), _num(rec.get("next_cpu_s"))
+    wall, batches = as_number(rec.get("wall_s")), as_number(rec.get("batches"))
+    nxt, nxt_cpu = as_number(rec.get("next_wall_s")), as_number(rec.get("next_cpu_s"))
     if not wall or wall <= 0 or not batches or batches < 2 or nxt is None:
         return None
     workers = rec.get("num_workers")
@@ -44,12 +42,12 @@ def rank_loader(rec: dict) -> dict | None:
     # is taken out, or a CPU-bound loader on a busy machine would look like one that waits
     if workers == 0:
         latency = nxt / batches
-        avail = nxt - (_num(rec.get("next_runqueue_s")) or 0.0)
+        avail = nxt - (as_number(rec.get("next_runqueue_s")) or 0.0)
         out["cpu_share"] = min(1.0, nxt_cpu / avail) if nxt_cpu is not None and avail > 0 else None
     else:
         latency = workers * wall / batches
-        wcpu = _num(rec.get("workers_cpu_s"))
-        avail = workers * wall - (_num(rec.get("workers_runqueue_s")) or 0.0)
+        wcpu = as_number(rec.get("workers_cpu_s"))
+        avail = workers * wall - (as_number(rec.get("workers_runqueue_s")) or 0.0)
         out["cpu_share"] = min(1.0, wcpu / avail) if wcpu is not None and avail > 0 else None
     out["batch_latency_ms"] = round(1000 * latency, 3)
     out["compute_ms_per_batch"] = round(1000 * compute, 3)

@@ -143,6 +143,53 @@ def _batches_per_epoch(d: dict) -> int | None:
     return n
 
 
+def _memory_facts(ranks: dict[int, dict], facts: dict) -> None:
+    """The peak memory of the window (its rank) and each rank's capacity."""
+    peaks = {}
+    caps = {}
+    for r, d in ranks.items():
+        mem = d.get("memory") or {}
+        peak = mem.get("peak_reserved_bytes", mem.get("peak_allocated_bytes"))
+        if peak is not None:
+            peaks[r] = peak
+        if mem.get("capacity_bytes") is not None:
+            caps[r] = mem["capacity_bytes"]
+    if peaks:
+        peak_rank = max(sorted(peaks), key=lambda r: peaks[r])
+        facts["memory.peak_bytes"] = peaks[peak_rank]
+        facts["memory.peak_rank"] = peak_rank
+        if len(peaks) > 1:
+            facts["memory.peak_bytes.per_rank"] = dict(sorted(peaks.items()))
+    if caps:
+        _put_ranked(facts, "memory.capacity_bytes", caps)
+
+
+def _host_facts(hosts: list[dict], facts: dict) -> None:
+    """What the first host (by name) reports: CPUs, GPUs, interfaces, /dev/shm, NVLink, InfiniBand."""
+    hosts.sort(key=lambda h: str(h.get("hostname")))
+    h0 = hosts[0]
+    facts["host.hostnames"] = list(dict.fromkeys(h.get("hostname") for h in hosts))
+    cpu = h0.get("cpu") or {}
+    if cpu.get("cpu_count") is not None:
+        facts["host.cpu_count"] = cpu["cpu_count"]
+    for key in ("cpus_per_local_rank", "local_world_size"):
+        if h0.get(key) is not None:
+            facts[f"host.{key}"] = h0[key]
+    gpus = h0.get("gpus") or []
+    facts["host.gpu_count"] = len(gpus)
+    if gpus:
+        facts["host.gpu_model"] = gpus[0].get("name")
+        if gpus[0].get("memory_bytes") is not None:
+            facts["host.gpu_memory_bytes"] = gpus[0]["memory_bytes"]
+    facts["host.interfaces"] = [i.get("name") for i in h0.get("interfaces") or [] if i.get("name")]
+    shm = h0.get("shm") or {}
+    if shm.get("total_bytes") is not None:
+        facts["host.shm_bytes"] = shm["total_bytes"]
+    if h0.get("nvlink") is not None:
+        facts["host.nvlink"] = h0["nvlink"]
+    facts["host.ib_devices"] = list(h0.get("ib_devices") or [])
+
+
 def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     manifests, host_files, settings_files = find_bundle_files(paths, inputs)
     facts: dict[str, object] = {}
@@ -185,24 +232,7 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
                                                 if isinstance(dl := d.get("dataloader"), dict)
                                                 and isinstance(dl.get("returned"), int) and isinstance(dl.get("batches"), int)})
 
-    # ---- memory
-    peaks = {}
-    caps = {}
-    for r, d in ranks.items():
-        mem = d.get("memory") or {}
-        peak = mem.get("peak_reserved_bytes", mem.get("peak_allocated_bytes"))
-        if peak is not None:
-            peaks[r] = peak
-        if mem.get("capacity_bytes") is not None:
-            caps[r] = mem["capacity_bytes"]
-    if peaks:
-        peak_rank = max(sorted(peaks), key=lambda r: peaks[r])
-        facts["memory.peak_bytes"] = peaks[peak_rank]
-        facts["memory.peak_rank"] = peak_rank
-        if len(peaks) > 1:
-            facts["memory.peak_bytes.per_rank"] = dict(sorted(peaks.items()))
-    if caps:
-        _put_ranked(facts, "memory.capacity_bytes", caps)
+    _memory_facts(ranks, facts)
 
     # ---- errors the capture agent swallowed (settings.json agent_errors): a gap in what was recorded
     errs = {r: d.get("agent_errors") for r, d in ranks.items() if isinstance(d.get("agent_errors"), list)}
@@ -218,30 +248,8 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     facts.update(loader_facts(ranks))          # the DataLoader's window: waiting or computing (bundle/loader.py)
     facts.update(dataset_facts(ranks))         # what one epoch covers on each rank, and of which data (missing sampler)
 
-    # ---- hosts
     if hosts:
-        hosts.sort(key=lambda h: str(h.get("hostname")))
-        h0 = hosts[0]
-        facts["host.hostnames"] = list(dict.fromkeys(h.get("hostname") for h in hosts))
-        cpu = h0.get("cpu") or {}
-        if cpu.get("cpu_count") is not None:
-            facts["host.cpu_count"] = cpu["cpu_count"]
-        for key in ("cpus_per_local_rank", "local_world_size"):
-            if h0.get(key) is not None:
-                facts[f"host.{key}"] = h0[key]
-        gpus = h0.get("gpus") or []
-        facts["host.gpu_count"] = len(gpus)
-        if gpus:
-            facts["host.gpu_model"] = gpus[0].get("name")
-            if gpus[0].get("memory_bytes") is not None:
-                facts["host.gpu_memory_bytes"] = gpus[0]["memory_bytes"]
-        facts["host.interfaces"] = [i.get("name") for i in h0.get("interfaces") or [] if i.get("name")]
-        shm = h0.get("shm") or {}
-        if shm.get("total_bytes") is not None:
-            facts["host.shm_bytes"] = shm["total_bytes"]
-        if h0.get("nvlink") is not None:
-            facts["host.nvlink"] = h0["nvlink"]
-        facts["host.ib_devices"] = list(h0.get("ib_devices") or [])
+        _host_facts(hosts, facts)
     nnodes = [m.get("nnodes") for m in mans if m.get("nnodes")] + [h.get("nnodes") for h in hosts if h.get("nnodes")]
     nnodes += [d.get("nnodes") for d in ranks.values() if d.get("nnodes")]
     if nnodes:

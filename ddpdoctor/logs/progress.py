@@ -10,7 +10,7 @@ dump), its exit -- names the cause of a collective timeout before any re-run is 
   in the gradient all-reduce): they took different code paths;
 - ``early_exit``: a rank ended with exit code 0 while another still waited in a collective.
 
-``failure.evidence_missing`` lists what the bundle lacked when none of these could be told (FL003 says it
+``failure.evidence_missing`` lists what the bundle lacked when none of these could be told (the timeout rule says it
 when it asks for Flight Recorder).  Reads facts only: the bundle's (``known``) and the logs' (hang.py).
 """
 

@@ -303,6 +303,22 @@ def load_rule_file(path: Path, origin: str = "built-in") -> Rule:
     return parse_rule(data, path, text, origin)
 
 
+def _log_patterns(c, log) -> list[str]:
+    """A rule's [log] table: catalogue ids (rules/messages/, where the wording lives) and/or regexes."""
+    log = log if isinstance(log, dict) else {}
+    pats = log.get("patterns")
+    if "messages" in log:
+        pats = _message_patterns(c, log["messages"]) + list(pats or [])
+    if not isinstance(pats, list) or not pats or not all(isinstance(p, str) for p in pats):
+        c.fail("log", "[log] needs messages = [\"catalogue.id\", …] or patterns = [\"regex\", …]")
+    for p in pats:
+        try:
+            re.compile(p)
+        except re.error as exc:
+            c.fail("patterns", f"log pattern {p!r} is not a valid regular expression ({exc})")
+    return pats
+
+
 def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> Rule:
     c = _Ctx(path, text, has_log="log" in data)
     for key in data:
@@ -352,20 +368,7 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         evidence[name] = c.expr(name, src, allow)
         allow.add(name)
 
-    log_patterns: list[str] = []
-    if "log" in data:
-        log = data["log"] if isinstance(data["log"], dict) else {}
-        pats = log.get("patterns")
-        if "messages" in log:           # catalogue ids (rules/messages/): the wording lives in the catalogue
-            pats = _message_patterns(c, log["messages"]) + list(pats or [])
-        if not isinstance(pats, list) or not pats or not all(isinstance(p, str) for p in pats):
-            c.fail("log", "[log] needs messages = [\"catalogue.id\", …] or patterns = [\"regex\", …]")
-        for p in pats:
-            try:
-                re.compile(p)
-            except re.error as exc:
-                c.fail("patterns", f"log pattern {p!r} is not a valid regular expression ({exc})")
-        log_patterns = pats
+    log_patterns = _log_patterns(c, data["log"]) if "log" in data else []
 
     def opt_expr(key):
         return c.expr(key, data[key], allow) if key in data else None

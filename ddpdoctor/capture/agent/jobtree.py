@@ -150,14 +150,14 @@ class JobSampler:
         try:
             found = job_root(env)
             return cls(*found) if found else None
-        except Exception:  # noqa: BLE001 - never into the user's program: the rank records its own instead
+        except Exception:  # never into the user's program: the rank records its own instead
             return None
 
     def sample(self, host_runnable: int) -> None:
         try:
             pids = tree(self.root)
             mine = runnable_threads(pids) if pids else None
-        except Exception:  # noqa: BLE001 - a reading lost, not the window's other evidence
+        except Exception:  # a reading lost, not the window's other evidence
             return
         if mine is None:
             return
@@ -168,7 +168,7 @@ class JobSampler:
     def record(self) -> dict:
         try:
             end = cpu_seconds(tree(self.root))
-        except Exception:  # noqa: BLE001
+        except Exception:
             end = None
         cpu = round(max(0.0, end - self.cpu_start), 6) if end is not None and self.cpu_start is not None else None
         return {"root": self.what, "processes": self.processes, "cpu_s": cpu,
