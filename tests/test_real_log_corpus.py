@@ -31,6 +31,8 @@ KINDS = {"oom", "timeout", "mismatch", "interface", "p2p", "ib", "rendezvous", "
          "nan", "unused_parameters", "exception", "exit", "other",
          # added with round 8 (issue 26): /dev/shm, device binding, DDP 'marked ready twice'
          "shm", "device", "ready_twice",
+         # added with blind round 9: an NCCL setting in the environment (NCCL_GRAPH_FILE, …) that breaks init
+         "nccl_config",
          # added with issue 26 round 2 (families read in torch 2.13.0): launcher setup, the store, code errors
          "launch", "store", "code"}
 
