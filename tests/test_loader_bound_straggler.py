@@ -7,7 +7,7 @@ import numpy as np
 
 from ddpdoctor.bundle.evidence import python_facts
 from ddpdoctor.resources import metric_params
-from ddpdoctor.rules_engine.expr import Vec
+from ddpdoctor.expr import Vec
 from ddpdoctor.rules_engine.registry import load_rules
 from ddpdoctor.rules_engine.verdict import diagnose
 

@@ -9,7 +9,7 @@ what it needs (a plain trace, an old bundle, a probe that failed: Linux-only cou
 
 from __future__ import annotations
 
-from statistics import median
+from statistics import NormalDist, median, stdev
 
 from .values import as_number, evidence_of, put_fact, safe_where
 
@@ -70,9 +70,8 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
             out["steal_share"] = median(steal)
     if loads:
         out["load_per_cpu"] = median(loads)
-        other = _job_outside_runnable(cons)
-        if other is None:
-            other = _other_runnable(cons)
+        tree = any(isinstance(c.get("job"), dict) and c["job"].get("outside_runnable_samples") for c in cons.values())
+        other = _job_outside_runnable(cons) if tree else _other_runnable(cons)
         if other is not None:
             out["other_runnable_per_cpu"] = other
     procs = [c["job"].get("processes") for c in cons.values() if isinstance(c.get("job"), dict)]
@@ -82,18 +81,25 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
     return out
 
 
+Z95 = 1.96      # a measured excess is its mean less 1.96 standard errors: the low end of its 95 % interval
+
+
 def _job_outside_runnable(cons: dict[int, dict]) -> float | None:
     """Runnable tasks outside the job per CPU, from the rank(s) that sampled the job's whole process tree:
-    each sample is the host's runnable count less the job's runnable threads read right after it; the
-    mean over the window (a sample may come out negative when a thread changed state between the two
-    readings: the mean keeps those, then is floored at 0), the median over such ranks."""
-    means = []
+    each sample is the host's runnable count less the job's runnable threads read right after it.  The
+    two readings are not simultaneous, so a sample errs by the threads that changed state in between
+    (it can come out negative); what counts is the low end of the mean's 95 % interval over the window
+    (floored at 0): a busy job's own threads flickering between the readings, or one or two readings in
+    a short window, measure no contention.  None with fewer than 3 readings; the median over such ranks."""
+    lows = []
     for c in cons.values():
         job = c.get("job")
         samples = [s for s in (job or {}).get("outside_runnable_samples") or [] if isinstance(s, int)]
-        if samples and isinstance(c.get("host_cpus"), int) and c["host_cpus"] > 0:
-            means.append(max(0.0, sum(samples) / len(samples)) / c["host_cpus"])
-    return median(means) if means else None
+        if len(samples) >= 3 and isinstance(c.get("host_cpus"), int) and c["host_cpus"] > 0:
+            mean = sum(samples) / len(samples)
+            se = stdev(samples) / len(samples) ** 0.5
+            lows.append(max(0.0, mean - Z95 * se) / c["host_cpus"])
+    return median(lows) if lows else None
 
 
 def _job_cpu_share(cons: dict[int, dict]) -> float | None:
@@ -190,7 +196,10 @@ def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] 
     """The rank that spends materially more time in one user function (waits for peers
     excluded) than the median of the other ranks, or None.  Materially: the excess reaches
     ``extra_work_min_share`` of the median step and ``extra_work_min_samples`` samples, and
-    the rank's time there is at least ``extra_work_min_ratio`` times the others' median."""
+    the rank's time there is at least ``extra_work_min_ratio`` times the others' median.
+    Significantly: the sampler's counts are Poisson, so an excess of samples is real only when it
+    stands out of their counting noise at the 95 % level corrected for every (rank, function) pair
+    compared (Bonferroni): with a few steps, a few samples more on one rank are chance."""
     if len(sampled) < 2:
         return None
     places: dict[int, dict[tuple, dict]] = {
@@ -199,7 +208,7 @@ def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] 
     step_ms = median(as_number(st.get("step_ms")) or 0.0 for st in sampled.values())
     if step_ms <= 0:
         return None
-    best = None
+    candidates = []
     for r, mine in places.items():
         ms_per_sample = as_number(sampled[r].get("ms_per_sample")) or 0.0
         steps = as_number(sampled[r].get("steps")) or 1.0
@@ -211,12 +220,19 @@ def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] 
             ms = as_number(f.get("ms_per_step")) or 0.0
             others = median(as_number(places[o].get(key, {}).get("ms_per_step")) or 0.0 for o in places if o != r)
             excess = ms - others
-            excess_samples = excess * steps / ms_per_sample if ms_per_sample > 0 else 0.0
-            if (excess >= params["extra_work_min_share"] * step_ms and excess_samples >= params["extra_work_min_samples"]
-                    and ms >= params["extra_work_min_ratio"] * others):
-                if best is None or excess > best["ms_per_step"]:
-                    best = {"rank": r, "where": safe_where(_where_in(sampled[r], key, f.get("where"))),
-                            "ms_per_step": round(excess, 3), "share": round(excess / step_ms, 4)}
+            n_mine = ms * steps / ms_per_sample if ms_per_sample > 0 else 0.0
+            n_others = others * steps / ms_per_sample if ms_per_sample > 0 else 0.0
+            candidates.append((r, key, f, ms, others, excess, n_mine, n_others))
+    z_crit = NormalDist().inv_cdf(1 - 0.05 / (2 * max(1, len(candidates))))
+    best = None
+    for r, key, f, ms, others, excess, n_mine, n_others in candidates:
+        excess_samples = n_mine - n_others
+        if (excess >= params["extra_work_min_share"] * step_ms and excess_samples >= params["extra_work_min_samples"]
+                and ms >= params["extra_work_min_ratio"] * others
+                and excess_samples >= z_crit * (n_mine + n_others) ** 0.5):
+            if best is None or excess > best["ms_per_step"]:
+                best = {"rank": r, "where": safe_where(_where_in(sampled[r], key, f.get("where"))),
+                        "ms_per_step": round(excess, 3), "share": round(excess / step_ms, 4)}
     return best
 
 

@@ -23,10 +23,11 @@ def main(steps: int, grandchild: bool) -> None:
         helper = subprocess.Popen([sys.executable, "-c",
                                    f"import subprocess, sys; subprocess.run([sys.executable, '-c', {SPIN!r}])"])
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)))
+    # steps of ~10-20 ms: the 40-step window spans several of the contention readings (one every 0.1 s)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for _ in range(steps):
-        x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+        x, y = torch.randn(512, 256), torch.randint(0, 10, (512,))
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
