@@ -33,6 +33,12 @@ def test_abort_after_the_ranks_own_timeout_is_its_teardown_not_a_crash(tmp_path)
     assert 1 in f["failure.killed.terminated_ranks"]
 
 
+def test_unattributed_abort_after_a_timeout_in_the_same_file_is_its_teardown(tmp_path):
+    # a folder, not a file named rank1.log: the launcher's line carries no rank
+    f = _facts(tmp_path, _WRAPPED_TIMEOUT + "srun: error: ... Aborted (core dumped)\n", "output.log")
+    assert f["failure.root_cause.kind"] == "timeout" and f["failure.root_cause.rank"] == 1
+
+
 def test_abort_before_any_timeout_is_still_a_crash(tmp_path):
     f = _facts(tmp_path, "srun: error: node7: task 1: Aborted (core dumped)\n" + _WRAPPED_TIMEOUT)
     assert f["failure.root_cause.kind"] == "crash"

@@ -86,9 +86,13 @@ def kills(g, f: dict) -> tuple:
 
 
 def watchdog_teardown(crash: LogEvent, timeouts: list[LogEvent]) -> bool:
-    """An abort (not a segfault or an uncaught C++ exception) that a timeout on the same rank precedes."""
-    if crash.rank is None or not _ABORT.search(crash.text) or _NOT_ABORT.search(crash.text):
+    """An abort (not a segfault or an uncaught C++ exception) that a timeout on the same rank precedes. An abort
+    the log does not attribute (a launcher's "srun: error: … Aborted (core dumped)") is taken as the tear-down of
+    a rank whose timeout precedes it in the same file."""
+    if not _ABORT.search(crash.text) or _NOT_ABORT.search(crash.text):
         return False
+    if crash.rank is None:
+        return any(t.file == crash.file and _before(t, crash) for t in timeouts)
     return any(t.rank == crash.rank and _before(t, crash) for t in timeouts)
 
 
