@@ -83,3 +83,18 @@ def test_qp_that_cannot_reach_rtr_names_cross_nic_and_the_gid_from_the_line(tmp_
     assert "NCCL_CROSS_NIC=0" in f["failure.message.fix"]
     assert "mlx5_5:1 used GID index 3 (::ffff:10.1.2.3)" in f["failure.message.fix"]
     assert "::ffff:10.1.3.4" in f["failure.message.fix_title"]
+
+
+def test_a_peer_count_of_zero_params_is_a_count_that_never_arrived_not_a_model_mismatch(tmp_path):
+    f = _facts(tmp_path, "RuntimeError: DDP expects same model across all ranks, but Rank 2 has 363 params, "
+                         "while rank 0 has inconsistent 0 params.\n", "output.log")
+    assert f["failure.message.id"] == "ddp.param_count_not_received"
+    assert f["failure.root_cause.kind"] != "mismatch"
+    assert "NCCL_SOCKET_IFNAME" in f["failure.message.fix"]
+
+
+def test_different_nonzero_param_counts_stay_a_model_mismatch(tmp_path):
+    f = _facts(tmp_path, "RuntimeError: DDP expects same model across all ranks, but Rank 1 has 224 params, "
+                         "while rank 0 has inconsistent 222 params.\n", "output.log")
+    assert f["failure.message.id"] == "ddp.params_differ_across_ranks"
+    assert f["failure.root_cause.kind"] == "mismatch"
