@@ -7,7 +7,7 @@ entry for its message whose cause and fix are specific (``specific`` not false);
 any entry. Symptom families (the message says something else failed first) are counted apart: their entries
 point at the earlier error and cannot be specific. With an NCCL checkout (``--nccl-repo``, default the
 fetched mirror when present) it also extracts every WARN format string of NCCL's bootstrap, socket, shm, P2P,
-IB, proxy and init sources at the given tags and counts those the catalogue's patterns find.
+IB, proxy, init and graph (search.cc, xml.cc) sources at the given tags and counts those the catalogue's patterns find.
 
 Usage: python benchmarks/message_coverage.py [--out docs/MESSAGES.md] [--nccl-repo DIR] [--tags v2.21.5-1,v2.27.7-1]
 Writes the table between the coverage markers of docs/MESSAGES.md.
@@ -27,7 +27,7 @@ FAMILIES = ROOT / "benchmarks" / "message_families.toml"
 START, END = "<!-- coverage:start -->", "<!-- coverage:end -->"
 NCCL_FILES = ["src/init.cc", "src/bootstrap.cc", "src/misc/socket.cc", "src/misc/shmutils.cc", "src/transport/p2p.cc",
               "src/transport/net_ib.cc", "src/transport/net_socket.cc", "src/misc/ibvwrap.cc", "src/proxy.cc",
-              "src/include/checks.h"]
+              "src/include/checks.h", "src/graph/search.cc", "src/graph/xml.cc"]
 DEFAULT_MIRROR = Path("/work/.mirror/NVIDIA+nccl/repo")
 _WARN = re.compile(r'\bWARN\(\s*"((?:[^"\\]|\\.)*)"')
 _FMT = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?(?:hh|h|ll|l|z|j|t)?([diouxXeEfgGcsp%])")
@@ -106,7 +106,7 @@ def table(rows: list[dict], warn: tuple | None, tags: list[str]) -> str:
     if warn is not None:
         hit, total, _missed = warn
         lines.append(f"- every `WARN(...)` format string of NCCL {', '.join(tags)} in {len(NCCL_FILES)} source files "
-                     f"(bootstrap, socket, shm, P2P, IB, proxy, init, CUDA checks; internal assertions included): "
+                     f"(bootstrap, socket, shm, P2P, IB, proxy, init, CUDA checks, graph import; internal assertions included): "
                      f"{hit} / {total} have a catalogue excerpt of that form ({100 * hit / max(total, 1):.0f} %)")
     lines += ["", "| family | source read | kind | catalogue entries | covered |", "|---|---|---|---|---|"]
     for r in rows:

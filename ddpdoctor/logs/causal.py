@@ -4,6 +4,8 @@ The root cause is chosen in this order (the first that applies):
   1. a CUDA OOM (earliest)                       kind "oom"
   2. a rank killed by a signal other than the launcher's SIGTERM, or a native crash
                                                  kind "killed" / "crash"
+     (a SIGABRT once a rank waited in a collective, or an abort that follows the same rank's own timeout, is
+     ProcessGroupNCCL's watchdog tearing the process down: failure_sections.kills counts it as tear-down)
   2a. a bootstrap/interface/transport fault (a missing interface, no interface in the peer's subnet, bind
       failed, an IB completion error, P2P IPC failures)                            kind "network"
   2b. the job could not assemble (store/rendezvous timeout, a rank never joined)   kind "rendezvous"

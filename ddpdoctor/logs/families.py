@@ -98,6 +98,8 @@ def mismatch_text(msg: str) -> dict | None:
                 "differ": "shape", "aspect": "shape"}
     m = P.DDP_MODEL_MISMATCH.search(msg)
     if m:
+        if m.group("r1") and m.group("n2") == "0" and m.group("n1") != "0":
+            return None     # a count that never arrived, not a different model (catalogue: ddp.param_count_not_received)
         if m.group("r1"):
             return {"rank_a": int(m.group("r1")), "rank_b": int(m.group("r2")), "a": {"params": m.group("n1")},
                     "b": {"params": m.group("n2")}, "differ": "model", "aspect": "model"}

@@ -66,6 +66,8 @@ class NcclFacts:
     gdr: bool | None = None                          # GPU Direct RDMA enabled anywhere / disabled
     nvlink_seen: bool = False                        # NVLink / NVL mentioned in the topology dump
     p2p_disabled: bool = False
+    topo_file: str | None = None                     # NCCL_TOPO_FILE as NCCL reported it set by environment
+    graph_file: str | None = None                    # NCCL_GRAPH_FILE likewise
     nranks: int | None = None
     nnodes: int | None = None
     rings: int = 0

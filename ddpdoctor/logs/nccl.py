@@ -35,6 +35,8 @@ _GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled)", re.I)
 _NVLINK = re.compile(r"NVLink|\bNVL\b|NVL\[|NVS/", re.I)
 _P2P_OFF = re.compile(r"P2P (?:is )?disabled|NCCL_P2P_DISABLE", re.I)
 _TREES = re.compile(r"Trees \[")
+# graph/topo.cc, graph/search.cc: ``NCCL_TOPO_FILE set by environment to /opt/…/topo.xml`` (and NCCL_GRAPH_FILE)
+_XML_FILE_ENV = re.compile(r"\bNCCL_(TOPO|GRAPH)_FILE set by environment to (\S+)")
 
 
 def path_type(via: str) -> str:
@@ -138,6 +140,12 @@ class NcclCollector:
             f.nvlink_seen = True
         if _P2P_OFF.search(msg):
             f.p2p_disabled = True
+        m = _XML_FILE_ENV.search(msg)
+        if m:
+            if m.group(1) == "TOPO":
+                f.topo_file = f.topo_file or m.group(2)
+            else:
+                f.graph_file = f.graph_file or m.group(2)
 
     def finish(self) -> NcclFacts:
         self.f.ifnames_by_host = {h: sorted(v) for h, v in self._if_host.items()}

@@ -101,4 +101,5 @@ def nccl_facts(n: NcclFacts, known: dict) -> dict:
         "nccl.net_via": sorted({p["via"] for p in net_paths}),
         "nccl.shm_instead_of_p2p": bool(shm) and not p2p, "nccl.nvlink_seen": n.nvlink_seen,
         "nccl.p2p_disabled": n.p2p_disabled, "nccl.gdr": n.gdr, "nccl.rings": n.rings, "nccl.trees": n.trees,
+        "nccl.topo_file": n.topo_file, "nccl.graph_file": n.graph_file,
     }

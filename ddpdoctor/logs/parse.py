@@ -117,7 +117,8 @@ class FileParser:
             if "Detected mismatch between collectives" in raw:
                 raw, skip_to = _join_wrapped(lines, no - 1)
             elif "connectFullMesh" in raw or "Unable to resolve hostname" in raw or (
-                    "WorkNCCL(" in raw and raw.rstrip().endswith(")")):     # a watchdog report wrapped after the work
+                    "WorkNCCL(" in raw and raw.rstrip().endswith(")")) or (     # a watchdog report wrapped after the work
+                    raw.rstrip().endswith("collective operation timeout:")):   # ... or before it, the work indented below
                 raw, skip_to = _join_indented(lines, no - 1)
             parts = P.GLUED.split(raw) if ("[E" in raw or "[rank" in raw or "]:" in raw[1:]) else [raw]
             for part in parts:
