@@ -59,17 +59,28 @@ class KScanBuildHook(BuildHookInterface):
     def _kscan(self, version: str, build_data: dict) -> None:
         src = Path(self.root) / "ddpdoctor" / "trace" / "_kscan.c"
         out = Path(self._tmp) / "_kscan.so"
-        cmd = [*shlex.split(os.environ.get("CC", "cc")), "-O2", "-shared", "-fPIC", "-pthread",
-               f'-DKS_SOURCE_ID="{source_hash(src.parent)}"', "-o", str(out), str(src)]
+        cmd = [
+            *shlex.split(os.environ.get("CC", "cc")),
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            f'-DKS_SOURCE_ID="{source_hash(src.parent)}"',
+            "-o",
+            str(out),
+            str(src),
+        ]
         try:
             subprocess.run(cmd, check=True, capture_output=True, text=True)
         except (OSError, subprocess.CalledProcessError) as exc:
             detail = (getattr(exc, "stderr", None) or str(exc)).strip()
-            message = (f"ddpdoctor: the C trace reader was not built ({' '.join(cmd)}: {detail}); traces will be "
-                       "decoded with msgspec only (same results, slower). Install a C compiler (or set CC) "
-                       "and reinstall to build it.")
+            message = (
+                f"ddpdoctor: the C trace reader was not built ({' '.join(cmd)}: {detail}); traces will be "
+                "decoded with msgspec only (same results, slower). Install a C compiler (or set CC) "
+                "and reinstall to build it."
+            )
             self.app.display_warning(message)
-            print(f"WARNING: {message}", file=sys.stderr)      # pip shows the backend's stderr with -v
+            print(f"WARNING: {message}", file=sys.stderr)  # pip shows the backend's stderr with -v
             return
         self._forced(version, build_data)[str(out)] = LIB_IN_EDITABLE if version == "editable" else LIB_IN_WHEEL
         if version != "editable":

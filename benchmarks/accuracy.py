@@ -50,7 +50,7 @@ VERDICT_CATEGORIES = ("dataloader", "communication", "compute", "imbalance")
 HEADER_KEYS = ("verdict", "rule", "first-fix", "absent")
 CONDITIONS = ("idle", "busy")
 JOB_TIMEOUT_S = 180
-SECONDS_PER_CPU_RUN = 12.0        # estimate (run + analyze) on a 2-core machine
+SECONDS_PER_CPU_RUN = 12.0  # estimate (run + analyze) on a 2-core machine
 SECONDS_PER_SYNTH_RUN = 3.0
 
 
@@ -61,13 +61,13 @@ class HeaderError(ValueError):
 @dataclass
 class Expectation:
     name: str
-    kind: str                      # "cpu" (a script under examples/scenarios) | "synthetic"
+    kind: str  # "cpu" (a script under examples/scenarios) | "synthetic"
     verdict: str
-    rule: str                      # rule id or "category:<name>"
-    first_fix: str                 # substring, or "-" (not scored)
+    rule: str  # rule id or "category:<name>"
+    first_fix: str  # substring, or "-" (not scored)
     absent: list[str] = field(default_factory=list)
-    path: str = ""                 # the script (cpu) or "" (synthetic)
-    synth: dict = field(default_factory=dict)   # scenario args for ddpdoctor_synth
+    path: str = ""  # the script (cpu) or "" (synthetic)
+    synth: dict = field(default_factory=dict)  # scenario args for ddpdoctor_synth
 
 
 def parse_header(path: Path) -> Expectation:
@@ -79,15 +79,22 @@ def parse_header(path: Path) -> Expectation:
         key, sep, value = line[1:].strip().partition(":")
         if not sep or not key.startswith("expect-"):
             continue
-        key = key[len("expect-"):].strip()
+        key = key[len("expect-") :].strip()
         if key not in HEADER_KEYS:
             raise HeaderError(f"{path.name}: unknown header key expect-{key}")
         found[key] = value.strip()
     for key in ("verdict", "rule", "first-fix"):
         if not found.get(key):
             raise HeaderError(f"{path.name}: header line '# expect-{key}: …' missing")
-    exp = Expectation(name=path.stem, kind="cpu", verdict=found["verdict"], rule=found["rule"],
-                      first_fix=found["first-fix"], absent=found.get("absent", "").split(), path=str(path))
+    exp = Expectation(
+        name=path.stem,
+        kind="cpu",
+        verdict=found["verdict"],
+        rule=found["rule"],
+        first_fix=found["first-fix"],
+        absent=found.get("absent", "").split(),
+        path=str(path),
+    )
     validate(exp)
     return exp
 
@@ -96,7 +103,7 @@ def validate(exp: Expectation) -> None:
     if exp.verdict not in VERDICTS:
         raise HeaderError(f"{exp.name}: verdict {exp.verdict!r} is not one of {', '.join(VERDICTS)}")
     if exp.rule.startswith("category:"):
-        if not exp.rule[len("category:"):]:
+        if not exp.rule[len("category:") :]:
             raise HeaderError(f"{exp.name}: empty category in rule {exp.rule!r}")
     elif not (exp.rule[:2].isalpha() and exp.rule[2:].isdigit() or exp.rule[:3].isalpha() and exp.rule[3:].isdigit()):
         raise HeaderError(f"{exp.name}: rule {exp.rule!r} is neither a rule id (e.g. DL001) nor category:<name>")
@@ -114,8 +121,12 @@ def _synth_args(entry: dict, base: Path) -> dict:
     if isinstance(spec, dict):
         return dict(spec)
     if isinstance(spec, str):
-        for cand in (base / spec, ROOT / spec, ROOT / "ddpdoctor_synth" / "scenarios" / spec,
-                     ROOT / "ddpdoctor_synth" / "scenarios" / f"{spec}.toml"):
+        for cand in (
+            base / spec,
+            ROOT / spec,
+            ROOT / "ddpdoctor_synth" / "scenarios" / spec,
+            ROOT / "ddpdoctor_synth" / "scenarios" / f"{spec}.toml",
+        ):
             if cand.is_file():
                 with open(cand, "rb") as fh:
                     d = tomllib.load(fh)
@@ -135,16 +146,22 @@ def load_synthetic(path: Path = SYNTHETIC_TOML) -> list[Expectation]:
     for e in entries:
         if "name" not in e or "expected_verdict" not in e:
             raise HeaderError(f"{path.name}: every entry needs name and expected_verdict ({e!r:.80})")
-        exp = Expectation(name=f"synth:{e['name']}", kind="synthetic", verdict=str(e["expected_verdict"]),
-                          rule=str(e.get("expected_rule") or f"category:{e['expected_verdict']}"),
-                          first_fix=str(e.get("expected_first_fix_contains") or "-"),
-                          absent=list(e.get("expected_absent", [])), synth=_synth_args(e, path.parent))
+        exp = Expectation(
+            name=f"synth:{e['name']}",
+            kind="synthetic",
+            verdict=str(e["expected_verdict"]),
+            rule=str(e.get("expected_rule") or f"category:{e['expected_verdict']}"),
+            first_fix=str(e.get("expected_first_fix_contains") or "-"),
+            absent=list(e.get("expected_absent", [])),
+            synth=_synth_args(e, path.parent),
+        )
         validate(exp)
         out.append(exp)
     return out
 
 
 # ---------------------------------------------------------------- scoring
+
 
 def _fix_text(fix: dict) -> str:
     return "\n".join(str(fix.get(k) or "") for k in ("title", "change", "knob", "value"))
@@ -160,7 +177,7 @@ def score(exp: Expectation, diag: dict) -> dict:
     verdict_finding = by_rule.get(verdict.get("rule"))
     focus = None
     if exp.rule.startswith("category:"):
-        cat = exp.rule[len("category:"):]
+        cat = exp.rule[len("category:") :]
         if cat in VERDICT_CATEGORIES:
             focus = verdict_finding if verdict_finding and verdict_finding.get("category") == cat else None
         else:
@@ -178,12 +195,19 @@ def score(exp: Expectation, diag: dict) -> dict:
         fix_ok = None
     else:
         fix_ok = bool(first_fix) and exp.first_fix in _fix_text(first_fix)
-    return {"verdict": seen_verdict, "verdict_ok": seen_verdict == exp.verdict,
-            "verdict_rule": verdict.get("rule"), "label": verdict.get("label"),
-            "confidence": verdict.get("confidence_label"),
-            "rule_ok": rule_ok, "judged_rule": (judged or {}).get("rule"),
-            "first_fix": (first_fix or {}).get("title"), "fix_ok": fix_ok,
-            "unwanted": present_absent, "findings": [f.get("rule") for f in findings]}
+    return {
+        "verdict": seen_verdict,
+        "verdict_ok": seen_verdict == exp.verdict,
+        "verdict_rule": verdict.get("rule"),
+        "label": verdict.get("label"),
+        "confidence": verdict.get("confidence_label"),
+        "rule_ok": rule_ok,
+        "judged_rule": (judged or {}).get("rule"),
+        "first_fix": (first_fix or {}).get("title"),
+        "fix_ok": fix_ok,
+        "unwanted": present_absent,
+        "findings": [f.get("rule") for f in findings],
+    }
 
 
 def evidence(diag: dict) -> dict:
@@ -197,20 +221,31 @@ def evidence(diag: dict) -> dict:
         out["ranks"][r] = {
             "step_ms": round(((info.get("mean_us") or {}).get("step_time") or 0.0) / 1000, 2),
             "collectives_per_step": round(info.get("collectives", 0) / steps, 1) if steps else None,
-            **{c: share.get(c) for c in ("dataloader_wait", "compute", "comm", "comm_exposed", "comm_sync_wait", "other")},
+            **{
+                c: share.get(c)
+                for c in ("dataloader_wait", "compute", "comm", "comm_exposed", "comm_sync_wait", "other")
+            },
         }
     facts = diag.get("facts") or {}
-    for k in ("train.micro_batches_per_step", "train.synced_micro_batches_per_step", "cross.imbalance_score",
-              "python.extra_work.where", "python.input_work.share", "host.contention.threads_per_cpu"):
+    for k in (
+        "train.micro_batches_per_step",
+        "train.synced_micro_batches_per_step",
+        "cross.imbalance_score",
+        "python.extra_work.where",
+        "python.input_work.share",
+        "host.contention.threads_per_cpu",
+    ):
         if k in facts:
             out[k] = facts[k]
     # the ranked list the verdict was read from (rule, cost, material, eligible)
-    out["costs"] = [[c.get("rule"), c.get("cost"), c.get("material"), c.get("eligible")]
-                    for c in diag.get("costs") or []]
+    out["costs"] = [
+        [c.get("rule"), c.get("cost"), c.get("material"), c.get("eligible")] for c in diag.get("costs") or []
+    ]
     return out
 
 
 # ---------------------------------------------------------------- running
+
 
 class CpuBurner:
     """One process spinning on one core for the duration of a job."""
@@ -235,8 +270,17 @@ def _ddpdoctor() -> list[str]:
 
 def run_cpu(exp: Expectation, work: Path, busy: bool) -> tuple[dict | None, str, float]:
     out = work / "bundle"
-    cmd = _ddpdoctor() + ["run", "--no-analyze", "--out", str(out), "--", "torchrun", "--standalone",
-                          "--nproc_per_node=2", exp.path]
+    cmd = _ddpdoctor() + [
+        "run",
+        "--no-analyze",
+        "--out",
+        str(out),
+        "--",
+        "torchrun",
+        "--standalone",
+        "--nproc_per_node=2",
+        exp.path,
+    ]
     t0 = time.monotonic()
     with CpuBurner(busy):
         try:
@@ -245,14 +289,18 @@ def run_cpu(exp: Expectation, work: Path, busy: bool) -> tuple[dict | None, str,
             return None, f"timeout after {JOB_TIMEOUT_S} s", time.monotonic() - t0
     seconds = time.monotonic() - t0
     if res.returncode != 0 and not (out / "ranks").is_dir():
-        return None, f"run exit {res.returncode}: {res.stderr.strip().splitlines()[-1:] }", seconds
+        return None, f"run exit {res.returncode}: {res.stderr.strip().splitlines()[-1:]}", seconds
     return analyze(out, work), "", seconds
 
 
 def analyze(folder: Path, work: Path) -> dict | None:
     js = work / "diagnosis.json"
-    res = subprocess.run(_ddpdoctor() + ["analyze", "-q", "--json", str(js), str(folder)], capture_output=True,
-                         text=True, timeout=JOB_TIMEOUT_S)
+    res = subprocess.run(
+        _ddpdoctor() + ["analyze", "-q", "--json", str(js), str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+    )
     if not js.is_file():
         raise RuntimeError(f"analyze wrote no JSON (exit {res.returncode}): {res.stderr.strip()[-300:]}")
     return json.loads(js.read_text(encoding="utf-8"))
@@ -277,13 +325,27 @@ def run_one(exp: Expectation, condition: str, repeat: int, keep: Path | None = N
             diag, error, seconds = runner(exp, Path(tmp), condition == "busy")
         except Exception as e:  # noqa: BLE001 - one broken run is a result, not the end of the matrix
             diag, error, seconds = None, f"{type(e).__name__}: {e}", 0.0
-        if keep is not None:                        # the bundle and diagnosis, to look at a surprising run
+        if keep is not None:  # the bundle and diagnosis, to look at a surprising run
             shutil.copytree(tmp, keep / f"{exp.name}-{condition}-{repeat}", dirs_exist_ok=True)
-    rec = {"name": exp.name, "kind": exp.kind, "condition": condition, "repeat": repeat,
-           "seconds": round(seconds, 1), "error": error}
+    rec = {
+        "name": exp.name,
+        "kind": exp.kind,
+        "condition": condition,
+        "repeat": repeat,
+        "seconds": round(seconds, 1),
+        "error": error,
+    }
     if diag is None:
-        rec.update({"verdict": "error", "verdict_ok": False, "rule_ok": False,
-                    "fix_ok": None if exp.first_fix == "-" else False, "findings": [], "evidence": {}})
+        rec.update(
+            {
+                "verdict": "error",
+                "verdict_ok": False,
+                "rule_ok": False,
+                "fix_ok": None if exp.first_fix == "-" else False,
+                "findings": [],
+                "evidence": {},
+            }
+        )
     else:
         rec.update(score(exp, diag))
         rec["evidence"] = evidence(diag)
@@ -291,6 +353,7 @@ def run_one(exp: Expectation, condition: str, repeat: int, keep: Path | None = N
 
 
 # ---------------------------------------------------------------- tables
+
 
 def summarize(expectations: list[Expectation], results: list[dict]) -> tuple[list[dict], dict]:
     """One row per scenario x condition, and totals per condition."""
@@ -302,18 +365,28 @@ def summarize(expectations: list[Expectation], results: list[dict]) -> tuple[lis
                 continue
             verdicts = [r["verdict"] for r in runs]
             fixes = [r["fix_ok"] for r in runs if r["fix_ok"] is not None]
-            rows.append({
-                "name": exp.name, "kind": exp.kind, "condition": cond, "expected": exp.verdict, "expected_rule": exp.rule,
-                "expected_fix": exp.first_fix, "runs": len(runs), "verdicts": verdicts,
-                "verdict_right": sum(r["verdict_ok"] for r in runs), "rule_right": sum(r["rule_ok"] for r in runs),
-                "fix_right": sum(fixes) if fixes else None, "fix_scored": len(fixes),
-                # a run that failed to record gave no verdict: the scenario did not repeat its answer
-                "repeatable": len(set(verdicts)) == 1 and "error" not in verdicts,
-                "rules": sorted({str(r.get("judged_rule")) for r in runs}),
-                "first_fixes": sorted({str(r.get("first_fix")) for r in runs}),
-                "seconds": round(sum(r["seconds"] for r in runs) / len(runs), 1),
-                "evidence": evidence_line(runs[0].get("evidence") or {}),
-            })
+            rows.append(
+                {
+                    "name": exp.name,
+                    "kind": exp.kind,
+                    "condition": cond,
+                    "expected": exp.verdict,
+                    "expected_rule": exp.rule,
+                    "expected_fix": exp.first_fix,
+                    "runs": len(runs),
+                    "verdicts": verdicts,
+                    "verdict_right": sum(r["verdict_ok"] for r in runs),
+                    "rule_right": sum(r["rule_ok"] for r in runs),
+                    "fix_right": sum(fixes) if fixes else None,
+                    "fix_scored": len(fixes),
+                    # a run that failed to record gave no verdict: the scenario did not repeat its answer
+                    "repeatable": len(set(verdicts)) == 1 and "error" not in verdicts,
+                    "rules": sorted({str(r.get("judged_rule")) for r in runs}),
+                    "first_fixes": sorted({str(r.get("first_fix")) for r in runs}),
+                    "seconds": round(sum(r["seconds"] for r in runs) / len(runs), 1),
+                    "evidence": evidence_line(runs[0].get("evidence") or {}),
+                }
+            )
     totals = {}
     for cond in CONDITIONS:
         sel = [r for r in results if r["condition"] == cond]
@@ -325,7 +398,8 @@ def summarize(expectations: list[Expectation], results: list[dict]) -> tuple[lis
             "runs": len(sel),
             "verdict_accuracy": sum(r["verdict_ok"] for r in sel) / len(sel),
             "rule_accuracy": sum(r["rule_ok"] for r in sel) / len(sel),
-            "first_fix_accuracy": (sum(fixes) / len(fixes)) if fixes else None, "first_fix_scored": len(fixes),
+            "first_fix_accuracy": (sum(fixes) / len(fixes)) if fixes else None,
+            "first_fix_scored": len(fixes),
             "repeatability": sum(row["repeatable"] for row in crow) / len(crow) if crow else None,
             "scenarios": len(crow),
         }
@@ -336,9 +410,12 @@ def evidence_line(ev: dict) -> str:
     """One run's mechanism numbers: per-rank step time, shares and collectives per step."""
     parts = []
     for r, v in sorted((ev.get("ranks") or {}).items()):
-        shares = ", ".join(f"{k.replace('_wait', '').replace('comm_exposed', 'exposed comm').replace('comm_sync', 'sync wait')}"
-                           f" {100 * v[k]:.0f}%" for k in ("dataloader_wait", "compute", "comm_exposed", "comm_sync_wait", "other")
-                           if isinstance(v.get(k), (int, float)) and v[k] >= 0.05)
+        shares = ", ".join(
+            f"{k.replace('_wait', '').replace('comm_exposed', 'exposed comm').replace('comm_sync', 'sync wait')}"
+            f" {100 * v[k]:.0f}%"
+            for k in ("dataloader_wait", "compute", "comm_exposed", "comm_sync_wait", "other")
+            if isinstance(v.get(k), (int, float)) and v[k] >= 0.05
+        )
         parts.append(f"r{r}: {v.get('step_ms')} ms, {v.get('collectives_per_step')} coll/step; {shares}")
     extra = [f"{k}={ev[k]}" for k in sorted(ev) if k != "ranks"]
     return " / ".join(parts + extra)
@@ -353,39 +430,72 @@ def _frac(n, d) -> str:
 
 
 def render_markdown(rows: list[dict], totals: dict, meta: dict) -> str:
-    out = ["# Verdict accuracy on the scenario matrix", "",
-           "Generated by `benchmarks/accuracy.py`; do not edit by hand.", ""]
-    out += [f"- Date (UTC): {meta.get('date', '?')}", f"- Commit: `{meta.get('commit', '?')}`",
-            f"- Command: `{meta.get('command', '?')}`", f"- Machine: {meta.get('machine', '?')}"]
+    out = [
+        "# Verdict accuracy on the scenario matrix",
+        "",
+        "Generated by `benchmarks/accuracy.py`; do not edit by hand.",
+        "",
+    ]
+    out += [
+        f"- Date (UTC): {meta.get('date', '?')}",
+        f"- Commit: `{meta.get('commit', '?')}`",
+        f"- Command: `{meta.get('command', '?')}`",
+        f"- Machine: {meta.get('machine', '?')}",
+    ]
     if meta.get("wall_seconds") is not None:
         out.append(f"- Wall time: {meta['wall_seconds'] / 60:.0f} min")
     if meta.get("note"):
         out.append(f"- Note: {meta['note']}")
-    out += ["", "## Totals", "",
-            "| condition | runs | scenarios | verdict accuracy | rule accuracy | first-fix accuracy (scored runs) | repeatable scenarios |",
-            "|---|---|---|---|---|---|---|"]
+    out += [
+        "",
+        "## Totals",
+        "",
+        "| condition | runs | scenarios | verdict accuracy | rule accuracy | first-fix accuracy (scored runs) | repeatable scenarios |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for cond, t in totals.items():
-        out.append(f"| {cond} | {t['runs']} | {t['scenarios']} | {_pct(t['verdict_accuracy'])} | {_pct(t['rule_accuracy'])} | "
-                   f"{_pct(t['first_fix_accuracy'])} ({t['first_fix_scored']}) | {_pct(t['repeatability'])} |")
-    out += ["", "## Per scenario", "",
-            "Verdicts seen: one per repeat, in order. Rule: the rule of the finding the first fix was judged on. "
-            "A first-fix cell is `–` when the scenario accepts any fix.", "",
-            "| scenario | cond. | expected | verdicts seen | verdict right | rule (expected) | rule right | first fix (expected substring) | first fix right | repeatable | s/run |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+        out.append(
+            f"| {cond} | {t['runs']} | {t['scenarios']} | {_pct(t['verdict_accuracy'])} | {_pct(t['rule_accuracy'])} | "
+            f"{_pct(t['first_fix_accuracy'])} ({t['first_fix_scored']}) | {_pct(t['repeatability'])} |"
+        )
+    out += [
+        "",
+        "## Per scenario",
+        "",
+        "Verdicts seen: one per repeat, in order. Rule: the rule of the finding the first fix was judged on. "
+        "A first-fix cell is `–` when the scenario accepts any fix.",
+        "",
+        "| scenario | cond. | expected | verdicts seen | verdict right | rule (expected) | rule right | first fix (expected substring) | first fix right | repeatable | s/run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         fixes = "; ".join(r["first_fixes"]).replace("|", "\\|")
-        out.append(f"| {r['name']} | {r['condition']} | {r['expected']} | {', '.join(r['verdicts'])} | "
-                   f"{_frac(r['verdict_right'], r['runs'])} | {', '.join(r['rules'])} ({r['expected_rule']}) | "
-                   f"{_frac(r['rule_right'], r['runs'])} | {fixes} (`{r['expected_fix']}`) | "
-                   f"{_frac(r['fix_right'], r['fix_scored'])} | {'yes' if r['repeatable'] else 'NO'} | {r['seconds']} |")
-    out += ["", "## Mechanism evidence", "",
-            "From the first repeat of each scenario and condition: per rank the mean step time, collectives per "
-            "step and the step-time shares of 5 % or more (dataloader wait, compute, exposed communication, "
-            "sync wait inside collectives, other).", "",
-            "| scenario | cond. | evidence |", "|---|---|---|"]
+        out.append(
+            f"| {r['name']} | {r['condition']} | {r['expected']} | {', '.join(r['verdicts'])} | "
+            f"{_frac(r['verdict_right'], r['runs'])} | {', '.join(r['rules'])} ({r['expected_rule']}) | "
+            f"{_frac(r['rule_right'], r['runs'])} | {fixes} (`{r['expected_fix']}`) | "
+            f"{_frac(r['fix_right'], r['fix_scored'])} | {'yes' if r['repeatable'] else 'NO'} | {r['seconds']} |"
+        )
+    out += [
+        "",
+        "## Mechanism evidence",
+        "",
+        "From the first repeat of each scenario and condition: per rank the mean step time, collectives per "
+        "step and the step-time shares of 5 % or more (dataloader wait, compute, exposed communication, "
+        "sync wait inside collectives, other).",
+        "",
+        "| scenario | cond. | evidence |",
+        "|---|---|---|",
+    ]
     for r in rows:
         out.append(f"| {r['name']} | {r['condition']} | {r.get('evidence', '')} |")
-    out += ["", "## How runs are scored", "", __doc__.split("Scoring, per run (see docs/ACCURACY.md for the same text):")[1].strip(), ""]
+    out += [
+        "",
+        "## How runs are scored",
+        "",
+        __doc__.split("Scoring, per run (see docs/ACCURACY.md for the same text):")[1].strip(),
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -402,15 +512,18 @@ def write_markdown(path: Path, text: str) -> None:
     for a, b in (PREDICTIONS, ABLATION):
         start, end = old.find(a), old.find(b)
         if 0 <= start < end:
-            text = text.rstrip("\n") + "\n\n" + old[start:end + len(b)] + "\n"
+            text = text.rstrip("\n") + "\n\n" + old[start : end + len(b)] + "\n"
     path.write_text(text, encoding="utf-8")
 
 
 def _git_commit() -> str:
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                               text=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         return sha + ("+uncommitted changes" if dirty else "") if sha else "unknown"
     except OSError:
         return "unknown"
@@ -430,16 +543,22 @@ def reanalyze(kept: list[Path], only: list[str]) -> int:
             name, cond, rep = run.name.rsplit("-", 2)
             if name not in exps or (only and not any(o in name for o in only)):
                 continue
-            before = json.loads((run / "diagnosis.json").read_text(encoding="utf-8")) \
-                if (run / "diagnosis.json").is_file() else {}
+            before = (
+                json.loads((run / "diagnosis.json").read_text(encoding="utf-8"))
+                if (run / "diagnosis.json").is_file()
+                else {}
+            )
             with tempfile.TemporaryDirectory() as tmp:
                 diag = analyze(run / "bundle", Path(tmp))
             s = score(exps[name], diag)
             total += 1
             right += s["verdict_ok"]
             was = (before.get("verdict") or {}).get("bottleneck") or "none"
-            print(f"  {cond:4} #{rep} {name:28} {'ok ' if s['verdict_ok'] else 'BAD'} {s['verdict']:13} "
-                  f"(was {was}) rule={s['judged_rule']} fix={'-' if s['fix_ok'] is None else s['fix_ok']}", flush=True)
+            print(
+                f"  {cond:4} #{rep} {name:28} {'ok ' if s['verdict_ok'] else 'BAD'} {s['verdict']:13} "
+                f"(was {was}) rule={s['judged_rule']} fix={'-' if s['fix_ok'] is None else s['fix_ok']}",
+                flush=True,
+            )
     print(f"re-analyzed: verdict right in {right} of {total}")
     return 0 if total else 2
 
@@ -467,16 +586,23 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--idle", action="store_const", dest="conditions", const=["idle"])
     g.add_argument("--busy", action="store_const", dest="conditions", const=["busy"])
     g.add_argument("--both", action="store_const", dest="conditions", const=["idle", "busy"])
-    p.add_argument("--only", action="append", default=[], help="run only scenarios whose name contains this (repeatable)")
+    p.add_argument(
+        "--only", action="append", default=[], help="run only scenarios whose name contains this (repeatable)"
+    )
     p.add_argument("--no-synthetic", action="store_true", help="skip benchmarks/scenarios_synthetic.toml")
     p.add_argument("--out", default=str(ROOT / "docs" / "ACCURACY.md"), help="Markdown table to write ('-' for none)")
     p.add_argument("--json", help="also write the raw per-run results here")
     p.add_argument("--note", default="", help="a sentence on the conditions, printed under the header")
     p.add_argument("--from-json", help="re-render the Markdown from a --json file of an earlier run (runs nothing)")
     p.add_argument("--keep", help="keep every run's bundle and diagnosis.json under this folder")
-    p.add_argument("--reanalyze", action="append", default=[], metavar="KEPT",
-                   help="score the bundles an earlier --keep run kept, analyzed again with this code "
-                        "(records nothing: tells a change of the verdict logic from recording noise; repeatable)")
+    p.add_argument(
+        "--reanalyze",
+        action="append",
+        default=[],
+        metavar="KEPT",
+        help="score the bundles an earlier --keep run kept, analyzed again with this code "
+        "(records nothing: tells a change of the verdict logic from recording noise; repeatable)",
+    )
     args = p.parse_args(argv)
     if args.reanalyze:
         return reanalyze([Path(k) for k in args.reanalyze], args.only)
@@ -500,8 +626,11 @@ def main(argv: list[str] | None = None) -> int:
         print("accuracy: no scenario matches --only", file=sys.stderr)
         return 2
     est = estimate_seconds(expectations, conditions, args.repeat)
-    print(f"accuracy: {len(expectations)} scenario(s) x {args.repeat} repeat(s) x {len(conditions)} condition(s); "
-          f"estimated {est / 60:.0f} min", flush=True)
+    print(
+        f"accuracy: {len(expectations)} scenario(s) x {args.repeat} repeat(s) x {len(conditions)} condition(s); "
+        f"estimated {est / 60:.0f} min",
+        flush=True,
+    )
     results = []
     t0 = time.monotonic()
     started = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"), "commit": _git_commit()}
@@ -511,23 +640,40 @@ def main(argv: list[str] | None = None) -> int:
                 rec = run_one(exp, cond, rep, keep)
                 results.append(rec)
                 mark = "ok " if rec["verdict_ok"] else "BAD"
-                print(f"  {cond:4} #{rep} {exp.name:28} {mark} {rec['verdict']:13} rule={rec.get('judged_rule')} "
-                      f"fix={'-' if rec['fix_ok'] is None else rec['fix_ok']} {rec['seconds']}s {rec['error']}",
-                      flush=True)
+                print(
+                    f"  {cond:4} #{rep} {exp.name:28} {mark} {rec['verdict']:13} rule={rec.get('judged_rule')} "
+                    f"fix={'-' if rec['fix_ok'] is None else rec['fix_ok']} {rec['seconds']}s {rec['error']}",
+                    flush=True,
+                )
     rows, totals = summarize(expectations, results)
-    meta = {**started,
-            "command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT)] + sys.argv[1:]),
-            "machine": f"{os.cpu_count()} CPU(s), {sys.platform}", "note": args.note,
-            "wall_seconds": round(time.monotonic() - t0)}
+    meta = {
+        **started,
+        "command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT)] + sys.argv[1:]),
+        "machine": f"{os.cpu_count()} CPU(s), {sys.platform}",
+        "note": args.note,
+        "wall_seconds": round(time.monotonic() - t0),
+    }
     for cond, t in totals.items():
-        print(f"{cond}: verdict {_pct(t['verdict_accuracy'])}, first fix {_pct(t['first_fix_accuracy'])}, "
-              f"repeatable {_pct(t['repeatability'])} ({t['runs']} runs)")
+        print(
+            f"{cond}: verdict {_pct(t['verdict_accuracy'])}, first fix {_pct(t['first_fix_accuracy'])}, "
+            f"repeatable {_pct(t['repeatability'])} ({t['runs']} runs)"
+        )
     if args.out != "-":
         write_markdown(Path(args.out), render_markdown(rows, totals, meta))
     if args.json:
-        Path(args.json).write_text(json.dumps({"meta": meta, "expectations": [asdict(e) for e in expectations],
-                                               "results": results, "rows": rows, "totals": totals}, indent=1),
-                                   encoding="utf-8")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "meta": meta,
+                    "expectations": [asdict(e) for e in expectations],
+                    "results": results,
+                    "rows": rows,
+                    "totals": totals,
+                },
+                indent=1,
+            ),
+            encoding="utf-8",
+        )
     return 0
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -38,18 +37,25 @@ def measure(cmd: list[str]) -> dict:
 
 
 def generate(work: Path, ranks: int, mb: float, gz: bool) -> Path:
-    from ddpdoctor_synth import Scenario, generate as gen
+    from ddpdoctor_synth import Scenario
+    from ddpdoctor_synth import generate as gen
 
     folder = work / f"{ranks}x{mb:g}MB{'-gz' if gz else ''}"
     traces = folder / "traces"
     if not (folder / "done").exists():
         traces.mkdir(parents=True, exist_ok=True)
         t = time.perf_counter()
-        truth = gen(Scenario(world_size=ranks, target_mb_per_rank=mb, straggler_rank=ranks - 1,
-                             straggler_extra_us=5000.0), traces, gzip=gz)
+        truth = gen(
+            Scenario(world_size=ranks, target_mb_per_rank=mb, straggler_rank=ranks - 1, straggler_extra_us=5000.0),
+            traces,
+            gzip=gz,
+        )
         (traces / "truth.json").rename(folder / "truth.json")
-        print(f"  generated {ranks} x {mb:g} MB in {time.perf_counter() - t:.1f}s "
-              f"({sum(truth.bytes_per_rank.values()) / 1e6:.0f} MB of JSON)", flush=True)
+        print(
+            f"  generated {ranks} x {mb:g} MB in {time.perf_counter() - t:.1f}s "
+            f"({sum(truth.bytes_per_rank.values()) / 1e6:.0f} MB of JSON)",
+            flush=True,
+        )
         (folder / "done").write_text("ok")
     return traces
 
@@ -70,19 +76,39 @@ def main() -> None:
         print(f"== {ranks} ranks x {mb:g} MB", flush=True)
         traces = generate(Path(args.work), ranks, mb, args.gzip)
         size = sum(p.stat().st_size for p in traces.iterdir()) / 1e6
-        ours = measure([sys.executable, "-m", "ddpdoctor", "analyze", str(traces), "--hta", "off", "-q",
-                        "-j", str(args.jobs), "--json", str(traces.parent / "analysis.json")])
+        ours = measure(
+            [
+                sys.executable,
+                "-m",
+                "ddpdoctor",
+                "analyze",
+                str(traces),
+                "--hta",
+                "off",
+                "-q",
+                "-j",
+                str(args.jobs),
+                "--json",
+                str(traces.parent / "analysis.json"),
+            ]
+        )
         assert ours["rc"] == 0, ours
-        print(f"  ddpdoctor analyze: {ours['seconds']:.1f}s  ({size / ours['seconds']:.0f} MB/s of files)  "
-              f"peak RSS {ours['peak_mb']:.0f} MB", flush=True)
+        print(
+            f"  ddpdoctor analyze: {ours['seconds']:.1f}s  ({size / ours['seconds']:.0f} MB/s of files)  "
+            f"peak RSS {ours['peak_mb']:.0f} MB",
+            flush=True,
+        )
         if args.no_hta:
             continue
         hta = measure([sys.executable, "-c", HTA_LOAD, str(traces)])
         if hta["rc"] != 0:
             print(f"  HTA TraceAnalysis load: failed (exit {hta['rc']})")
             continue
-        print(f"  HTA TraceAnalysis load: {hta['seconds']:.1f}s  peak RSS {hta['peak_mb']:.0f} MB  "
-              f"-> ddpdoctor is {hta['seconds'] / ours['seconds']:.1f}x faster", flush=True)
+        print(
+            f"  HTA TraceAnalysis load: {hta['seconds']:.1f}s  peak RSS {hta['peak_mb']:.0f} MB  "
+            f"-> ddpdoctor is {hta['seconds'] / ours['seconds']:.1f}x faster",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ PIPELINE = ("column scan, mapped file (C reader)", "normalize columns", "summari
 
 def _round(path: Path) -> dict[str, float]:
     from ddpdoctor.metrics.breakdown import summarize
-    from ddpdoctor.trace import decode as D, fastscan, msgscan
+    from ddpdoctor.trace import decode as D
+    from ddpdoctor.trace import fastscan, msgscan
     from ddpdoctor.trace.normalize import normalize
 
     out = {}
@@ -118,22 +119,32 @@ def main() -> None:
         lines.append(f"| {s} | {best[s]:.2f} | {', '.join(f'{r[s]:.2f}' for r in rounds)} | {share} |")
     lines.append(f"| **pipeline** (column scan + normalize columns + summarize) | **{total:.2f}** | | 100 % |")
     fallback = [s for s in stages if "msgspec path" in s] + [PIPELINE[2]]
-    lines.append(f"| msgspec path for comparison (read + decode + columns + normalize + summarize) | "
-                 f"{sum(best[s] for s in fallback):.2f} | | – |")
+    lines.append(
+        f"| msgspec path for comparison (read + decode + columns + normalize + summarize) | "
+        f"{sum(best[s] for s in fallback):.2f} | | – |"
+    )
     size = path.stat().st_size / 1e6
     lines += ["", f"{path.name}: {size:.0f} MB."]
     table = "\n".join(lines)
     print(table)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     argv = " ".join(["python", "benchmarks/bench_rank_stages.py", *sys.argv[1:]])
-    block = "\n".join([BEGIN, f"Measured {stamp} at commit {commit} by `{argv}`;",
-                       f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-                       f"{_load()} at the end (shared machine).", "", table, END])
+    block = "\n".join(
+        [
+            BEGIN,
+            f"Measured {stamp} at commit {commit} by `{argv}`;",
+            f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"{_load()} at the end (shared machine).",
+            "",
+            table,
+            END,
+        ]
+    )
     for target in args.write:
         p = Path(target)
         text = p.read_text()
         if BEGIN in text and END in text:
-            text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
         else:
             text += ("\n" if text else "") + block + "\n"
         p.write_text(text)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_analyze import measure  # noqa: E402
+from bench_analyze import measure
 
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- bench_ranks:start -->", "<!-- bench_ranks:end -->"
@@ -35,16 +35,26 @@ def straggler_of(ranks: int) -> int:
 
 
 def generate(work: Path, ranks: int, steps: int) -> Path:
-    from ddpdoctor_synth import Scenario, generate as gen
+    from ddpdoctor_synth import Scenario
+    from ddpdoctor_synth import generate as gen
 
     folder = work / f"ranks{ranks}x{steps}steps"
     traces = folder / "traces"
     if not (folder / "done").exists():
         traces.mkdir(parents=True, exist_ok=True)
         t = time.perf_counter()
-        gen(Scenario(world_size=ranks, steps=steps, ranks_per_node=8, end_jitter_us=20.0,
-                     straggler_rank=straggler_of(ranks), straggler_extra_us=15000.0, name=f"ranks{ranks}"),
-            traces)
+        gen(
+            Scenario(
+                world_size=ranks,
+                steps=steps,
+                ranks_per_node=8,
+                end_jitter_us=20.0,
+                straggler_rank=straggler_of(ranks),
+                straggler_extra_us=15000.0,
+                name=f"ranks{ranks}",
+            ),
+            traces,
+        )
         (traces / "truth.json").rename(folder / "truth.json")
         print(f"  generated {ranks} ranks in {time.perf_counter() - t:.0f}s", flush=True)
         (folder / "done").write_text("ok")
@@ -53,58 +63,118 @@ def generate(work: Path, ranks: int, steps: int) -> Path:
 
 def run_one(traces: Path, ranks: int, jobs: int) -> dict:
     out = traces.parent / "diagnosis.json"
-    m = measure([sys.executable, "-m", "ddpdoctor", "analyze", str(traces), "--hta", "off", "--no-config", "-q",
-                 "-j", str(jobs), "--json", str(out)])
+    m = measure(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "analyze",
+            str(traces),
+            "--hta",
+            "off",
+            "--no-config",
+            "-q",
+            "-j",
+            str(jobs),
+            "--json",
+            str(out),
+        ]
+    )
     if m["rc"] != 0:
         raise SystemExit(f"analyze of {ranks} ranks exited {m['rc']}")
     d = json.loads(out.read_text())
     named = sorted(s["rank"] for s in d["analysis"]["cross_rank"]["stragglers"])
-    terminal = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(traces), "--hta", "off",
-                               "--no-config", "-j", str(jobs)], capture_output=True, text=True)
-    return {"ranks": ranks, "mb": sum(p.stat().st_size for p in traces.iterdir()) / 1e6,
-            "seconds": m["seconds"], "peak_mb": m["peak_mb"], "truth": straggler_of(ranks), "named": named,
-            "verdict": d["verdict"].get("label"), "json_mb": out.stat().st_size / 1e6,
-            "terminal_lines": len(terminal.stdout.splitlines())}
+    terminal = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(traces), "--hta", "off", "--no-config", "-j", str(jobs)],
+        capture_output=True,
+        text=True,
+    )
+    return {
+        "ranks": ranks,
+        "mb": sum(p.stat().st_size for p in traces.iterdir()) / 1e6,
+        "seconds": m["seconds"],
+        "peak_mb": m["peak_mb"],
+        "truth": straggler_of(ranks),
+        "named": named,
+        "verdict": d["verdict"].get("label"),
+        "json_mb": out.stat().st_size / 1e6,
+        "terminal_lines": len(terminal.stdout.splitlines()),
+    }
 
 
 def run_subset(traces: Path, ranks: int, jobs: int) -> dict:
     """`--ranks 0-7,<straggler>` on the same job: what analyzing a chosen subset costs."""
     spec = f"0-7,{straggler_of(ranks)}"
     out = traces.parent / "diagnosis-subset.json"
-    m = measure([sys.executable, "-m", "ddpdoctor", "analyze", str(traces), "--hta", "off", "--no-config", "-q",
-                 "-j", str(jobs), "--ranks", spec, "--json", str(out)])
+    m = measure(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "analyze",
+            str(traces),
+            "--hta",
+            "off",
+            "--no-config",
+            "-q",
+            "-j",
+            str(jobs),
+            "--ranks",
+            spec,
+            "--json",
+            str(out),
+        ]
+    )
     if m["rc"] != 0:
         raise SystemExit(f"analyze --ranks {spec} of {ranks} ranks exited {m['rc']}")
     d = json.loads(out.read_text())
-    return {"ranks": ranks, "spec": spec, "seconds": m["seconds"], "peak_mb": m["peak_mb"],
-            "named": sorted(s["rank"] for s in d["analysis"]["cross_rank"]["stragglers"])}
+    return {
+        "ranks": ranks,
+        "spec": spec,
+        "seconds": m["seconds"],
+        "peak_mb": m["peak_mb"],
+        "named": sorted(s["rank"] for s in d["analysis"]["cross_rank"]["stragglers"]),
+    }
 
 
 def block(rows: list[dict], meta: dict, subset: dict | None = None) -> str:
     base = rows[0]
-    lines = [START, "", "## Many ranks (synthetic)", "", "Generated by `benchmarks/bench_ranks.py`; do not edit by hand.", "",
-             f"- Date (UTC): {meta['date']}; commit `{meta['commit']}`; {meta['machine']}",
-             f"- Command: `{meta['command']}`",
-             f"- Note: {meta['note']}" if meta["note"] else "- Note: –",
-             f"- Each job: {meta['steps']} profiled steps per rank, 8 ranks per node, one straggler computing 15 ms longer "
-             "every step; a fresh `analyze --json` process per job (peak: largest resident set of it and its "
-             "workers). Named: the ranks the analysis calls stragglers.", "",
-             "| ranks | trace MB | analyze s | × the smallest job | peak MB | straggler | named | verdict "
-             "| report.json MB | terminal lines |",
-             "|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"]
+    lines = [
+        START,
+        "",
+        "## Many ranks (synthetic)",
+        "",
+        "Generated by `benchmarks/bench_ranks.py`; do not edit by hand.",
+        "",
+        f"- Date (UTC): {meta['date']}; commit `{meta['commit']}`; {meta['machine']}",
+        f"- Command: `{meta['command']}`",
+        f"- Note: {meta['note']}" if meta["note"] else "- Note: –",
+        f"- Each job: {meta['steps']} profiled steps per rank, 8 ranks per node, one straggler computing 15 ms longer "
+        "every step; a fresh `analyze --json` process per job (peak: largest resident set of it and its "
+        "workers). Named: the ranks the analysis calls stragglers.",
+        "",
+        "| ranks | trace MB | analyze s | × the smallest job | peak MB | straggler | named | verdict "
+        "| report.json MB | terminal lines |",
+        "|---:|---:|---:|---:|---:|---:|---|---|---:|---:|",
+    ]
     for r in rows:
         named = ", ".join(map(str, r["named"])) or "none"
         ok = "right" if r["named"] == [r["truth"]] else "WRONG"
-        lines.append(f"| {r['ranks']:,} | {r['mb']:.0f} | {r['seconds']:.1f} | {r['seconds'] / base['seconds']:.1f}x "
-                     f"| {r['peak_mb']:.0f} | {r['truth']} | {named} ({ok}) | {r['verdict']} | {r['json_mb']:.1f} "
-                     f"| {r['terminal_lines']} |")
+        lines.append(
+            f"| {r['ranks']:,} | {r['mb']:.0f} | {r['seconds']:.1f} | {r['seconds'] / base['seconds']:.1f}x "
+            f"| {r['peak_mb']:.0f} | {r['truth']} | {named} ({ok}) | {r['verdict']} | {r['json_mb']:.1f} "
+            f"| {r['terminal_lines']} |"
+        )
     if subset:
         full = next(r for r in rows if r["ranks"] == subset["ranks"])
-        lines += ["", f"`--ranks {subset['spec']}` on the {subset['ranks']:,}-rank job (9 ranks chosen on purpose): "
-                      f"{subset['seconds']:.1f} s ({full['seconds'] / subset['seconds']:.0f}x less than all ranks), "
-                      f"peak {subset['peak_mb']:.0f} MB, stragglers named among them: "
-                      f"{', '.join(map(str, subset['named'])) or 'none'} (discovery still opens "
-                      "the head of every file to learn its rank)."]
+        lines += [
+            "",
+            f"`--ranks {subset['spec']}` on the {subset['ranks']:,}-rank job (9 ranks chosen on purpose): "
+            f"{subset['seconds']:.1f} s ({full['seconds'] / subset['seconds']:.0f}x less than all ranks), "
+            f"peak {subset['peak_mb']:.0f} MB, stragglers named among them: "
+            f"{', '.join(map(str, subset['named'])) or 'none'} (discovery still opens "
+            "the head of every file to learn its rank).",
+        ]
     lines += ["", END]
     return "\n".join(lines)
 
@@ -131,21 +201,34 @@ def main() -> None:
         print(f"== {n} ranks", flush=True)
         traces = generate(Path(args.work), n, args.steps)
         r = run_one(traces, n, args.jobs)
-        print(f"  {r['seconds']:.1f}s, peak {r['peak_mb']:.0f} MB, straggler {r['truth']}, named {r['named']}, "
-              f"{r['verdict']}", flush=True)
+        print(
+            f"  {r['seconds']:.1f}s, peak {r['peak_mb']:.0f} MB, straggler {r['truth']}, named {r['named']}, "
+            f"{r['verdict']}",
+            flush=True,
+        )
         rows.append(r)
     subset = run_subset(traces, rows[-1]["ranks"], args.jobs)
     print(f"  --ranks {subset['spec']}: {subset['seconds']:.1f}s, named {subset['named']}", flush=True)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    commit = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout.strip()
     import shlex
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-            "commit": commit + ("+uncommitted changes" if dirty else ""),
-            "machine": f"{os.cpu_count()} CPU(s), {sys.platform}; analyze -j {args.jobs}; "
-                       f"wall time {(time.perf_counter() - t0) / 60:.0f} min",
-            "steps": args.steps, "command": shlex.join(["python", "benchmarks/bench_ranks.py", *sys.argv[1:]]), "note": args.note}
+
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "commit": commit + ("+uncommitted changes" if dirty else ""),
+        "machine": f"{os.cpu_count()} CPU(s), {sys.platform}; analyze -j {args.jobs}; "
+        f"wall time {(time.perf_counter() - t0) / 60:.0f} min",
+        "steps": args.steps,
+        "command": shlex.join(["python", "benchmarks/bench_ranks.py", *sys.argv[1:]]),
+        "note": args.note,
+    }
     text = block(rows, meta, subset)
     if args.out == "-":
         print(text)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_analyze import generate, measure  # noqa: E402
+from bench_analyze import generate, measure
 
 
 def main() -> None:
@@ -45,16 +45,26 @@ def main() -> None:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _, port = server.get_host_and_port()
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+    )
     fs = s3fs.S3FileSystem()
     fs.mkdir("bench")
     for p in files:
         fs.put_file(str(p), f"bench/run/{p.name}")
     url = "s3://bench/run/"
 
-    cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address=None, worker_dashboard_address=None)
+    cluster = LocalCluster(
+        n_workers=args.workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        worker_dashboard_address=None,
+    )
     base = [sys.executable, "-m", "ddpdoctor", "analyze", "--hta", "off", "-q"]
     modes = {
         "local (process pool)": base + ["-j", str(args.workers), str(traces)],
@@ -62,10 +72,13 @@ def main() -> None:
         "S3 URL (moto), local pool": base + ["-j", str(args.workers), url],
         "S3 URL on the Dask cluster": base + ["--scheduler", cluster.scheduler_address, url],
     }
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
-    print(f"bench_remote: {ranks} ranks x {mb} MB ({size_mb:.0f} MB of JSON), {os.cpu_count()} CPUs, "
-          f"{args.workers} Dask workers x 1 thread, commit {commit}, best / median of {args.repeat}")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
+    print(
+        f"bench_remote: {ranks} ranks x {mb} MB ({size_mb:.0f} MB of JSON), {os.cpu_count()} CPUs, "
+        f"{args.workers} Dask workers x 1 thread, commit {commit}, best / median of {args.repeat}"
+    )
     print("| mode | best s | median s | MB/s (best) | client peak RSS MB |")
     print("|---|---|---|---|---|")
     try:
@@ -75,8 +88,11 @@ def main() -> None:
             if bad:
                 raise SystemExit(f"{mode}: exit code {bad[0]['rc']}: {' '.join(cmd)}")
             secs = [r["seconds"] for r in runs]
-            print(f"| {mode} | {min(secs):.2f} | {statistics.median(secs):.2f} | {size_mb / min(secs):.0f} | "
-                  f"{max(r['peak_mb'] for r in runs):.0f} |", flush=True)
+            print(
+                f"| {mode} | {min(secs):.2f} | {statistics.median(secs):.2f} | {size_mb / min(secs):.0f} | "
+                f"{max(r['peak_mb'] for r in runs):.0f} |",
+                flush=True,
+            )
     finally:
         cluster.close()
         server.stop()

@@ -40,20 +40,47 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--active", type=int, default=5)
     args = ap.parse_args()
-    train = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-             str(ROOT / "examples" / f"{args.example}.py"), "--steps", str(args.steps)]
+    train = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(ROOT / "examples" / f"{args.example}.py"),
+        "--steps",
+        str(args.steps),
+    ]
     plain, captured = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.reps):
             plain.append(timed(train))
             out = Path(tmp) / f"b{i}"
-            captured.append(timed([sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze",
-                                   "--keep-going", "--warmup", str(args.warmup), "--active", str(args.active),
-                                   "--", *train]))
+            captured.append(
+                timed(
+                    [
+                        sys.executable,
+                        "-m",
+                        "ddpdoctor",
+                        "run",
+                        "--out",
+                        str(out),
+                        "--no-analyze",
+                        "--keep-going",
+                        "--warmup",
+                        str(args.warmup),
+                        "--active",
+                        str(args.active),
+                        "--",
+                        *train,
+                    ]
+                )
+            )
             print(f"rep {i + 1}: plain {plain[-1]:.2f} s, ddpdoctor run {captured[-1]:.2f} s", flush=True)
     p, c = statistics.median(plain), statistics.median(captured)
-    print(f"{args.example}, 2 ranks, {args.steps} steps ({args.warmup} warm-up + {args.active} recorded): "
-          f"plain median {p:.2f} s, with ddpdoctor run {c:.2f} s -> overhead {c - p:+.2f} s ({(c - p) / p:+.1%})")
+    print(
+        f"{args.example}, 2 ranks, {args.steps} steps ({args.warmup} warm-up + {args.active} recorded): "
+        f"plain median {p:.2f} s, with ddpdoctor run {c:.2f} s -> overhead {c - p:+.2f} s ({(c - p) / p:+.1%})"
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ run renders each recorded first-sight file next to the current score in docs/LOG
 final scores stay side by side. Cases the engine got wrong at first sight carry `expected_fail_first_sight = true`
 (tests/test_real_log_corpus.py runs them as strict xfails until they pass).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -114,14 +115,33 @@ def record_first_sight(round_name: str, force: bool = False) -> int:
     for name, folder, case in cases:
         finding = top_finding(folder)
         problems = check(case, finding)
-        rows.append({"case": name, "kind": case["kind"], "source": case["source"], "repo": case["repo"],
-                     "thread": case["thread"], "cause": short_cause(case["cause"]),
-                     "expected_rule": case.get("expected_rule"), "expected_fix_contains": case.get("expected_fix_contains"),
-                     "answer": answer(finding), "problems": problems, "right": not problems})
-        print(f"{'ok  ' if not problems else 'MISS'} {name}: {rows[-1]['answer']['rule']} "
-              f"/ {rows[-1]['answer']['first_fix']!r} {'; '.join(problems)}")
-    record = {"round": round_name, "measured": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "code": _commit(None), "right": sum(r["right"] for r in rows), "total": len(rows), "cases": rows}
+        rows.append(
+            {
+                "case": name,
+                "kind": case["kind"],
+                "source": case["source"],
+                "repo": case["repo"],
+                "thread": case["thread"],
+                "cause": short_cause(case["cause"]),
+                "expected_rule": case.get("expected_rule"),
+                "expected_fix_contains": case.get("expected_fix_contains"),
+                "answer": answer(finding),
+                "problems": problems,
+                "right": not problems,
+            }
+        )
+        print(
+            f"{'ok  ' if not problems else 'MISS'} {name}: {rows[-1]['answer']['rule']} "
+            f"/ {rows[-1]['answer']['first_fix']!r} {'; '.join(problems)}"
+        )
+    record = {
+        "round": round_name,
+        "measured": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "code": _commit(None),
+        "right": sum(r["right"] for r in rows),
+        "total": len(rows),
+        "cases": rows,
+    }
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     print(f"first sight {record['right']}/{record['total']}; wrote {path}")
     return 0
@@ -137,8 +157,12 @@ def _engine_trees(code: str) -> str:
     if not m:
         return ""
     try:
-        ids = [subprocess.run(["git", "-C", str(CORPUS), "rev-parse", f"{m.group(1)}:{d}"], capture_output=True,
-                              text=True, check=True).stdout.strip()[:10] for d in ("ddpdoctor", "rules")]
+        ids = [
+            subprocess.run(
+                ["git", "-C", str(CORPUS), "rev-parse", f"{m.group(1)}:{d}"], capture_output=True, text=True, check=True
+            ).stdout.strip()[:10]
+            for d in ("ddpdoctor", "rules")
+        ]
     except (subprocess.CalledProcessError, FileNotFoundError):
         return ""
     return f" (engine: ddpdoctor/ tree {ids[0]}, rules/ tree {ids[1]})"
@@ -150,30 +174,40 @@ def first_sight_lines(record: dict) -> list[str]:
         by_kind[r["kind"]][1] += 1
         by_kind[r["kind"]][0] += r["right"]
     kinds = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in sorted(by_kind.items()))
-    lines = ["", f"## First sight: {record['round']}", "",
-             f"Scored once, {record['measured']}, on code {record['code']}{_engine_trees(record['code'])}, "
-             "before any change for these cases "
-             f"(`benchmarks/log_corpus.py --first-sight`; stored in tests/real_logs/{first_sight_path(record['round']).name}).",
-             f"**{record['right']} / {record['total']}** right at first sight ({100 * record['right'] / max(record['total'], 1):.0f} %); "
-             f"by kind: {kinds}.", "",
-             "| case | source | cause the thread established | tool's top finding | its first fix | result |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        f"## First sight: {record['round']}",
+        "",
+        f"Scored once, {record['measured']}, on code {record['code']}{_engine_trees(record['code'])}, "
+        "before any change for these cases "
+        f"(`benchmarks/log_corpus.py --first-sight`; stored in tests/real_logs/{first_sight_path(record['round']).name}).",
+        f"**{record['right']} / {record['total']}** right at first sight ({100 * record['right'] / max(record['total'], 1):.0f} %); "
+        f"by kind: {kinds}.",
+        "",
+        "| case | source | cause the thread established | tool's top finding | its first fix | result |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in record["cases"]:
         a = r["answer"]
-        lines.append(f"| {r['case']} | [{r['repo']}#{r['thread']}]({r['source']}) | {_cell(r['cause'])} | "
-                     f"{a['rule']}: {_cell(a['title'])} | {_cell(a['first_fix']) or '(no fix)'} | "
-                     f"{'right' if r['right'] else 'wrong: ' + _cell('; '.join(r['problems']))} |")
+        lines.append(
+            f"| {r['case']} | [{r['repo']}#{r['thread']}]({r['source']}) | {_cell(r['cause'])} | "
+            f"{a['rule']}: {_cell(a['title'])} | {_cell(a['first_fix']) or '(no fix)'} | "
+            f"{'right' if r['right'] else 'wrong: ' + _cell('; '.join(r['problems']))} |"
+        )
     return lines
 
 
 def _commit(path: str | None) -> str:
     try:
         import ddpdoctor
+
         where = Path(ddpdoctor.__file__).resolve().parent.parent
-        sha = subprocess.run(["git", "-C", str(where), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-        branch = subprocess.run(["git", "-C", str(where), "rev-parse", "--abbrev-ref", "HEAD"],
-                                capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        branch = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "--abbrev-ref", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         return f"{branch} @ {sha} ({where})"
     except (subprocess.CalledProcessError, FileNotFoundError):
         return "unknown"
@@ -195,7 +229,9 @@ def catalogue_quoted(cases) -> dict[str, list[tuple[str, str]]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(CORPUS.parent.parent / "docs" / "LOG_ACCURACY.md"))
-    ap.add_argument("--first-sight", metavar="ROUND", help="score only the cases of this round and record the first sight")
+    ap.add_argument(
+        "--first-sight", metavar="ROUND", help="score only the cases of this round and record the first sight"
+    )
     ap.add_argument("--force", action="store_true", help="overwrite an existing first-sight record")
     args = ap.parse_args(argv)
     if args.first_sight:
@@ -223,12 +259,17 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(v[1] for v in by_kind.values())
     code = _commit(None)
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = ["# Log engine accuracy on real log excerpts", "",
-             f"Measured {date} by `benchmarks/log_corpus.py` on code {code}.",
-             "Each case is a log excerpt posted in a public issue thread (tests/real_logs/, see its MANIFEST.md);",
-             "right = the top finding has the expected rule, names the expected rank and gives the expected fix.",
-             "First-sight scores (each round scored once, before any change for it) are kept below, next to the current one.",
-             "", "| kind | right / total |", "|---|---|"]
+    lines = [
+        "# Log engine accuracy on real log excerpts",
+        "",
+        f"Measured {date} by `benchmarks/log_corpus.py` on code {code}.",
+        "Each case is a log excerpt posted in a public issue thread (tests/real_logs/, see its MANIFEST.md);",
+        "right = the top finding has the expected rule, names the expected rank and gives the expected fix.",
+        "First-sight scores (each round scored once, before any change for it) are kept below, next to the current one.",
+        "",
+        "| kind | right / total |",
+        "|---|---|",
+    ]
     for k in sorted(by_kind):
         lines.append(f"| {k} | {by_kind[k][0]} / {by_kind[k][1]} |")
     lines += [f"| **overall** | **{right} / {total}** ({100 * right / max(total, 1):.0f} %) |", ""]
@@ -237,28 +278,41 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in sorted(by_round, key=lambda r: (r != EARLIER, r)):
         now = by_round[rnd]
         fs = recorded.get(rnd)
-        first = (f"{fs['right']} / {fs['total']}" if fs else
-                 "see tests/real_logs/MANIFEST.md, 'Held-out status'" if rnd == EARLIER else "not recorded")
+        first = (
+            f"{fs['right']} / {fs['total']}"
+            if fs
+            else "see tests/real_logs/MANIFEST.md, 'Held-out status'"
+            if rnd == EARLIER
+            else "not recorded"
+        )
         lines.append(f"| {rnd} | {now[0]} / {now[1]} | {first} |")
     quoted = catalogue_quoted(load_cases())
     for rnd in sorted(quoted):
         names = ", ".join(f"{c} ({url})" for c, url in quoted[rnd])
-        lines += ["", f"Not held-out in \"{rnd}\": {len(quoted[rnd])} case(s) whose thread the message catalogue "
-                  f"(rules/messages/) also quotes as an excerpt: {names}."]
+        lines += [
+            "",
+            f'Not held-out in "{rnd}": {len(quoted[rnd])} case(s) whose thread the message catalogue '
+            f"(rules/messages/) also quotes as an excerpt: {names}.",
+        ]
     widened = [name for name, _f, case in load_cases() if case.get("expected_rule_widened")]
     if widened:
         strict = sum(1 for r in rows if r[0] in widened and (r[4].startswith("right") and r[3] != "FL017"))
-        lines += ["", f"Widened after first sight: {len(widened)} cases of round 8 also accept FL017, the rule that presents "
-                  "a catalogue message as the cause, which did not exist when they were written (their expected cause "
-                  "and fix are unchanged; `expected_rule_widened` in each case.toml). Counted with the rules as "
-                  f"first written, {strict} of those {len(widened)} are right now."]
+        lines += [
+            "",
+            f"Widened after first sight: {len(widened)} cases of round 8 also accept FL017, the rule that presents "
+            "a catalogue message as the cause, which did not exist when they were written (their expected cause "
+            "and fix are unchanged; `expected_rule_widened` in each case.toml). Counted with the rules as "
+            f"first written, {strict} of those {len(widened)} are right now.",
+        ]
     only_rule = [r for r in rows if re.fullmatch(r"top rule \S+, expected [^;]+", r[4])]
     if only_rule:
-        lines += ["", f"{len(only_rule)} of the misses differ only in the rule (the expected fix is given): "
-                  + ", ".join(f"{r[0]} ({r[3]})" for r in only_rule)
-                  + ". expected_rule is otherwise kept as written when the case was gathered."]
-    lines += ["",
-              "| case | kind | expected | top finding | result |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"{len(only_rule)} of the misses differ only in the rule (the expected fix is given): "
+            + ", ".join(f"{r[0]} ({r[3]})" for r in only_rule)
+            + ". expected_rule is otherwise kept as written when the case was gathered.",
+        ]
+    lines += ["", "| case | kind | expected | top finding | result |", "|---|---|---|---|---|"]
     lines += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} |" for r in rows]
     for record in load_first_sight():
         lines += first_sight_lines(record)

@@ -12,6 +12,7 @@ IB, proxy, init and graph (search.cc, xml.cc) sources at the given tags and coun
 Usage: python benchmarks/message_coverage.py [--out docs/MESSAGES.md] [--nccl-repo DIR] [--tags v2.21.5-1,v2.27.7-1]
 Writes the table between the coverage markers of docs/MESSAGES.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,14 +26,40 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = ROOT / "benchmarks" / "message_families.toml"
 START, END = "<!-- coverage:start -->", "<!-- coverage:end -->"
-NCCL_FILES = ["src/init.cc", "src/bootstrap.cc", "src/misc/socket.cc", "src/misc/shmutils.cc", "src/transport/p2p.cc",
-              "src/transport/net_ib.cc", "src/transport/net_socket.cc", "src/misc/ibvwrap.cc", "src/proxy.cc",
-              "src/include/checks.h", "src/graph/search.cc", "src/graph/xml.cc"]
+NCCL_FILES = [
+    "src/init.cc",
+    "src/bootstrap.cc",
+    "src/misc/socket.cc",
+    "src/misc/shmutils.cc",
+    "src/transport/p2p.cc",
+    "src/transport/net_ib.cc",
+    "src/transport/net_socket.cc",
+    "src/misc/ibvwrap.cc",
+    "src/proxy.cc",
+    "src/include/checks.h",
+    "src/graph/search.cc",
+    "src/graph/xml.cc",
+]
 DEFAULT_MIRROR = Path("/work/.mirror/NVIDIA+nccl/repo")
 _WARN = re.compile(r'\bWARN\(\s*"((?:[^"\\]|\\.)*)"')
 _FMT = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?(?:hh|h|ll|l|z|j|t)?([diouxXeEfgGcsp%])")
-_FILL = {"d": "1", "i": "1", "o": "1", "u": "1", "x": "1a2b", "X": "1A2B", "e": "1.0", "E": "1.0", "f": "1.0",
-         "g": "1", "G": "1", "c": "c", "s": "mlx5_0", "p": "0x7f12", "%": "%"}
+_FILL = {
+    "d": "1",
+    "i": "1",
+    "o": "1",
+    "u": "1",
+    "x": "1a2b",
+    "X": "1A2B",
+    "e": "1.0",
+    "E": "1.0",
+    "f": "1.0",
+    "g": "1",
+    "G": "1",
+    "c": "c",
+    "s": "mlx5_0",
+    "p": "0x7f12",
+    "%": "%",
+}
 
 
 def family_rows() -> list[dict]:
@@ -44,8 +71,16 @@ def family_rows() -> list[dict]:
     for fam in tomllib.loads(FAMILIES.read_text(encoding="utf-8"))["family"]:
         found = [by_id[i] for i in scan([["sample", 1, fam["sample"], None, None]])]
         specific = [m for m in found if m.specific]
-        rows.append({"name": fam["name"], "source": fam["source"], "symptom": bool(fam.get("symptom")),
-                     "ids": [m.id for m in found], "covered": bool(specific), "recognised": bool(found)})
+        rows.append(
+            {
+                "name": fam["name"],
+                "source": fam["source"],
+                "symptom": bool(fam.get("symptom")),
+                "ids": [m.id for m in found],
+                "covered": bool(specific),
+                "recognised": bool(found),
+            }
+        )
     return rows
 
 
@@ -55,8 +90,9 @@ def nccl_warns(repo: Path, tags: list[str]) -> list[tuple[str, str, str]]:
     for tag in tags:
         for f in NCCL_FILES:
             try:
-                text = subprocess.run(["git", "-C", str(repo), "show", f"{tag}:{f}"], capture_output=True, text=True,
-                                      check=True).stdout
+                text = subprocess.run(
+                    ["git", "-C", str(repo), "show", f"{tag}:{f}"], capture_output=True, text=True, check=True
+                ).stdout
             except subprocess.CalledProcessError:
                 continue
             # a WARN string may be split over adjacent literals: join "a" "b"
@@ -95,24 +131,31 @@ def table(rows: list[dict], warn: tuple | None, tags: list[str]) -> str:
     cause = [r for r in rows if not r["symptom"]]
     sym = [r for r in rows if r["symptom"]]
     cov = sum(r["covered"] for r in cause)
-    lines = [f"Measured by `python benchmarks/message_coverage.py` over benchmarks/message_families.toml "
-             f"({len(rows)} families).", "",
-             f"- **Cause families with a specific cause and fix: {cov} / {len(cause)} "
-             f"({100 * cov / max(len(cause), 1):.0f} %)**",
-             f"- symptom families recognised (their entries point at the earlier error): "
-             f"{sum(r['recognised'] for r in sym)} / {len(sym)}",
-             f"- all families with a specific cause and fix: {sum(r['covered'] for r in rows)} / {len(rows)} "
-             f"({100 * sum(r['covered'] for r in rows) / max(len(rows), 1):.0f} %)"]
+    lines = [
+        f"Measured by `python benchmarks/message_coverage.py` over benchmarks/message_families.toml "
+        f"({len(rows)} families).",
+        "",
+        f"- **Cause families with a specific cause and fix: {cov} / {len(cause)} "
+        f"({100 * cov / max(len(cause), 1):.0f} %)**",
+        f"- symptom families recognised (their entries point at the earlier error): "
+        f"{sum(r['recognised'] for r in sym)} / {len(sym)}",
+        f"- all families with a specific cause and fix: {sum(r['covered'] for r in rows)} / {len(rows)} "
+        f"({100 * sum(r['covered'] for r in rows) / max(len(rows), 1):.0f} %)",
+    ]
     if warn is not None:
         hit, total, _missed = warn
-        lines.append(f"- every `WARN(...)` format string of NCCL {', '.join(tags)} in {len(NCCL_FILES)} source files "
-                     f"(bootstrap, socket, shm, P2P, IB, proxy, init, CUDA checks, graph import; internal assertions included): "
-                     f"{hit} / {total} have a catalogue excerpt of that form ({100 * hit / max(total, 1):.0f} %)")
+        lines.append(
+            f"- every `WARN(...)` format string of NCCL {', '.join(tags)} in {len(NCCL_FILES)} source files "
+            f"(bootstrap, socket, shm, P2P, IB, proxy, init, CUDA checks, graph import; internal assertions included): "
+            f"{hit} / {total} have a catalogue excerpt of that form ({100 * hit / max(total, 1):.0f} %)"
+        )
     lines += ["", "| family | source read | kind | catalogue entries | covered |", "|---|---|---|---|---|"]
     for r in rows:
-        mark = ("yes" if r["covered"] else "recognised only" if r["recognised"] else "**no**")
-        lines.append(f"| {r['name']} | `{r['source']}` | {'symptom' if r['symptom'] else 'cause'} | "
-                     f"{', '.join(f'`{i}`' for i in r['ids']) or '-'} | {mark} |")
+        mark = "yes" if r["covered"] else "recognised only" if r["recognised"] else "**no**"
+        lines.append(
+            f"| {r['name']} | `{r['source']}` | {'symptom' if r['symptom'] else 'cause'} | "
+            f"{', '.join(f'`{i}`' for i in r['ids']) or '-'} | {mark} |"
+        )
     return "\n".join(lines)
 
 
@@ -136,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if START not in doc or END not in doc:
         print(f"{out}: no coverage markers ({START} … {END})", file=sys.stderr)
         return 2
-    out.write_text(doc[:doc.index(START) + len(START)] + "\n" + body + "\n" + doc[doc.index(END):], encoding="utf-8")
+    out.write_text(doc[: doc.index(START) + len(START)] + "\n" + body + "\n" + doc[doc.index(END) :], encoding="utf-8")
     print(body.splitlines()[2])
     return 0
 

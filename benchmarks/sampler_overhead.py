@@ -22,15 +22,17 @@ import time
 
 import torch
 
-from ddpdoctor.capture.agent import evidence as agent_evidence, gil as agent_gil, stacks as agent_stacks
+from ddpdoctor.capture.agent import evidence as agent_evidence
+from ddpdoctor.capture.agent import gil as agent_gil
+from ddpdoctor.capture.agent import stacks as agent_stacks
 
 
 def make_step(workload: str):
     torch.manual_seed(0)
-    if workload == "small":          # many small ops and Python work per step: the GIL is busy
+    if workload == "small":  # many small ops and Python work per step: the GIL is busy
         model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
         x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
-    else:                            # a few large matmuls: the GIL is mostly released
+    else:  # a few large matmuls: the GIL is mostly released
         model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
         x, y = torch.randn(256, 1024), torch.randint(0, 10, (256,))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -77,7 +79,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--gil", action="store_true", help="the on blocks also record GC pauses and the sampler's gaps")
     ap.add_argument("--baseline", choices=("none", "sampler"), default="none")
-    ap.add_argument("--native", action="store_true", help="with --gil: DDPDOCTOR_NATIVE_SAMPLER=1 (the C watchdog's alarm)")
+    ap.add_argument(
+        "--native", action="store_true", help="with --gil: DDPDOCTOR_NATIVE_SAMPLER=1 (the C watchdog's alarm)"
+    )
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="ddpdoctor-overhead-")
     torch.set_num_threads(a.threads)
@@ -85,7 +89,7 @@ def main() -> None:
     t0 = time.perf_counter()
     for _ in range(20):
         step()
-    n = max(5, round(a.block_s * 20 / (time.perf_counter() - t0)))     # steps per block
+    n = max(5, round(a.block_s * 20 / (time.perf_counter() - t0)))  # steps per block
     env = dict(os.environ, DDPDOCTOR_SAMPLE_HZ=str(a.hz))
     if a.native:
         env["DDPDOCTOR_NATIVE_SAMPLER"] = "1"
@@ -110,22 +114,32 @@ def main() -> None:
         sampler_cpu.append((stacks.get("sampler_cpu_s") or 0.0) / rec["contention"]["wall_s"])
         if stacks.get("samples"):
             per_sample_us.append(1e6 * stacks["sampler_busy_s"] / stacks["samples"])
-    print(f"workload={a.workload} threads={a.threads} hz={a.hz} blocks={a.blocks}x{a.block_s}s "
-          f"on={'sampler+gil' + ('+native' if a.native else '') if a.gil else 'sampler'} off={'sampler' if a.baseline == 'sampler' else 'nothing'}")
+    print(
+        f"workload={a.workload} threads={a.threads} hz={a.hz} blocks={a.blocks}x{a.block_s}s "
+        f"on={'sampler+gil' + ('+native' if a.native else '') if a.gil else 'sampler'} off={'sampler' if a.baseline == 'sampler' else 'nothing'}"
+    )
     if dumps:
         print(f"faulthandler dumps/s: {statistics.median(dumps):.1f}")
-    print(f"steps/s off: median {statistics.median(off):.1f} best {max(off):.1f}   "
-          f"on: median {statistics.median(on):.1f} best {max(on):.1f}   ({n} steps per block)")
+    print(
+        f"steps/s off: median {statistics.median(off):.1f} best {max(off):.1f}   "
+        f"on: median {statistics.median(on):.1f} best {max(on):.1f}   ({n} steps per block)"
+    )
     print(f"slowdown of the best blocks (least disturbed by other load): {100 * (1 - max(on) / max(off)):.2f} %")
-    print(f"slowdown (1 - on/off, median of paired blocks): {100 * (1 - statistics.median(ratios)):.2f} %"
-          f"   (paired-block spread: {100 * (1 - max(ratios)):.2f} .. {100 * (1 - min(ratios)):.2f} %)")
+    print(
+        f"slowdown (1 - on/off, median of paired blocks): {100 * (1 - statistics.median(ratios)):.2f} %"
+        f"   (paired-block spread: {100 * (1 - max(ratios)):.2f} .. {100 * (1 - min(ratios)):.2f} %)"
+    )
     cpu_on, cpu_off = statistics.median(CPU_PER_STEP[True]), statistics.median(CPU_PER_STEP[False])
-    print(f"training thread CPU per step: off {1e3 * cpu_off:.3f} ms, on {1e3 * cpu_on:.3f} ms "
-          f"({100 * (cpu_on / cpu_off - 1):+.2f} %)")
-    print(f"samples/s achieved: {statistics.median(samples):.1f}   sampler thread CPU: "
-          f"{100 * statistics.median(sampler_cpu):.2f} % of one core;   one sample holds the GIL "
-          f"{statistics.median(per_sample_us):.1f} µs (x rate = {statistics.median(per_sample_us) * a.hz / 1e4:.2f} %"
-          f" of the training thread's time at most, before GIL hand-off costs)")
+    print(
+        f"training thread CPU per step: off {1e3 * cpu_off:.3f} ms, on {1e3 * cpu_on:.3f} ms "
+        f"({100 * (cpu_on / cpu_off - 1):+.2f} %)"
+    )
+    print(
+        f"samples/s achieved: {statistics.median(samples):.1f}   sampler thread CPU: "
+        f"{100 * statistics.median(sampler_cpu):.2f} % of one core;   one sample holds the GIL "
+        f"{statistics.median(per_sample_us):.1f} µs (x rate = {statistics.median(per_sample_us) * a.hz / 1e4:.2f} %"
+        f" of the training thread's time at most, before GIL hand-off costs)"
+    )
 
 
 if __name__ == "__main__":

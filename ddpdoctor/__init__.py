@@ -18,5 +18,16 @@ from .api import Comparison, Document, analyze, compare, load
 from .errors import DDPDoctorError, FailedRunError, InputError, NoTracesError, UnreachableError
 from .version import __version__
 
-__all__ = ["analyze", "load", "compare", "Document", "Comparison", "DDPDoctorError", "InputError",
-           "NoTracesError", "FailedRunError", "UnreachableError", "__version__"]
+__all__ = [
+    "analyze",
+    "load",
+    "compare",
+    "Document",
+    "Comparison",
+    "DDPDoctorError",
+    "InputError",
+    "NoTracesError",
+    "FailedRunError",
+    "UnreachableError",
+    "__version__",
+]

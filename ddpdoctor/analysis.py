@@ -23,7 +23,7 @@ from .metrics.columns import COLUMNS
 from .metrics.cross_rank import CrossRank, analyze_cross_rank
 from .trace.decode import load_rank_trace
 
-IN_PROCESS_BYTES = 32 * 1024 * 1024   # below this total size a process pool costs more than it saves
+IN_PROCESS_BYTES = 32 * 1024 * 1024  # below this total size a process pool costs more than it saves
 
 
 @dataclass
@@ -31,9 +31,9 @@ class AnalyzeOptions:
     all_windows: bool = False
     jobs: int | None = None
     comm_patterns: tuple[str, ...] = ()
-    hta: str = "auto"              # "auto", "on" or "off"
-    scheduler: str | None = None   # a Dask scheduler address (tcp://host:8786): ranks run on that cluster
-    ranks: str | None = None       # --ranks SPEC: analyze only these ranks, on purpose ("0-7,512")
+    hta: str = "auto"  # "auto", "on" or "off"
+    scheduler: str | None = None  # a Dask scheduler address (tcp://host:8786): ranks run on that cluster
+    ranks: str | None = None  # --ranks SPEC: analyze only these ranks, on purpose ("0-7,512")
 
 
 @dataclass
@@ -46,14 +46,17 @@ class Analysis:
     hta: dict | None = None
     seconds: float = 0.0
     bytes_read: int = 0
-    hosts: HostIdentity | None = None       # each rank's host and how it was known (bundle/hosts.py)
+    hosts: HostIdentity | None = None  # each rank's host and how it was known (bundle/hosts.py)
 
     @property
     def partial(self) -> bool:
         """True when some ranks of the job are missing, were skipped, or were left out on purpose (--ranks)."""
         world = self.discovery.world_size
-        return ((world is not None and len(self.summaries) < world) or self.discovery.chosen is not None
-                or any(w.startswith("skipped") for w in self.warnings))
+        return (
+            (world is not None and len(self.summaries) < world)
+            or self.discovery.chosen is not None
+            or any(w.startswith("skipped") for w in self.warnings)
+        )
 
     def rank_share(self, s: RankSummary) -> dict[str, float | None]:
         """Mean share of step time of each column: column total / step-time total."""
@@ -98,8 +101,10 @@ def _concat(parts: list[RankSummary]) -> RankSummary:
     parts = sorted(parts, key=lambda p: p.steps[0].start if p.steps else 0.0)
     pids = {p.pid for p in parts if p.pid is not None}
     if len(pids) > 1:
-        raise InputError(f"rank {parts[0].rank} has traces from different runs (pids {sorted(pids)}): "
-                         + ", ".join(p.paths[0] for p in parts))
+        raise InputError(
+            f"rank {parts[0].rank} has traces from different runs (pids {sorted(pids)}): "
+            + ", ".join(p.paths[0] for p in parts)
+        )
     base = parts[0]
     offset = 0
     steps, step_idx, kinds, starts, ends, shapes = [], [], [], [], [], []
@@ -138,8 +143,9 @@ def _run_rank(rank: int, disc: Discovery, opts: AnalyzeOptions, warnings: list[s
         for older in reversed(disc.skipped_windows.get(rank, [])):
             candidate = _process_rank(rank, [older], opts.comm_patterns)
             if _usable(candidate):
-                warnings.append(f"rank {rank}: latest trace {files[-1].path} holds no steps; "
-                                f"used the earlier window {older.path}")
+                warnings.append(
+                    f"rank {rank}: latest trace {files[-1].path} holds no steps; used the earlier window {older.path}"
+                )
                 return candidate
     return summary
 
@@ -167,8 +173,9 @@ def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None,
     total_bytes = sum(f.size for r in ranks for f in disc.by_rank[r])
     jobs = max(1, min(opts.jobs or os.cpu_count() or 1, len(ranks)))
     # each task carries only its own rank's files; big ranks first keeps every worker busy until the end
-    tasks = sorted(((r, _rank_slice(disc, r), opts) for r in ranks),
-                   key=lambda t: -sum(f.size for f in disc.by_rank[t[0]]))
+    tasks = sorted(
+        ((r, _rank_slice(disc, r), opts) for r in ranks), key=lambda t: -sum(f.size for f in disc.by_rank[t[0]])
+    )
     on_result = (lambda res: progress(res[0])) if progress else None
     if opts.scheduler:
         results = executors.dask_cluster(_worker, tasks, opts.scheduler, on_result)
@@ -184,8 +191,14 @@ def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None,
         else:
             summaries.append(summary)
     if errors and not summaries:
-        where = (" (with --scheduler, the Dask workers open the files: give paths they can read, on a shared "
-                 "filesystem, or URLs)") if opts.scheduler else ""
+        where = (
+            (
+                " (with --scheduler, the Dask workers open the files: give paths they can read, on a shared "
+                "filesystem, or URLs)"
+            )
+            if opts.scheduler
+            else ""
+        )
         raise InputError((errors[0] if len(errors) == 1 else f"{errors[0]} (and {len(errors) - 1} more)") + where)
     for err in errors:
         warnings.append(f"skipped {err}")
@@ -196,11 +209,26 @@ def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None,
     for s in summaries:
         s.host = hosts.host.get(s.rank)
     cross = analyze_cross_rank(summaries)
-    if hosts.note:                      # said once: with what the end times suggest, when they do
+    if hosts.note:  # said once: with what the end times suggest, when they do
         est = cross.clock
         if est is not None and est.suggested:
             cross.notes = [n for n in cross.notes if n not in est.notes]
-        cross.notes.insert(0, hosts.note + (f", although collective end times suggest offsets between the ranks' "
-                                            f"clocks (largest: {est.suggested})" if est is not None and est.suggested else ""))
-    return Analysis(inputs=[p if sources.is_url(p) else str(Path(p)) for p in paths], discovery=disc, summaries=summaries, cross=cross,
-                    warnings=warnings, seconds=time.perf_counter() - t0, bytes_read=total_bytes, hosts=hosts)
+        cross.notes.insert(
+            0,
+            hosts.note
+            + (
+                f", although collective end times suggest offsets between the ranks' clocks (largest: {est.suggested})"
+                if est is not None and est.suggested
+                else ""
+            ),
+        )
+    return Analysis(
+        inputs=[p if sources.is_url(p) else str(Path(p)) for p in paths],
+        discovery=disc,
+        summaries=summaries,
+        cross=cross,
+        warnings=warnings,
+        seconds=time.perf_counter() - t0,
+        bytes_read=total_bytes,
+        hosts=hosts,
+    )

@@ -110,8 +110,10 @@ class Document:
 
     def __repr__(self) -> str:
         v = self._data.get("verdict") or {}
-        return f"<ddpdoctor.Document {v.get('label') or v.get('bottleneck') or 'no bottleneck'}: " \
-               f"{len(self._data.get('findings') or [])} findings>"
+        return (
+            f"<ddpdoctor.Document {v.get('label') or v.get('bottleneck') or 'no bottleneck'}: "
+            f"{len(self._data.get('findings') or [])} findings>"
+        )
 
 
 class Comparison:
@@ -122,8 +124,10 @@ class Comparison:
 
     speedup = property(lambda self: self._data.get("speedup"), doc="median step time before / after")
     step_time_change_pct = property(lambda self: self._data.get("step_time_change_pct"))
-    regressed = property(lambda self: bool(self._data.get("regressed")),
-                         doc="the step time grew by more than max_regression percent (the CLI exits 1)")
+    regressed = property(
+        lambda self: bool(self._data.get("regressed")),
+        doc="the step time grew by more than max_regression percent (the CLI exits 1)",
+    )
     verdict_moved = property(lambda self: bool(self._data.get("verdict_moved")))
 
     def to_dict(self) -> dict:
@@ -145,6 +149,7 @@ class Comparison:
 
 # ---------------------------------------------------------------------- entry points
 
+
 def analyzer(opts, ruleset, progress=None):
     """The analysis of one path into a diagnosis dict, for report.files.load_diagnosis (a renderer
     does not run the pipeline below it: the CLI and this API hand it this function)."""
@@ -154,10 +159,21 @@ def analyzer(opts, ruleset, progress=None):
     return lambda path: to_dict(run_analyze([path], opts, ruleset, progress=progress))
 
 
-def analyze(paths, *, all_windows: bool = False, jobs: int | None = None, ranks: str | None = None,
-            scheduler: str | None = None, comm_kernels: Iterable[str] = (), hta: str = "auto",
-            rules: Iterable[str | os.PathLike] = (), overrides: Mapping[str, Any] | Iterable[str] = (),
-            use_config: bool = True, redact_hosts: bool = False, check: bool = False) -> Document:
+def analyze(
+    paths,
+    *,
+    all_windows: bool = False,
+    jobs: int | None = None,
+    ranks: str | None = None,
+    scheduler: str | None = None,
+    comm_kernels: Iterable[str] = (),
+    hta: str = "auto",
+    rules: Iterable[str | os.PathLike] = (),
+    overrides: Mapping[str, Any] | Iterable[str] = (),
+    use_config: bool = True,
+    redact_hosts: bool = False,
+    check: bool = False,
+) -> Document:
     """Diagnose a run, as ``ddpdoctor analyze PATHS`` does, and return the :class:`Document`.
 
     ``paths``: one path or a list (a ``ddpdoctor run`` bundle, trace files or folders, logs, fsspec
@@ -188,8 +204,14 @@ def analyze(paths, *, all_windows: bool = False, jobs: int | None = None, ranks:
 
         hta_adapter.require(hta)
         paths, trial = trial_arm(paths, quiet=True)
-        opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_kernels), hta=hta,
-                              scheduler=scheduler, ranks=ranks)
+        opts = AnalyzeOptions(
+            all_windows=all_windows,
+            jobs=jobs,
+            comm_patterns=tuple(comm_kernels),
+            hta=hta,
+            scheduler=scheduler,
+            ranks=ranks,
+        )
         raw = to_dict(run_analyze(paths, opts, ruleset))
         if trial is not None:
             raw["trial"] = trial
@@ -226,6 +248,7 @@ def compare(before, after, *, max_regression: float | None = None, hta: str = "o
 
 
 # ---------------------------------------------------------------------- helpers
+
 
 def _paths(paths) -> list[str]:
     if isinstance(paths, (str, os.PathLike)):

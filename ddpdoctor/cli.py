@@ -18,7 +18,7 @@ from .version import __version__
 def _fail(message: str, code: int) -> None:
     if os.environ.get("DDPDOCTOR_DEBUG") and sys.exc_info()[0] is not None:
         traceback.print_exc()
-    message = " ".join(str(message).split("\n"))         # always one line
+    message = " ".join(str(message).split("\n"))  # always one line
     click.echo(f"ddpdoctor: error: {message}", err=True)
     sys.exit(code)
 
@@ -36,7 +36,7 @@ class _Group(click.Group):
             raise
         except KeyboardInterrupt:
             _fail("interrupted", 130)
-        except BrokenPipeError:            # `ddpdoctor analyze … | head`: the reader left, not an error
+        except BrokenPipeError:  # `ddpdoctor analyze … | head`: the reader left, not an error
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
         except RecursionError:
@@ -52,7 +52,7 @@ class _Group(click.Group):
         finally:
             from .resources import set_metric_overrides
 
-            set_metric_overrides(None)          # --set metrics.* lasts one command (CliRunner runs many)
+            set_metric_overrides(None)  # --set metrics.* lasts one command (CliRunner runs many)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,9 +62,11 @@ def main() -> None:
 
 
 _redact_hosts_option = click.option(
-    "--redact-hosts", is_flag=True,
+    "--redact-hosts",
+    is_flag=True,
     help="Replace host names and IP addresses by placeholders (host-1, ip-1, …), the same host by the same "
-         "placeholder in every output.")
+    "placeholder in every output.",
+)
 
 
 def _progress(quiet: bool):
@@ -76,8 +78,13 @@ def _progress(quiet: bool):
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    prog = Progress(SpinnerColumn(), TextColumn("loading traces, ranks done: {task.completed}"),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    prog = Progress(
+        SpinnerColumn(),
+        TextColumn("loading traces, ranks done: {task.completed}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
 
     @contextlib.contextmanager
     def ctx():
@@ -128,28 +135,73 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @json_option
 @report_option
-@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default=None,
-              help="Print the report in this format on stdout (and nothing else there).")
-@click.option("--all-windows", is_flag=True,
-              help="Use every profiling window of a rank, not only the latest one.")
-@click.option("-j", "--jobs", type=click.IntRange(1), default=None,
-              help="Worker processes for decoding ranks in parallel (default: number of CPUs).")
-@click.option("--ranks", "ranks_spec", metavar="SPEC", default=None,
-              help="Analyze only these ranks, e.g. 0-7,512,1020-1023 (the others are not read; every output says so).")
-@click.option("--scheduler", metavar="ADDRESS", default=None,
-              help="Decode ranks on this Dask distributed cluster, e.g. tcp://host:8786 (extra: ddpdoctor[dask]); "
-                   "PATHS must be readable from its workers (a shared filesystem or URLs).")
-@click.option("--comm-kernel", "comm_patterns", multiple=True, metavar="REGEX",
-              help="Treat kernels whose name matches REGEX as communication (repeatable).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "html", "json"]),
+    default=None,
+    help="Print the report in this format on stdout (and nothing else there).",
+)
+@click.option("--all-windows", is_flag=True, help="Use every profiling window of a rank, not only the latest one.")
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(1),
+    default=None,
+    help="Worker processes for decoding ranks in parallel (default: number of CPUs).",
+)
+@click.option(
+    "--ranks",
+    "ranks_spec",
+    metavar="SPEC",
+    default=None,
+    help="Analyze only these ranks, e.g. 0-7,512,1020-1023 (the others are not read; every output says so).",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    default=None,
+    help="Decode ranks on this Dask distributed cluster, e.g. tcp://host:8786 (extra: ddpdoctor[dask]); "
+    "PATHS must be readable from its workers (a shared filesystem or URLs).",
+)
+@click.option(
+    "--comm-kernel",
+    "comm_patterns",
+    multiple=True,
+    metavar="REGEX",
+    help="Treat kernels whose name matches REGEX as communication (repeatable).",
+)
 @hta_option
 @with_rules_options
 @_redact_hosts_option
-@click.option("-v", "--verbose", is_flag=True, help="Every finding, every fix and the per-rank table, not only the card.")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Every finding, every fix and the per-rank table, not only the card."
+)
 @quiet_option
-@click.option("--force", is_flag=True,
-              help="Write the --report folder even when it holds other files (an earlier report is always replaced).")
-def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, ranks_spec, scheduler, comm_patterns, hta, rules_dirs, sets, no_config,
-            redact_hosts, verbose, quiet, force):
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Write the --report folder even when it holds other files (an earlier report is always replaced).",
+)
+def analyze(
+    paths,
+    json_path,
+    report_dir,
+    fmt,
+    all_windows,
+    jobs,
+    ranks_spec,
+    scheduler,
+    comm_patterns,
+    hta,
+    rules_dirs,
+    sets,
+    no_config,
+    redact_hosts,
+    verbose,
+    quiet,
+    force,
+):
     """Diagnose a run: why is it slow or why did it fail, and what to change.
 
     PATHS are trace files (*.json, *.json.gz), log files, or folders searched
@@ -167,7 +219,7 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, ranks_spec, sc
     from .report.redaction import HostRedactor
 
     if report_dir:
-        check_report_dir(report_dir, force)          # before the analysis: a refused folder costs nothing
+        check_report_dir(report_dir, force)  # before the analysis: a refused folder costs nothing
 
     for p in comm_patterns:
         try:
@@ -179,14 +231,20 @@ def analyze(paths, json_path, report_dir, fmt, all_windows, jobs, ranks_spec, sc
     hta_adapter.require(hta)
     paths, trial = trial_arm(list(paths), quiet)
     ruleset = ruleset_in_force(rules_dirs, sets, no_config)
-    opts = AnalyzeOptions(all_windows=all_windows, jobs=jobs, comm_patterns=tuple(comm_patterns), hta=hta,
-                          scheduler=scheduler, ranks=ranks_spec)
+    opts = AnalyzeOptions(
+        all_windows=all_windows,
+        jobs=jobs,
+        comm_patterns=tuple(comm_patterns),
+        hta=hta,
+        scheduler=scheduler,
+        ranks=ranks_spec,
+    )
     with _progress(quiet) as progress:
         report = run_analyze(list(paths), opts, ruleset, progress=progress)
     hosts = HostRedactor() if redact_hosts else None
     raw = to_dict(report)
     if trial is not None:
-        raw["trial"] = trial                 # redacted with the rest (the trial's paths and command line)
+        raw["trial"] = trial  # redacted with the rest (the trial's paths and command line)
     d = prepare(raw, redact_hosts, hosts)
     if json_path:
         _write_text(json_path, dumps_json(d))
@@ -212,10 +270,10 @@ def _exit_for(d: dict) -> None:
 
 @main.command("report")
 @click.argument("source", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["terminal", "md", "html", "json"]), default="md",
-              show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
-              help="Write to this file instead of stdout.")
+@click.option("--format", "fmt", type=click.Choice(["terminal", "md", "html", "json"]), default="md", show_default=True)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write to this file instead of stdout."
+)
 @click.option("-v", "--verbose", is_flag=True, help="With --format terminal: every finding and table, not the card.")
 @_redact_hosts_option
 def report_cmd(source, fmt, output, verbose, redact_hosts):
@@ -253,16 +311,34 @@ def schema():
 
 @main.command()
 @click.argument("source", type=click.Path(exists=True))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, writable=True),
-              help="The archive to write, e.g. ticket.tar.gz.")
-@click.option("--max-mb", type=click.FloatRange(min=0.1), default=25.0, show_default=True,
-              help="Size budget of the archive (GitHub accepts attachments up to 25 MB).")
-@click.option("--with-traces/--no-traces", default=True, show_default=True,
-              help="Include the trace files (as many as fit the budget).")
-@click.option("--trim-traces", is_flag=True,
-              help="Keep only the profiled steps' events of each trace.")
-@click.option("--hta", type=click.Choice(["auto", "on", "off"]), default="off", show_default=True,
-              help="HTA cross-check when SOURCE must be analyzed first.")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, writable=True),
+    help="The archive to write, e.g. ticket.tar.gz.",
+)
+@click.option(
+    "--max-mb",
+    type=click.FloatRange(min=0.1),
+    default=25.0,
+    show_default=True,
+    help="Size budget of the archive (GitHub accepts attachments up to 25 MB).",
+)
+@click.option(
+    "--with-traces/--no-traces",
+    default=True,
+    show_default=True,
+    help="Include the trace files (as many as fit the budget).",
+)
+@click.option("--trim-traces", is_flag=True, help="Keep only the profiled steps' events of each trace.")
+@click.option(
+    "--hta",
+    type=click.Choice(["auto", "on", "off"]),
+    default="off",
+    show_default=True,
+    help="HTA cross-check when SOURCE must be analyzed first.",
+)
 @with_rules_options
 @_redact_hosts_option
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
@@ -286,15 +362,15 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
     hta_adapter.require(hta)
     hosts = HostRedactor() if redact_hosts else None
     with _progress(quiet) as progress:
-        raw = load_diagnosis(source, analyzer(AnalyzeOptions(hta=hta), ruleset_in_force(rules_dirs, sets, no_config),
-                                              progress))
+        raw = load_diagnosis(
+            source, analyzer(AnalyzeOptions(hta=hta), ruleset_in_force(rules_dirs, sets, no_config), progress)
+        )
     if hosts is not None:
         from .ticket.archive import bundle_files, hosts_from_records
 
         hosts_from_records(bundle_files(Path(source)), hosts)
     d = prepare(raw, redact_hosts, hosts)
-    res = build_bundle(source, output, d, max_mb=max_mb, with_traces=with_traces, trim_traces=trim_traces,
-                       hosts=hosts)
+    res = build_bundle(source, output, d, max_mb=max_mb, with_traces=with_traces, trim_traces=trim_traces, hosts=hosts)
     if not quiet:
         click.echo(f"{res.path}: {res.size / 1024 / 1024:.2f} MiB, {plural(len(res.members), 'file')}")
         for x in res.left_out:
@@ -304,11 +380,21 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
 @main.command()
 @click.argument("before", type=click.Path())
 @click.argument("after", type=click.Path(), required=False)
-@click.option("--max-regression", type=float, default=None, metavar="PCT",
-              help="Exit 1 when the median step time grew by more than PCT percent.")
+@click.option(
+    "--max-regression",
+    type=float,
+    default=None,
+    metavar="PCT",
+    help="Exit 1 when the median step time grew by more than PCT percent.",
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text", show_default=True)
-@click.option("--hta", type=click.Choice(["auto", "on", "off"]), default="off", show_default=True,
-              help="HTA cross-check when a side must be analyzed first.")
+@click.option(
+    "--hta",
+    type=click.Choice(["auto", "on", "off"]),
+    default="off",
+    show_default=True,
+    help="HTA cross-check when a side must be analyzed first.",
+)
 @with_rules_options
 def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config):
     """Before/after: per-category step-time change, the verdict then and now.
@@ -324,7 +410,7 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
 
     hta_adapter.require(hta)
     trial = None
-    if after is None:                       # `compare TRIAL`: its first baseline and first try bundle
+    if after is None:  # `compare TRIAL`: its first baseline and first try bundle
         from .trial.folders import trial_sides
 
         before, after, trial = trial_sides(before)
@@ -334,11 +420,24 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     if trial is not None:
         from .trial.runner import summary_line
 
-        c["trial"] = {k: trial.get(k) for k in ("change", "measured_speedup", "ci95", "median_speedup", "predicted_speedup",
-                                                 "predicted_by", "baseline_verdict", "try_verdict")}
+        c["trial"] = {
+            k: trial.get(k)
+            for k in (
+                "change",
+                "measured_speedup",
+                "ci95",
+                "median_speedup",
+                "predicted_speedup",
+                "predicted_by",
+                "baseline_verdict",
+                "try_verdict",
+            )
+        }
         if fmt != "json":
-            sys.stdout.write(f"Trial of {', '.join(f'{k}={v}' for k, v in (trial.get('change') or {}).items())}: "
-                             f"{summary_line(trial)}\n(over all runs of both arms; below: the first run of each)\n\n")
+            sys.stdout.write(
+                f"Trial of {', '.join(f'{k}={v}' for k, v in (trial.get('change') or {}).items())}: "
+                f"{summary_line(trial)}\n(over all runs of both arms; below: the first run of each)\n\n"
+            )
     sys.stdout.write(cmp.render(c, fmt))
     if c["regressed"]:
         sys.exit(1)
@@ -363,7 +462,7 @@ def rules_list(rules_dirs, sets, no_config):
         line = f"{head}{r.name:<36} {r.title}{origin}"
         if len(line) <= width:
             click.echo(line)
-        else:            # narrower: the id line, then the title under it
+        else:  # narrower: the id line, then the title under it
             click.echo(f"{head}{r.name}")
             for part in wrap(r.title + origin, width, " " * 7):
                 click.echo(part)
@@ -402,7 +501,7 @@ def rules_facts(markdown):
         line = f"{name:<48} {s.type:<6} {s.scope:<5} {s.unit:<6} {s.source:<7} {s.meaning}"
         if len(line) <= width:
             click.echo(line)
-        else:            # narrower: name and kind on one line, the meaning wrapped under it
+        else:  # narrower: name and kind on one line, the meaning wrapped under it
             kind = ", ".join(x for x in (s.type, s.scope, s.unit, s.source) if x)
             click.echo(f"{name}  ({kind})")
             for part in wrap(s.meaning, width, "    "):
@@ -410,8 +509,12 @@ def rules_facts(markdown):
 
 
 @rules.command("test")
-@click.option("--update", is_flag=True, help="Write each rule's snapshot (rules/<folder>/snapshots/<id>.snap) "
-                                            "from what its cases render now; review the diff before committing.")
+@click.option(
+    "--update",
+    is_flag=True,
+    help="Write each rule's snapshot (rules/<folder>/snapshots/<id>.snap) "
+    "from what its cases render now; review the diff before committing.",
+)
 @with_rules_options
 def rules_test(update, rules_dirs, sets, no_config):
     """Run the test cases stored in every rule file and compare what they render with each rule's
@@ -427,5 +530,6 @@ def rules_test(update, rules_dirs, sets, no_config):
 
 
 from .cli_run import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
+
 main.add_command(_run_command)
 main.add_command(__import__("ddpdoctor.cli_tune", fromlist=["tune"]).tune)  # `ddpdoctor tune` (issue #31)

@@ -14,15 +14,32 @@ from .errors import InputError
 from .text import plural
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-               short_help="Run a training command, profile a few steps on every rank, analyze.")
-@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
-              help="Bundle folder (default: ddpdoctor-out-YYYYmmdd-HHMMSS). Never overwritten without --force.")
+@click.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    short_help="Run a training command, profile a few steps on every rank, analyze.",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Bundle folder (default: ddpdoctor-out-YYYYmmdd-HHMMSS). Never overwritten without --force.",
+)
 @click.option("--force", is_flag=True, help="Replace an existing bundle folder.")
-@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True,
-              help="Training steps to let pass before recording.")
-@click.option("--active", type=click.IntRange(1), default=5, show_default=True,
-              help="Training steps to record with torch.profiler.")
+@click.option(
+    "--warmup",
+    type=click.IntRange(0),
+    default=5,
+    show_default=True,
+    help="Training steps to let pass before recording.",
+)
+@click.option(
+    "--active",
+    type=click.IntRange(1),
+    default=5,
+    show_default=True,
+    help="Training steps to record with torch.profiler.",
+)
 @click.option("--keep-going", is_flag=True, help="Do not stop training after the recorded window.")
 @click.option("--no-analyze", is_flag=True, help="Only capture; do not analyze the bundle afterwards.")
 @report_option
@@ -31,18 +48,50 @@ from .text import plural
 @with_rules_options
 @click.option("-v", "--verbose", is_flag=True, help="Show every finding and table after the run, not only the card.")
 @quiet_option
-@click.option("--try", "tries", multiple=True, metavar="KEY=VALUE|RULE",
-              help="Run the job with and without this change and measure it (repeatable), e.g. "
-                   "--try dataloader.num_workers=4, --try ddp.bucket_cap_mb=100, --try env.NCCL_P2P_DISABLE=1, "
-                   "--try RULE (a finding's rule id: its first fix). Writes OUT/trial.json.")
-@click.option("--repeat", type=click.IntRange(1, 20), default=None,
-              help="With --try: runs per arm (default: 2, more when step times vary).")
-@click.option("--baseline", type=click.Path(exists=True, file_okay=False), default=None,
-              help="With --try: use this existing bundle of the same command as the baseline.")
+@click.option(
+    "--try",
+    "tries",
+    multiple=True,
+    metavar="KEY=VALUE|RULE",
+    help="Run the job with and without this change and measure it (repeatable), e.g. "
+    "--try dataloader.num_workers=4, --try ddp.bucket_cap_mb=100, --try env.NCCL_P2P_DISABLE=1, "
+    "--try RULE (a finding's rule id: its first fix). Writes OUT/trial.json.",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(1, 20),
+    default=None,
+    help="With --try: runs per arm (default: 2, more when step times vary).",
+)
+@click.option(
+    "--baseline",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="With --try: use this existing bundle of the same command as the baseline.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, json_path, hta, rules_dirs, sets,
-        no_config, verbose, quiet, tries, repeat, baseline, command):
+def run(
+    ctx,
+    out,
+    force,
+    warmup,
+    active,
+    keep_going,
+    no_analyze,
+    report_dir,
+    json_path,
+    hta,
+    rules_dirs,
+    sets,
+    no_config,
+    verbose,
+    quiet,
+    tries,
+    repeat,
+    baseline,
+    command,
+):
     """Run COMMAND (torchrun …, python -m torch.distributed.run …, python train.py …)
     unchanged, profile a few steps on every rank, collect a bundle, then analyze it.
 
@@ -60,9 +109,11 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
     if not command:
         raise InputError("no command to run: ddpdoctor run [OPTIONS] -- torchrun --nproc_per_node=N train.py ARGS")
     if tries and (report_dir or json_path or rules_dirs or sets or hta != "auto"):
-        raise InputError("--report, --json, --rules, --set and --hta belong to the analysis of one run; analyze "
-                         "a trial's arm afterwards: ddpdoctor analyze TRIAL_FOLDER --report DIR")
-    if not no_analyze and not tries:        # a bad rule folder or --set fails now, not after the training
+        raise InputError(
+            "--report, --json, --rules, --set and --hta belong to the analysis of one run; analyze "
+            "a trial's arm afterwards: ddpdoctor analyze TRIAL_FOLDER --report DIR"
+        )
+    if not no_analyze and not tries:  # a bad rule folder or --set fails now, not after the training
         from .cli_options import ruleset_in_force
         from .metrics import hta_adapter
 
@@ -77,19 +128,25 @@ def run(ctx, out, force, warmup, active, keep_going, no_analyze, report_dir, jso
     if report_dir:
         from .report.files import check_report_dir
 
-        check_report_dir(report_dir, force)      # before the job runs, not after it
-    opts = RunOptions(command=command, out=Path(out) if out else None, force=force, warmup=warmup,
-                      active=active, keep_going=keep_going)
+        check_report_dir(report_dir, force)  # before the job runs, not after it
+    opts = RunOptions(
+        command=command,
+        out=Path(out) if out else None,
+        force=force,
+        warmup=warmup,
+        active=active,
+        keep_going=keep_going,
+    )
     result = run_capture(opts)
     m = result.manifest
     ranks = m.get("ranks_present") or []
     settings = list(_rank_settings(result.out))
     ended_badly = result.exit_code != 0 and not m.get("interrupted_by")
-    if not quiet and (no_analyze or not ended_badly or verbose):   # a failed run: the card below says it all
+    if not quiet and (no_analyze or not ended_badly or verbose):  # a failed run: the card below says it all
         _say_what_happened(result, settings)
     if not quiet:
         click.echo(_bundle_line(result), err=True)
-    if not no_analyze:          # last, so the card and its Next: line end the output
+    if not no_analyze:  # last, so the card and its Next: line end the output
         if not quiet:
             click.echo("", err=True)
         _analyze(result.out, bool(ranks), settings, opts.warmup, analysis, failed=ended_badly, quiet=quiet)
@@ -101,23 +158,27 @@ def _say_what_happened(result, settings) -> None:
     not fail, or when no card follows (--no-analyze)."""
     import shutil
 
-    from .text import wrap
     from .run_timeline import failure_timeline
+    from .text import wrap
 
     m = result.manifest
     timeline = failure_timeline([str(result.out)], interrupted_by=m.get("interrupted_by"))
     if timeline:
         click.echo("ddpdoctor: problems seen by the ranks, in order (the first is the likely cause):", err=True)
         width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
-        for line in timeline:                 # wrapped at words, never cut: the first line is the likely cause
+        for line in timeline:  # wrapped at words, never cut: the first line is the likely cause
             for part in wrap(line, width, "  ", " " * 12):
                 click.echo(part, err=True)
     if any(((s or {}).get("exit") or {}).get("reason") == "window complete" for s in settings):
-        click.echo("ddpdoctor: training was stopped after the recorded window (use --keep-going to let it run on)",
-                   err=True)
+        click.echo(
+            "ddpdoctor: training was stopped after the recorded window (use --keep-going to let it run on)", err=True
+        )
     if any((s or {}).get("user_profiler") for s in settings):
-        click.echo("ddpdoctor: the script runs its own torch.profiler, so ddpdoctor did not record (two profilers "
-                   "cannot run at once); analyze the script's traces with `ddpdoctor analyze TRACE_DIR`", err=True)
+        click.echo(
+            "ddpdoctor: the script runs its own torch.profiler, so ddpdoctor did not record (two profilers "
+            "cannot run at once); analyze the script's traces with `ddpdoctor analyze TRACE_DIR`",
+            err=True,
+        )
     for note in m.get("notes") or []:
         click.echo(f"ddpdoctor: {note}", err=True)
 
@@ -129,13 +190,17 @@ def _bundle_line(result) -> str:
     if m.get("interrupted_by"):
         steps = [v for v in (m.get("steps_completed") or {}).values() if isinstance(v, int)]
         at = f" at step {max(steps)}" if steps and max(steps) > 0 else " before the first step"
-        how = (f"interrupted by you (Ctrl-C){at}" if m["interrupted_by"] == "SIGINT" else
-               f"stopped by {m['interrupted_by']}{at}")
+        how = (
+            f"interrupted by you (Ctrl-C){at}"
+            if m["interrupted_by"] == "SIGINT"
+            else f"stopped by {m['interrupted_by']}{at}"
+        )
         ended = f"{how}, exit code {result.exit_code}"
     else:
         ended = f"status {result.status}, exit code {result.exit_code}"
-    traces = (f"traces from {len(ranks)} of {plural(world, 'rank')}" if world else
-              f"traces from {plural(len(ranks), 'rank')}")
+    traces = (
+        f"traces from {len(ranks)} of {plural(world, 'rank')}" if world else f"traces from {plural(len(ranks), 'rank')}"
+    )
     log = result.out / "launcher.log"
     try:
         pointer = "; the launcher's own output is in launcher.log" if log.stat().st_size else ""
@@ -144,7 +209,7 @@ def _bundle_line(result) -> str:
     return f"ddpdoctor: bundle {result.out} — {ended}, {traces}{pointer}"
 
 
-_RULE_ID = r"[A-Z]{2,4}\d{3}"      # as rules_engine.model.ID_PATTERN: a prefix of two to four letters
+_RULE_ID = r"[A-Z]{2,4}\d{3}"  # as rules_engine.model.ID_PATTERN: a prefix of two to four letters
 
 
 def _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline) -> None:
@@ -165,10 +230,20 @@ def _trial(command, out, force, warmup, active, keep_going, tries, repeat, basel
         raise InputError(str(exc)) from None
     target = Path(out) if out else default_out_dir().with_name(default_out_dir().name.replace("-out-", "-trial-"))
     _prepare_trial_dir(target, force)
-    t = run_trial(TrialOptions(command=command, out=target, changes=changes, rule=rules[0] if rules else None,
-                               repeat=repeat, baseline=Path(baseline) if baseline else None, warmup=warmup,
-                               active=active, force=force),
-                  say=lambda m: click.echo(m, err=True))
+    t = run_trial(
+        TrialOptions(
+            command=command,
+            out=target,
+            changes=changes,
+            rule=rules[0] if rules else None,
+            repeat=repeat,
+            baseline=Path(baseline) if baseline else None,
+            warmup=warmup,
+            active=active,
+            force=force,
+        ),
+        say=lambda m: click.echo(m, err=True),
+    )
     click.echo(f"ddpdoctor: {summary_line(t)}")
     for key, why in ((t.get("applied") or {}).get("skipped") or {}).items():
         click.echo(f"ddpdoctor: not applied: {key}: {why}", err=True)
@@ -186,38 +261,51 @@ def _prepare_trial_dir(target: Path, force: bool) -> None:
             raise InputError(f"{target}: exists and is not a folder")
         if any(target.iterdir()):
             if not force:
-                raise InputError(f"{target}: output folder already exists (use --force to replace it, or another --out)")
+                raise InputError(
+                    f"{target}: output folder already exists (use --force to replace it, or another --out)"
+                )
             if not (target / "trial.json").is_file():
-                raise InputError(f"{target}: exists and is not a ddpdoctor trial (no trial.json); "
-                                 "refusing to delete it even with --force")
+                raise InputError(
+                    f"{target}: exists and is not a ddpdoctor trial (no trial.json); "
+                    "refusing to delete it even with --force"
+                )
             shutil.rmtree(target)
     target.mkdir(parents=True, exist_ok=True)
 
 
-def _analyze(out: Path, have_traces: bool, settings: list, warmup: int, analysis: list[str],
-             failed=False, quiet=False) -> None:
+def _analyze(
+    out: Path, have_traces: bool, settings: list, warmup: int, analysis: list[str], failed=False, quiet=False
+) -> None:
     if not have_traces:
         steps = [s.get("steps_completed") for s in settings if s and s.get("steps_completed") is not None]
         if settings and not any(steps):
             why = "no training step was seen (no torch.optim optimizer step and no DDP forward)"
         elif steps and max(steps) <= warmup:
-            why = (f"training ended after {plural(max(steps), 'step')}, before the window (--warmup {warmup}); "
-                   f"use a smaller --warmup")
+            why = (
+                f"training ended after {plural(max(steps), 'step')}, before the window (--warmup {warmup}); "
+                f"use a smaller --warmup"
+            )
         else:
             why = "no rank recorded a trace"
-        if not failed:                  # (a failed run: its card says so, from the logs)
+        if not failed:  # (a failed run: its card says so, from the logs)
             if quiet:
                 return
-            click.echo(f"ddpdoctor: no trace was recorded: {why}; see the bundle's launcher.log and "
-                       f"ranks/*/output.log, events.jsonl", err=True)
+            click.echo(
+                f"ddpdoctor: no trace was recorded: {why}; see the bundle's launcher.log and "
+                f"ranks/*/output.log, events.jsonl",
+                err=True,
+            )
             return
     try:
         from .errors import FAILED_RUN
 
         res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), *analysis], timeout=1800)
         if res.returncode not in (0, FAILED_RUN):
-            click.echo(f"ddpdoctor: analysis of {out} failed (exit {res.returncode}); "
-                       f"the bundle is kept: ddpdoctor analyze {out}", err=True)
+            click.echo(
+                f"ddpdoctor: analysis of {out} failed (exit {res.returncode}); "
+                f"the bundle is kept: ddpdoctor analyze {out}",
+                err=True,
+            )
     except (OSError, subprocess.SubprocessError) as exc:
         click.echo(f"ddpdoctor: analysis of {out} failed ({exc}); the bundle is kept", err=True)
 

@@ -12,24 +12,56 @@ import click
 from .errors import InputError
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-               short_help="Try the diagnosis's settings one by one, keep what is measurably faster.")
-@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
-              help="Folder for tune.json and every trial (default: ddpdoctor-tune-YYYYmmdd-HHMMSS).")
+@click.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    short_help="Try the diagnosis's settings one by one, keep what is measurably faster.",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Folder for tune.json and every trial (default: ddpdoctor-tune-YYYYmmdd-HHMMSS).",
+)
 @click.option("--force", is_flag=True, help="Replace an earlier tune folder (one holding tune.json).")
-@click.option("--budget", "budget", type=click.FloatRange(min=0.5), default=30.0, show_default=True,
-              metavar="MINUTES", help="Wall time for the whole tune; a trial that cannot finish in it is not started.")
-@click.option("--max-trials", type=click.IntRange(1, 50), default=6, show_default=True,
-              help="Trials at most (each: the current best against the best plus one change).")
-@click.option("--allow-numerics", is_flag=True,
-              help="Keep a faster setting that changes numerics (a gradient compression hook); without it such a "
-                   "setting is measured and listed, never kept.")
-@click.option("--repeat", type=click.IntRange(1, 20), default=None,
-              help="Runs per arm of each trial (default: 2, more when step times vary).")
-@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True,
-              help="Training steps to let pass before recording, in every run.")
-@click.option("--active", type=click.IntRange(1), default=5, show_default=True,
-              help="Training steps to record in every run.")
+@click.option(
+    "--budget",
+    "budget",
+    type=click.FloatRange(min=0.5),
+    default=30.0,
+    show_default=True,
+    metavar="MINUTES",
+    help="Wall time for the whole tune; a trial that cannot finish in it is not started.",
+)
+@click.option(
+    "--max-trials",
+    type=click.IntRange(1, 50),
+    default=6,
+    show_default=True,
+    help="Trials at most (each: the current best against the best plus one change).",
+)
+@click.option(
+    "--allow-numerics",
+    is_flag=True,
+    help="Keep a faster setting that changes numerics (a gradient compression hook); without it such a "
+    "setting is measured and listed, never kept.",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(1, 20),
+    default=None,
+    help="Runs per arm of each trial (default: 2, more when step times vary).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(0),
+    default=5,
+    show_default=True,
+    help="Training steps to let pass before recording, in every run.",
+)
+@click.option(
+    "--active", type=click.IntRange(1), default=5, show_default=True, help="Training steps to record in every run."
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def tune(out, force, budget, max_trials, allow_numerics, repeat, warmup, active, command):
     """Capture and diagnose COMMAND, then try each setting its fixes name (ordered by predicted gain)
@@ -58,16 +90,25 @@ def tune(out, force, budget, max_trials, allow_numerics, repeat, warmup, active,
     check_command(command)
     target = Path(out) if out else Path(time.strftime("ddpdoctor-tune-%Y%m%d-%H%M%S"))
     _prepare(target, force)
-    opts = TuneOptions(command=command, out=target.absolute(), budget_s=budget * 60, max_trials=max_trials,
-                       allow_numerics=allow_numerics, repeat=repeat, warmup=warmup, active=active)
+    opts = TuneOptions(
+        command=command,
+        out=target.absolute(),
+        budget_s=budget * 60,
+        max_trials=max_trials,
+        allow_numerics=allow_numerics,
+        repeat=repeat,
+        warmup=warmup,
+        active=active,
+    )
     t0 = time.monotonic()
     path = opts.out / "tune.json"
 
     def save(st, base_report, best_report):
         tune_report.write(path, tune_report.document(opts, st, base_report, best_report, time.monotonic() - t0))
 
-    st, base_report, best_report = run_tune(opts, say=lambda m: click.echo(m, err=True),
-                                            emit=lambda m: click.echo(f"ddpdoctor: {m}"), write=save)
+    st, base_report, best_report = run_tune(
+        opts, say=lambda m: click.echo(m, err=True), emit=lambda m: click.echo(f"ddpdoctor: {m}"), write=save
+    )
     save(st, base_report, best_report)
     doc = tune_report.document(opts, st, base_report, best_report, time.monotonic() - t0)
     click.echo(f"ddpdoctor: stopped: {st.stopped}", err=True)
@@ -88,9 +129,13 @@ def _prepare(target: Path, force: bool) -> None:
             raise InputError(f"{target}: exists and is not a folder")
         if any(target.iterdir()):
             if not force:
-                raise InputError(f"{target}: output folder already exists (use --force to replace it, or another --out)")
+                raise InputError(
+                    f"{target}: output folder already exists (use --force to replace it, or another --out)"
+                )
             if not (target / "tune.json").is_file():
-                raise InputError(f"{target}: exists and is not a ddpdoctor tune folder (no tune.json); "
-                                 "refusing to delete it even with --force")
+                raise InputError(
+                    f"{target}: exists and is not a ddpdoctor tune folder (no tune.json); "
+                    "refusing to delete it even with --force"
+                )
             shutil.rmtree(target)
     target.mkdir(parents=True, exist_ok=True)

@@ -28,14 +28,15 @@ class Report:
     analysis: Analysis | None
     diagnosis: Diagnosis
     facts: dict
-    logs: LogAnalysis | None = None            # when log files were found
+    logs: LogAnalysis | None = None  # when log files were found
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
     def partial(self) -> bool:
-        return bool(self.analysis is None or self.analysis.partial
-                    or self.facts.get("run.status") in ("partial", "failed"))
+        return bool(
+            self.analysis is None or self.analysis.partial or self.facts.get("run.status") in ("partial", "failed")
+        )
 
 
 def _bundle_facts(paths: list[str], warnings: list[str], inputs: Inputs) -> dict:
@@ -58,42 +59,54 @@ def _logs(paths: list[str], known: dict, warnings: list[str], inputs: Inputs):
         return None
 
 
-def run_analyze(paths: list[str], opts: AnalyzeOptions | None = None, ruleset: RuleSet | None = None,
-                progress=None) -> Report:
+def run_analyze(
+    paths: list[str], opts: AnalyzeOptions | None = None, ruleset: RuleSet | None = None, progress=None
+) -> Report:
     t0 = time.perf_counter()
     warnings: list[str] = []
     analysis = None
     no_traces: NoTracesError | None = None
-    inputs = Inputs(list(paths))            # one walk of each folder, shared by traces, bundle records and logs
+    inputs = Inputs(list(paths))  # one walk of each folder, shared by traces, bundle records and logs
     try:
         analysis = analyze(paths, opts, progress=progress, inputs=inputs)
     except NoTracesError as exc:
         no_traces = exc
-    local = [p for p in paths if not sources.is_url(p)]      # URL inputs: traces only (sources.py)
+    local = [p for p in paths if not sources.is_url(p)]  # URL inputs: traces only (sources.py)
     if len(local) < len(paths):
-        warnings.append("logs and bundle records are read from local paths only, not from "
-                        + ", ".join(p for p in paths if sources.is_url(p)))
+        warnings.append(
+            "logs and bundle records are read from local paths only, not from "
+            + ", ".join(p for p in paths if sources.is_url(p))
+        )
     bundle = _bundle_facts(local, warnings, inputs)
     tfacts = trace_facts(analysis) if analysis is not None else {"trace.present": False}
     logs = _logs(local, merge_facts(tfacts, bundle), warnings, inputs)
     if analysis is None and logs is None:
-        raise InputError(f"{no_traces}; no log files either (*.log, *.txt, *.out, *.err, NCCL debug files): "
-                         "nothing to analyze")
+        raise InputError(
+            f"{no_traces}; no log files either (*.log, *.txt, *.out, *.err, NCCL debug files): nothing to analyze"
+        )
     if analysis is None:
         warnings.append(f"no traces ({no_traces}): performance not assessed, logs only")
     # a log file or record that could not be read (a FIFO, a record nested too deeply) is said, not dropped
     warnings.extend(w for w in getattr(logs, "warnings", None) or [] if w.startswith("skipped "))
-    if analysis is not None:               # every analyze path (analyze, bundle, compare) honours --hta
+    if analysis is not None:  # every analyze path (analyze, bundle, compare) honours --hta
         from .metrics import hta_adapter
 
         analysis.hta = hta_adapter.cross_check(analysis, mode=(opts or AnalyzeOptions()).hta)
     facts = merge_facts(tfacts, bundle, getattr(logs, "facts", None))
     if bundle.get("capture.agent_errors"):
-        warnings.append("the capture agent hit errors it went on after ("
-                        + "; ".join(bundle.get("capture.agent_error_places") or [])[:300]
-                        + "): settings or events of those ranks may be incomplete (settings.json agent_errors)")
+        warnings.append(
+            "the capture agent hit errors it went on after ("
+            + "; ".join(bundle.get("capture.agent_error_places") or [])[:300]
+            + "): settings or events of those ranks may be incomplete (settings.json agent_errors)"
+        )
     rs = ruleset or build_ruleset()
     diag = diagnose(facts, rs, log_search=getattr(logs, "search", None))
-    return Report(inputs=list(paths), analysis=analysis, diagnosis=diag, facts=facts, logs=logs,
-                  warnings=warnings + (analysis.warnings if analysis else []),
-                  seconds=time.perf_counter() - t0)
+    return Report(
+        inputs=list(paths),
+        analysis=analysis,
+        diagnosis=diag,
+        facts=facts,
+        logs=logs,
+        warnings=warnings + (analysis.warnings if analysis else []),
+        seconds=time.perf_counter() - t0,
+    )

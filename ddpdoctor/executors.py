@@ -20,7 +20,7 @@ from typing import Callable
 
 from .errors import InputError, UnreachableError
 
-SCHEDULER_TIMEOUT_S = 5           # connecting to a scheduler: seconds before "cannot reach"
+SCHEDULER_TIMEOUT_S = 5  # connecting to a scheduler: seconds before "cannot reach"
 DASK_INSTALL_HINT = "pip install 'ddpdoctor[dask]'"
 
 
@@ -59,18 +59,21 @@ def connect(address: str, timeout: float = SCHEDULER_TIMEOUT_S):
             raise ValueError(f"unknown scheme {scheme}://, known: {', '.join(sorted(backends))}")
         if scheme in ("tcp", "tls", "ws", "wss"):
             parse_host_port(loc)
-    except ValueError as exc:             # checked first: a Client on a bad address waits, then fails noisily
+    except ValueError as exc:  # checked first: a Client on a bad address waits, then fails noisily
         raise InputError(f"--scheduler {address!r} is not a scheduler address ({exc}); e.g. tcp://host:8786") from None
-    quiet = [logging.getLogger(n) for n in ("distributed", "distributed.client", "distributed.core",
-                                            "distributed.comm")]
+    quiet = [
+        logging.getLogger(n) for n in ("distributed", "distributed.client", "distributed.core", "distributed.comm")
+    ]
     levels = [lg.level for lg in quiet]
     for lg in quiet:
-        lg.setLevel(logging.CRITICAL)          # its retry warnings are the error line below, said once
+        lg.setLevel(logging.CRITICAL)  # its retry warnings are the error line below, said once
     try:
         return Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError) as exc:
-        raise UnreachableError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
-                               f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+        raise UnreachableError(
+            f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+        ) from None
     finally:
         for lg, level in zip(quiet, levels):
             lg.setLevel(level)
@@ -88,8 +91,10 @@ def dask_cluster(fn: Callable, tasks: list, address: str, on_result: Callable | 
             try:
                 res = fut.result()
             except ImportError as exc:
-                raise UnreachableError(f"a Dask worker at {address} cannot run ddpdoctor ({exc}): install the "
-                                       "same ddpdoctor version on the workers") from None
+                raise UnreachableError(
+                    f"a Dask worker at {address} cannot run ddpdoctor ({exc}): install the "
+                    "same ddpdoctor version on the workers"
+                ) from None
             results.append(res)
             if on_result:
                 on_result(res)

@@ -92,11 +92,23 @@ def _elementwise(op, a, b):
     return op(a, b)
 
 
-_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-          ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-          ast.Pow: operator.pow}
-_CMP = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-        ast.Eq: operator.eq, ast.NotEq: operator.ne}
+_ARITH = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_CMP = {
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}
 
 
 def _compare(op, a, b):
@@ -151,6 +163,7 @@ def _or(vals):
 
 # --- functions -----------------------------------------------------------------------
 
+
 def _arr(x) -> np.ndarray:
     if isinstance(x, Vec):
         v = x.values.astype(float)
@@ -164,13 +177,14 @@ def _arr(x) -> np.ndarray:
 
 def _reduce(f):
     def g(*args):
-        if len(args) > 1:                    # max(a, b): scalars
+        if len(args) > 1:  # max(a, b): scalars
             vals = [a for a in args]
             return f(np.asarray([float(v) for v in vals]))
         a = _arr(args[0])
         if a.size == 0:
             return Missing(frozenset({"(no values)"}))
         return float(f(a))
+
     return g
 
 
@@ -182,6 +196,7 @@ def _argpick(pick):
         if np.all(np.isnan(v)):
             return Missing(frozenset({"(no values)"}))
         return int(x.ranks[pick(np.where(np.isnan(v), -np.inf if pick is np.argmax else np.inf, v))])
+
     return g
 
 
@@ -212,7 +227,7 @@ def _join(x, sep=", "):
         x = [f"{k}: {v}" for k, v in x.items()]
     if isinstance(x, (list, tuple)):
         return sep.join(str(v) for v in x)
-    return "none" if x is None else str(x)         # as a template shows None: never the word "None"
+    return "none" if x is None else str(x)  # as a template shows None: never the word "None"
 
 
 def _speedup(share):
@@ -262,19 +277,40 @@ def _phase(column):
 
 
 FUNCTIONS = {
-    "median": _reduce(np.median), "mean": _reduce(np.mean), "max": _reduce(np.max),
-    "min": _reduce(np.min), "sum": _reduce(np.sum),
-    "count": _count, "frac": _frac, "len": lambda x: len(x) if not isinstance(x, Vec) else len(x),
-    "any": lambda x: bool(np.any(x.values)) if isinstance(x, Vec) else any(x) if isinstance(x, (list, tuple)) else bool(x),
-    "all": lambda x: bool(np.all(x.values)) if isinstance(x, Vec) else all(x) if isinstance(x, (list, tuple)) else bool(x),
-    "argmax": _argpick(np.argmax), "argmin": _argpick(np.argmin), "ranks_where": _ranks_where,
+    "median": _reduce(np.median),
+    "mean": _reduce(np.mean),
+    "max": _reduce(np.max),
+    "min": _reduce(np.min),
+    "sum": _reduce(np.sum),
+    "count": _count,
+    "frac": _frac,
+    "len": lambda x: len(x) if not isinstance(x, Vec) else len(x),
+    "any": lambda x: (
+        bool(np.any(x.values)) if isinstance(x, Vec) else any(x) if isinstance(x, (list, tuple)) else bool(x)
+    ),
+    "all": lambda x: (
+        bool(np.all(x.values)) if isinstance(x, Vec) else all(x) if isinstance(x, (list, tuple)) else bool(x)
+    ),
+    "argmax": _argpick(np.argmax),
+    "argmin": _argpick(np.argmin),
+    "ranks_where": _ranks_where,
     "abs": lambda x: abs(x) if not isinstance(x, Vec) else x.like(np.abs(x.values)),
     "round": lambda x, n=0: round(float(x), int(n)) if n else int(round(float(x))),
-    "ceil": lambda x: int(math.ceil(float(x))), "floor": lambda x: int(math.floor(float(x))),
-    "clamp": lambda x, lo, hi: min(max(x, lo), hi), "log2": lambda x: math.log2(float(x)),
-    "pow2": _pow2, "int": lambda x: int(x), "float": lambda x: float(x), "str": lambda x: Missing(frozenset()) if x is None else str(x),
-    "join": _join, "speedup": _speedup, "pct": _pct, "human_bytes": _human_bytes, "human_us": _human_us,
-    "plural": _plural, "phase": _phase,
+    "ceil": lambda x: int(math.ceil(float(x))),
+    "floor": lambda x: int(math.floor(float(x))),
+    "clamp": lambda x, lo, hi: min(max(x, lo), hi),
+    "log2": lambda x: math.log2(float(x)),
+    "pow2": _pow2,
+    "int": lambda x: int(x),
+    "float": lambda x: float(x),
+    "str": lambda x: Missing(frozenset()) if x is None else str(x),
+    "join": _join,
+    "speedup": _speedup,
+    "pct": _pct,
+    "human_bytes": _human_bytes,
+    "human_us": _human_us,
+    "plural": _plural,
+    "phase": _phase,
 }
 # functions that receive Missing arguments themselves instead of propagating them
 LAZY = {"known", "default"}
@@ -282,6 +318,7 @@ ALL_FUNCTIONS = set(FUNCTIONS) | LAZY
 
 
 # --- parsing and evaluation ----------------------------------------------------------------
+
 
 def dotted(node: ast.AST) -> str | None:
     """``a.b.c`` as a string, or None when the node is not a plain dotted name."""
@@ -295,18 +332,38 @@ def dotted(node: ast.AST) -> str | None:
     return None
 
 
-_ALLOWED = (ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Name,
-            ast.Attribute, ast.Constant, ast.List, ast.Tuple, ast.IfExp, ast.And, ast.Or, ast.Not,
-            ast.USub, ast.UAdd, ast.Load, *_ARITH, *_CMP, ast.In, ast.NotIn)
-_CONSTANTS = {"true": True, "false": False, "none": None, "null": None,
-              "True": True, "False": False, "None": None}
+_ALLOWED = (
+    ast.Expression,
+    ast.BoolOp,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Compare,
+    ast.Call,
+    ast.Name,
+    ast.Attribute,
+    ast.Constant,
+    ast.List,
+    ast.Tuple,
+    ast.IfExp,
+    ast.And,
+    ast.Or,
+    ast.Not,
+    ast.USub,
+    ast.UAdd,
+    ast.Load,
+    *_ARITH,
+    *_CMP,
+    ast.In,
+    ast.NotIn,
+)
+_CONSTANTS = {"true": True, "false": False, "none": None, "null": None, "True": True, "False": False, "None": None}
 
 
 @dataclass
 class Expr:
     source: str
     tree: ast.Expression
-    names: frozenset          # dotted names the expression reads
+    names: frozenset  # dotted names the expression reads
 
     def __call__(self, lookup) -> object:
         return _eval(self.tree.body, lookup)
@@ -327,8 +384,10 @@ def compile_expr(source: str) -> Expr:
         if isinstance(node, ast.Call):
             fname = node.func.id if isinstance(node.func, ast.Name) else None
             if fname not in ALL_FUNCTIONS:
-                raise ExprError(f"unknown function {ast.unparse(node.func)!r} in {source!r} "
-                                f"(allowed: {', '.join(sorted(ALL_FUNCTIONS))})")
+                raise ExprError(
+                    f"unknown function {ast.unparse(node.func)!r} in {source!r} "
+                    f"(allowed: {', '.join(sorted(ALL_FUNCTIONS))})"
+                )
             if node.keywords:
                 raise ExprError(f"keyword arguments are not allowed in {source!r}")
         if isinstance(node, ast.Attribute):
@@ -391,7 +450,7 @@ def _eval(node, lookup):
         fname = node.func.id
         if fname == "known":
             return all(not isinstance(_eval(a, lookup), Missing) for a in node.args)
-        if fname == "default":                  # the first argument that is known and not None
+        if fname == "default":  # the first argument that is known and not None
             for a in node.args:
                 v = _eval(a, lookup)
                 if not isinstance(v, Missing) and v is not None:
@@ -405,7 +464,7 @@ def _eval(node, lookup):
             return miss
         try:
             result = FUNCTIONS[fname](*args)
-            if isinstance(result, Missing):        # e.g. median() of values the trace cannot show
+            if isinstance(result, Missing):  # e.g. median() of values the trace cannot show
                 names = {dotted(n) for a in node.args for n in ast.walk(a) if isinstance(n, (ast.Name, ast.Attribute))}
                 names = {n for n in names if n and n not in ALL_FUNCTIONS and n not in _CONSTANTS}
                 names = {n for n in names if not any(o != n and o.startswith(n + ".") for o in names)}

@@ -28,19 +28,19 @@ _KEYS = {"type", "scope", "unit", "source", "meaning", "per_rank", "not_produced
 
 @dataclass(frozen=True)
 class FactSpec:
-    name: str                    # as written in the catalogue (may hold a <placeholder>)
+    name: str  # as written in the catalogue (may hold a <placeholder>)
     type: str
     scope: str
     source: str
     meaning: str
     unit: str = ""
-    per_rank: bool = False       # a "<name>.per_rank" dict (rank -> value) may come with it
-    not_produced: str = ""       # why no producer gives it on the inputs the tests run
+    per_rank: bool = False  # a "<name>.per_rank" dict (rank -> value) may come with it
+    not_produced: str = ""  # why no producer gives it on the inputs the tests run
 
 
 @dataclass
 class Catalogue:
-    specs: dict[str, FactSpec]              # catalogue name -> spec
+    specs: dict[str, FactSpec]  # catalogue name -> spec
     placeholders: dict[str, list[str]]
     path: str = ""
 
@@ -54,14 +54,15 @@ class Catalogue:
         m = _PLACEHOLDER.search(pattern)
         if not m:
             return [pattern]
-        return [n for v in self.placeholders[m.group(1)]
-                for n in self.expand(pattern[:m.start()] + v + pattern[m.end():])]
+        return [
+            n for v in self.placeholders[m.group(1)] for n in self.expand(pattern[: m.start()] + v + pattern[m.end() :])
+        ]
 
     def lookup(self, name: str) -> FactSpec | None:
         """The entry that names ``name`` (``X.per_rank`` is named by X when X has per_rank)."""
         spec = self._exact.get(name)
         if spec is None and name.endswith(PER_RANK):
-            base = self._exact.get(name[:-len(PER_RANK)])
+            base = self._exact.get(name[: -len(PER_RANK)])
             if base is not None and base.per_rank:
                 return base
         return spec
@@ -96,9 +97,16 @@ def _spec(path: Path, name: str, raw, placeholders: dict) -> FactSpec:
         raise CatalogueError(f"{where}: source {raw.get('source')!r} is not one of {', '.join(SOURCES)}")
     if not str(raw.get("meaning", "")).strip():
         raise CatalogueError(f"{where}: needs a meaning")
-    return FactSpec(name=name, type=raw["type"], scope=raw["scope"], source=raw["source"],
-                    meaning=str(raw["meaning"]).strip(), unit=str(raw.get("unit", "")),
-                    per_rank=bool(raw.get("per_rank", False)), not_produced=str(raw.get("not_produced", "")))
+    return FactSpec(
+        name=name,
+        type=raw["type"],
+        scope=raw["scope"],
+        source=raw["source"],
+        meaning=str(raw["meaning"]).strip(),
+        unit=str(raw.get("unit", "")),
+        per_rank=bool(raw.get("per_rank", False)),
+        not_produced=str(raw.get("not_produced", "")),
+    )
 
 
 def load_catalogue(path: Path | str | None = None) -> Catalogue:
@@ -121,19 +129,29 @@ def default_catalogue() -> Catalogue:
 
 def markdown(cat: Catalogue) -> str:
     """docs/FACTS.md: one table per source, names in order."""
-    titles = {"trace": "From the traces", "bundle": "From a `ddpdoctor run` bundle",
-              "logs": "From the logs (details: docs/FACTS_LOGS.md)", "derived": "Derived from other facts"}
-    out = ["# Facts rules can read", "",
-           "Generated from rules/facts.toml by `ddpdoctor rules facts --markdown > docs/FACTS.md`; "
-           "do not edit by hand (tests/test_fact_catalogue.py fails when this file is stale).", "",
-           "A rule, or a stored rule test, that reads a name not listed here is refused when the rules "
-           "load (exit 2, naming the fact, the file and the line). Scope: `run` = one value; `rank` = one "
-           "value per rank; `step` = one value per (rank, step) row. *per_rank*: a `<name>.per_rank` "
-           "dict (rank → value) comes with it when ranks differ.", "",
-           "Besides these facts a rule reads its own params and evidence (bare words), `match.count`, "
-           "`match.ranks`, `match.first_rank`, `match.first_time`, `match.first_line`, `match.first_file` "
-           "when it has a `[log]` table, and `metrics.<section>.<name>`, the thresholds of rules/metrics.toml "
-           "after `--set metrics.…` and config overrides (docs/RULES.md#settings).", ""]
+    titles = {
+        "trace": "From the traces",
+        "bundle": "From a `ddpdoctor run` bundle",
+        "logs": "From the logs (details: docs/FACTS_LOGS.md)",
+        "derived": "Derived from other facts",
+    }
+    out = [
+        "# Facts rules can read",
+        "",
+        "Generated from rules/facts.toml by `ddpdoctor rules facts --markdown > docs/FACTS.md`; "
+        "do not edit by hand (tests/test_fact_catalogue.py fails when this file is stale).",
+        "",
+        "A rule, or a stored rule test, that reads a name not listed here is refused when the rules "
+        "load (exit 2, naming the fact, the file and the line). Scope: `run` = one value; `rank` = one "
+        "value per rank; `step` = one value per (rank, step) row. *per_rank*: a `<name>.per_rank` "
+        "dict (rank → value) comes with it when ranks differ.",
+        "",
+        "Besides these facts a rule reads its own params and evidence (bare words), `match.count`, "
+        "`match.ranks`, `match.first_rank`, `match.first_time`, `match.first_line`, `match.first_file` "
+        "when it has a `[log]` table, and `metrics.<section>.<name>`, the thresholds of rules/metrics.toml "
+        "after `--set metrics.…` and config overrides (docs/RULES.md#settings).",
+        "",
+    ]
     for ph, values in cat.placeholders.items():
         out.append(f"`<{ph}>` stands for each of: " + ", ".join(f"`{v}`" for v in values) + ".")
     for source in SOURCES:

@@ -15,51 +15,95 @@ from collections.abc import Mapping, Sequence
 REDACTED = "<redacted>"
 
 # parts of a variable / option name that mark its value as secret
-SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "AUTH",
-                     "COOKIE", "SESSION", "PRIVATE", "SIGNATURE", "PWD", "APIKEY", "BEARER",
-                     "WEBHOOK", "DSN", "CONN_STR", "CONNECTION_STRING", "SAS")
+SECRET_NAME_PARTS = (
+    "TOKEN",
+    "KEY",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "CREDENTIAL",
+    "AUTH",
+    "COOKIE",
+    "SESSION",
+    "PRIVATE",
+    "SIGNATURE",
+    "PWD",
+    "APIKEY",
+    "BEARER",
+    "WEBHOOK",
+    "DSN",
+    "CONN_STR",
+    "CONNECTION_STRING",
+    "SAS",
+)
 # names that contain one of the parts above but are not secrets (keep them readable)
-NOT_SECRET_NAMES = {"PWD", "OLDPWD", "KEYTIMEOUT", "TORCHELASTIC_RUN_ID", "XDG_SESSION_TYPE", "XDG_SESSION_ID",
-                    "XDG_SESSION_CLASS", "XDG_SESSION_DESKTOP", "DBUS_SESSION_BUS_ADDRESS", "SESSION_MANAGER",
-                    "SSH_AUTH_SOCK", "KEYBOARD", "TERM_SESSION_ID", "MONKEY", "NCCL_IB_PKEY"}
+NOT_SECRET_NAMES = {
+    "PWD",
+    "OLDPWD",
+    "KEYTIMEOUT",
+    "TORCHELASTIC_RUN_ID",
+    "XDG_SESSION_TYPE",
+    "XDG_SESSION_ID",
+    "XDG_SESSION_CLASS",
+    "XDG_SESSION_DESKTOP",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "SESSION_MANAGER",
+    "SSH_AUTH_SOCK",
+    "KEYBOARD",
+    "TERM_SESSION_ID",
+    "MONKEY",
+    "NCCL_IB_PKEY",
+}
 
 # a whole PEM private-key block (body too); an unterminated one to the end of the text
-_PEM_BLOCK = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-                        re.S)
+_PEM_BLOCK = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S
+)
 # where a token may start: not after a letter or digit (`\b` would miss `rank1_sk-proj-…` in a file name)
 _TOKEN_START = r"(?<![A-Za-z0-9])"
 # values that look like credentials wherever they appear
-_VALUE_PATTERNS = [       # (pattern, literals one of which a match holds: a text without them is not scanned)
-    (re.compile(_TOKEN_START + r"hf_[A-Za-z0-9]{20,}"), ("hf_",)),                          # Hugging Face
-    (re.compile(_TOKEN_START + r"sk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}"), ("sk-",)),         # OpenAI / Anthropic style
-    (re.compile(_TOKEN_START + r"gh[pousr]_[A-Za-z0-9]{30,}"), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),   # GitHub
+_VALUE_PATTERNS = [  # (pattern, literals one of which a match holds: a text without them is not scanned)
+    (re.compile(_TOKEN_START + r"hf_[A-Za-z0-9]{20,}"), ("hf_",)),  # Hugging Face
+    (re.compile(_TOKEN_START + r"sk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}"), ("sk-",)),  # OpenAI / Anthropic style
+    (re.compile(_TOKEN_START + r"gh[pousr]_[A-Za-z0-9]{30,}"), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),  # GitHub
     (re.compile(_TOKEN_START + r"github_pat_[A-Za-z0-9_]{30,}"), ("github_pat_",)),
-    (re.compile(_TOKEN_START + r"glpat-[A-Za-z0-9_\-]{20,}"), ("glpat-",)),                 # GitLab
-    (re.compile(_TOKEN_START + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])"),   # AWS key ids
-     ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")),
-    (re.compile(_TOKEN_START + r"xox[abposr]-[A-Za-z0-9\-]{10,}"), ("xox",)),               # Slack
-    (re.compile(_TOKEN_START + r"AIza[0-9A-Za-z_\-]{35}"), ("AIza",)),                      # Google API keys
-    (re.compile(_TOKEN_START + r"eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}"), ("eyJ",)),   # JWT
+    (re.compile(_TOKEN_START + r"glpat-[A-Za-z0-9_\-]{20,}"), ("glpat-",)),  # GitLab
+    (
+        re.compile(
+            _TOKEN_START + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])"
+        ),  # AWS key ids
+        ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"),
+    ),
+    (re.compile(_TOKEN_START + r"xox[abposr]-[A-Za-z0-9\-]{10,}"), ("xox",)),  # Slack
+    (re.compile(_TOKEN_START + r"AIza[0-9A-Za-z_\-]{35}"), ("AIza",)),  # Google API keys
+    (re.compile(_TOKEN_START + r"eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}"), ("eyJ",)),  # JWT
     (_PEM_BLOCK, ("PRIVATE KEY",)),
-    (re.compile(_TOKEN_START + r"xapp-[A-Za-z0-9\-]{10,}"), ("xapp-",)),                   # Slack app tokens
+    (re.compile(_TOKEN_START + r"xapp-[A-Za-z0-9\-]{10,}"), ("xapp-",)),  # Slack app tokens
     (re.compile(_TOKEN_START + r"npm_[A-Za-z0-9]{30,}"), ("npm_",)),
 ]
 # `Authorization: Bearer X`, `Bearer X`, `Authorization: Basic X`, `X-Api-Key: X` (header value redacted)
-_AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|x-auth-token|private-token)"
-                          r"([\"']?\s*[:=]\s*[\"']?)(?:(bearer|basic|token|digest)\s+)?([^\s\"',;]+)")
+_AUTH_HEADER = re.compile(
+    r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|x-auth-token|private-token)"
+    r"([\"']?\s*[:=]\s*[\"']?)(?:(bearer|basic|token|digest)\s+)?([^\s\"',;]+)"
+)
 _BEARER = re.compile(r"(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/\-]{8,}=*)")
 # `wandb login <40 hex>` and a 40-hex key right after a W&B name
 _WANDB = re.compile(r"(?i)(\bwandb\s+login\s+(?:--?[\w\-]+(?:=\S+)?\s+)*)([0-9a-f]{40})\b")
 # a printed Python list of argv: ['--api-key', 'abc'] / ("--password", "x")
 _ARGV_LIST_PAIR = re.compile(r"(['\"])(--?[A-Za-z][\w\-]*)\1(\s*,\s*)(['\"])([^'\"\n]*)\4")
 # ESC-introduced terminal sequences (CSI, OSC, single-character) and other C0 controls but \t \n \r
-_TERMINAL = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]?|\x9b[0-?]*[ -/]*[@-~]"
-                       r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_TERMINAL = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]?|\x9b[0-?]*[ -/]*[@-~]"
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+)
 # scheme://user:password@host  -> scheme://user:<redacted>@host
 _URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):([^@\s/]+)@")
 # key=value / key:value pairs inside a longer string (query strings, connection strings)
-_INLINE_PAIR = re.compile(r"(?i)\b([A-Za-z0-9_\-]*(?:token|key|secret|password|passwd|pwd|auth|signature|sig|"
-                          r"credential|session|cookie)[A-Za-z0-9_\-]*)(=|[\"']?\s*[:=]\s*[\"']?)(?!(?i:bearer|basic|token|digest)\s)([^&;\s,\"'\]\)}<]+)")
+_INLINE_PAIR = re.compile(
+    r"(?i)\b([A-Za-z0-9_\-]*(?:token|key|secret|password|passwd|pwd|auth|signature|sig|"
+    r"credential|session|cookie)[A-Za-z0-9_\-]*)(=|[\"']?\s*[:=]\s*[\"']?)(?!(?i:bearer|basic|token|digest)\s)([^&;\s,\"'\]\)}<]+)"
+)
 _HIGH_ENTROPY_TOKEN = re.compile(r"[A-Za-z0-9+/_\-]{32,}={0,2}")
 # PEM private-key markers, and a line that holds nothing but base64 after log prefixes (`[rank0]:`, `[default1]:`):
 # a candidate body line of a key printed across several lines
@@ -75,7 +119,7 @@ def secret_name(name: str) -> bool:
     if upper in NOT_SECRET_NAMES:
         return False
     if re.search(r"(?:^|_|API|ACCESS|PRIVATE|SECRET|SIGNING|ENCRYPTION)KEYS?(?:_|$)", upper):
-        return True               # API_KEY, APIKEY, SSH_KEY, AWS_SECRET_ACCESS_KEY; not MONKEY, KEYBOARD, NCCL_IB_PKEY
+        return True  # API_KEY, APIKEY, SSH_KEY, AWS_SECRET_ACCESS_KEY; not MONKEY, KEYBOARD, NCCL_IB_PKEY
     if re.search(r"(?:^|_)(?:PWD|SAS|DSN)(?:_|$)", upper):
         return True
     return any(part in upper for part in SECRET_NAME_PARTS if part not in ("KEY", "PWD", "SAS", "DSN"))
@@ -94,16 +138,20 @@ def looks_like_secret(value: str) -> bool:
     if any(p.search(value) for p, lits in _VALUE_PATTERNS if any(x in value for x in lits)):
         return True
     for tok in _HIGH_ENTROPY_TOKEN.findall(value):
-        if len(tok) == 40 and re.fullmatch(r"[A-Za-z0-9/+]{40}", tok) and not tok.startswith("/") \
-                and sum((any(c.islower() for c in tok), any(c.isupper() for c in tok),
-                         any(c.isdigit() for c in tok))) == 3 and _entropy(tok) >= 4.0:
-            return True                                # an AWS secret access key (may hold '/')
-        if "/" in tok and tok.count("/") >= 2:        # a path, not a token
+        if (
+            len(tok) == 40
+            and re.fullmatch(r"[A-Za-z0-9/+]{40}", tok)
+            and not tok.startswith("/")
+            and sum((any(c.islower() for c in tok), any(c.isupper() for c in tok), any(c.isdigit() for c in tok))) == 3
+            and _entropy(tok) >= 4.0
+        ):
+            return True  # an AWS secret access key (may hold '/')
+        if "/" in tok and tok.count("/") >= 2:  # a path, not a token
             continue
         classes = sum((any(c.islower() for c in tok), any(c.isupper() for c in tok), any(c.isdigit() for c in tok)))
         if classes >= 3 and _entropy(tok) >= 4.0:
             return True
-        if re.fullmatch(r"[0-9a-fA-F]{48,}", tok) and _entropy(tok) >= 3.5:    # long hex secrets (not 40-char git SHAs)
+        if re.fullmatch(r"[0-9a-fA-F]{48,}", tok) and _entropy(tok) >= 3.5:  # long hex secrets (not 40-char git SHAs)
             return True
     return False
 
@@ -230,7 +278,7 @@ def redact_key_lines(text: str) -> str:
     if not text:
         return text
     hide: dict[int, re.Match] = {}
-    run: list[re.Match] = []                     # consecutive long base64 lines; hidden whole if one is a key line
+    run: list[re.Match] = []  # consecutive long base64 lines; hidden whole if one is a key line
 
     def close_run() -> None:
         if run and any(_key_body_line(m.group(2)) for m in run):
@@ -241,18 +289,18 @@ def redact_key_lines(text: str) -> str:
         run.clear()
 
     for m in _B64_LONG_LINE.finditer(text):
-        if run and text[run[-1].end():m.start()] != "\n":
+        if run and text[run[-1].end() : m.start()] != "\n":
             close_run()
         run.append(m)
     close_run()
     if "PRIVATE KEY" in text:
         for k in _KEY_MARKER.finditer(text):
-            if k.group(1) == "BEGIN":                    # the lines after it, while they are base64
+            if k.group(1) == "BEGIN":  # the lines after it, while they are base64
                 pos = text.find("\n", k.end())
                 while pos >= 0 and (m := _line_at(text, pos + 1)) is not None:
                     hide[m.start(2)] = m
                     pos = m.end() if m.end() < len(text) and text[m.end()] == "\n" else -1
-            else:                                        # the lines before it, while they are base64
+            else:  # the lines before it, while they are base64
                 pos = text.rfind("\n", 0, k.start())
                 while pos > 0:
                     start = text.rfind("\n", 0, pos) + 1
@@ -265,7 +313,7 @@ def redact_key_lines(text: str) -> str:
         return text
     out, pos = [], 0
     for _, m in sorted(hide.items()):
-        out += [text[pos:m.start(2)], REDACTED]
+        out += [text[pos : m.start(2)], REDACTED]
         pos = m.end(2)
     out.append(text[pos:])
     return "".join(out)
@@ -285,8 +333,14 @@ def _structured(out: str) -> str:
     out = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", out)
     out = _headers(out)
     out = _WANDB.sub(lambda m: f"{m.group(1)}{REDACTED}", out)
-    out = _ARGV_LIST_PAIR.sub(lambda m: (f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{REDACTED}{m.group(4)}"
-                                         if secret_name(m.group(2).lstrip("-")) else m.group(0)), out)
+    out = _ARGV_LIST_PAIR.sub(
+        lambda m: (
+            f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{REDACTED}{m.group(4)}"
+            if secret_name(m.group(2).lstrip("-"))
+            else m.group(0)
+        ),
+        out,
+    )
     for p, lits in _VALUE_PATTERNS:
         if any(x in out for x in lits):
             out = p.sub(REDACTED, out)
@@ -308,8 +362,9 @@ def redact_text(text: str) -> str:
     formats, key=value pairs with secret names, long high-entropy tokens)."""
     if not text:
         return text
-    out = _INLINE_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if secret_name(m.group(1)) else m.group(0),
-                           _headers(text))
+    out = _INLINE_PAIR.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if secret_name(m.group(1)) else m.group(0), _headers(text)
+    )
     out = _structured(out)
 
     def _tok(m: re.Match) -> str:

@@ -17,7 +17,9 @@ def rules_dir() -> Path:
     for candidate in (here / "_rules", here.parent / "rules"):
         if (candidate / "metrics.toml").is_file():
             return candidate
-    raise FileNotFoundError(f"ddpdoctor's rules folder is missing (looked in {here / '_rules'} and {here.parent / 'rules'})")
+    raise FileNotFoundError(
+        f"ddpdoctor's rules folder is missing (looked in {here / '_rules'} and {here.parent / 'rules'})"
+    )
 
 
 @lru_cache(maxsize=None)

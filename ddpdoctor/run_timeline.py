@@ -20,8 +20,7 @@ def _short(text, limit: int) -> str:
 
 
 def _one_line(e: dict) -> str:
-    step = "" if e.get("step") is None else \
-        " before any step completed" if e["step"] == 0 else f" at step {e['step']}"
+    step = "" if e.get("step") is None else " before any step completed" if e["step"] == 0 else f" at step {e['step']}"
     kind = e.get("kind")
     if kind == "oom":
         caught = " (caught by the script, which went on)" if e.get("caught") else " (uncaught)"
@@ -29,7 +28,7 @@ def _one_line(e: dict) -> str:
     if kind == "exception":
         typ = str(e.get("type", "")).rsplit(".", 1)[-1]
         thread = f" in thread {e['thread']}" if e.get("thread") else ""
-        msg = _short(e.get('message'), 160)
+        msg = _short(e.get("message"), 160)
         return f"rank {e.get('rank')}: uncaught {typ}{thread}{step}" + (f": {msg}" if msg else "")
     if kind == "signal":
         return f"rank {e.get('rank')}: received {e.get('signal')}{step}"
@@ -42,15 +41,17 @@ def _one_line(e: dict) -> str:
 
 def _from_the_interrupt(e: dict, signal_name: str) -> bool:
     """The forwarded signal itself, and the KeyboardInterrupt it raised in a rank."""
-    return (e.get("kind") == "signal" and e.get("signal") == signal_name) or \
-        (e.get("kind") == "exception" and str(e.get("type", "")).endswith("KeyboardInterrupt"))
+    return (e.get("kind") == "signal" and e.get("signal") == signal_name) or (
+        e.get("kind") == "exception" and str(e.get("type", "")).endswith("KeyboardInterrupt")
+    )
 
 
 def failure_timeline(paths: list[str], limit: int = 6, interrupted_by: str | None = None) -> list[str]:
     """Problem events of every rank, oldest first, one line each, with the time since the first;
     ``interrupted_by``: leave out that signal and what it raised (the user stopped the run)."""
-    out = [e for e in problem_events(load_events(paths))
-           if not (interrupted_by and _from_the_interrupt(e, interrupted_by))]
+    out = [
+        e for e in problem_events(load_events(paths)) if not (interrupted_by and _from_the_interrupt(e, interrupted_by))
+    ]
     if not out:
         return []
     t0 = out[0]["time"]

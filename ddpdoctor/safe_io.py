@@ -30,8 +30,8 @@ DEFAULT_MAX_TRACE_BYTES = 4 << 30
 DEFAULT_MAX_LOG_BYTES = 256 << 20
 DEFAULT_MAX_MEMBER_BYTES = 512 << 20
 DEFAULT_MAX_GZIP_RATIO = 200
-MAX_WORLD_SIZE = 1 << 20          # larger world sizes are not believed (no per-rank allocation)
-MAX_LOG_LINE_CHARS = 64 * 1024    # longer lines are cut
+MAX_WORLD_SIZE = 1 << 20  # larger world sizes are not believed (no per-rank allocation)
+MAX_LOG_LINE_CHARS = 64 * 1024  # longer lines are cut
 
 
 def limit(name: str, default: int) -> int:
@@ -156,8 +156,10 @@ def gunzip_capped(raw: bytes, path: Path | str, cap: int, env: str = "DDPDOCTOR_
                 chunk = d.decompress(data, 1 << 20)
                 out += chunk
                 if len(out) > cap:
-                    raise InputError(f"{path}: decompresses to more than the limit of {cap} bytes "
-                                     f"(a gzip bomb? raise the limit with {env})")
+                    raise InputError(
+                        f"{path}: decompresses to more than the limit of {cap} bytes "
+                        f"(a gzip bomb? raise the limit with {env})"
+                    )
                 data = d.unconsumed_tail
                 if d.eof:
                     break

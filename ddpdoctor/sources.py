@@ -22,9 +22,22 @@ from datetime import datetime
 from .errors import InputError, UnreachableError
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
-INSTALL_HINTS = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
-                 "abfss": "adlfs", "adl": "adlfs", "hf": "huggingface_hub", "sftp": "paramiko", "ssh": "paramiko",
-                 "http": "aiohttp", "https": "aiohttp", "hdfs": "pyarrow"}
+INSTALL_HINTS = {
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "az": "adlfs",
+    "abfs": "adlfs",
+    "abfss": "adlfs",
+    "adl": "adlfs",
+    "hf": "huggingface_hub",
+    "sftp": "paramiko",
+    "ssh": "paramiko",
+    "http": "aiohttp",
+    "https": "aiohttp",
+    "hdfs": "pyarrow",
+}
 
 
 def is_url(path) -> bool:
@@ -39,7 +52,7 @@ class RemoteFile:
     url: str
     size: int
     mtime_ns: int
-    given: bool = False          # the user named this file itself (not a folder holding it)
+    given: bool = False  # the user named this file itself (not a folder holding it)
 
     @property
     def name(self) -> str:
@@ -60,14 +73,17 @@ def filesystem(url: str):
     try:
         import fsspec
     except ImportError:
-        raise InputError(f"{url}: URL inputs need fsspec, which is not installed: "
-                         "pip install 'ddpdoctor[remote]'") from None
+        raise InputError(
+            f"{url}: URL inputs need fsspec, which is not installed: pip install 'ddpdoctor[remote]'"
+        ) from None
     try:
         return fsspec.core.url_to_fs(url)
     except ImportError as exc:
         pkg = INSTALL_HINTS.get(scheme) or getattr(exc, "name", None) or "its fsspec backend"
-        raise InputError(f"{url}: reading {scheme}:// needs {pkg}, which is not installed: pip install {pkg}"
-                         + (" (or 'ddpdoctor[s3]')" if pkg == "s3fs" else "")) from None
+        raise InputError(
+            f"{url}: reading {scheme}:// needs {pkg}, which is not installed: pip install {pkg}"
+            + (" (or 'ddpdoctor[s3]')" if pkg == "s3fs" else "")
+        ) from None
     except ValueError as exc:
         raise InputError(f"{url}: unknown URL scheme {scheme}:// ({exc})") from None
 
@@ -112,11 +128,17 @@ def list_files(url: str) -> list[RemoteFile]:
     fs, root = filesystem(url)
     info = _call(url, fs.info, root)
     if info.get("type") != "directory":
-        return [RemoteFile(fs.unstrip_protocol(info.get("name", root)), int(info.get("size") or 0),
-                           _mtime_ns(info), given=True)]
+        return [
+            RemoteFile(
+                fs.unstrip_protocol(info.get("name", root)), int(info.get("size") or 0), _mtime_ns(info), given=True
+            )
+        ]
     entries = _call(url, fs.find, root, detail=True, withdirs=False)
-    return [RemoteFile(fs.unstrip_protocol(name), int(e.get("size") or 0), _mtime_ns(e))
-            for name, e in sorted(entries.items()) if e.get("type") != "directory"]
+    return [
+        RemoteFile(fs.unstrip_protocol(name), int(e.get("size") or 0), _mtime_ns(e))
+        for name, e in sorted(entries.items())
+        if e.get("type") != "directory"
+    ]
 
 
 def read_range(f: RemoteFile, start: int, end: int) -> bytes:

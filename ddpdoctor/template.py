@@ -22,7 +22,7 @@ _FIELD = re.compile(r"\{\{|\}\}|\{([^{}]+)\}")
 @dataclass
 class Template:
     source: str
-    parts: list            # str or (Expr, spec)
+    parts: list  # str or (Expr, spec)
 
     @property
     def names(self) -> frozenset:
@@ -58,9 +58,14 @@ def placeholder(expr: Expr) -> str:
 
     node = expr.tree.body
     noun = ""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "plural" and len(node.args) > 1:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "plural"
+        and len(node.args) > 1
+    ):
         one = node.args[1]
-        many = node.args[2] if len(node.args) > 2 else None     # plural(n, 'batch', 'batches')
+        many = node.args[2] if len(node.args) > 2 else None  # plural(n, 'batch', 'batches')
         if isinstance(many, ast.Constant) and isinstance(many.value, str):
             noun = f" {many.value}"
         elif isinstance(one, ast.Constant):
@@ -97,7 +102,7 @@ def _split_spec(body: str) -> tuple[str, str]:
         elif ch in ")]":
             depth -= 1
         elif ch == ":" and depth == 0:
-            return body[:i], body[i + 1:]
+            return body[:i], body[i + 1 :]
     return body, ""
 
 
@@ -107,7 +112,7 @@ def compile_template(source: str) -> Template:
     parts: list = []
     pos = 0
     for m in _FIELD.finditer(source):
-        parts.append(source[pos:m.start()])
+        parts.append(source[pos : m.start()])
         tok = m.group(0)
         if tok == "{{":
             parts.append("{")
@@ -157,9 +162,10 @@ def format_value(value, spec: str = "") -> str:
 
 # ------------------------------------------------------------------ variants: text chosen by conditions
 
+
 @dataclass
 class Variant:
-    when: Expr | None        # None: always (the last variant of a part, as its "otherwise")
+    when: Expr | None  # None: always (the last variant of a part, as its "otherwise")
     text: Template
 
 
@@ -172,6 +178,7 @@ class VariantTemplate:
     reports its names, exactly as ``{a if cond else b}`` does; so does a conditional part (one with
     a ``when`` or variants) whose chosen text needs a value the run did not record.  A part of plain
     text (no ``when``) renders each such value as ``(not recorded)`` in place."""
+
     parts: list[list[Variant]]
 
     @property
@@ -202,8 +209,12 @@ class VariantTemplate:
             if len(part) == 1 and part[0].when is None:
                 out.append(part[0].text.placeholders())
                 continue
-            alts = [("otherwise" if v.when is None else ("if " if i == 0 else "else if ") + v.when.source)
-                    + ": " + v.text.placeholders().strip() for i, v in enumerate(part)]
+            alts = [
+                ("otherwise" if v.when is None else ("if " if i == 0 else "else if ") + v.when.source)
+                + ": "
+                + v.text.placeholders().strip()
+                for i, v in enumerate(part)
+            ]
             out.append("\n[" + " | ".join(alts) + "]\n")
         return "".join(out)
 
@@ -218,8 +229,10 @@ class VariantTemplate:
                         out.append(NOT_RECORDED)
                         break
                     if isinstance(cond, Vec):
-                        raise ExprError(f"variant condition {v.when.source!r} gives one value per rank; "
-                                        "wrap it in any(), all(), count(), median() …")
+                        raise ExprError(
+                            f"variant condition {v.when.source!r} gives one value per rank; "
+                            "wrap it in any(), all(), count(), median() …"
+                        )
                     if not cond:
                         continue
                 text, m = v.text.render(lookup)

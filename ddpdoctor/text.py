@@ -20,21 +20,24 @@ def wrap(text: str, width: int = WIDTH, first: str = "", rest: str | None = None
     width = max(20, width)
     # a `command` that fits on a line is kept whole: a shell command cut in two does not paste
     room = width - len(rest)
-    text = re.sub(r"`[^`]+`", lambda m: m.group(0).replace(" ", _KEEP) if len(m.group(0)) <= room else m.group(0),
-                  text)
-    lines = textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
-                          break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    text = re.sub(r"`[^`]+`", lambda m: m.group(0).replace(" ", _KEEP) if len(m.group(0)) <= room else m.group(0), text)
+    lines = textwrap.wrap(
+        text, width=width, initial_indent=first, subsequent_indent=rest, break_long_words=False, break_on_hyphens=False
+    ) or [first.rstrip()]
     return [ln.replace(_KEEP, " ") for ln in lines]
 
 
-_KEEP = "\u2060"      # stands for a space inside a `command` while wrapping (word joiner: never in our text)
+_KEEP = "\u2060"  # stands for a space inside a `command` while wrapping (word joiner: never in our text)
 
 
 def is_code(line: str) -> bool:
     """A fix line that must stay as written: a diff line, a comment, an indented or shell line."""
     s = line.lstrip()
-    return (line.startswith(("+", "-  ", "  ", "\t", "#", "$ ")) or s.startswith(("export ", "ddpdoctor "))
-            or (line[:1] == "-" and not line.startswith("- ")))
+    return (
+        line.startswith(("+", "-  ", "  ", "\t", "#", "$ "))
+        or s.startswith(("export ", "ddpdoctor "))
+        or (line[:1] == "-" and not line.startswith("- "))
+    )
 
 
 def block(change: str, width: int = WIDTH, indent: str = "  ", cut_code: bool = False) -> list[str]:
@@ -49,7 +52,7 @@ def block_items(change: str, width: int = WIDTH, indent: str = "  ", cut_code: b
     a run of code lines (so that a shortened view can leave out whole items, never half of one)."""
     out: list[list[str]] = []
     para: list[str] = []
-    comment: list[str] = []          # consecutive "# " lines: one comment, re-wrapped whole when too wide
+    comment: list[str] = []  # consecutive "# " lines: one comment, re-wrapped whole when too wide
     code: list[str] = []
     bullet = False
     diff = _diff(change)
@@ -98,7 +101,7 @@ def _diff(change: str) -> bool:
 
 
 def cut(line: str, width: int = WIDTH) -> str:
-    return line if len(line) <= width else line[:width - 1] + "…"
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def command(argv: list[str] | str) -> str:
@@ -123,16 +126,22 @@ def shell(cmd: str, width: int = WIDTH, first: str = "", rest: str = "    ") -> 
     longer than a line (a deep path) is split with a bare ``\\`` and goes on at the line's start: the
     shell removes backslash-newline, so the pasted word is whole again."""
     width = max(20, width)
-    kept = _QUOTED.sub(lambda m: m.group(0).replace(" ", _KEEP), cmd)      # never wrap inside quotes
-    lines = textwrap.wrap(kept, width=width - 2, initial_indent=first, subsequent_indent=rest,
-                          break_long_words=False, break_on_hyphens=False) or [first]
+    kept = _QUOTED.sub(lambda m: m.group(0).replace(" ", _KEEP), cmd)  # never wrap inside quotes
+    lines = textwrap.wrap(
+        kept,
+        width=width - 2,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [first]
     lines = [ln.replace(_KEEP, " ") for ln in lines]
     out = [ln + " \\" for ln in lines[:-1]] + lines[-1:]
     fitted: list[str] = []
     for ln in out:
         while len(ln) > width and _splittable(ln):
-            fitted.append(ln[:width - 1] + "\\")
-            ln = ln[width - 1:]
+            fitted.append(ln[: width - 1] + "\\")
+            ln = ln[width - 1 :]
         fitted.append(ln)
     return fitted
 

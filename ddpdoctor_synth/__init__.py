@@ -21,15 +21,42 @@ from .scenario import PHASES, RankSpec, Scenario, dump_scenario, load_scenario, 
 from .timeline import Layout, RankStep, measure
 from .writer import RankTraceWriter
 
-__all__ = ["Scenario", "RankSpec", "Truth", "generate", "load_scenario", "dump_scenario",
-           "scenario_from_shares", "scenario_from_dict", "resolve_size", "trace_path", "PHASES",
-           "COLUMNS", "TRUTH_SCHEMA", "main"]
+__all__ = [
+    "Scenario",
+    "RankSpec",
+    "Truth",
+    "generate",
+    "load_scenario",
+    "dump_scenario",
+    "scenario_from_shares",
+    "scenario_from_dict",
+    "resolve_size",
+    "trace_path",
+    "PHASES",
+    "COLUMNS",
+    "TRUTH_SCHEMA",
+    "main",
+]
 
 TRUTH_SCHEMA = "ddpdoctor.synth-truth/1"
-COLUMNS = ("step_time", "compute", "comm", "comm_exposed", "memcpy", "gpu_busy", "dataloader_wait",
-           "host_idle", "other", "forward", "backward", "optimizer", "comm_sync_wait", "comm_transfer")
+COLUMNS = (
+    "step_time",
+    "compute",
+    "comm",
+    "comm_exposed",
+    "memcpy",
+    "gpu_busy",
+    "dataloader_wait",
+    "host_idle",
+    "other",
+    "forward",
+    "backward",
+    "optimizer",
+    "comm_sync_wait",
+    "comm_transfer",
+)
 MAX_STEPS_FOR_TARGET = 2000
-BUS_BANDWIDTH_BYTES_PER_US = 100_000.0   # 100 GB/s, only to fill "In msg nelems"
+BUS_BANDWIDTH_BYTES_PER_US = 100_000.0  # 100 GB/s, only to fill "In msg nelems"
 
 
 @dataclass
@@ -42,11 +69,11 @@ class Truth:
     straggler: int | None
     straggler_late_us: float
     step_time_us: dict[int, float]
-    late_us: dict[int, float] = field(default_factory=dict)   # mean lateness at each step's 1st collective
+    late_us: dict[int, float] = field(default_factory=dict)  # mean lateness at each step's 1st collective
     steps: int = 0
     step_names: list[str] = field(default_factory=list)
     files: dict[int, str] = field(default_factory=dict)
-    bytes_per_rank: dict[int, int] = field(default_factory=dict)   # uncompressed JSON bytes
+    bytes_per_rank: dict[int, int] = field(default_factory=dict)  # uncompressed JSON bytes
     scenario: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -97,7 +124,7 @@ def resolve_size(sc: Scenario) -> Scenario:
     many uncompressed MB per rank; otherwise ``sc`` itself."""
     if sc.target_mb_per_rank is None:
         return sc
-    target = sc.target_mb_per_rank * 1e6 - 6000          # header and footer
+    target = sc.target_mb_per_rank * 1e6 - 6000  # header and footer
     b, ids = _step_bytes(sc)
     if target / b > MAX_STEPS_FOR_TARGET:
         b8, _ = _step_bytes(replace(sc, filler_cpu_ops_per_kernel=sc.filler_cpu_ops_per_kernel + 8))
@@ -111,13 +138,16 @@ def resolve_size(sc: Scenario) -> Scenario:
     return replace(sc, steps=max(1, round(target / b)))
 
 
-def _simulate(sc: Scenario, out_dir: Path | None, ranks: list[int], gzip: bool,
-              compresslevel: int) -> dict[str, Any]:
+def _simulate(sc: Scenario, out_dir: Path | None, ranks: list[int], gzip: bool, compresslevel: int) -> dict[str, Any]:
     """Lay out all ranks, write ``ranks``; return sums for the truth."""
     lay = Layout(sc)
     nelems = _bucket_nelems(sc, lay)
-    writers = {r: RankTraceWriter(trace_path(out_dir, r, gzip) if out_dir else None, sc, r, lay.h,
-                                  gzip=gzip, compresslevel=compresslevel) for r in ranks}
+    writers = {
+        r: RankTraceWriter(
+            trace_path(out_dir, r, gzip) if out_dir else None, sc, r, lay.h, gzip=gzip, compresslevel=compresslevel
+        )
+        for r in ranks
+    }
     sums = {r: dict.fromkeys(COLUMNS, 0.0) for r in ranks}
     shares = {r: dict.fromkeys(COLUMNS, 0.0) for r in ranks}
     late = [0.0] * sc.world_size
@@ -140,8 +170,7 @@ def _simulate(sc: Scenario, out_dir: Path | None, ranks: list[int], gzip: bool,
     finally:
         for w in writers.values():
             w.close()
-    return {"sums": sums, "shares": shares, "late": late,
-            "bytes": {r: w.bytes for r, w in writers.items()}}
+    return {"sums": sums, "shares": shares, "late": late, "bytes": {r: w.bytes for r, w in writers.items()}}
 
 
 def _comm_cols(rows: list[RankStep], r: int) -> dict[str, int]:
@@ -161,7 +190,7 @@ def _collective_truth(rows: list[RankStep], late: list[float]) -> None:
         return
     arr = [rs.nccl[0][0] for rs in rows]
     for r, a in enumerate(arr):
-        late[r] += a - statistics.median(arr[:r] + arr[r + 1:])
+        late[r] += a - statistics.median(arr[:r] + arr[r + 1 :])
 
 
 def _work(args: tuple) -> dict[str, Any]:
@@ -169,8 +198,7 @@ def _work(args: tuple) -> dict[str, Any]:
     return _simulate(scenario_from_dict(sc_dict), Path(out_dir), ranks, gzip, level)
 
 
-def generate(sc: Scenario, out_dir: str | Path, gzip: bool = True, jobs: int = 1,
-             compresslevel: int = 1) -> Truth:
+def generate(sc: Scenario, out_dir: str | Path, gzip: bool = True, jobs: int = 1, compresslevel: int = 1) -> Truth:
     """Write ``out_dir/rank{r}.pt.trace.json[.gz]`` for every rank and ``out_dir/truth.json``.
 
     ``jobs > 1`` writes the ranks from that many processes (each lays out all ranks, which
@@ -204,12 +232,19 @@ def generate(sc: Scenario, out_dir: str | Path, gzip: bool = True, jobs: int = 1
         r_max = max(late_us, key=lambda r: late_us[r])
         if late_us[r_max] > 1.0:
             straggler, late = r_max, late_us[r_max]
-    truth = Truth(per_rank={r: per_rank[r] for r in ranks}, per_rank_us={r: per_rank_us[r] for r in ranks},
-                  straggler=straggler, straggler_late_us=late,
-                  step_time_us={r: per_rank_us[r]["step_time"] for r in ranks}, late_us=late_us, steps=n,
-                  step_names=[f"ProfilerStep#{sc.first_step + i}" for i in range(n)],
-                  files={r: trace_path(out, r, gzip).name for r in ranks},
-                  bytes_per_rank={r: bytes_[r] for r in ranks}, scenario=sc.to_dict())
+    truth = Truth(
+        per_rank={r: per_rank[r] for r in ranks},
+        per_rank_us={r: per_rank_us[r] for r in ranks},
+        straggler=straggler,
+        straggler_late_us=late,
+        step_time_us={r: per_rank_us[r]["step_time"] for r in ranks},
+        late_us=late_us,
+        steps=n,
+        step_names=[f"ProfilerStep#{sc.first_step + i}" for i in range(n)],
+        files={r: trace_path(out, r, gzip).name for r in ranks},
+        bytes_per_rank={r: bytes_[r] for r in ranks},
+        scenario=sc.to_dict(),
+    )
     (out / "truth.json").write_text(json.dumps(truth.to_json(), indent=1) + "\n")
     return truth
 
@@ -217,8 +252,9 @@ def generate(sc: Scenario, out_dir: str | Path, gzip: bool = True, jobs: int = 1
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m ddpdoctor_synth",
-                                 description="Write synthetic multi-rank DDP Kineto traces and their truth.")
+    ap = argparse.ArgumentParser(
+        prog="python -m ddpdoctor_synth", description="Write synthetic multi-rank DDP Kineto traces and their truth."
+    )
     ap.add_argument("scenario", help="scenario TOML file")
     ap.add_argument("out_dir")
     ap.add_argument("--gzip", action=argparse.BooleanOptionalAction, default=True)
@@ -236,8 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     dt = time.perf_counter() - t
     mb = sum(truth.bytes_per_rank.values()) / 1e6
     st = statistics.median(truth.step_time_us.values())
-    strag = (f"straggler rank {truth.straggler} late {truth.straggler_late_us:.0f} us"
-             if truth.straggler is not None else "no straggler")
-    print(f"{a.out_dir}: {sc.world_size} ranks x {truth.steps} steps, {mb / sc.world_size:.1f} MB/rank "
-          f"({mb:.1f} MB json) in {dt:.1f} s ({mb / dt:.0f} MB/s); step {st / 1000:.1f} ms; {strag}")
+    strag = (
+        f"straggler rank {truth.straggler} late {truth.straggler_late_us:.0f} us"
+        if truth.straggler is not None
+        else "no straggler"
+    )
+    print(
+        f"{a.out_dir}: {sc.world_size} ranks x {truth.steps} steps, {mb / sc.world_size:.1f} MB/rank "
+        f"({mb:.1f} MB json) in {dt:.1f} s ({mb / dt:.0f} MB/s); step {st / 1000:.1f} ms; {strag}"
+    )
     return 0

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from .scenario import Scenario
 
-HOSTS = ("gpu-a01.cluster_x", "gpu-a02.cluster_x")      # '_' and '.' inside a host name, as real ones have
+HOSTS = ("gpu-a01.cluster_x", "gpu-a02.cluster_x")  # '_' and '.' inside a host name, as real ones have
 T0_NS = 1_732_500_000_000_000_000
 
 
-def handler_layout(generated: Path, out: Path, sc: Scenario, naming: str = "handler",
-                   keep_host_name: bool = False) -> list[Path]:
+def handler_layout(
+    generated: Path, out: Path, sc: Scenario, naming: str = "handler", keep_host_name: bool = False
+) -> list[Path]:
     """Move ``generated``'s rank traces into ``out/node{n}/``; returns the node folders."""
     if sc.ranks_per_node <= 0:
         raise ValueError("handler_layout needs ranks_per_node > 0")
@@ -35,8 +36,11 @@ def handler_layout(generated: Path, out: Path, sc: Scenario, naming: str = "hand
         node = r // sc.ranks_per_node
         host = HOSTS[node] if node < len(HOSTS) else f"gpu-a{node + 1:02d}.cluster_x"
         pid = 4000 + r
-        name = (f"{host}_{pid}.{T0_NS + r}.pt.trace.json.gz" if naming == "handler"
-                else f"{pid}.{T0_NS + r}.pt.trace.json.gz")
+        name = (
+            f"{host}_{pid}.{T0_NS + r}.pt.trace.json.gz"
+            if naming == "handler"
+            else f"{pid}.{T0_NS + r}.pt.trace.json.gz"
+        )
         (nodes[node] / name).write_bytes(gzip.compress(json.dumps(doc).encode(), 1, mtime=0))
         src.unlink()
     return nodes

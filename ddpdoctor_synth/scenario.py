@@ -24,12 +24,12 @@ PHASES = ("dataloader_us", "h2d_us", "forward_us", "host_gap_us", "backward_us",
 class RankSpec:
     """Per-rank phase durations (µs) of one step."""
 
-    dataloader_us: float = 2000.0   # host waits in the DataLoader, GPU idle
-    h2d_us: float = 1000.0          # HtoD memcpy of the batch
-    forward_us: float = 28000.0     # forward compute kernels
-    host_gap_us: float = 2000.0     # GPU idle while the host runs CPU-only ops (launch-bound)
-    backward_us: float = 56000.0    # backward compute kernels
-    optimizer_us: float = 6000.0    # optimizer compute kernels
+    dataloader_us: float = 2000.0  # host waits in the DataLoader, GPU idle
+    h2d_us: float = 1000.0  # HtoD memcpy of the batch
+    forward_us: float = 28000.0  # forward compute kernels
+    host_gap_us: float = 2000.0  # GPU idle while the host runs CPU-only ops (launch-bound)
+    backward_us: float = 56000.0  # backward compute kernels
+    optimizer_us: float = 6000.0  # optimizer compute kernels
 
 
 _SPEC_DEFAULTS = RankSpec()
@@ -40,7 +40,7 @@ class Scenario:
     """A synthetic multi-rank run; every field has a default (a ≈100 ms step on 4 ranks)."""
 
     world_size: int = 4
-    steps: int = 5                  # profiled steps, ProfilerStep#{first_step + i}
+    steps: int = 5  # profiled steps, ProfilerStep#{first_step + i}
     first_step: int = 10
     # default RankSpec of every rank
     dataloader_us: float = _SPEC_DEFAULTS.dataloader_us
@@ -50,22 +50,22 @@ class Scenario:
     backward_us: float = _SPEC_DEFAULTS.backward_us
     optimizer_us: float = _SPEC_DEFAULTS.optimizer_us
     # communication (the same on every rank: a collective is one transfer)
-    buckets: int = 4                # all-reduces per step
-    comm_us: float = 20000.0        # total transfer time of all buckets per step
-    comm_overlap: float = 0.75      # fraction of comm_us that runs under backward kernels
+    buckets: int = 4  # all-reduces per step
+    comm_us: float = 20000.0  # total transfer time of all buckets per step
+    comm_overlap: float = 0.75  # fraction of comm_us that runs under backward kernels
     # straggler: that rank's forward is longer by straggler_extra_us every step
     straggler_rank: int | None = None
     straggler_extra_us: float = 0.0
     # size and shape of the trace
-    kernel_us: float = 50.0         # typical kernel length
+    kernel_us: float = 50.0  # typical kernel length
     filler_cpu_ops_per_kernel: int = 0
     seed: int = 0
-    target_mb_per_rank: float | None = None   # uncompressed JSON MB per rank; sets steps
+    target_mb_per_rank: float | None = None  # uncompressed JSON MB per rank; sets steps
     # nodes: ranks r*ranks_per_node.. on host "node{n}" (0 = no host names written); node n's clock
     # reads node_skew_ms[n] ms ahead of the true time (missing entries: 0), as NTP leaves it
     ranks_per_node: int = 0
     node_skew_ms: list[float] = field(default_factory=list)
-    end_jitter_us: float = 0.0      # noise (σ) on each rank's recorded all-reduce kernel ends
+    end_jitter_us: float = 0.0  # noise (σ) on each rank's recorded all-reduce kernel ends
     # KB of float32 gradients in every all-reduce's record ("In msg nelems"); None: what comm_us moves at
     # 100 GB/s (bandwidth-bound). A latency-bound job sends small messages that still take comm_us
     bucket_kb: float | None = None
@@ -121,8 +121,9 @@ class Scenario:
             raise ValueError("ranks_per_node must be >= 0")
         nodes = -(-self.world_size // self.ranks_per_node) if self.ranks_per_node else 0
         if self.node_skew_ms and len(self.node_skew_ms) > nodes:
-            raise ValueError(f"node_skew_ms has {len(self.node_skew_ms)} entries for {nodes} node(s) "
-                             "(set ranks_per_node)")
+            raise ValueError(
+                f"node_skew_ms has {len(self.node_skew_ms)} entries for {nodes} node(s) (set ranks_per_node)"
+            )
         if any(not (math.isfinite(x) and abs(x) <= 1000.0) for x in self.node_skew_ms):
             raise ValueError("node_skew_ms entries must be finite, within ±1000 ms")
         if self.target_mb_per_rank is not None and self.target_mb_per_rank <= 0:
@@ -248,11 +249,18 @@ def fixed_host_idle_us(kernel_us: float, h2d_us: float) -> float:
     return idle / 1000.0
 
 
-def scenario_from_shares(step_us: float = 100000.0, dataloader: float = 0.30, comm: float = 0.40,
-                         comm_exposed: float = 0.20, host_idle: float = 0.0, memcpy: float = 0.01,
-                         compute_split: tuple[float, float, float] = (0.30, 0.62, 0.08),
-                         straggler_rank: int | None = None, straggler_extra_us: float = 0.0,
-                         **kwargs: Any) -> Scenario:
+def scenario_from_shares(
+    step_us: float = 100000.0,
+    dataloader: float = 0.30,
+    comm: float = 0.40,
+    comm_exposed: float = 0.20,
+    host_idle: float = 0.0,
+    memcpy: float = 0.01,
+    compute_split: tuple[float, float, float] = (0.30, 0.62, 0.08),
+    straggler_rank: int | None = None,
+    straggler_extra_us: float = 0.0,
+    **kwargs: Any,
+) -> Scenario:
     """Durations that give the target shares of ``step_us`` on every non-straggler rank.
 
     ``comm`` and ``comm_exposed`` are what a non-straggler rank shows, i.e. they include the
@@ -263,8 +271,13 @@ def scenario_from_shares(step_us: float = 100000.0, dataloader: float = 0.30, co
     Other keyword arguments go to :class:`Scenario` (world_size, steps, buckets, kernel_us...).
     """
     e = float(straggler_extra_us) if straggler_rank is not None else 0.0
-    for n, v in (("dataloader", dataloader), ("comm", comm), ("comm_exposed", comm_exposed),
-                 ("host_idle", host_idle), ("memcpy", memcpy)):
+    for n, v in (
+        ("dataloader", dataloader),
+        ("comm", comm),
+        ("comm_exposed", comm_exposed),
+        ("host_idle", host_idle),
+        ("memcpy", memcpy),
+    ):
         if not 0.0 <= v <= 1.0:
             raise ValueError(f"{n} share must be within 0..1")
     if comm_exposed > comm:
@@ -273,8 +286,10 @@ def scenario_from_shares(step_us: float = 100000.0, dataloader: float = 0.30, co
     # the others wait for the straggler inside their NCCL kernels, after their own backward
     comm_total, exposed = comm * step_us - e, comm_exposed * step_us - e
     if exposed < 0:
-        raise ValueError("the straggler's wait is exposed comm on the other ranks: "
-                         "comm_exposed * step_us must be >= straggler_extra_us")
+        raise ValueError(
+            "the straggler's wait is exposed comm on the other ranks: "
+            "comm_exposed * step_us must be >= straggler_extra_us"
+        )
     kernel_us = float(kwargs.get("kernel_us", Scenario.kernel_us))
     fixed = fixed_host_idle_us(kernel_us, h2d)
     host_gap = max(0.0, host_idle * step_us - fixed)
@@ -287,10 +302,21 @@ def scenario_from_shares(step_us: float = 100000.0, dataloader: float = 0.30, co
     opt = compute - fwd - bwd
     overlapped = comm_total - exposed
     if comm_total > 0 and overlapped > bwd - 8 * launch_unit_ns(kernel_us) / 1000.0:
-        raise ValueError("overlapped comm does not fit under the backward kernels; "
-                         "lower comm - comm_exposed or raise the backward share")
+        raise ValueError(
+            "overlapped comm does not fit under the backward kernels; "
+            "lower comm - comm_exposed or raise the backward share"
+        )
     kwargs.setdefault("name", "from_shares")
-    return Scenario(dataloader_us=dl, h2d_us=h2d, forward_us=fwd, host_gap_us=host_gap,
-                    backward_us=bwd, optimizer_us=opt, comm_us=max(comm_total, 0.0),
-                    comm_overlap=(overlapped / comm_total) if comm_total > 0 else 0.0,
-                    straggler_rank=straggler_rank, straggler_extra_us=e, **kwargs)
+    return Scenario(
+        dataloader_us=dl,
+        h2d_us=h2d,
+        forward_us=fwd,
+        host_gap_us=host_gap,
+        backward_us=bwd,
+        optimizer_us=opt,
+        comm_us=max(comm_total, 0.0),
+        comm_overlap=(overlapped / comm_total) if comm_total > 0 else 0.0,
+        straggler_rank=straggler_rank,
+        straggler_extra_us=e,
+        **kwargs,
+    )

@@ -17,7 +17,7 @@ import numpy as np
 
 from .scenario import RankSpec, Scenario, launch_unit_ns
 
-T0_NS = 10_000_000_000          # first step starts 10 s after baseTimeNanoseconds
+T0_NS = 10_000_000_000  # first step starts 10 s after baseTimeNanoseconds
 _I64 = np.int64
 
 
@@ -29,9 +29,9 @@ def ns(us: float) -> int:
 class Run:
     """Back-to-back kernels on one stream launched from one host thread."""
 
-    gs: np.ndarray       # kernel starts (ns)
-    d: np.ndarray        # kernel durations (ns)
-    op_s: np.ndarray     # launching host op spans, contiguous
+    gs: np.ndarray  # kernel starts (ns)
+    d: np.ndarray  # kernel durations (ns)
+    op_s: np.ndarray  # launching host op spans, contiguous
     op_e: np.ndarray
 
     @property
@@ -66,21 +66,21 @@ def split(total: int, kernel_ns: int, rng: np.random.Generator) -> np.ndarray:
 @dataclass(slots=True)
 class RankStep:
     rank: int
-    step: int                      # index among the profiled steps
-    S: int                         # step (and CPU span) start
-    E: int = 0                     # step end = end of its last GPU activity
-    main: int = 0                  # main-thread cursor while laying out
-    B1: int = 0                    # end of the backward kernels
+    step: int  # index among the profiled steps
+    S: int  # step (and CPU span) start
+    E: int = 0  # step end = end of its last GPU activity
+    main: int = 0  # main-thread cursor while laying out
+    B1: int = 0  # end of the backward kernels
     dl: tuple[int, int] | None = None
-    h2d: tuple[int, int, int, int] | None = None       # op_s, op_e, gpu start, dur
+    h2d: tuple[int, int, int, int] | None = None  # op_s, op_e, gpu start, dur
     fwd: Run | None = None
     fwd_ann: tuple[int, int] = (0, 0)
-    cpu_ops: list[tuple[int, int]] = field(default_factory=list)   # CPU-only ops, main thread
+    cpu_ops: list[tuple[int, int]] = field(default_factory=list)  # CPU-only ops, main thread
     bwd: Run | None = None
     bwd_launch: dict[int, list[int]] = field(default_factory=dict)  # kernel idx -> buckets
     nccl_slot: list[tuple[int, int]] = field(default_factory=list)  # host span of nccl:all_reduce
     ready: list[int] = field(default_factory=list)
-    nccl: list[tuple[int, int]] = field(default_factory=list)       # GPU start, end
+    nccl: list[tuple[int, int]] = field(default_factory=list)  # GPU start, end
     opt: Run | None = None
     opt_ann: tuple[int, int] = (0, 0)
     zero_grad: tuple[int, int] = (0, 0)
@@ -157,7 +157,7 @@ class Layout:
         rs.B1 = B1
         if B1 <= B0:
             return
-        L = 8 * h               # shortest stretch between two bucket boundaries
+        L = 8 * h  # shortest stretch between two bucket boundaries
         snapped: list[int] = []
         if self.T:
             C = sum(self.T)
@@ -226,8 +226,7 @@ class Layout:
             s = max(rs.main, o0 - h)
             rs.opt_ann = (s, s + h)
             rs.cpu_ops.append(rs.opt_ann)
-            gpu_end = max(chain_end, rs.B1, rs.fwd.end if rs.fwd else 0,
-                          rs.h2d[2] + rs.h2d[3] if rs.h2d else 0)
+            gpu_end = max(chain_end, rs.B1, rs.fwd.end if rs.fwd else 0, rs.h2d[2] + rs.h2d[3] if rs.h2d else 0)
         main = rs.opt_ann[1]
         rs.zero_grad = (main, main + h)
         main += h
@@ -255,8 +254,10 @@ def union_len(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> int:
 def _cat(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     if not parts:
         return np.zeros(0, _I64), np.zeros(0, _I64)
-    return (np.concatenate([np.asarray(p[0], _I64).ravel() for p in parts]),
-            np.concatenate([np.asarray(p[1], _I64).ravel() for p in parts]))
+    return (
+        np.concatenate([np.asarray(p[0], _I64).ravel() for p in parts]),
+        np.concatenate([np.asarray(p[1], _I64).ravel() for p in parts]),
+    )
 
 
 def _pairs(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -272,8 +273,11 @@ def measure(rs: RankStep) -> dict[str, int]:
     comm = _pairs(rs.nccl)
     mem = _pairs([(rs.h2d[2], rs.h2d[2] + rs.h2d[3])] if rs.h2d else [])
     dl = _pairs([rs.dl] if rs.dl else [])
-    host = _cat([(r.op_s, r.op_e) for r in runs] + [_pairs(rs.cpu_ops), _pairs([rs.sync])]
-                + ([_pairs([rs.h2d[:2]])] if rs.h2d else []))
+    host = _cat(
+        [(r.op_s, r.op_e) for r in runs]
+        + [_pairs(rs.cpu_ops), _pairs([rs.sync])]
+        + ([_pairs([rs.h2d[:2]])] if rs.h2d else [])
+    )
     c_n = _cat([comp, comm])
     gpu = _cat([c_n, mem])
     g_d = _cat([gpu, dl])
@@ -296,6 +300,12 @@ def measure(rs: RankStep) -> dict[str, int]:
         "backward": U((rs.bwd.op_s, rs.bwd.op_e)) if rs.bwd is not None else 0,
         "optimizer": U(_pairs([rs.opt_ann])),
     }
-    out["other"] = (out["step_time"] - out["compute"] - out["comm_exposed"] - out["memcpy"]
-                    - out["dataloader_wait"] - out["host_idle"])
+    out["other"] = (
+        out["step_time"]
+        - out["compute"]
+        - out["comm_exposed"]
+        - out["memcpy"]
+        - out["dataloader_wait"]
+        - out["host_idle"]
+    )
     return out

@@ -13,8 +13,10 @@ REAL = Path(__file__).resolve().parents[1].parent / "shared" / "real_traces"
 def real_traces() -> Path:
     root = Path(os.environ.get("DDPDOCTOR_REAL_TRACES", REAL))
     if not root.is_dir():
-        pytest.skip(f"real traces not found at {root} (the shared/ folder sits beside the project in "
-                    f"development and CI; set DDPDOCTOR_REAL_TRACES to point elsewhere)")
+        pytest.skip(
+            f"real traces not found at {root} (the shared/ folder sits beside the project in "
+            f"development and CI; set DDPDOCTOR_REAL_TRACES to point elsewhere)"
+        )
     return root
 
 

@@ -29,6 +29,7 @@ acc = _load_accuracy()
 
 # ---------------------------------------------------------------- headers and README
 
+
 def test_every_scenario_has_a_valid_header_and_a_cause():
     exps = acc.load_scenarios()
     assert len(exps) >= 20
@@ -37,10 +38,12 @@ def test_every_scenario_has_a_valid_header_and_a_cause():
         doc = ast.get_docstring(ast.parse(text))
         assert doc and doc.split(":")[0] in ("Cause", "Healthy, must NOT be flagged", "Healthy"), e.name
         assert "torchrun --standalone --nproc_per_node=2 examples/scenarios/" + e.name + ".py" in doc
-        for line in text.splitlines():       # a real mechanism, not sleep: a sleep may only model a remote wait
+        for line in text.splitlines():  # a real mechanism, not sleep: a sleep may only model a remote wait
             if re.search(r"\btime\.sleep\(", line):
                 comment = line.partition("#")[2].lower()
-                assert any(w in comment for w in ("storage", "network", "remote")), f"{e.name}: sleep is not a mechanism: {line.strip()}"
+                assert any(w in comment for w in ("storage", "network", "remote")), (
+                    f"{e.name}: sleep is not a mechanism: {line.strip()}"
+                )
         assert "torchvision" not in text
     verdicts = {e.verdict for e in exps}
     assert {"dataloader", "communication", "compute", "imbalance"} <= verdicts
@@ -67,13 +70,19 @@ def test_readme_table_agrees_with_headers():
         assert absent.split() == (e.absent or ["-"]), name
 
 
-@pytest.mark.parametrize("header, message", [
-    ("# expect-verdict: dataloader\n# expect-rule: DL001\n", "first-fix"),
-    ("# expect-verdict: slow\n# expect-rule: DL001\n# expect-first-fix: x\n", "not one of"),
-    ("# expect-verdict: compute\n# expect-rule: bogus\n# expect-first-fix: x\n", "neither a rule id"),
-    ("# expect-verdict: compute\n# expect-rule: category:\n# expect-first-fix: x\n", "empty category"),
-    ("# expect-verdict: compute\n# expect-rule: CP001\n# expect-first-fix: -\n# expect-colour: red\n", "unknown header"),
-])
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        ("# expect-verdict: dataloader\n# expect-rule: DL001\n", "first-fix"),
+        ("# expect-verdict: slow\n# expect-rule: DL001\n# expect-first-fix: x\n", "not one of"),
+        ("# expect-verdict: compute\n# expect-rule: bogus\n# expect-first-fix: x\n", "neither a rule id"),
+        ("# expect-verdict: compute\n# expect-rule: category:\n# expect-first-fix: x\n", "empty category"),
+        (
+            "# expect-verdict: compute\n# expect-rule: CP001\n# expect-first-fix: -\n# expect-colour: red\n",
+            "unknown header",
+        ),
+    ],
+)
 def test_bad_headers_are_rejected(tmp_path, header, message):
     p = tmp_path / "bad.py"
     p.write_text(header + '"""Cause: x"""\n', encoding="utf-8")
@@ -83,12 +92,15 @@ def test_bad_headers_are_rejected(tmp_path, header, message):
 
 def test_header_stops_at_first_code_line(tmp_path):
     p = tmp_path / "late.py"
-    p.write_text('"""doc"""\n# expect-verdict: compute\n# expect-rule: CP001\n# expect-first-fix: -\n', encoding="utf-8")
+    p.write_text(
+        '"""doc"""\n# expect-verdict: compute\n# expect-rule: CP001\n# expect-first-fix: -\n', encoding="utf-8"
+    )
     with pytest.raises(acc.HeaderError, match="missing"):
         acc.parse_header(p)
 
 
 # ---------------------------------------------------------------- scoring
+
 
 def _exp(**kw):
     base = dict(name="s", kind="cpu", verdict="dataloader", rule="DL001", first_fix="num_workers")
@@ -101,13 +113,17 @@ def _fix(title, change="", knob=None, value=None):
 
 
 def _diag(bottleneck, rule, findings):
-    return {"verdict": {"bottleneck": bottleneck, "rule": rule, "label": f"{bottleneck}-bound",
-                        "confidence_label": "high"},
-            "findings": [{"rule": r, "category": c, "fixes": fixes} for r, c, fixes in findings]}
+    return {
+        "verdict": {"bottleneck": bottleneck, "rule": rule, "label": f"{bottleneck}-bound", "confidence_label": "high"},
+        "findings": [{"rule": r, "category": c, "fixes": fixes} for r, c, fixes in findings],
+    }
 
 
-DL_RIGHT = _diag("dataloader", "DL001", [("DL001", "dataloader", [_fix("Load batches in 4 workers",
-                                                                      knob="dataloader.num_workers", value="4")])])
+DL_RIGHT = _diag(
+    "dataloader",
+    "DL001",
+    [("DL001", "dataloader", [_fix("Load batches in 4 workers", knob="dataloader.num_workers", value="4")])],
+)
 
 
 def test_score_right_answer():
@@ -116,17 +132,26 @@ def test_score_right_answer():
 
 
 def test_score_wrong_verdict_rule_and_fix():
-    d = _diag("imbalance", "IM001", [("IM001", "imbalance", [_fix("Rank 1 computes longer")]),
-                                     ("DL001", "dataloader", [_fix("Load batches in workers", knob="dataloader.num_workers")])])
+    d = _diag(
+        "imbalance",
+        "IM001",
+        [
+            ("IM001", "imbalance", [_fix("Rank 1 computes longer")]),
+            ("DL001", "dataloader", [_fix("Load batches in workers", knob="dataloader.num_workers")]),
+        ],
+    )
     s = acc.score(_exp(), d)
     assert s["verdict"] == "imbalance" and s["verdict_ok"] is False
-    assert s["rule_ok"] is False                      # DL001 fired but is not the verdict's rule
+    assert s["rule_ok"] is False  # DL001 fired but is not the verdict's rule
     assert s["judged_rule"] == "IM001" and s["fix_ok"] is False
 
 
 def test_score_first_fix_is_the_first_one_only_and_case_sensitive():
-    d = _diag("dataloader", "DL001", [("DL001", "dataloader", [_fix("Only 1 CPU per rank: make each batch cheaper"),
-                                                               _fix("Use num_workers=4")])])
+    d = _diag(
+        "dataloader",
+        "DL001",
+        [("DL001", "dataloader", [_fix("Only 1 CPU per rank: make each batch cheaper"), _fix("Use num_workers=4")])],
+    )
     assert acc.score(_exp(), d)["fix_ok"] is False
     d2 = _diag("dataloader", "DL001", [("DL001", "dataloader", [_fix("Use NUM_WORKERS")])])
     assert acc.score(_exp(), d2)["fix_ok"] is False
@@ -138,8 +163,14 @@ def test_score_no_verdict_is_none():
 
 
 def test_score_failed_run_is_a_failure_verdict_whatever_the_window_bottleneck():
-    d = _diag("communication", "CM001", [("CM001", "communication", [_fix("Use larger buckets")]),
-                                         ("FL016", "failure", [_fix("Wrap the loop in Join([model])")])])
+    d = _diag(
+        "communication",
+        "CM001",
+        [
+            ("CM001", "communication", [_fix("Use larger buckets")]),
+            ("FL016", "failure", [_fix("Wrap the loop in Join([model])")]),
+        ],
+    )
     d["verdict"]["failed"] = True
     s = acc.score(_exp(verdict="failure", rule="category:failure", first_fix="Join"), d)
     assert (s["verdict"], s["verdict_ok"], s["rule_ok"], s["fix_ok"]) == ("failure", True, True, True)
@@ -148,45 +179,79 @@ def test_score_failed_run_is_a_failure_verdict_whatever_the_window_bottleneck():
 
 
 def test_score_config_rule_next_to_a_compute_verdict():
-    d = _diag("compute", "CP001", [("CP001", "compute", [_fix("Compile the model")]),
-                                   ("CF001", "config", [_fix("Shard the data with DistributedSampler")])])
+    d = _diag(
+        "compute",
+        "CP001",
+        [
+            ("CP001", "compute", [_fix("Compile the model")]),
+            ("CF001", "config", [_fix("Shard the data with DistributedSampler")]),
+        ],
+    )
     s = acc.score(_exp(verdict="compute", rule="CF001", first_fix="DistributedSampler"), d)
     assert (s["verdict_ok"], s["rule_ok"], s["fix_ok"]) == (True, True, True)
 
 
 def test_score_absent_rule_makes_the_rule_wrong():
-    d = _diag("compute", "CP001", [("CP001", "compute", [_fix("Compile the model")]),
-                                   ("CF001", "config", [_fix("Shard the data with DistributedSampler")])])
+    d = _diag(
+        "compute",
+        "CP001",
+        [
+            ("CP001", "compute", [_fix("Compile the model")]),
+            ("CF001", "config", [_fix("Shard the data with DistributedSampler")]),
+        ],
+    )
     s = acc.score(_exp(verdict="compute", rule="CP001", first_fix="-", absent=["CF001"]), d)
     assert s["verdict_ok"] is True and s["rule_ok"] is False and s["unwanted"] == ["CF001"]
     assert s["fix_ok"] is None
 
 
 def test_score_category_expectation():
-    d = _diag("communication", "CM009", [("CM009", "communication", [_fix("Wrap the first 7 micro-batches in no_sync()")])])
+    d = _diag(
+        "communication", "CM009", [("CM009", "communication", [_fix("Wrap the first 7 micro-batches in no_sync()")])]
+    )
     s = acc.score(_exp(verdict="communication", rule="category:communication", first_fix="no_sync"), d)
     assert (s["rule_ok"], s["fix_ok"]) == (True, True)
     d2 = _diag("communication", "CM001", [("CM001", "communication", [_fix("Use smaller gradient buckets")])])
     s2 = acc.score(_exp(verdict="communication", rule="category:communication", first_fix="no_sync"), d2)
     assert (s2["rule_ok"], s2["fix_ok"]) == (True, False)
-    d3 = _diag("compute", "CP001", [("CP001", "compute", [_fix("x")]), ("HC001", "host", [_fix("fewer threads per rank")])])
+    d3 = _diag(
+        "compute", "CP001", [("CP001", "compute", [_fix("x")]), ("HC001", "host", [_fix("fewer threads per rank")])]
+    )
     assert acc.score(_exp(verdict="compute", rule="category:host", first_fix="threads"), d3)["fix_ok"] is True
 
 
 # ---------------------------------------------------------------- tables
 
+
 def _rec(name, cond, rep, verdict, ok, fix_ok, rule="DL001"):
-    return {"name": name, "kind": "cpu", "condition": cond, "repeat": rep, "seconds": 5.0, "error": "",
-            "verdict": verdict, "verdict_ok": ok, "rule_ok": ok, "fix_ok": fix_ok, "judged_rule": rule,
-            "first_fix": "Load batches in 4 workers"}
+    return {
+        "name": name,
+        "kind": "cpu",
+        "condition": cond,
+        "repeat": rep,
+        "seconds": 5.0,
+        "error": "",
+        "verdict": verdict,
+        "verdict_ok": ok,
+        "rule_ok": ok,
+        "fix_ok": fix_ok,
+        "judged_rule": rule,
+        "first_fix": "Load batches in 4 workers",
+    }
 
 
 def test_summarize_and_markdown():
     exps = [_exp(name="a"), _exp(name="b", verdict="compute", rule="CP001", first_fix="-")]
-    results = [_rec("a", "idle", 0, "dataloader", True, True), _rec("a", "idle", 1, "dataloader", True, False),
-               _rec("a", "busy", 0, "imbalance", False, False, "IM001"), _rec("a", "busy", 1, "dataloader", True, True),
-               _rec("b", "idle", 0, "compute", True, None, "CP001"), _rec("b", "idle", 1, "compute", True, None, "CP001"),
-               _rec("b", "busy", 0, "compute", True, None, "CP001"), _rec("b", "busy", 1, "compute", True, None, "CP001")]
+    results = [
+        _rec("a", "idle", 0, "dataloader", True, True),
+        _rec("a", "idle", 1, "dataloader", True, False),
+        _rec("a", "busy", 0, "imbalance", False, False, "IM001"),
+        _rec("a", "busy", 1, "dataloader", True, True),
+        _rec("b", "idle", 0, "compute", True, None, "CP001"),
+        _rec("b", "idle", 1, "compute", True, None, "CP001"),
+        _rec("b", "busy", 0, "compute", True, None, "CP001"),
+        _rec("b", "busy", 1, "compute", True, None, "CP001"),
+    ]
     rows, totals = acc.summarize(exps, results)
     assert len(rows) == 4
     a_busy = next(r for r in rows if r["name"] == "a" and r["condition"] == "busy")
@@ -195,8 +260,16 @@ def test_summarize_and_markdown():
     assert totals["idle"]["verdict_accuracy"] == 1.0 and totals["idle"]["first_fix_accuracy"] == 0.5
     assert totals["idle"]["first_fix_scored"] == 2 and totals["idle"]["repeatability"] == 1.0
     assert totals["busy"]["verdict_accuracy"] == 0.75 and totals["busy"]["repeatability"] == 0.5
-    md = acc.render_markdown(rows, totals, {"date": "2026-01-01 00:00", "commit": "abc1234",
-                                            "command": "python benchmarks/accuracy.py", "machine": "2 CPU(s)"})
+    md = acc.render_markdown(
+        rows,
+        totals,
+        {
+            "date": "2026-01-01 00:00",
+            "commit": "abc1234",
+            "command": "python benchmarks/accuracy.py",
+            "machine": "2 CPU(s)",
+        },
+    )
     assert "`abc1234`" in md and "`python benchmarks/accuracy.py`" in md and "2026-01-01" in md
     assert "| busy | 4 | 2 | 75 % |" in md and "| idle | 4 | 2 | 100 % |" in md
     assert "| a | busy | dataloader | imbalance, dataloader | 1/2 |" in md and "| NO |" in md
@@ -205,7 +278,9 @@ def test_summarize_and_markdown():
 
 def test_estimate_and_cli_errors(capsys):
     exps = acc.load_scenarios()
-    assert acc.estimate_seconds(exps, ["idle", "busy"], 3) <= 60 * 60      # 41 CPU jobs: the whole matrix fits a working session
+    assert (
+        acc.estimate_seconds(exps, ["idle", "busy"], 3) <= 60 * 60
+    )  # 41 CPU jobs: the whole matrix fits a working session
     assert acc.main(["--only", "no-such-scenario", "--out", "-", "--no-synthetic"]) == 2
     assert acc.main(["--repeat", "0", "--out", "-"]) == 2
     assert "no scenario matches" in capsys.readouterr().err
@@ -213,10 +288,12 @@ def test_estimate_and_cli_errors(capsys):
 
 # ---------------------------------------------------------------- synthetic list
 
+
 def test_synthetic_list_forms(tmp_path):
     (tmp_path / "one.toml").write_text('name = "file_form"\nworld_size = 2\nsteps = 3\n', encoding="utf-8")
     lst = tmp_path / "scenarios_synthetic.toml"
-    lst.write_text('''
+    lst.write_text(
+        """
 [[scenario]]
 name = "table_form"
 expected_verdict = "dataloader"
@@ -233,7 +310,9 @@ scenario = "one.toml"
 name = "packaged"
 expected_verdict = "dataloader"
 scenario = "dataloader_bound"
-''', encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     exps = acc.load_synthetic(lst)
     assert [e.name for e in exps] == ["synth:table_form", "synth:file_form", "synth:packaged"]
     assert exps[0].synth["dataloader_us"] == 30000.0 and exps[0].first_fix == "num_workers"
@@ -247,8 +326,14 @@ scenario = "dataloader_bound"
 
 def test_synthetic_smoke_run():
     """One synthetic scenario through generate + `ddpdoctor analyze --json` + scoring (no torch)."""
-    exp = acc.Expectation(name="synth:dl", kind="synthetic", verdict="dataloader", rule="DL001", first_fix="-",
-                          synth={"name": "dl", "world_size": 2, "steps": 3, "dataloader_us": 30000.0})
+    exp = acc.Expectation(
+        name="synth:dl",
+        kind="synthetic",
+        verdict="dataloader",
+        rule="DL001",
+        first_fix="-",
+        synth={"name": "dl", "world_size": 2, "steps": 3, "dataloader_us": 30000.0},
+    )
     rec = acc.run_one(exp, "idle", 0)
     assert rec["error"] == ""
     assert rec["verdict"] == "dataloader" and rec["verdict_ok"] is True and rec["judged_rule"] == "DL001"
@@ -258,10 +343,24 @@ def test_synthetic_smoke_run():
 def test_rerender_from_raw_json(tmp_path):
     exps = [_exp(name="a")]
     rec = _rec("a", "idle", 0, "dataloader", True, True)
-    rec["evidence"] = {"ranks": {"0": {"step_ms": 36.6, "collectives_per_step": 1.0, "dataloader_wait": 0.63,
-                                       "compute": 0.23, "comm_exposed": 0.01, "comm_sync_wait": None, "other": 0.04}}}
-    raw = {"meta": {"date": "2026-01-01 00:00", "commit": "abc1234", "command": "python benchmarks/accuracy.py --idle"},
-           "expectations": [acc.asdict(e) for e in exps], "results": [rec]}
+    rec["evidence"] = {
+        "ranks": {
+            "0": {
+                "step_ms": 36.6,
+                "collectives_per_step": 1.0,
+                "dataloader_wait": 0.63,
+                "compute": 0.23,
+                "comm_exposed": 0.01,
+                "comm_sync_wait": None,
+                "other": 0.04,
+            }
+        }
+    }
+    raw = {
+        "meta": {"date": "2026-01-01 00:00", "commit": "abc1234", "command": "python benchmarks/accuracy.py --idle"},
+        "expectations": [acc.asdict(e) for e in exps],
+        "results": [rec],
+    }
     src = tmp_path / "raw.json"
     src.write_text(acc.json.dumps(raw), encoding="utf-8")
     out = tmp_path / "ACCURACY.md"

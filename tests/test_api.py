@@ -30,22 +30,37 @@ def _without_timing(d):
 @pytest.fixture(scope="module")
 def cli_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "rep"
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(SAMPLE), "--report", str(out), "-q"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(SAMPLE), "--report", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     return out
 
 
 def test_the_surface_is_what_all_says():
-    for name in ("analyze", "load", "compare", "Document", "Comparison", "InputError", "FailedRunError",
-                 "UnreachableError", "DDPDoctorError"):
+    for name in (
+        "analyze",
+        "load",
+        "compare",
+        "Document",
+        "Comparison",
+        "InputError",
+        "FailedRunError",
+        "UnreachableError",
+        "DDPDoctorError",
+    ):
         assert name in ddpdoctor.__all__ and hasattr(ddpdoctor, name), name
     assert all(hasattr(ddpdoctor, n) for n in ddpdoctor.__all__)
 
 
 def test_import_is_light():
-    code = ("import sys, ddpdoctor; heavy = [m for m in ('torch', 'numpy', 'pandas', 'matplotlib', 'click', 'rich', "
-            "'msgspec') if m in sys.modules]; print(heavy)")
+    code = (
+        "import sys, ddpdoctor; heavy = [m for m in ('torch', 'numpy', 'pandas', 'matplotlib', 'click', 'rich', "
+        "'msgspec') if m in sys.modules]; print(heavy)"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr
 
@@ -73,7 +88,7 @@ def test_options_reach_the_pipeline(capfd):
     part = ddpdoctor.analyze([str(SAMPLE)], ranks="0-1", overrides={"DL001.min_wait_share": 0.9}, hta="off")
     d = part.to_dict()
     assert d["partial"] is True and sorted(d["analysis"]["ranks"]) == ["0", "1"]
-    assert "DL001" not in [f.rule for f in part.findings]      # its threshold raised above the 30 % wait
+    assert "DL001" not in [f.rule for f in part.findings]  # its threshold raised above the 30 % wait
     assert capfd.readouterr() == ("", "")
     # the override lasted one call
     assert "DL001" in [f.rule for f in ddpdoctor.analyze(SAMPLE, hta="off").findings]
@@ -84,8 +99,12 @@ def test_load_reads_report_json_folder_and_bundle_archive(cli_report, tmp_path, 
     assert ddpdoctor.load(cli_report / "report.json").to_dict() == cli
     assert ddpdoctor.load(str(cli_report)).to_dict() == cli
     archive = tmp_path / "ticket.tar.gz"
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "bundle", str(cli_report), "-o", str(archive), "-q"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "bundle", str(cli_report), "-o", str(archive), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     capfd.readouterr()
     with tarfile.open(archive) as tf:
@@ -101,7 +120,7 @@ def test_compare_takes_documents_dicts_and_paths(cli_report, capfd):
     c2 = ddpdoctor.compare(doc.to_dict(), doc, max_regression=-1.0)
     assert capfd.readouterr() == ("", "")
     assert c.speedup == pytest.approx(1.0) and not c.regressed and not c.verdict_moved
-    assert c2.regressed is True             # +0.0 % is above a limit of -1 %: the CLI would exit 1
+    assert c2.regressed is True  # +0.0 % is above a limit of -1 %: the CLI would exit 1
     assert c.to_dict()["schema"] == "ddpdoctor.compare/1" and "step time" in c.render("text")
     assert "|" in c.render("markdown") and json.loads(c.render("json"))["speedup"] == c.speedup
 
@@ -124,13 +143,15 @@ def test_errors_are_exceptions_with_the_cli_exit_codes(tmp_path, capfd):
     with pytest.raises(ddpdoctor.InputError):
         ddpdoctor.analyze([])
     with pytest.raises(ddpdoctor.InputError):
-        ddpdoctor.load(ROOT / "sample_traces")             # a folder of traces: load never analyzes
+        ddpdoctor.load(ROOT / "sample_traces")  # a folder of traces: load never analyzes
     with pytest.raises(ddpdoctor.InputError):
         ddpdoctor.analyze(SAMPLE).render("pdf")
     assert capfd.readouterr() == ("", "")
 
 
-@pytest.mark.skipif(not FAILED_RUN_LOGS.is_dir(), reason="tests/real_logs case exit__tecogan-31 is not in this checkout")
+@pytest.mark.skipif(
+    not FAILED_RUN_LOGS.is_dir(), reason="tests/real_logs case exit__tecogan-31 is not in this checkout"
+)
 def test_a_failed_run_is_a_document_or_with_check_failed_run_error(capfd):
     doc = ddpdoctor.analyze(FAILED_RUN_LOGS)
     assert doc.failed and doc.exit_code == 3
@@ -151,8 +172,14 @@ def readme_api_example() -> str:
 def test_readme_api_example_runs():
     code = readme_api_example()
     assert "ddpdoctor.analyze(" in code and "ddpdoctor.load(" in code and "ddpdoctor.compare(" in code
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "COLUMNS": "80"})
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert res.returncode == 0, res.stderr
     shown = re.findall(r"^# prints: (.*)$", code, re.M)
     assert shown, "the example says what it prints"

@@ -1,13 +1,24 @@
 import pytest
+from tracebuilder import TraceBuilder, gpu_step_trace
 
 from ddpdoctor.metrics.breakdown import summarize
 from ddpdoctor.metrics.columns import PARTITION_GPU
 from ddpdoctor.trace.decode import load_rank_trace
-from tracebuilder import TraceBuilder, gpu_step_trace
 
-EXPECTED = {"step_time": 1000, "dataloader_wait": 300, "compute": 300, "comm": 300, "comm_exposed": 200,
-            "memcpy": 50, "gpu_busy": 550, "host_idle": 100, "other": 50, "forward": 100, "backward": 80,
-            "optimizer": 100}
+EXPECTED = {
+    "step_time": 1000,
+    "dataloader_wait": 300,
+    "compute": 300,
+    "comm": 300,
+    "comm_exposed": 200,
+    "memcpy": 50,
+    "gpu_busy": 550,
+    "host_idle": 100,
+    "other": 50,
+    "forward": 100,
+    "backward": 80,
+    "optimizer": 100,
+}
 
 
 def summary_of(builder, tmp_path, name="rank0.json", **kw):
@@ -28,15 +39,18 @@ def test_every_column_of_a_known_gpu_step(tmp_path, schema, gz):
     assert s.collectives.kind == ["all_reduce"]
 
 
-@pytest.mark.parametrize("name,extra,parent", [
-    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", None, "aten::mm"),
-    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", None, "aten::mm"),
-    ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", None, "nccl:all_reduce"),   # RCCL on ROCm
-    ("void dpsk::ep::internode::dispatch<false, 8>(int)", None, "aten::mm"),                 # DeepEP
-    ("my_fused_kernel", {"Collective name": "allreduce"}, "aten::mm"),                        # marked by args
-    ("my_fused_kernel", None, "record_param_comms"),                                          # marked by parent op
-    ("rcclKernel_Broadcast", None, "aten::mm"),
-])
+@pytest.mark.parametrize(
+    "name,extra,parent",
+    [
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", None, "aten::mm"),
+        ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", None, "aten::mm"),
+        ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", None, "nccl:all_reduce"),  # RCCL on ROCm
+        ("void dpsk::ep::internode::dispatch<false, 8>(int)", None, "aten::mm"),  # DeepEP
+        ("my_fused_kernel", {"Collective name": "allreduce"}, "aten::mm"),  # marked by args
+        ("my_fused_kernel", None, "record_param_comms"),  # marked by parent op
+        ("rcclKernel_Broadcast", None, "aten::mm"),
+    ],
+)
 def test_communication_kernels_are_recognized(tmp_path, name, extra, parent):
     b = TraceBuilder()
     b.step(1, 0, 100)
@@ -60,7 +74,7 @@ def test_step_extends_to_gpu_work_it_launched(tmp_path):
     b = TraceBuilder()
     b.step(1, 0, 100)
     b.step(2, 100, 200)
-    b.kernel("gemm", 90, 150, launch_at=50)     # launched in step 1, runs past its host end
+    b.kernel("gemm", 90, 150, launch_at=50)  # launched in step 1, runs past its host end
     b.kernel("gemm", 150, 180, launch_at=120)
     s = summary_of(b, tmp_path)
     assert [(w.start, w.end) for w in s.steps] == [(b.base, b.base + 150), (b.base + 150, b.base + 200)]
@@ -69,7 +83,7 @@ def test_step_extends_to_gpu_work_it_launched(tmp_path):
 def test_no_profiler_step_falls_back_to_optimizer_steps_then_span(tmp_path):
     b = TraceBuilder()
     for i in range(3):
-        b.annotation(f"Optimizer.step#SGD.step", 100 * i + 80, 100 * i + 100)
+        b.annotation("Optimizer.step#SGD.step", 100 * i + 80, 100 * i + 100)
         b.kernel("gemm", 100 * i + 10, 100 * i + 70)
     s = summary_of(b, tmp_path)
     assert s.step_source == "optimizer steps" and len(s.steps) == 2
@@ -85,10 +99,10 @@ def test_cpu_gloo_trace_fills_host_columns_and_leaves_gpu_columns_empty(tmp_path
     b = TraceBuilder(backend="gloo", world_size=2)
     b.step(1, 0, 1000)
     b.dataloader(0, 200)
-    b.op("aten::linear", 200, 500)                      # forward compute on the training thread
+    b.op("aten::linear", 200, 500)  # forward compute on the training thread
     b.op("autograd::engine::evaluate_function: AddmmBackward0", 500, 700)
-    b.annotation("gloo:all_reduce", 600, 900, tid=b.tid + 7)   # on gloo's worker thread
-    b.op("aten::add_", 900, 950)                        # optimizer after the training thread waited 700-900
+    b.annotation("gloo:all_reduce", 600, 900, tid=b.tid + 7)  # on gloo's worker thread
+    b.op("aten::add_", 900, 950)  # optimizer after the training thread waited 700-900
     s = summary_of(b, tmp_path)
     assert s.device_kind == "cpu" and s.comm_source == "host annotations"
     v = {k: x[0] for k, x in s.values.items()}
@@ -96,7 +110,7 @@ def test_cpu_gloo_trace_fills_host_columns_and_leaves_gpu_columns_empty(tmp_path
     assert v["dataloader_wait"] == pytest.approx(200)
     assert v["compute"] == pytest.approx(550)
     assert v["comm"] == pytest.approx(300)
-    assert v["comm_exposed"] == pytest.approx(200)      # 700-900: the training thread is blocked
+    assert v["comm_exposed"] == pytest.approx(200)  # 700-900: the training thread is blocked
     assert v["other"] == pytest.approx(50)
     assert s.collectives.kind == ["all_reduce"]
 
@@ -105,11 +119,13 @@ def test_odd_field_types_take_the_lenient_path(tmp_path):
     d = gpu_step_trace().to_dict()
     for ev in d["traceEvents"]:
         if ev.get("cat") == "kernel":
-            ev["args"]["stream"] = 7.0          # a float where every real trace has an int
+            ev["args"]["stream"] = 7.0  # a float where every real trace has an int
             ev["args"]["grid"] = {"odd": True}
-    d["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "weird", "pid": 4242, "tid": 4242,
-                             "ts": "not-a-number", "dur": None})
+    d["traceEvents"].append(
+        {"ph": "X", "cat": "cpu_op", "name": "weird", "pid": 4242, "tid": 4242, "ts": "not-a-number", "dur": None}
+    )
     import json
+
     p = tmp_path / "rank0.json"
     p.write_text(json.dumps(d))
     s = summarize(load_rank_trace(p), 0)
@@ -118,6 +134,7 @@ def test_odd_field_types_take_the_lenient_path(tmp_path):
 
 def test_bare_event_array_is_read(tmp_path):
     import json
+
     p = tmp_path / "rank0.json"
     p.write_text(json.dumps(gpu_step_trace().events))
     s = summarize(load_rank_trace(p, rank_hint=0), 0)
@@ -144,7 +161,7 @@ def test_allreduce_message_sizes_come_from_the_collective_records(tmp_path):
     assert len(rt.coll_messages) == 15 and set(rt.coll_messages.kind) == {"all_reduce"}
     ex = summarize(rt, 0).extras
     assert ex["allreduce_msgs_per_step"] == 5 and ex["allreduce_bytes_per_step"] == 5 * 16_000
-    assert ex["allreduce_elem_bytes"] == 4                    # "dtype": "Float"
+    assert ex["allreduce_elem_bytes"] == 4  # "dtype": "Float"
 
 
 def test_a_record_without_a_known_dtype_or_size_is_left_out(tmp_path):
@@ -163,8 +180,11 @@ def test_real_bf16_ddp_trace_gets_sized_buckets_and_no_16_bit_hook(real_traces):
     from ddpdoctor.diagnosis import run_analyze
     from ddpdoctor.rules_engine.registry import build_ruleset
 
-    r = run_analyze([str(real_traces / "tracelens_ddp_resnet_actckpt_8xMI300X_rank0")],
-                    AnalyzeOptions(jobs=1, hta="off"), build_ruleset(use_config=False))
+    r = run_analyze(
+        [str(real_traces / "tracelens_ddp_resnet_actckpt_8xMI300X_rank0")],
+        AnalyzeOptions(jobs=1, hta="off"),
+        build_ruleset(use_config=False),
+    )
     ex = r.analysis.summaries[0].extras
     assert ex["allreduce_bytes_per_step"] == pytest.approx(23_379_024) and ex["allreduce_msgs_per_step"] == 2
     assert ex["allreduce_elem_bytes"] == 2
@@ -182,12 +202,13 @@ def test_a_new_epochs_iterator_is_dataloader_wait_not_unexplained(tmp_path, monk
     epoch and starts the next waits for the loader from the closing next() to the first batch."""
     if reader == "msgspec":
         from ddpdoctor.trace import fastscan
+
         monkeypatch.setattr(fastscan, "_lib_cache", [None])
     b = TraceBuilder(backend="gloo", world_size=2)
     b.step(1, 0, 1000)
-    b.dataloader(0, 150)                                                   # next(): StopIteration, workers shut down
-    b.annotation("enumerate(DataLoader)#DataLoader.__iter__", 150, 400)    # new workers start
-    b.dataloader(400, 700)                                                 # the new epoch's first batch
+    b.dataloader(0, 150)  # next(): StopIteration, workers shut down
+    b.annotation("enumerate(DataLoader)#DataLoader.__iter__", 150, 400)  # new workers start
+    b.dataloader(400, 700)  # the new epoch's first batch
     b.op("aten::linear", 700, 950)
     s = summary_of(b, tmp_path)
     v = {k: x[0] for k, x in s.values.items()}

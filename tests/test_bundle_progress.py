@@ -18,8 +18,15 @@ BACKWARD = "backward (DDP gradient all-reduce)"
 
 
 def _coll(r, op, where, exit_code=1):
-    return {"rank": r, "state": "collective", "op": op, "seconds": 4.5, "where": where, "exit_code": exit_code,
-            "signal": None}
+    return {
+        "rank": r,
+        "state": "collective",
+        "op": op,
+        "seconds": 4.5,
+        "where": where,
+        "exit_code": exit_code,
+        "signal": None,
+    }
 
 
 def _known(bpe=None, steps=None, passes=None):
@@ -45,9 +52,11 @@ def test_uneven_batches_name_the_rank_that_ran_out_first():
     f.update(progress_facts(_known({0: 18, 1: 24}, passes={0: 1, 1: 0}), f))
     assert (f["failure.bundle.cause"], f["failure.bundle.rank"]) == ("uneven_inputs", 0)
     assert (f["failure.bundle.uneven_batches"], f["failure.bundle.uneven_other_batches"]) == (18, 24)
-    assert f["failure.bundle.by_rank"][0] == ("rank 0: 18 steps completed, 18 batches per epoch, its loader ran out "
-                                               "of batches once, waited in `barrier` at train.py:41 for 4.5 s, "
-                                               "then exited with code 1")
+    assert f["failure.bundle.by_rank"][0] == (
+        "rank 0: 18 steps completed, 18 batches per epoch, its loader ran out "
+        "of batches once, waited in `barrier` at train.py:41 for 4.5 s, "
+        "then exited with code 1"
+    )
     apply_bundle_root(f)
     assert f["failure.root_cause.kind"] == "uneven_inputs" and f["failure.root_cause.rank"] == 0
     assert f["failure.symptom_ranks"] == [1] and f["failure.evidence_missing"] == []
@@ -63,8 +72,11 @@ def test_the_shorter_rank_without_a_hang_dump_still_counts_when_its_loader_ran_o
 def test_loaders_without_a_length_are_uneven_when_one_ended_a_pass():
     f = _facts({"0": _coll(0, BACKWARD, "train.py:38"), "1": _coll(1, "barrier", "train.py:41")})
     f.update(progress_facts(_known(passes={0: 0, 1: 1}), f))
-    assert (f["failure.bundle.cause"], f["failure.bundle.rank"], f["failure.bundle.uneven_other_rank"]) == \
-        ("uneven_inputs", 1, 0)
+    assert (f["failure.bundle.cause"], f["failure.bundle.rank"], f["failure.bundle.uneven_other_rank"]) == (
+        "uneven_inputs",
+        1,
+        0,
+    )
     assert "failure.bundle.uneven_batches" not in f
 
 
@@ -90,8 +102,10 @@ def test_different_ops_with_equal_batches_are_a_mismatch():
 
 
 def test_a_rank_that_ended_with_code_0_while_another_failed_left_first():
-    hang = {"0": {"rank": 0, "state": "exited", "exit_code": 1, "signal": None},
-            "1": {"rank": 1, "state": "exited", "exit_code": 0, "signal": None}}
+    hang = {
+        "0": {"rank": 0, "state": "exited", "exit_code": 1, "signal": None},
+        "1": {"rank": 1, "state": "exited", "exit_code": 0, "signal": None},
+    }
     f = _facts(hang, kind="remote_error")
     f.update(progress_facts(_known({0: 18, 1: 18}, steps={0: 4, 1: 4}), f))
     apply_bundle_root(f)
@@ -116,15 +130,38 @@ def test_logs_without_a_bundle_say_what_is_missing():
 
 # ------------------------------------------------------------------ live: real torchrun, gloo, 5 s timeout
 
+
 def _run(tmp_path, mode):
     pytest.importorskip("torch")
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     out = tmp_path / mode
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--keep-going", "--no-analyze", "--out", str(out),
-                          "--", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          str(SCRIPT), "--mode", mode], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=240)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--keep-going",
+            "--no-analyze",
+            "--out",
+            str(out),
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(SCRIPT),
+            "--mode",
+            mode,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert res.returncode != 0, res.stdout[-2000:] + res.stderr[-2000:]
     from ddpdoctor.diagnosis import run_analyze
 

@@ -23,8 +23,14 @@ pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 ARGV_DUMP = Path(__file__).parent / "scripts" / "argv_dump.py"
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-endpoint=localhost:0",
-            "--rdzv-backend=c10d"]
+TORCHRUN = [
+    sys.executable,
+    "-m",
+    "torch.distributed.run",
+    "--nproc_per_node=2",
+    "--rdzv-endpoint=localhost:0",
+    "--rdzv-backend=c10d",
+]
 WEIRD_ARGS = ["a b", '"quoted"', "it's", "--", "--out", "x", "--force", "$HOME", "*", ""]
 
 
@@ -36,8 +42,14 @@ def _env(**extra):
 
 
 def ddpdoctor_run(out, command, options=("--no-analyze",), timeout=180, **env):
-    return subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), *options, "--", *command],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=_env(**env))
+    return subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), *options, "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=_env(**env),
+    )
 
 
 class Captured:
@@ -49,7 +61,9 @@ class Captured:
         return json.loads((self.out / "ranks" / f"rank{r}" / "settings.json").read_text())
 
     def events(self, r):
-        return [json.loads(line) for line in (self.out / "ranks" / f"rank{r}" / "events.jsonl").read_text().splitlines()]
+        return [
+            json.loads(line) for line in (self.out / "ranks" / f"rank{r}" / "events.jsonl").read_text().splitlines()
+        ]
 
     def analysis(self):
         return analyze([str(self.out)], AnalyzeOptions(jobs=1, hta="off"))
@@ -94,7 +108,7 @@ def assert_complete_bundle(c: Captured):
         assert not [e for e in s["agent_errors"] if "contract" in e["place"]]
     a = c.analysis()
     assert [s.rank for s in a.summaries] == [0, 1] and all(len(s.steps) == 5 for s in a.summaries)
-    assert not [w for w in a.warnings if "skipped" in w]     # settings/host JSON are not mistaken for traces
+    assert not [w for w in a.warnings if "skipped" in w]  # settings/host JSON are not mistaken for traces
     return a
 
 
@@ -110,7 +124,7 @@ def test_slow_loader_bundle_and_breakdown(example):
     assert s["dataloader"]["num_workers"] == 0 and s["dataloader"]["set_epoch_called"] is True
     assert s["dataloader"]["batch_size"] == 16 and s["dataloader"]["drop_last"] is True
     assert s["dataloader"]["dataset_len"] == 4096 and s["dataloader"]["prefetch_factor"] is None
-    assert s["dataloader"]["batches_per_epoch"] == 4096 // 2 // 16      # len(loader): the sampler's half
+    assert s["dataloader"]["batches_per_epoch"] == 4096 // 2 // 16  # len(loader): the sampler's half
     assert s["optimizer"]["type"] == "SGD" and s["precision"]["mixed_precision"] == "none"
     assert s["distributed"]["backend"] == "gloo" and s["ddp"]["bucket_cap_mb"] == 25.0
     f = load_bundle_facts([str(c.out)])
@@ -137,13 +151,14 @@ def test_comm_heavy_is_communication_bound(example):
     from ddpdoctor.analysis import AnalyzeOptions
     from ddpdoctor.diagnosis import run_analyze
     from ddpdoctor.rules_engine.registry import build_ruleset
+
     r = run_analyze([str(c.out)], AnalyzeOptions(jobs=1, hta="off"), build_ruleset(use_config=False))
-    assert "CM001" in {f.rule for f in r.diagnosis.findings}    # the verdict may add machine noise on 2 CPUs
+    assert "CM001" in {f.rule for f in r.diagnosis.findings}  # the verdict may add machine noise on 2 CPUs
     assert c.settings(0)["ddp"]["grad_bytes"] > 40e6
 
 
 def test_slow_rank_is_named_straggler_and_run_analyzes(example):
-    c = example("slow_rank", options=())            # with the analysis printed by `run`
+    c = example("slow_rank", options=())  # with the analysis printed by `run`
     a = assert_complete_bundle(c)
     assert [s.rank for s in a.cross.stragglers] == [1]
     # stopped after the window, every rank left the process group together at exit (no gloo teardown abort)
@@ -166,7 +181,7 @@ def test_oom_rank_and_the_collective_error_it_causes(example):
     assert c.settings(0)["exit"]["code"] == 1 and c.settings(1)["ooms"] == 1
     assert "OOM at step 4" in (c.out / "ranks" / "rank1" / "output.log").read_text()
     assert "Root Cause" in (c.out / "launcher.log").read_text()
-    assert "rank 1: out of memory at step 4 (caught" in c.res.stderr      # run names the OOM rank first
+    assert "rank 1: out of memory at step 4 (caught" in c.res.stderr  # run names the OOM rank first
     # traces of the cut-short window were flushed on both ranks
     assert all((c.out / "ranks" / f"rank{r}" / f"rank{r}.pt.trace.json.gz").is_file() for r in (0, 1))
 
@@ -185,19 +200,20 @@ def test_arguments_reach_every_rank_untouched(argv_run):
         assert json.loads((tmp / f"argv{r}.json").read_text())["argv"] == WEIRD_ARGS
         log = (tmp / "bundle" / "ranks" / f"rank{r}" / "output.log").read_text()
         assert f"argv_dump rank {r}: {len(WEIRD_ARGS)} args" in log
-        assert f"written straight to fd 2 by rank {r}" in log         # C-level writes to the fds are kept
+        assert f"written straight to fd 2 by rank {r}" in log  # C-level writes to the fds are kept
     # rank output still reaches the terminal, and the launcher's log holds only the launcher's own lines
     assert "argv_dump rank 1" in res.stdout and "written straight to fd 2 by rank 0" in res.stderr
     assert "argv_dump rank" not in (tmp / "bundle" / "launcher.log").read_text()
     m = json.loads((tmp / "bundle" / "manifest.json").read_text())
-    assert m["argv"][-len(WEIRD_ARGS):] == WEIRD_ARGS
+    assert m["argv"][-len(WEIRD_ARGS) :] == WEIRD_ARGS
     # no trace (the script never trains): the bundle says so instead of claiming completeness
     assert m["status"] == "partial" and m["ranks_present"] == []
 
 
 def test_plain_python_exit_code_propagates(tmp_path):
-    res = ddpdoctor_run(tmp_path / "b", [sys.executable, str(ARGV_DUMP), "x y"], options=(),
-                        ARGV_DUMP_DIR=str(tmp_path), EXIT_CODE="3")
+    res = ddpdoctor_run(
+        tmp_path / "b", [sys.executable, str(ARGV_DUMP), "x y"], options=(), ARGV_DUMP_DIR=str(tmp_path), EXIT_CODE="3"
+    )
     assert res.returncode == 3, res.stderr
     assert json.loads((tmp_path / "argv0.json").read_text())["argv"] == ["x y"]
     m = json.loads((tmp_path / "b" / "manifest.json").read_text())
@@ -205,7 +221,7 @@ def test_plain_python_exit_code_propagates(tmp_path):
     events = [json.loads(x) for x in (tmp_path / "b" / "ranks" / "rank0" / "events.jsonl").read_text().splitlines()]
     assert events[-1]["kind"] == "exit" and events[-1]["code"] == 3
     # a failed run: one bundle line, then the card, which names the exit (issue 27: the card leads)
-    card = res.stdout[res.stdout.index("Verdict: "):]                  # after the script's own output
+    card = res.stdout[res.stdout.index("Verdict: ") :]  # after the script's own output
     assert card.startswith("Verdict: the run failed") and "exited with code 3" in card, res.stdout
     assert res.stderr.count("ddpdoctor: ") == 1, res.stderr
 
@@ -221,8 +237,23 @@ def test_existing_out_is_refused_without_force(tmp_path):
 
 def test_sigterm_keeps_a_partial_bundle_and_leaves_no_orphans(tmp_path):
     out = tmp_path / "b"
-    cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--warmup", "2",
-           "--keep-going", "--", *TORCHRUN, str(EXAMPLES / "slow_rank.py"), "--steps", "100000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ddpdoctor",
+        "run",
+        "--out",
+        str(out),
+        "--no-analyze",
+        "--warmup",
+        "2",
+        "--keep-going",
+        "--",
+        *TORCHRUN,
+        str(EXAMPLES / "slow_rank.py"),
+        "--steps",
+        "100000",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
     deadline = time.time() + 120
     try:
@@ -238,11 +269,11 @@ def test_sigterm_keeps_a_partial_bundle_and_leaves_no_orphans(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 143, err[-2000:]                   # 128 + SIGTERM, as the README says
+    assert proc.returncode == 143, err[-2000:]  # 128 + SIGTERM, as the README says
     m = json.loads((out / "manifest.json").read_text())
     assert m["interrupted_by"] == "SIGTERM" and "stopped by SIGTERM at step" in err
     assert m["status"] == ("complete" if m["windows_complete"] else "partial")
-    assert _pids_of_run(m["run_id"]) == []                      # no process of this run is left
+    assert _pids_of_run(m["run_id"]) == []  # no process of this run is left
     for r in (0, 1):
         assert (out / "ranks" / f"rank{r}" / f"rank{r}.pt.trace.json.gz").is_file()
         kinds = [json.loads(x)["kind"] for x in (out / "ranks" / f"rank{r}" / "events.jsonl").read_text().splitlines()]
@@ -257,12 +288,15 @@ def test_dataloader_worker_processes_are_not_ranks(example):
     assert sorted(p.name for p in (c.out / "ranks").iterdir()) == ["rank0", "rank1"]
     for r in (0, 1):
         starts = [e for e in c.events(r) if e["kind"] == "start"]
-        assert len(starts) == 1                       # the workers did not activate the agent
+        assert len(starts) == 1  # the workers did not activate the agent
 
 
 def test_single_process_script_is_captured(tmp_path):
-    res = ddpdoctor_run(tmp_path / "b", [sys.executable, str(Path(__file__).parent / "scripts" / "single_train.py")],
-                        options=("--no-analyze", "--warmup", "2", "--active", "3"))
+    res = ddpdoctor_run(
+        tmp_path / "b",
+        [sys.executable, str(Path(__file__).parent / "scripts" / "single_train.py")],
+        options=("--no-analyze", "--warmup", "2", "--active", "3"),
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     c = Captured(tmp_path / "b", res)
     assert c.manifest["status"] == "complete" and c.manifest["ranks_present"] == [0]
@@ -270,7 +304,7 @@ def test_single_process_script_is_captured(tmp_path):
     assert s["steps_completed"] == 5 and s["window"]["first_step"] == 2 and s["ddp"] == {"used": False}
     assert s["precision"]["mixed_precision"] == "bf16" and s["optimizer"]["type"] == "Adam"
     assert s["dataloader"]["sampler"] == "RandomSampler"
-    assert "finished all" not in res.stdout                # stopped after the window
+    assert "finished all" not in res.stdout  # stopped after the window
     assert "stopped after the recorded window" in res.stderr
     a = c.analysis()
     assert [len(x.steps) for x in a.summaries] == [3]
@@ -285,11 +319,28 @@ def test_two_nodes_give_two_bundles_analyzed_together(tmp_path):
         port = s.getsockname()[1]
     procs = []
     for n in (0, 1):
-        cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(tmp_path / f"node{n}"), "--no-analyze", "--",
-               sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", f"--node_rank={n}",
-               "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{port}", str(EXAMPLES / "slow_rank.py")]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                      env=_env()))
+        cmd = [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--out",
+            str(tmp_path / f"node{n}"),
+            "--no-analyze",
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            "--nproc_per_node=1",
+            f"--node_rank={n}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=localhost:{port}",
+            str(EXAMPLES / "slow_rank.py"),
+        ]
+        procs.append(
+            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
+        )
     for p in procs:
         _out, err = p.communicate(timeout=180)
         assert p.returncode == 0, err[-2000:]
@@ -304,15 +355,29 @@ def test_two_nodes_give_two_bundles_analyzed_together(tmp_path):
     assert f["host.local_world_size"] == 1
     a = analyze([str(tmp_path)], AnalyzeOptions(jobs=1, hta="off"))
     assert [s.rank for s in a.summaries] == [0, 1] and not a.warnings
-    assert len(a.cross.stragglers) == 1                  # rank 1 of the job sleeps (whichever node it landed on)
+    assert len(a.cross.stragglers) == 1  # rank 1 of the job sleeps (whichever node it landed on)
 
 
 def test_sigterm_reaches_a_rank_blocked_in_a_collective(tmp_path):
     """Python runs signal handlers only between bytecodes; a rank blocked in C++ must still
     die on SIGTERM (within the watcher's 2 s) and leave its exit event and settings."""
     out = tmp_path / "b"
-    cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--warmup", "3",
-           "--active", "50", "--", *TORCHRUN, str(Path(__file__).parent / "scripts" / "blocked_rank.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ddpdoctor",
+        "run",
+        "--out",
+        str(out),
+        "--no-analyze",
+        "--warmup",
+        "3",
+        "--active",
+        "50",
+        "--",
+        *TORCHRUN,
+        str(Path(__file__).parent / "scripts" / "blocked_rank.py"),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=_env())
     ev = out / "ranks" / "rank0" / "events.jsonl"
     try:
@@ -320,7 +385,7 @@ def test_sigterm_reaches_a_rank_blocked_in_a_collective(tmp_path):
         while not (ev.exists() and '"step": 6' in ev.read_text()):
             assert time.time() < deadline and proc.poll() is None
             time.sleep(0.2)
-        time.sleep(1.5)                                   # rank 0 is now waiting for rank 1 in the all-reduce
+        time.sleep(1.5)  # rank 0 is now waiting for rank 1 in the all-reduce
         pid = json.loads(ev.read_text().splitlines()[0])["pid"]
         t0 = time.time()
         os.kill(pid, signal.SIGTERM)
@@ -346,15 +411,21 @@ def test_secrets_never_reach_the_bundle_and_sitecustomize_is_chained(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "sitecustomize.py").write_text(
-        "import os\nopen(os.path.join(os.environ['ARGV_DUMP_DIR'], f'site{os.getpid()}'), 'w').close()\n")
-    res = ddpdoctor_run(tmp_path / "b", [sys.executable, str(ARGV_DUMP), "--hf-token", secret, "--password=pw123"],
-                        ARGV_DUMP_DIR=str(tmp_path), HF_TOKEN=secret, MY_DB_URL="postgres://u:pw123@db/x",
-                        PYTHONPATH=f"{mine}{os.pathsep}{ROOT}")
+        "import os\nopen(os.path.join(os.environ['ARGV_DUMP_DIR'], f'site{os.getpid()}'), 'w').close()\n"
+    )
+    res = ddpdoctor_run(
+        tmp_path / "b",
+        [sys.executable, str(ARGV_DUMP), "--hf-token", secret, "--password=pw123"],
+        ARGV_DUMP_DIR=str(tmp_path),
+        HF_TOKEN=secret,
+        MY_DB_URL="postgres://u:pw123@db/x",
+        PYTHONPATH=f"{mine}{os.pathsep}{ROOT}",
+    )
     assert res.returncode == 0, res.stderr
     assert json.loads((tmp_path / "argv0.json").read_text())["argv"] == ["--hf-token", secret, "--password=pw123"]
     assert list(tmp_path.glob("site*")), "the user's own sitecustomize did not run"
     for f in (tmp_path / "b").rglob("*"):
-        if f.is_file() and f.name != "output.log":         # output.log is what the script printed, raw
+        if f.is_file() and f.name != "output.log":  # output.log is what the script printed, raw
             text = f.read_text(errors="replace")
             assert secret not in text and "pw123" not in text, f
     host = json.loads(next((tmp_path / "b" / "hosts").glob("*.json")).read_text())
@@ -364,8 +435,21 @@ def test_secrets_never_reach_the_bundle_and_sitecustomize_is_chained(tmp_path):
 def test_killing_ddpdoctor_itself_stops_the_training(tmp_path):
     """SIGKILL cannot be forwarded; the launcher's parent-death signal stops it and its ranks."""
     out = tmp_path / "b"
-    cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--keep-going", "--",
-           *TORCHRUN, str(EXAMPLES / "slow_rank.py"), "--steps", "100000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ddpdoctor",
+        "run",
+        "--out",
+        str(out),
+        "--no-analyze",
+        "--keep-going",
+        "--",
+        *TORCHRUN,
+        str(EXAMPLES / "slow_rank.py"),
+        "--steps",
+        "100000",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=_env())
     ev = out / "ranks" / "rank1" / "events.jsonl"
     deadline = time.time() + 120
@@ -379,10 +463,12 @@ def test_killing_ddpdoctor_itself_stops_the_training(tmp_path):
     while _pids_of_run(run_id):
         assert time.time() < deadline, f"processes left: {_pids_of_run(run_id)}"
         time.sleep(0.3)
-    assert json.loads((out / "manifest.json").read_text())["status"] == "partial"    # as written at the start
+    assert json.loads((out / "manifest.json").read_text())["status"] == "partial"  # as written at the start
     # its private folder is left behind (nothing runs after SIGKILL); the next run removes it
     from ddpdoctor.capture.host.launcher import _remove_stale_private_dirs
+
     _remove_stale_private_dirs(min_age_s=0)
     import tempfile
+
     for d in Path(tempfile.gettempdir()).glob("ddpdoctor-run-*"):
         assert (d / "owner.pid").read_text() != str(proc.pid)

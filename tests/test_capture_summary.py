@@ -18,15 +18,28 @@ def test_the_caught_oom_comes_before_the_collective_error_it_causes():
 def _write(tmp_path, rank, events):
     d = tmp_path / "ranks" / f"rank{rank}"
     d.mkdir(parents=True)
-    text = "\n".join(json.dumps(e) for e in events) + '\n{"time": 9, "rank'          # a line cut short
+    text = "\n".join(json.dumps(e) for e in events) + '\n{"time": 9, "rank'  # a line cut short
     (d / "events.jsonl").write_text(text)
 
 
 def test_an_uncaught_oom_is_one_line(tmp_path):
-    _write(tmp_path, 0, [{"time": 1.0, "rank": 0, "kind": "step", "step": 0},
-                         {"time": 2.0, "rank": 0, "kind": "oom", "step": 3, "message": "CUDA out of memory", "caught": None},
-                         {"time": 2.1, "rank": 0, "kind": "exception", "step": 3, "type": "torch.OutOfMemoryError",
-                          "message": "CUDA out of memory", "oom": True}])
+    _write(
+        tmp_path,
+        0,
+        [
+            {"time": 1.0, "rank": 0, "kind": "step", "step": 0},
+            {"time": 2.0, "rank": 0, "kind": "oom", "step": 3, "message": "CUDA out of memory", "caught": None},
+            {
+                "time": 2.1,
+                "rank": 0,
+                "kind": "exception",
+                "step": 3,
+                "type": "torch.OutOfMemoryError",
+                "message": "CUDA out of memory",
+                "oom": True,
+            },
+        ],
+    )
     _write(tmp_path, 1, [{"time": 3.0, "rank": 1, "kind": "signal", "signal": "SIGTERM", "step": 3}])
     lines = failure_timeline([str(tmp_path)])
     assert len(lines) == 2 and "(uncaught)" in lines[0] and "received SIGTERM" in lines[1]

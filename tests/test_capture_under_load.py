@@ -32,13 +32,39 @@ def test_a_rank_still_exporting_its_trace_is_not_taken_for_stuck(tmp_path, cpu_b
     out = tmp_path / "bundle"
     env = dict(os.environ, DDPDOCTOR_STUCK_S="1")
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze",
-                          "--warmup", "3", "--active", "40", "--", sys.executable, "-m", "torch.distributed.run",
-                          "--standalone", "--nproc_per_node=2", str(SCRIPT), "3000"],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
-    assert all(p.poll() is None for p in cpu_burners)             # the load was there the whole time
-    events = {r: [json.loads(x) for x in (out / "ranks" / f"rank{r}" / "events.jsonl").read_text().splitlines()]
-              for r in (0, 1)}
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--out",
+            str(out),
+            "--no-analyze",
+            "--warmup",
+            "3",
+            "--active",
+            "40",
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(SCRIPT),
+            "3000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=env,
+    )
+    assert all(p.poll() is None for p in cpu_burners)  # the load was there the whole time
+    events = {
+        r: [json.loads(x) for x in (out / "ranks" / f"rank{r}" / "events.jsonl").read_text().splitlines()]
+        for r in (0, 1)
+    }
     kinds = {r: [e["kind"] for e in evs] for r, evs in events.items()}
     assert "stuck_after_peer_stop" not in kinds[1], res.stderr[-2000:]
     assert res.returncode == 0, res.stderr[-2000:]

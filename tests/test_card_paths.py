@@ -7,11 +7,10 @@ import shutil
 import subprocess
 
 import pytest
+from test_card import _doc
 
 from ddpdoctor.report.card import next_step, render_card
 from ddpdoctor.text import shell
-
-from test_card import _doc
 
 DEEP = "/srv/" + "/".join(["a_rather_long_folder_name_for_a_checkout"] * 4) + "/sample_traces/run_one"
 
@@ -26,7 +25,7 @@ def test_an_input_under_the_current_folder_is_shown_relative(tmp_path, monkeypat
 def test_a_card_for_an_input_at_a_deep_path_fits_80_columns(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert len(DEEP) > 120
-    d = _doc(inputs=[DEEP], facts={"run.status": "complete"})      # no command: the Next: line is analyze …
+    d = _doc(inputs=[DEEP], facts={"run.status": "complete"})  # no command: the Next: line is analyze …
     lines = render_card(d)
     assert max(map(len, lines)) <= 80, [ln for ln in lines if len(ln) > 80]
     assert any(ln.startswith("Next: ddpdoctor analyze") for ln in lines)

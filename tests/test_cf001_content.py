@@ -47,7 +47,8 @@ def test_one_rank_or_an_unreadable_dataset_says_nothing_about_sameness():
 
 def test_fingerprint_ignores_the_ranks_seeds_and_restores_them():
     torch = pytest.importorskip("torch")
-    from ddpdoctor.capture.agent import evidence as agent_evidence, loader as agent_loader
+    from ddpdoctor.capture.agent import evidence as agent_evidence
+    from ddpdoctor.capture.agent import loader as agent_loader
 
     class Augmented(torch.utils.data.Dataset):
         def __init__(self, seed):
@@ -87,16 +88,47 @@ def test_samples_per_epoch():
 
 # ------------------------------------------------------------------ real 2-rank runs
 
-@pytest.mark.parametrize("job, fires", [("tests/scripts/unsharded_shuffle_seeds.py", True),
-                                        ("examples/scenarios/no_distributed_sampler.py", True),
-                                        ("examples/scenarios/per_rank_shards.py", False)])
+
+@pytest.mark.parametrize(
+    "job, fires",
+    [
+        ("tests/scripts/unsharded_shuffle_seeds.py", True),
+        ("examples/scenarios/no_distributed_sampler.py", True),
+        ("examples/scenarios/per_rank_shards.py", False),
+    ],
+)
 def test_cf001_on_real_runs(tmp_path, job, fires):
     pytest.importorskip("torch")
     out, js = tmp_path / "b", tmp_path / "d.json"
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--warmup", "2", "--active", "3", "--out", str(out),
-                          "--json", str(js), "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc_per_node=2", str(ROOT / job), "--steps", "8"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--warmup",
+            "2",
+            "--active",
+            "3",
+            "--out",
+            str(out),
+            "--json",
+            str(js),
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(ROOT / job),
+            "--steps",
+            "8",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     doc = json.loads(js.read_text())
     facts = doc["facts"]
@@ -105,4 +137,4 @@ def test_cf001_on_real_runs(tmp_path, job, fires):
     assert facts["data.whole_dataset_per_rank"] is True
     assert facts["data.same_dataset"] is fires
     if job.endswith("unsharded_shuffle_seeds.py"):
-        assert facts["data.same_first_batches"] is False       # the old evidence alone stayed quiet
+        assert facts["data.same_first_batches"] is False  # the old evidence alone stayed quiet

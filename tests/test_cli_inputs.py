@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tracebuilder import gpu_step_trace
 
 
 def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "ddpdoctor", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def digest(folder: Path) -> dict:
@@ -61,23 +61,28 @@ def make_bad(tmp_path: Path, kind: str) -> Path:
     return p
 
 
-@pytest.mark.parametrize("kind,needle", [
-    ("missing", "no such file or directory"),
-    ("empty folder", "no trace files"),
-    ("not json", "not JSON"),
-    ("truncated json", "truncated JSON"),
-    ("corrupt gzip", "corrupt gzip"),
-    ("not a trace", "not a profiler trace"),
-    ("empty file", "empty file"),
-    ("two runs claim one rank", "different runs"),
-    ("unranked traces", "name each file after its rank"),
-    ("rank beyond world size", "out of range"),
-])
+@pytest.mark.parametrize(
+    "kind,needle",
+    [
+        ("missing", "no such file or directory"),
+        ("empty folder", "no trace files"),
+        ("not json", "not JSON"),
+        ("truncated json", "truncated JSON"),
+        ("corrupt gzip", "corrupt gzip"),
+        ("not a trace", "not a profiler trace"),
+        ("empty file", "empty file"),
+        ("two runs claim one rank", "different runs"),
+        ("unranked traces", "name each file after its rank"),
+        ("rank beyond world size", "out of range"),
+    ],
+)
 def test_bad_input_gives_one_line_and_exit_2(tmp_path, kind, needle):
     target = make_bad(tmp_path, kind)
     before = digest(target) if target.is_dir() else {}
     # a folder and, where there is a single file, the file itself
-    targets = [target] + [f for f in target.glob("*")] if target.is_dir() and len(list(target.glob("*"))) == 1 else [target]
+    targets = (
+        [target] + [f for f in target.glob("*")] if target.is_dir() and len(list(target.glob("*"))) == 1 else [target]
+    )
     for t in targets:
         assert_one_line_error(run_cli("analyze", t), needle)
     if target.is_dir():
@@ -97,20 +102,22 @@ def test_missing_ranks_warn_and_give_partial_results(tmp_path):
 
 def test_ranks_analyzes_the_chosen_ranks_only_and_every_output_says_so(tmp_path):
     from ddpdoctor_synth import Scenario, generate
+
     traces = tmp_path / "traces"
     generate(Scenario(world_size=12, steps=3, straggler_rank=9, straggler_extra_us=15000.0), traces)
     out, report = tmp_path / "a.json", tmp_path / "report"
-    res = run_cli("analyze", traces, "--ranks", "0-3,9,40", "--hta", "off", "--no-config", "--json", out,
-                  "--report", report)
+    res = run_cli(
+        "analyze", traces, "--ranks", "0-3,9,40", "--hta", "off", "--no-config", "--json", out, "--report", report
+    )
     assert res.returncode == 0, res.stderr
     data = json.loads(out.read_text())
     assert data["analysis"]["ranks_present"] == [0, 1, 2, 3, 9] and data["partial"] is True
     assert [s["rank"] for s in data["analysis"]["cross_rank"]["stragglers"]] == [9]
     notice = "analyzed 5 of 12 ranks on purpose (--ranks 0-3,9,40)"
-    flat = " ".join(res.stdout.split())                    # the terminal wraps at 80 columns
+    flat = " ".join(res.stdout.split())  # the terminal wraps at 80 columns
     assert notice in flat and "no trace for rank 40" in flat
     assert "chosen with --ranks 0-3,9,40: drop --ranks to compare every rank" in data["verdict"]["confidence_hints"][0]
-    assert "record every rank" not in flat                 # the missing ranks were not lost: they were left out
+    assert "record every rank" not in flat  # the missing ranks were not lost: they were left out
     for name in ("report.md", "report.html", "report.json"):
         assert notice in " ".join((report / name).read_text().split()), name
     # without --ranks the same folder is whole
@@ -118,8 +125,15 @@ def test_ranks_analyzes_the_chosen_ranks_only_and_every_output_says_so(tmp_path)
     assert whole.returncode == 0 and json.loads(out.read_text())["partial"] is False
 
 
-@pytest.mark.parametrize("spec,needle", [("0-x", "0-x is not a rank or a range"), ("7-3", "runs backwards"),
-                                         ("", "an empty item is not a rank"), ("50-60", "no trace for any of those ranks (the traces hold ranks 0-1)")])
+@pytest.mark.parametrize(
+    "spec,needle",
+    [
+        ("0-x", "0-x is not a rank or a range"),
+        ("7-3", "runs backwards"),
+        ("", "an empty item is not a rank"),
+        ("50-60", "no trace for any of those ranks (the traces hold ranks 0-1)"),
+    ],
+)
 def test_a_bad_ranks_spec_is_one_line_and_exit_2(tmp_path, spec, needle):
     gpu_step_trace(rank=0, world_size=2).write(tmp_path / "rank0.json")
     gpu_step_trace(rank=1, world_size=2).write(tmp_path / "rank1.json")
@@ -134,7 +148,7 @@ def test_a_bad_file_inside_a_folder_is_skipped_with_a_warning(tmp_path):
     # another JSON beside the traces is named, as a note: the job's traces are whole
     assert res.returncode == 0 and "ignored notes.json" in res.stdout and "note:" in res.stdout
     assert "partial" not in res.stdout
-    (tmp_path / "rank2.json").write_text("{ not json")          # a trace-named file that cannot be read
+    (tmp_path / "rank2.json").write_text("{ not json")  # a trace-named file that cannot be read
     res = run_cli("analyze", tmp_path)
     assert res.returncode == 0 and "skipped" in res.stdout and "rank2.json" in res.stdout
 

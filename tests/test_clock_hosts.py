@@ -14,7 +14,7 @@ from ddpdoctor.bundle.discover import Discovery, TraceFile
 from ddpdoctor.bundle.hosts import host_from_name, identify_hosts
 
 sys.path.insert(0, str(Path(__file__).parent))
-from handler_traces import HOSTS, handler_job  # noqa: E402
+from handler_traces import HOSTS, handler_job
 
 SKEWS_MS = (-20.0, -5.0, -2.0, 2.0, 5.0, 20.0)
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def run(*paths: Path):
 def test_handler_file_names_give_the_hosts_and_the_clocks_are_aligned(tmp_path, skew, straggler):
     nodes = handler_job(tmp_path, skew, straggler)
     a, named = run(*nodes)
-    assert named == [straggler]                       # the real one, and no rank of the skewed host
+    assert named == [straggler]  # the real one, and no rank of the skewed host
     assert {s.rank: s.host for s in a.summaries} == {r: HOSTS[r // 4] for r in range(8)}
     assert set(a.hosts.source.values()) == {"file name"}
     unit = a.cross.clock.units[HOSTS[1]]
@@ -48,7 +48,7 @@ def test_without_host_identity_the_same_skew_hides_the_straggler(tmp_path):
             f.rename(flat / f.name)
     a, named = run(flat)
     assert named != [3] and a.hosts.host == {}
-    assert sum("hosts not identified" in n for n in a.cross.notes) == 1          # said once
+    assert sum("hosts not identified" in n for n in a.cross.notes) == 1  # said once
     assert not any(n.startswith("host names unknown") for n in a.cross.notes)
 
 
@@ -93,17 +93,24 @@ def _tf(path: str, rank: int) -> TraceFile:
 def test_host_from_the_handler_name():
     assert host_from_name("gpu-a01.cluster_x_4000.1732500000000000000.pt.trace.json.gz") == "gpu-a01.cluster_x"
     assert host_from_name("node7_123.1700000000000000000.pt.trace.json") == "node7"
-    for name in ("rank3.pt.trace.json", "123.1700000000000000000.pt.trace.json", "worker_3.json",
-                 "worker0_step_12.1694128201545.pt.trace.json.gz",        # PARAM's DLRM traces: ms time, rank name
-                 "rank3_4000.1732500000000000000.pt.trace.json"):          # a worker name per rank, not a host
+    for name in (
+        "rank3.pt.trace.json",
+        "123.1700000000000000000.pt.trace.json",
+        "worker_3.json",
+        "worker0_step_12.1694128201545.pt.trace.json.gz",  # PARAM's DLRM traces: ms time, rank name
+        "rank3_4000.1732500000000000000.pt.trace.json",
+    ):  # a worker name per rank, not a host
         assert host_from_name(name) is None
 
 
 def test_folders_sharing_a_rank_are_not_nodes(tmp_path):
     for d in ("a", "b"):
         (tmp_path / d).mkdir()
-    disc = Discovery({0: [_tf(f"{tmp_path}/a/x.json", 0)], 1: [_tf(f"{tmp_path}/b/y.json", 1)]},
-                     {0: [_tf(f"{tmp_path}/b/old.json", 0)]}, 2)
+    disc = Discovery(
+        {0: [_tf(f"{tmp_path}/a/x.json", 0)], 1: [_tf(f"{tmp_path}/b/y.json", 1)]},
+        {0: [_tf(f"{tmp_path}/b/old.json", 0)]},
+        2,
+    )
     ids = identify_hosts({0: None, 1: None}, disc, [str(tmp_path)])
     assert ids.host == {} and "hosts not identified" in ids.note
     disc.skipped_windows = {}
@@ -116,10 +123,14 @@ def test_folders_sharing_a_rank_are_not_nodes(tmp_path):
 
 def test_verbose_output_and_verdict(tmp_path):
     nodes = handler_job(tmp_path, 5.0, 3)
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", *map(str, nodes), "-v", "-j", "1",
-                          "--hta", "off"], capture_output=True, text=True, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", *map(str, nodes), "-v", "-j", "1", "--hta", "off"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr
-    out = " ".join(res.stdout.split())                 # lines wrapped at the terminal width, joined
+    out = " ".join(res.stdout.split())  # lines wrapped at the terminal width, joined
     assert out.startswith("Verdict: imbalance-bound")
     assert f"hosts: {HOSTS[0]} (ranks 0-3), {HOSTS[1]} (ranks 4-7); from the trace handler's file names" in out
     assert f"{HOSTS[1]} +5.00 ms" in out and "Straggler: rank 3 " in out

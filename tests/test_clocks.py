@@ -43,7 +43,7 @@ def test_a_consistent_offset_is_estimated_per_host_and_applied(skew):
 
 
 def test_one_host_is_exactly_zero_whatever_the_ends_say():
-    e = ends(skew_us=5000.0)              # even a consistent difference between ranks of one host
+    e = ends(skew_us=5000.0)  # even a consistent difference between ranks of one host
     est = estimate_offsets(e, ["h"] * 8, RANKS)
     assert not est.applied and est.units == {} and est.notes == []
     assert set(est.offset_us_by_rank.values()) == {0.0}
@@ -111,11 +111,25 @@ def summary(rank, host, arrivals, ends_, kind="all_reduce"):
     steps = [StepWindow(f"ProfilerStep#{i}", i, e - 1000.0, e + 10.0) for i, e in enumerate(ends_)]
     values = {c: [None] * n for c in COLUMNS}
     values["step_time"] = [w.duration for w in steps]
-    coll = Collectives(step=np.arange(n), kind=[kind] * n, start=np.asarray(arrivals, float),
-                       end=np.asarray(ends_, float))
-    return RankSummary(rank=rank, paths=[], world_size=4, backend="nccl", devices=[], host=host, pid=None,
-                       schema="", device_kind="gpu", comm_source="kernels", step_source="ProfilerStep",
-                       steps=steps, values=values, collectives=coll)
+    coll = Collectives(
+        step=np.arange(n), kind=[kind] * n, start=np.asarray(arrivals, float), end=np.asarray(ends_, float)
+    )
+    return RankSummary(
+        rank=rank,
+        paths=[],
+        world_size=4,
+        backend="nccl",
+        devices=[],
+        host=host,
+        pid=None,
+        schema="",
+        device_kind="gpu",
+        comm_source="kernels",
+        step_source="ProfilerStep",
+        steps=steps,
+        values=values,
+        collectives=coll,
+    )
 
 
 def job(skew_us, late_rank=1, late_us=300.0, n=12, hosts=("a", "a", "b", "b"), kind="all_reduce"):
@@ -159,17 +173,28 @@ def test_cross_rank_one_host_or_no_host_changes_nothing():
 
 # ------------------------------------------------------------------ synthetic 2-node jobs, end to end
 def two_nodes(tmp_path, skew_ms, straggler=1, steps=6):
-    sc = Scenario(world_size=8, steps=steps, ranks_per_node=4, node_skew_ms=[0.0, skew_ms],
-                  straggler_rank=straggler, straggler_extra_us=10_000.0 if straggler is not None else 0.0,
-                  kernel_us=500.0, end_jitter_us=20.0, name="two_nodes")
+    sc = Scenario(
+        world_size=8,
+        steps=steps,
+        ranks_per_node=4,
+        node_skew_ms=[0.0, skew_ms],
+        straggler_rank=straggler,
+        straggler_extra_us=10_000.0 if straggler is not None else 0.0,
+        kernel_us=500.0,
+        end_jitter_us=20.0,
+        name="two_nodes",
+    )
     generate(sc, tmp_path)
     return tmp_path
 
 
 def cli_json(path, *extra):
     out = path / "report.json"
-    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(path), "--no-config", "-j", "1",
-                        "--json", str(out), *extra], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(path), "--no-config", "-j", "1", "--json", str(out), *extra],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(out.read_text())["analysis"]["cross_rank"]
 
@@ -204,7 +229,7 @@ def test_skew_without_a_straggler_names_none(tmp_path, skew_ms):
     assert a.cross.clock_offset_us[7] == pytest.approx(skew_ms * 1000, abs=50)
     with metric_overrides(NO_CORRECTION):
         raw = analyze([str(tmp_path)], AnalyzeOptions(jobs=1))
-    assert raw.cross.stragglers                      # uncorrected, a whole node looks late
+    assert raw.cross.stragglers  # uncorrected, a whole node looks late
 
 
 def test_scenario_nodes_and_skew_round_trip_and_validate(tmp_path):
@@ -214,7 +239,11 @@ def test_scenario_nodes_and_skew_round_trip_and_validate(tmp_path):
     assert load_scenario(dump_scenario(sc, tmp_path / "sc.toml")) == sc
     assert [sc.host_of(r) for r in (0, 3, 4, 7)] == ["node0", "node0", "node1", "node1"]
     assert sc.skew_ns(5) == -12_500_000 and sc.skew_ns(1) == 0
-    for bad in ({"node_skew_ms": [1.0]}, {"ranks_per_node": 4, "node_skew_ms": [0.0, 0.0, 1.0]},
-                {"ranks_per_node": 4, "node_skew_ms": [0.0, 2000.0]}, {"end_jitter_us": -1.0}):
+    for bad in (
+        {"node_skew_ms": [1.0]},
+        {"ranks_per_node": 4, "node_skew_ms": [0.0, 0.0, 1.0]},
+        {"ranks_per_node": 4, "node_skew_ms": [0.0, 2000.0]},
+        {"end_jitter_us": -1.0},
+    ):
         with pytest.raises(ValueError):
             Scenario(world_size=8, **bad)

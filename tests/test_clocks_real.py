@@ -7,7 +7,7 @@ from ddpdoctor.analysis import AnalyzeOptions, analyze
 from ddpdoctor.metrics.cross_rank import analyze_cross_rank
 from ddpdoctor.resources import metric_overrides
 
-BEFORE_DLRM = {0: 1707, 1: -3732, 2: 2871, 3: -2708, 4: -1748, 5: -1602, 6: 2868, 7: 3293}   # µs, at ebb0807
+BEFORE_DLRM = {0: 1707, 1: -3732, 2: 2871, 3: -2708, 4: -1748, 5: -1602, 6: 2868, 7: 3293}  # µs, at ebb0807
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_dlrm_named_as_one_host_or_as_two_is_not_corrected(dlrm):
     one = analyze_cross_rank(summaries)
     assert set(one.clock_offset_us.values()) == {0.0} and one.clock.units == {}
     assert [s.rank for s in one.stragglers] == [7, 2, 6, 0]
-    for s in summaries:                  # one profiled step: 3 all-reduces are too few to trust
+    for s in summaries:  # one profiled step: 3 all-reduces are too few to trust
         s.host = "x" if s.rank < 4 else "y"
     two = analyze_cross_rank(summaries)
     assert set(two.clock_offset_us.values()) == {0.0} and two.clock.units["y"].guarded

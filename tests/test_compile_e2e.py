@@ -26,12 +26,40 @@ def _run(tmp_path, mode):
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     # warm-up 2: the first compilations happen before the window; 4 recorded steps stay under Dynamo's
     # recompile limit (8) with one new length per step
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze",
-                          "--warmup", "2", "--active", "4", "--", *TORCHRUN, str(SCRIPT), mode, "12"],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--out",
+            str(out),
+            "--no-analyze",
+            "--warmup",
+            "2",
+            "--active",
+            "4",
+            "--",
+            *TORCHRUN,
+            str(SCRIPT),
+            mode,
+            "12",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
-    diag = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), "--format", "json"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    diag = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(out), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
     assert diag.returncode == 0, diag.stderr[-3000:]
     return out, load_bundle_facts([str(out)]), json.loads(diag.stdout)
 

@@ -1,10 +1,11 @@
 import json
 
 import pytest
+from tracebuilder import TraceBuilder
 
 from ddpdoctor.analysis import AnalyzeOptions, analyze
-from ddpdoctor.report.json_report import ANALYSIS_SCHEMA as SCHEMA, analysis_dict as to_dict
-from tracebuilder import TraceBuilder
+from ddpdoctor.report.json_report import ANALYSIS_SCHEMA as SCHEMA
+from ddpdoctor.report.json_report import analysis_dict as to_dict
 
 
 def two_rank_job(tmp_path, late_rank=1, late_by=300.0, steps=3, world=2):
@@ -18,8 +19,14 @@ def two_rank_job(tmp_path, late_rank=1, late_by=300.0, steps=3, world=2):
             compute_end = t0 + 400 + (late_by if r == late_rank else 0)
             b.kernel("gemm", t0 + 10, compute_end, launch_at=t0 + 1)
             coll_end = t0 + 400 + late_by + 100
-            b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", compute_end, coll_end, launch_at=t0 + 2,
-                     stream=20, parent="nccl:all_reduce")
+            b.kernel(
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                compute_end,
+                coll_end,
+                launch_at=t0 + 2,
+                stream=20,
+                parent="nccl:all_reduce",
+            )
         b.write(tmp_path / f"rank{r}.json")
     return tmp_path
 

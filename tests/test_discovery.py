@@ -1,16 +1,27 @@
-import pytest
 from pathlib import Path
+
+import pytest
+from tracebuilder import gpu_step_trace
 
 from ddpdoctor.bundle.discover import discover, rank_from_name
 from ddpdoctor.errors import InputError
-from tracebuilder import gpu_step_trace
 
 
-@pytest.mark.parametrize("name,rank", [
-    ("rank-3.Jul_15.pt.trace.json.gz", 3), ("rank3.json", 3), ("rank_12.json", 12), ("worker7.123.pt.trace.json", 7),
-    ("node1_rank5.json", 5), ("trace_8_rank_1.json", 1), ("worker0.1623143089861.pt.trace.json.gz", 0),
-    ("train.json", None), ("resnet_kineto.json.gz", None), ("framework3.json", None),
-])
+@pytest.mark.parametrize(
+    "name,rank",
+    [
+        ("rank-3.Jul_15.pt.trace.json.gz", 3),
+        ("rank3.json", 3),
+        ("rank_12.json", 12),
+        ("worker7.123.pt.trace.json", 7),
+        ("node1_rank5.json", 5),
+        ("trace_8_rank_1.json", 1),
+        ("worker0.1623143089861.pt.trace.json.gz", 0),
+        ("train.json", None),
+        ("resnet_kineto.json.gz", None),
+        ("framework3.json", None),
+    ],
+)
 def test_rank_from_file_name(name, rank, tmp_path):
     assert rank_from_name(tmp_path / name) == rank
 
@@ -68,15 +79,15 @@ def test_one_walk_per_folder_is_shared_by_traces_logs_and_bundle_records(tmp_pat
     run = tmp_path / "run"
     shutil.copytree(sample, run)
     (run / ".git").mkdir()
-    (run / ".git" / "stray.log").write_text("RuntimeError: CUDA error: out of memory\n")   # pruned for logs
+    (run / ".git" / "stray.log").write_text("RuntimeError: CUDA error: out of memory\n")  # pruned for logs
     calls = []
     real = inputs_mod.os.walk
     monkeypatch.setattr(inputs_mod.os, "walk", lambda p, *a, **k: (calls.append(p), real(p, *a, **k))[1])
     report = run_analyze([str(run)])
     assert calls == [str(run)]
-    assert report.analysis is not None and report.facts.get("run.status") == "failed"      # bundle records read
+    assert report.analysis is not None and report.facts.get("run.status") == "failed"  # bundle records read
     assert report.logs is not None and not any(".git" in str(f) for f in report.logs.files)
-    assert any(f.rule == "FL001" for f in report.diagnosis.findings)                       # logs read
+    assert any(f.rule == "FL001" for f in report.diagnosis.findings)  # logs read
 
 
 def test_inputs_walk_prunes_skipped_folders_only_for_the_caller_that_asks(tmp_path):
@@ -124,6 +135,6 @@ def test_other_json_beside_the_traces_is_a_note_not_a_partial_result(tmp_path):
     assert d.warnings == [f"ignored config.json (in {tmp_path}): JSON, but not a profiler trace (no 'traceEvents')"]
     assert analyze([str(tmp_path)], AnalyzeOptions(jobs=1, hta="off")).partial is False
     whole = (tmp_path / "rank1.json").read_bytes()
-    (tmp_path / "rank1.json").write_bytes(whole[:len(whole) // 2])       # rank 1's trace cut short
+    (tmp_path / "rank1.json").write_bytes(whole[: len(whole) // 2])  # rank 1's trace cut short
     a = analyze([str(tmp_path)], AnalyzeOptions(jobs=1, hta="off"))
     assert a.partial is True and any(w.startswith("skipped") and "rank1.json" in w for w in a.warnings), a.warnings

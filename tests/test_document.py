@@ -18,8 +18,9 @@ SAMPLES = sorted(p for p in (ROOT / "sample_traces").iterdir() if p.is_dir())
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "ddpdoctor", *map(str, args)], capture_output=True, text=True,
-                          timeout=180, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", *map(str, args)], capture_output=True, text=True, timeout=180, cwd=ROOT
+    )
 
 
 def test_the_exported_schema_is_current():

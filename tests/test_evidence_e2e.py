@@ -27,9 +27,31 @@ def bundles(tmp_path_factory):
             out = tmp_path_factory.mktemp(mode) / "bundle"
             env = dict(os.environ)
             env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-            res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze",
-                                  "--warmup", "5", "--active", "30", "--", *TORCHRUN, str(SCRIPT), mode, "60"],
-                                 capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
+            res = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "ddpdoctor",
+                    "run",
+                    "--out",
+                    str(out),
+                    "--no-analyze",
+                    "--warmup",
+                    "5",
+                    "--active",
+                    "30",
+                    "--",
+                    *TORCHRUN,
+                    str(SCRIPT),
+                    mode,
+                    "60",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=240,
+                cwd=ROOT,
+                env=env,
+            )
             assert res.returncode == 0, res.stderr[-3000:]
             cache[mode] = (out, load_bundle_facts([str(out)]))
         return cache[mode]
@@ -55,7 +77,7 @@ def test_same_batches_extra_work_and_input_work(bundles):
     # no absolute path of the machine reaches the recorded evidence
     for r in (0, 1):
         text = (out / "ranks" / f"rank{r}" / "settings.json").read_text()
-        evidence = text[text.index('"evidence"'):]
+        evidence = text[text.index('"evidence"') :]
         assert str(ROOT) not in evidence and os.path.expanduser("~") not in evidence
 
 

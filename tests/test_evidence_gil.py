@@ -33,6 +33,7 @@ def _make_long_lived(n: int) -> list:
 
 # ------------------------------------------------------------------ capture side
 
+
 def test_gc_recorder_times_every_collection_with_its_step():
     step = [7]
     rec = gil.GcRecorder(lambda: step[0])
@@ -49,7 +50,7 @@ def test_gc_recorder_times_every_collection_with_its_step():
     gens = out["by_generation"]
     assert gens["2"]["count"] >= 1 and gens["0"]["count"] >= 1
     full = [c for c in out["collections"] if c[0] == 2]
-    assert full and full[0][4] == 7 and full[0][2] > 0          # [gen, start ms, ms, collected, step]
+    assert full and full[0][4] == 7 and full[0][2] > 0  # [gen, start ms, ms, collected, step]
     assert set(out["per_step_ms"]) >= {"7", "8"}
     assert out["ms_per_step"] == pytest.approx(out["total_ms"] / 2, abs=0.01)
     assert all(e >= b for b, e in rec.spans) and len(rec.spans) == sum(g["count"] for g in gens.values())
@@ -104,12 +105,12 @@ def test_gaps_are_put_on_gc_or_on_the_named_call():
     gaps = gil.Gaps(0.005)
     assert gaps.threshold == pytest.approx(max(gil.GAP_FACTOR * 0.005, gil.GAP_MIN_S))
     rec = gil.GcRecorder(lambda: 0)
-    rec.spans = [(10.0, 10.1)]                       # a 100 ms collection
+    rec.spans = [(10.0, 10.1)]  # a 100 ms collection
     half = len(DUMP.split("Timeout")[0]) + len(DUMP.split("Timeout")[1]) + len("Timeout")
     gaps.seen(9.99, None, 0)
-    gaps.seen(10.105, None, 0)                        # 115 ms gap, covered by the collection: GC
-    gaps.seen(10.11, None, 0)                         # 5 ms: no gap
-    gaps.seen(10.20, None, half)                      # 90 ms gap, one dump inside: json.dumps in log_state
+    gaps.seen(10.105, None, 0)  # 115 ms gap, covered by the collection: GC
+    gaps.seen(10.11, None, 0)  # 5 ms: no gap
+    gaps.seen(10.20, None, half)  # 90 ms gap, one dump inside: json.dumps in log_state
     gaps.seen(10.205, None, half)
     out = gil.summarize(gaps, rec, DUMP, True, s, 0x7F0000000001, steps=2, native_info={"sampler": "x"})
     assert out["gaps"] == 2
@@ -146,7 +147,7 @@ def test_window_in_process_records_gc_gaps_and_native_dumps(monkeypatch, tmp_pat
     g = r["gil"]
     assert g["native"]["sampler"] == "faulthandler.dump_traceback_later" and g["native"]["arms"] >= 5
     assert not list(tmp_path.iterdir()), "the dump file is removed after the window"
-    if took >= 3 * gil.GAP_MIN_S:           # the collection was long enough to starve the sampler
+    if took >= 3 * gil.GAP_MIN_S:  # the collection was long enough to starve the sampler
         assert g["gaps"] >= 1 and g["starved_ms_per_step"]["gc"] > 0
         assert g["native"]["dumps"] >= 1, "the watchdog's alarm fired while the collection held the GIL"
     # off unless asked for
@@ -168,6 +169,7 @@ def test_native_dumps_pause_around_fork(tmp_path):
         if pid == 0:
             # what a normal exit does (faulthandler's unload): with the watchdog inherited, it waits forever
             import faulthandler
+
             faulthandler.cancel_dump_traceback_later()
             os._exit(0)
         deadline = time.time() + 10
@@ -182,7 +184,7 @@ def test_native_dumps_pause_around_fork(tmp_path):
         assert n.pauses >= 1
         time.sleep(0.1)
         n.arm()
-        time.sleep(0.2)                      # nobody re-arms it: the alarm fires once
+        time.sleep(0.2)  # nobody re-arms it: the alarm fires once
     finally:
         text = n.stop()
     assert text.count("Timeout (") == 1
@@ -190,9 +192,9 @@ def test_native_dumps_pause_around_fork(tmp_path):
 
 # ------------------------------------------------------------------ facts
 
+
 def settings(r, host="h0", **evidence):
-    return {"schema": "ddpdoctor.settings/1", "rank": r, "hostname": host, "cpu_affinity": [0, 1],
-            "evidence": evidence}
+    return {"schema": "ddpdoctor.settings/1", "rank": r, "hostname": host, "cpu_affinity": [0, 1], "evidence": evidence}
 
 
 def stacks(step_ms=160.0):
@@ -200,13 +202,18 @@ def stacks(step_ms=160.0):
 
 
 def gc_rec(ms_per_step, full=0, max_ms=0.0, steps=8):
-    return {"ms_per_step": ms_per_step, "by_generation": {"2": {"count": full, "ms": full * max_ms, "max_ms": max_ms}},
-            "per_step_ms": {str(i): ms_per_step for i in range(steps)}}
+    return {
+        "ms_per_step": ms_per_step,
+        "by_generation": {"2": {"count": full, "ms": full * max_ms, "max_ms": max_ms}},
+        "per_step_ms": {str(i): ms_per_step for i in range(steps)},
+    }
 
 
 def test_gc_facts_name_the_rank_that_pauses():
-    ranks = {0: settings(0, stacks=stacks(), gc=gc_rec(0.1)),
-             1: settings(1, stacks=stacks(), gc=gc_rec(143.3, full=2, max_ms=582.0))}
+    ranks = {
+        0: settings(0, stacks=stacks(), gc=gc_rec(0.1)),
+        1: settings(1, stacks=stacks(), gc=gc_rec(143.3, full=2, max_ms=582.0)),
+    }
     f = gc_facts(ranks, PARAMS)
     assert f["python.gc.rank"] == 1 and f["python.gc.extra_ms_per_step"] == pytest.approx(143.2)
     assert f["python.gc.ms_per_step.per_rank"] == {0: 0.1, 1: 143.3}
@@ -225,14 +232,19 @@ def test_gc_facts_quiet_when_every_rank_pauses_alike_or_below_the_bar():
 
 
 def gil_rec(calls, starved=None, native="faulthandler.dump_traceback_later"):
-    return {"calls": calls, "starved_ms_per_step": starved or {"gc": 0.0, "call": 0.0, "unnamed": 0.0},
-            "native": {"sampler": native}}
+    return {
+        "calls": calls,
+        "starved_ms_per_step": starved or {"gc": 0.0, "call": 0.0, "unnamed": 0.0},
+        "native": {"sampler": native},
+    }
 
 
 def test_gil_facts_name_the_call_that_held_the_gil():
     call = {"where": "json.dumps in log_state (train.py:52)", "ms_per_step": 40.0, "gaps": 5, "source": "faulthandler"}
-    ranks = {0: settings(0, stacks=stacks(140.0), gil=gil_rec([call], {"gc": 0.0, "call": 40.0, "unnamed": 1.0})),
-             1: settings(1, stacks=stacks(140.0), gil=gil_rec([]))}
+    ranks = {
+        0: settings(0, stacks=stacks(140.0), gil=gil_rec([call], {"gc": 0.0, "call": 40.0, "unnamed": 1.0})),
+        1: settings(1, stacks=stacks(140.0), gil=gil_rec([])),
+    }
     f = gil_facts(ranks, PARAMS)
     assert f["python.gil_held.rank"] == 0 and f["python.gil_held.where"] == call["where"]
     assert f["python.gil_held.ms_per_step"] == 40.0 and f["python.gil_held.source"] == "faulthandler"
@@ -246,9 +258,19 @@ def test_gil_facts_name_the_call_that_held_the_gil():
 
 def test_runnable_tasks_outside_the_job():
     def con(loads, own):
-        return {"wall_s": 1.0, "process_cpu_s": 0.9, "children_cpu_s": 0.0, "runnable_samples": list(loads),
-                "own_runnable_samples": list(own), "host": {"total_s": 2.0, "idle_s": 0.1, "steal_s": 0.0},
-                "host_cpus": 2, "affinity_cpus": 2, "torch_threads": 1, "local_world_size": 2}
+        return {
+            "wall_s": 1.0,
+            "process_cpu_s": 0.9,
+            "children_cpu_s": 0.0,
+            "runnable_samples": list(loads),
+            "own_runnable_samples": list(own),
+            "host": {"total_s": 2.0, "idle_s": 0.1, "steal_s": 0.0},
+            "host_cpus": 2,
+            "affinity_cpus": 2,
+            "torch_threads": 1,
+            "local_world_size": 2,
+        }
+
     # 3 runnable tasks on 2 CPUs, each rank ~1 of its own: 1 outside the job, 0.5 per CPU
     ranks = {r: settings(r, contention=con((3, 3), (1, 1))) for r in (0, 1)}
     f = contention_facts(ranks)
@@ -271,6 +293,7 @@ def test_own_runnable_threads_counts_this_process():
 
 def test_settings_round_trip(tmp_path):
     from ddpdoctor.bundle.settings import load_bundle_facts
+
     for r, g in ((0, gc_rec(0.1)), (1, gc_rec(60.0, full=3, max_ms=170.0))):
         d = tmp_path / "ranks" / f"rank{r}"
         d.mkdir(parents=True)

@@ -30,35 +30,90 @@ def evidence_bundle(root: Path) -> Path:
     """A two-host `ddpdoctor run` bundle whose settings carry every optional section:
     window evidence (contention, stacks), batch fingerprints, FSDP, accumulation, framework."""
     from tests.test_bundle_facts import settings, write_node
-    from tests.test_evidence import contention, stacks
     from tests.test_compile_facts import _settings as compile_settings
+    from tests.test_evidence import contention, stacks
     from tests.test_evidence_gil import gc_rec, gil_rec
 
     per_rank = {}
     for r in range(4):
-        s = settings(r, framework="hf_trainer", train={"micro_batches_per_step": 4, "synced_micro_batches_per_step": 1},
-                     fsdp={"kind": "fsdp1", "sharding_strategy": "FULL_SHARD", "auto_wrap_policy": "size",
-                           "backward_prefetch": "BACKWARD_PRE", "forward_prefetch": False,
-                           "reshard_after_forward": True, "wrapped_modules": 3},
-                     cpu_affinity=[0, 1])
-        s["dataloader"].update(batch_fingerprints=_fp(r), sharded_by="DistributedSampler" if r else None,
-                               batches=20, returned=20 - (r == 0), samples_per_epoch=100, dataset_len=100,
-                               dataset_fingerprint="TensorDataset:100:ab")
-        call = {"where": "json.dumps in log_state (train.py:52)", "ms_per_step": 30.0, "gaps": 4, "source": "faulthandler"}
-        job = {"job": {"root": "ddpdoctor run", "processes": 6, "cpu_s": 1.5, "runnable_samples": [2, 3],
-                       "outside_runnable_samples": [0, 1]}} if r == 0 else {}    # capture/agent/jobtree.py
-        s["evidence"] = {"contention": dict(contention(nivcsw=50 + r), own_runnable_samples=[1, 1], **job),
-                         "stacks": stacks({"main": 20, "write_checkpoint": 30 if r == 0 else 0},
-                                          input_ms=10.0 + r, input_where="decode (train.py:30)"),
-                         # GC pauses on rank 1, a GIL-holding call on rank 2 (capture/agent/gil.py)
-                         "gc": gc_rec(40.0 if r == 1 else 0.5, full=2 if r == 1 else 0, max_ms=150.0),
-                         "gil": gil_rec([call] if r == 2 else [], {"gc": 0.0, "call": 30.0 if r == 2 else 0.0,
-                                                                    "unnamed": 0.0})}
-        s["loader_window"] = {"schema": 1, "wall_s": 1.0, "batches": 20, "next_wall_s": 0.5 + 0.05 * r,
-                              "next_cpu_s": 0.01, "num_workers": 2, "workers_seen": 2, "workers_cpu_s": 0.1}
+        s = settings(
+            r,
+            framework="hf_trainer",
+            train={"micro_batches_per_step": 4, "synced_micro_batches_per_step": 1},
+            fsdp={
+                "kind": "fsdp1",
+                "sharding_strategy": "FULL_SHARD",
+                "auto_wrap_policy": "size",
+                "backward_prefetch": "BACKWARD_PRE",
+                "forward_prefetch": False,
+                "reshard_after_forward": True,
+                "wrapped_modules": 3,
+            },
+            cpu_affinity=[0, 1],
+        )
+        s["dataloader"].update(
+            batch_fingerprints=_fp(r),
+            sharded_by="DistributedSampler" if r else None,
+            batches=20,
+            returned=20 - (r == 0),
+            samples_per_epoch=100,
+            dataset_len=100,
+            dataset_fingerprint="TensorDataset:100:ab",
+        )
+        call = {
+            "where": "json.dumps in log_state (train.py:52)",
+            "ms_per_step": 30.0,
+            "gaps": 4,
+            "source": "faulthandler",
+        }
+        job = (
+            {
+                "job": {
+                    "root": "ddpdoctor run",
+                    "processes": 6,
+                    "cpu_s": 1.5,
+                    "runnable_samples": [2, 3],
+                    "outside_runnable_samples": [0, 1],
+                }
+            }
+            if r == 0
+            else {}
+        )  # capture/agent/jobtree.py
+        s["evidence"] = {
+            "contention": dict(contention(nivcsw=50 + r), own_runnable_samples=[1, 1], **job),
+            "stacks": stacks(
+                {"main": 20, "write_checkpoint": 30 if r == 0 else 0},
+                input_ms=10.0 + r,
+                input_where="decode (train.py:30)",
+            ),
+            # GC pauses on rank 1, a GIL-holding call on rank 2 (capture/agent/gil.py)
+            "gc": gc_rec(40.0 if r == 1 else 0.5, full=2 if r == 1 else 0, max_ms=150.0),
+            "gil": gil_rec([call] if r == 2 else [], {"gc": 0.0, "call": 30.0 if r == 2 else 0.0, "unnamed": 0.0}),
+        }
+        s["loader_window"] = {
+            "schema": 1,
+            "wall_s": 1.0,
+            "batches": 20,
+            "next_wall_s": 0.5 + 0.05 * r,
+            "next_cpu_s": 0.01,
+            "num_workers": 2,
+            "workers_seen": 2,
+            "workers_cpu_s": 0.1,
+        }
         # torch.compile recompiling on every rank, a size guard failing (capture/agent/compile.py)
-        s.update(compile_settings(3, 600.0, reasons=[{"guard": "tensor 'x' size mismatch at index 1", "count": 3,
-                                                     "example": "tensor 'x' size mismatch at index 1. expected 57, actual 52"}]))
+        s.update(
+            compile_settings(
+                3,
+                600.0,
+                reasons=[
+                    {
+                        "guard": "tensor 'x' size mismatch at index 1",
+                        "count": 3,
+                        "example": "tensor 'x' size mismatch at index 1. expected 57, actual 52",
+                    }
+                ],
+            )
+        )
         s["memory"]["peak_reserved_bytes"] = 1000 * (r + 1)
         per_rank[r] = s
     write_node(root / "node0", "node0", [0, 1], per_rank=per_rank)
@@ -133,6 +188,7 @@ def test_every_built_in_rule_and_test_reads_only_catalogue_facts():
 
 # ------------------------------------------------------------------ the loader refuses unknown facts
 
+
 def _rule_folder(tmp_path, when="median(rank.share.dataloader_wait) >= limit", fact='"rank.share.dataloader_wait"'):
     d = tmp_path / "myrules"
     d.mkdir()
@@ -189,6 +245,7 @@ def test_the_same_rule_with_known_facts_loads_and_passes(tmp_path):
 
 
 # ------------------------------------------------------------------ docs/FACTS.md
+
 
 def test_docs_facts_md_is_generated_from_the_catalogue():
     doc = (ROOT / "docs" / "FACTS.md").read_text(encoding="utf-8")

@@ -24,18 +24,34 @@ pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).parent / "scripts" / "live_failure_cases.py"
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-endpoint=localhost:0",
-            "--rdzv-backend=c10d", str(SCRIPT)]
-CASES = {"ifname": (["--mode", "plain"], {"GLOO_SOCKET_IFNAME": "eth9"}), "usage": ([], {}),
-         "exit3": (["--mode", "exit3"], {}), "sigkill": (["--mode", "sigkill"], {})}
+TORCHRUN = [
+    sys.executable,
+    "-m",
+    "torch.distributed.run",
+    "--nproc_per_node=2",
+    "--rdzv-endpoint=localhost:0",
+    "--rdzv-backend=c10d",
+    str(SCRIPT),
+]
+CASES = {
+    "ifname": (["--mode", "plain"], {"GLOO_SOCKET_IFNAME": "eth9"}),
+    "usage": ([], {}),
+    "exit3": (["--mode", "exit3"], {}),
+    "sigkill": (["--mode", "sigkill"], {}),
+}
 
 
 def _start(out: Path, args, env_extra):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(env_extra)
-    return subprocess.Popen([sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--",
-                             *TORCHRUN, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--", *TORCHRUN, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +76,13 @@ def _first(folder):
 
 def test_missing_gloo_interface_is_shared_configuration_with_a_real_interface(runs):
     host = json.loads(next((runs["ifname"] / "hosts").glob("*.json")).read_text())
-    usable = {i["name"] for i in host["interfaces"] if i["name"] != "lo" and i.get("up")
-              and any(re.match(r"\d+\.\d+\.\d+\.\d+/", a) for a in i.get("addresses", []))}
+    usable = {
+        i["name"]
+        for i in host["interfaces"]
+        if i["name"] != "lo"
+        and i.get("up")
+        and any(re.match(r"\d+\.\d+\.\d+\.\d+/", a) for a in i.get("addresses", []))
+    }
     if not usable:
         pytest.skip("this machine has no non-loopback interface with an IPv4 address to suggest")
     rep, first = _first(runs["ifname"])
@@ -85,13 +106,17 @@ def test_busy_rank_named_with_its_function_line_and_duration(runs):
     src = SCRIPT.read_text().splitlines()
     where = f["failure.hang.busy_where"]
     file, line = where.rsplit(":", 1)
-    assert file == SCRIPT.name and src[int(line) - 1].startswith(" ") and int(line) > src.index(
-        "def evaluate(model) -> float:")
-    assert f["failure.hang.busy_seconds"] >= 3.0           # at least the dump threshold (it ran ~5 s)
+    assert (
+        file == SCRIPT.name
+        and src[int(line) - 1].startswith(" ")
+        and int(line) > src.index("def evaluate(model) -> float:")
+    )
+    assert f["failure.hang.busy_seconds"] >= 3.0  # at least the dump threshold (it ran ~5 s)
     assert f["failure.hang.waiting_ranks"] == [1] and "backward" in f["failure.hang.waiting_op"]
     assert first.rule == "FL014" and first.ranks == [0]
-    assert re.search(r"Rank 0 was in `evaluate\(\)` at live_failure_cases.py:\d+ for \d+(\.\d)? s while rank 1 waited",
-                     first.summary)
+    assert re.search(
+        r"Rank 0 was in `evaluate\(\)` at live_failure_cases.py:\d+ for \d+(\.\d)? s while rank 1 waited", first.summary
+    )
     print("LIVE evaluate:", first.summary)
 
 
@@ -102,8 +127,13 @@ def test_usage_error_on_every_rank_is_a_failed_run(runs):
     assert f["failure.exit.usage"] == "the following arguments are required: --mode"
     assert first.rule == "FL013" and "usage error" in first.summary and "(exit code 2)" in first.summary
     assert rep.diagnosis.verdict.failed is True
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(runs["usage"])], capture_output=True,
-                         text=True, timeout=120, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(runs["usage"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert "the run failed" in res.stdout and "FL013" in res.stdout
     print("LIVE usage:", first.summary)
 
@@ -129,13 +159,30 @@ def test_every_root_cause_kind_has_a_rule():
 
     kinds = causal.root_cause_kinds()
     # every kind literal the evidence functions return is one the table declares
-    emitted = set(re.findall(r'(?:_one\(|else \(\s*|return \(?|None if \S+ is None else \(\s*)"(\w+)", ',
-                             Path(causal.__file__).read_text()))
+    emitted = set(
+        re.findall(
+            r'(?:_one\(|else \(\s*|return \(?|None if \S+ is None else \(\s*)"(\w+)", ',
+            Path(causal.__file__).read_text(),
+        )
+    )
     assert len(emitted) >= 10 and emitted <= kinds, emitted - kinds
-    kinds |= {"busy"}                                       # logs/hang.py
+    kinds |= {"busy"}  # logs/hang.py
     whens = " ".join(getattr(r.when, "source", str(r.when)) for r in build_ruleset().active())
-    assert kinds >= {"oom", "killed", "crash", "network", "rendezvous", "exit", "exception", "mismatch", "stopped",
-                     "seq_behind", "flight_recorder", "timeout", "remote_error"}
+    assert kinds >= {
+        "oom",
+        "killed",
+        "crash",
+        "network",
+        "rendezvous",
+        "exit",
+        "exception",
+        "mismatch",
+        "stopped",
+        "seq_behind",
+        "flight_recorder",
+        "timeout",
+        "remote_error",
+    }
     missing = [k for k in sorted(kinds) if f"'{k}'" not in whens and f"failure.{k}.present" not in whens]
     assert not missing, f"root-cause kinds without a rule: {missing}"
 
@@ -143,8 +190,9 @@ def test_every_root_cause_kind_has_a_rule():
 def test_no_step_in_logs_only_folder_is_still_read(tmp_path):
     """A logs-only folder with two ranks' usage errors (no bundle) is a failed run too."""
     for r in (0, 1):
-        (tmp_path / f"rank{r}.log").write_text("usage: train.py [-h] --mode MODE\n"
-                                               "train.py: error: the following arguments are required: --mode\n")
+        (tmp_path / f"rank{r}.log").write_text(
+            "usage: train.py [-h] --mode MODE\ntrain.py: error: the following arguments are required: --mode\n"
+        )
     f = analyze_logs([str(tmp_path)]).facts
     assert f["failure.root_cause.kind"] == "exit" and f["failure.exit.shared"] is True
 
@@ -152,8 +200,13 @@ def test_no_step_in_logs_only_folder_is_still_read(tmp_path):
 def test_a_failed_command_without_any_log_line_is_still_a_failed_run(tmp_path):
     """`ddpdoctor run -- sh -c 'exit 3'`: no rank ever starts, nothing names a cause; the run still reads failed."""
     out = tmp_path / "bundle"
-    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--",
-                        "sh", "-c", "exit 3"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--", "sh", "-c", "exit 3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 3
     rep = run_analyze([str(out)])
     assert rep.diagnosis.verdict.failed is True

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ddpdoctor.expr import Vec
 from ddpdoctor.report.card import fix_body, render_card
 from ddpdoctor.rules_engine.engine import Finding, evaluate
-from ddpdoctor.expr import Vec
 from ddpdoctor.rules_engine.model import RuleError, load_rule_file
 from ddpdoctor.rules_engine.registry import build_ruleset
 from ddpdoctor.rules_engine.verdict import _order
@@ -74,14 +74,25 @@ def test_leads_if_and_trails_if_move_the_fix_the_evidence_selects(tmp_path):
 def test_a_rule_order_must_be_a_class_of_metrics_toml(tmp_path):
     rule = load_rule_file(_write(tmp_path, RULE.replace('severity = "high"', 'severity = "high"\norder = "generic"')))
     assert rule.order == "generic"
-    for bad in ("urgent", "verdict"):           # "verdict" is given by the engine, never declared
+    for bad in ("urgent", "verdict"):  # "verdict" is given by the engine, never declared
         with pytest.raises(RuleError, match="order"):
             load_rule_file(_write(tmp_path, RULE.replace('severity = "high"', f'severity = "high"\norder = "{bad}"')))
 
 
 def _f(rule, category, severity="high", cost=None, order="cost"):
-    return Finding(rule=rule, name=f"x.{rule.lower()}", category=category, severity=severity, title=rule,
-                   summary="", ranks=[0, 1], evidence={}, fixes=[], cost=cost, order=order)
+    return Finding(
+        rule=rule,
+        name=f"x.{rule.lower()}",
+        category=category,
+        severity=severity,
+        title=rule,
+        summary="",
+        ranks=[0, 1],
+        evidence={},
+        fixes=[],
+        cost=cost,
+        order=order,
+    )
 
 
 def test_findings_are_ordered_by_mechanism_then_cost():
@@ -108,8 +119,10 @@ def test_the_order_is_data(monkeypatch):
     from ddpdoctor.rules_engine import verdict
 
     params = verdict.metric_params()
-    swapped = dict(params, order=dict(params["order"], classes=["failure", "verdict", "correctness", "cost",
-                                                                 "generic", "recording"]))
+    swapped = dict(
+        params,
+        order=dict(params["order"], classes=["failure", "verdict", "correctness", "cost", "generic", "recording"]),
+    )
     monkeypatch.setattr(verdict, "metric_params", lambda: swapped)
     findings = [_f("CF001", "config", order="correctness"), _f("CM001", "communication", cost=0.12)]
     assert [f.rule for f in sorted(findings, key=lambda f: _order(f, "CM001"))] == ["CM001", "CF001"]
@@ -125,10 +138,21 @@ def test_builtin_rules_declare_their_mechanism():
 
 # ------------------------------------------------------------------ the card
 
+
 def _fd(rule, category, title, fixes, cost=None, **kw):
-    return {"rule": rule, "category": category, "title": title, "summary": f"{rule} summary", "ranks": [0, 1],
-            "cost": cost, "evidence": kw.pop("evidence", {}), "fixes": fixes, "severity": "high",
-            "expected_speedup": None if cost is None else 1 / (1 - cost), **kw}
+    return {
+        "rule": rule,
+        "category": category,
+        "title": title,
+        "summary": f"{rule} summary",
+        "ranks": [0, 1],
+        "cost": cost,
+        "evidence": kw.pop("evidence", {}),
+        "fixes": fixes,
+        "severity": "high",
+        "expected_speedup": None if cost is None else 1 / (1 - cost),
+        **kw,
+    }
 
 
 def _fix(title, change="x = 1", knob=None, value=None):
@@ -136,12 +160,26 @@ def _fix(title, change="x = 1", knob=None, value=None):
 
 
 def _doc(findings, verdict_rule, bottleneck, facts=None):
-    return {"schema": "ddpdoctor.diagnosis/1", "inputs": ["runs/a"], "partial": False, "warnings": [],
-            "verdict": {"bottleneck": bottleneck, "label": f"{bottleneck}-bound", "confidence": 0.8,
-                        "confidence_label": "high", "expected_speedup": None, "rule": verdict_rule,
-                        "failed": False, "summary": "s", "confidence_hints": []},
-            "costs": [], "findings": findings, "facts": {"run.command": "torchrun --nproc_per_node=2 t.py",
-                                                         **(facts or {})}}
+    return {
+        "schema": "ddpdoctor.diagnosis/1",
+        "inputs": ["runs/a"],
+        "partial": False,
+        "warnings": [],
+        "verdict": {
+            "bottleneck": bottleneck,
+            "label": f"{bottleneck}-bound",
+            "confidence": 0.8,
+            "confidence_label": "high",
+            "expected_speedup": None,
+            "rule": verdict_rule,
+            "failed": False,
+            "summary": "s",
+            "confidence_hints": [],
+        },
+        "costs": [],
+        "findings": findings,
+        "facts": {"run.command": "torchrun --nproc_per_node=2 t.py", **(facts or {})},
+    }
 
 
 def test_a_correctness_bug_leads_the_card_before_a_generic_verdict():
@@ -155,13 +193,15 @@ def test_a_correctness_bug_leads_the_card_before_a_generic_verdict():
 
 
 def test_a_long_fix_is_cut_only_by_whole_trailing_items():
-    change = "\n".join([
-        "The reason, in one paragraph that wraps over two lines of the card because it is long enough to.",
-        "- The bullet the evidence selected, which matters most, and is also long enough to wrap once.",
-        "- A second bullet.",
-        "- A third bullet that is long enough to wrap over two lines at eighty columns of the card.",
-        "- A fourth.",
-    ])
+    change = "\n".join(
+        [
+            "The reason, in one paragraph that wraps over two lines of the card because it is long enough to.",
+            "- The bullet the evidence selected, which matters most, and is also long enough to wrap once.",
+            "- A second bullet.",
+            "- A third bullet that is long enough to wrap over two lines at eighty columns of the card.",
+            "- A fourth.",
+        ]
+    )
     whole = fix_body(change, 80, max_lines=20)
     assert len(whole) == 8 and not any("…" in ln for ln in whole)
     cut = fix_body(change, 80, max_lines=6)
@@ -176,17 +216,26 @@ def test_a_try_is_suggested_only_when_its_prediction_is_worth_measuring():
     on a GPU a 16-bit hook halves the exposed transfer and is worth a trial."""
     ev = {"grad_mb": 51.0, "colls": 1, "buckets": 1, "all_transfer_share": 0.30}
     one_core = {"run.device": "cpu", "host.cpus_per_local_rank": 1.0}
-    buckets = _fd("CM001", "communication", "Gradient communication is not hidden", cost=0.35, evidence=ev,
-                  fixes=[_fix("Use smaller gradient buckets", knob="ddp.bucket_cap_mb", value="9")])
-    hook = dict(buckets, fixes=[_fix("Compress gradients to 16 bits", knob="ddp.comm_hook", value="fp16_compress_hook")])
+    buckets = _fd(
+        "CM001",
+        "communication",
+        "Gradient communication is not hidden",
+        cost=0.35,
+        evidence=ev,
+        fixes=[_fix("Use smaller gradient buckets", knob="ddp.bucket_cap_mb", value="9")],
+    )
+    hook = dict(
+        buckets, fixes=[_fix("Compress gradients to 16 bits", knob="ddp.comm_hook", value="fp16_compress_hook")]
+    )
     for finding, change in ((buckets, "ddp.bucket_cap_mb=9"), (hook, "ddp.comm_hook=fp16_compress_hook")):
         text = "\n".join(render_card(_doc([finding], "CM001", "communication", one_core)))
         assert "ddpdoctor run --try" not in text and "--report report-a" in text
         assert f"--try not suggested: {change} is predicted at 1.00x" in " ".join(text.split())
-    text = "\n".join(render_card(_doc([hook], "CM001", "communication", {"run.device": "gpu",
-                                                                            "host.cpus_per_local_rank": 8})))
+    text = "\n".join(
+        render_card(_doc([hook], "CM001", "communication", {"run.device": "gpu", "host.cpus_per_local_rank": 8}))
+    )
     assert "Next: ddpdoctor run --try CM001 -- torchrun --nproc_per_node=2 t.py" in text
-    assert "(predicted: up to 1.18x)" in text            # half of the 30 % exposed transfer
+    assert "(predicted: up to 1.18x)" in text  # half of the 30 % exposed transfer
 
 
 def test_after_the_fix_commands_are_never_broken_across_lines():
@@ -197,7 +246,7 @@ def test_after_the_fix_commands_are_never_broken_across_lines():
     i = next(n for n, ln in enumerate(lines) if ln.strip().startswith("ddpdoctor compare"))
     # the command is continued with a shell backslash, so it pastes whole
     assert lines[i].endswith(" \\") and all(len(ln) <= 80 for ln in lines if "compare" in ln)
-    assert not any("`" in ln for ln in lines[i - 2:])
+    assert not any("`" in ln for ln in lines[i - 2 :])
 
 
 def test_report_folder_is_named_after_the_input():
@@ -211,9 +260,12 @@ def test_report_folder_is_named_after_the_input():
 
 def test_compression_and_bucket_predictions_read_the_document():
     ev = {"grad_mb": 51.0, "colls": 1, "buckets": 1, "all_transfer_share": 0.30}
-    doc = {"findings": [_fd("CM001", "communication", "t", [_fix("f", knob="ddp.comm_hook", value="fp16")],
-                            cost=0.2, evidence=ev)],
-           "facts": {"run.device": "gpu", "host.cpus_per_local_rank": 8}}
+    doc = {
+        "findings": [
+            _fd("CM001", "communication", "t", [_fix("f", knob="ddp.comm_hook", value="fp16")], cost=0.2, evidence=ev)
+        ],
+        "facts": {"run.device": "gpu", "host.cpus_per_local_rank": 8},
+    }
     # with cores to spare only the exposed part (the cost, 20 %) is at stake: half of it
     assert predict.predict({"ddp.comm_hook": "fp16"}, doc)["predicted_speedup"] == pytest.approx(1 / 0.9, abs=1e-3)
     assert predict.predict({"ddp.comm_hook": "powersgd:1"}, doc)["predicted_speedup"] == pytest.approx(1.25, abs=1e-3)
@@ -238,7 +290,11 @@ def test_an_interval_that_holds_one_reads_no_measurable_change():
 def test_the_oom_sample_leads_with_never_skipping_a_batch():
     """The script caught the OOM on rank 1 and went on (its events log a step after the OOM): the hang
     comes from the skipped batch, so that fix leads, before lowering the memory."""
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(SAMPLES / "capture_gloo_2ranks_oom_skip_batch")],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(SAMPLES / "capture_gloo_2ranks_oom_skip_batch")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 3, res.stderr
     assert "Fix first [FL001]: Never skip a batch on one rank only" in res.stdout

@@ -21,9 +21,31 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 def _run(out: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--json", str(out / "d.json"),
-                           "--warmup", "5", "--active", "9", "--", *TORCHRUN, str(SCRIPT), "20"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--out",
+            str(out),
+            "--json",
+            str(out / "d.json"),
+            "--warmup",
+            "5",
+            "--active",
+            "9",
+            "--",
+            *TORCHRUN,
+            str(SCRIPT),
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +66,7 @@ def test_every_collection_is_recorded_per_rank(gc_run):
     assert all(len(c) == 5 for c in gc1["collections"])
     # the sampler starved during the full collections and the gaps were put on GC
     assert ev[1]["gil"]["starved_ms_per_step"]["gc"] > 0
-    assert ev[1]["gil"]["native"]["sampler"] is None        # the C watchdog's dumps are opt-in
+    assert ev[1]["gil"]["native"]["sampler"] is None  # the C watchdog's dumps are opt-in
 
 
 def test_the_late_rank_is_named_with_gc_and_the_freeze_fix(gc_run):

@@ -13,11 +13,23 @@ SCRIPT = Path(__file__).parent / "scripts" / "gloo_toy_train.py"
 @pytest.fixture(scope="module")
 def gloo_traces(tmp_path_factory):
     pytest.importorskip("torch")
-    for attempt in range(2):
+    for _attempt in range(2):
         out = tmp_path_factory.mktemp("gloo")
-        res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                              "--rdzv-endpoint=localhost:0", "--rdzv-backend=c10d",
-                              str(SCRIPT), str(out)], capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node=2",
+                "--rdzv-endpoint=localhost:0",
+                "--rdzv-backend=c10d",
+                str(SCRIPT),
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         # torch itself sometimes aborts a rank at interpreter exit ("terminate called without an active
         # exception", SIGABRT) on this busy 2-core machine; that is the recording, not the analysis under
         # test: record once more, and only for that
@@ -29,8 +41,12 @@ def gloo_traces(tmp_path_factory):
 
 def test_gloo_run_is_analyzed_from_the_host_side(gloo_traces, tmp_path):
     js = tmp_path / "a.json"
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(gloo_traces), "--json", str(js)],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(gloo_traces), "--json", str(js)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     d = json.loads(js.read_text())["analysis"]
     assert d["ranks_present"] == [0, 1] and d["world_size"] == 2
@@ -41,7 +57,7 @@ def test_gloo_run_is_analyzed_from_the_host_side(gloo_traces, tmp_path):
         share = rank["share"]
         assert share["gpu_busy"] is None and share["host_idle"] is None and share["memcpy"] is None
         assert share["comm"] > 0 and share["compute"] > 0
-        assert share["dataloader_wait"] > 0.15      # 32 items x 0.4 ms of a ~20-50 ms step
+        assert share["dataloader_wait"] > 0.15  # 32 items x 0.4 ms of a ~20-50 ms step
         assert share["comm_sync_wait"] is not None
     # rank 1 sleeps 30 ms before each forward: it is the straggler, rank 0 waits for it
     st = d["cross_rank"]["stragglers"]

@@ -19,7 +19,9 @@ def _modules() -> list[Path]:
 
 
 def test_no_module_over_450_lines():
-    long = {str(p.relative_to(ROOT)): n for p in _modules() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n for p in _modules() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 

@@ -25,8 +25,10 @@ def _project():
 
 
 def test_default_dependencies_carry_no_notebook_stack():
-    names = [d.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower()
-             for d in _project()["dependencies"]]
+    names = [
+        d.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower()
+        for d in _project()["dependencies"]
+    ]
     assert not [n for n in names if n in HEAVY], names
     extras = _project()["optional-dependencies"]
     assert any(d.startswith("traceinsight") for d in extras["hta"])
@@ -39,7 +41,7 @@ def test_hta_on_without_hta_says_how_to_install_it(monkeypatch):
     for args in (["analyze", str(sample), "--hta", "on"], ["compare", str(sample), str(sample), "--hta", "on"]):
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 2 and "pip install 'ddpdoctor[hta]'" in res.output, res.output
-    res = CliRunner().invoke(main, ["analyze", str(sample), "--format", "json"])       # auto: skipped quietly
+    res = CliRunner().invoke(main, ["analyze", str(sample), "--format", "json"])  # auto: skipped quietly
     assert res.exit_code == 0 and '"hta": null' in res.output
 
 
@@ -53,8 +55,12 @@ def wheel(tmp_path_factory) -> Path:
     """The wheel `pip wheel .` builds from this checkout (hatch_build.py runs)."""
     out = tmp_path_factory.mktemp("wheel")
     before = _untracked_in_package()
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert _untracked_in_package() == before, "the build wrote into the checkout"
     (whl,) = out.glob("ddpdoctor-*.whl")
@@ -68,7 +74,7 @@ def _untracked_in_package() -> set[str]:
 def test_the_wheel_is_tagged_for_any_python_of_its_platform(wheel):
     tag = wheel.name.removesuffix(".whl").split("-")[-3:]
     names = zipfile.ZipFile(wheel).namelist()
-    if "ddpdoctor/trace/_kscan.so" in names:        # a ctypes library: no CPython ABI
+    if "ddpdoctor/trace/_kscan.so" in names:  # a ctypes library: no CPython ABI
         assert tag[:2] == ["py3", "none"] and tag[2] != "any", wheel.name
     else:
         assert _compiler() is None, f"a C compiler exists but the wheel has no C reader: {wheel.name}"

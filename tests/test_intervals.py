@@ -41,5 +41,5 @@ def test_set_operations_match_brute_force(seed):
     ws = rng.integers(0, 150, 6).astype(float)
     we = ws + rng.integers(0, 60, 6)
     got = iv.measure_in_windows(a, ws, we)
-    want = [ma[int(s):int(e)].sum() for s, e in zip(ws, we)]
+    want = [ma[int(s) : int(e)].sum() for s, e in zip(ws, we)]
     assert np.allclose(got, want)

@@ -15,8 +15,9 @@ import pytest
 from ddpdoctor.bundle.evidence import contention_facts
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("agent_jobtree_under_test",
-                                              ROOT / "ddpdoctor" / "capture" / "agent" / "jobtree.py")
+spec = importlib.util.spec_from_file_location(
+    "agent_jobtree_under_test", ROOT / "ddpdoctor" / "capture" / "agent" / "jobtree.py"
+)
 jobtree = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(jobtree)
 
@@ -45,7 +46,7 @@ def fake_proc(procs: dict[int, dict]):
 # 99 is another user's process (a sibling of 10 under 1)
 PROCS = {
     1: {"ppid": 0, "threads": {1: "S"}},
-    10: {"ppid": 1, "threads": {10: "S", 20: "R"}, "cpu": (100, 0, 0, 0)},           # a pump thread running
+    10: {"ppid": 1, "threads": {10: "S", 20: "R"}, "cpu": (100, 0, 0, 0)},  # a pump thread running
     11: {"ppid": 10, "threads": {11: "R"}, "cpu": (50, 50, 0, 0)},
     12: {"ppid": 11, "threads": {12: "R", 21: "R", 22: "S"}, "cpu": (1000, 100, 200, 0)},
     13: {"ppid": 11, "threads": {13: "R", 23: "S"}, "cpu": (900, 100, 0, 0)},
@@ -59,7 +60,7 @@ def test_tree_runnable_and_cpu_of_the_job_only():
     read, listdir = fake_proc(PROCS)
     pids = jobtree.tree(10, read, listdir)
     assert sorted(pids) == [10, 11, 12, 13, 14, 15]
-    assert jobtree.runnable_threads(pids, read, listdir) == 6        # 20, 11, 12, 21, 13, 15: not 99's two
+    assert jobtree.runnable_threads(pids, read, listdir) == 6  # 20, 11, 12, 21, 13, 15: not 99's two
     assert jobtree.cpu_seconds(pids, read, hz=100) == pytest.approx((100 + 100 + 1300 + 1000 + 10 + 300) / 100)
 
 
@@ -67,8 +68,10 @@ def test_job_root_is_the_run_process_when_it_is_an_ancestor():
     read, _ = fake_proc(PROCS)
     assert jobtree.job_root({"DDPDOCTOR_LAUNCHER_PID": "10"}, pid=13, read=read) == (10, "ddpdoctor run")
     # a launcher pid that is not this rank's ancestor (a stale variable): the torchrun agent instead
-    assert jobtree.job_root({"DDPDOCTOR_LAUNCHER_PID": "99", "TORCHELASTIC_RUN_ID": "x"}, pid=13, read=read) == \
-        (11, "torchrun agent")
+    assert jobtree.job_root({"DDPDOCTOR_LAUNCHER_PID": "99", "TORCHELASTIC_RUN_ID": "x"}, pid=13, read=read) == (
+        11,
+        "torchrun agent",
+    )
     assert jobtree.job_root({"DDPDOCTOR_LAUNCHER_PID": "99"}, pid=13, read=read) is None
     assert jobtree.job_root({"DDPDOCTOR_LAUNCHER_PID": "junk"}, pid=13, read=read) is None
 
@@ -80,9 +83,16 @@ def test_a_vanished_process_is_skipped():
 
 
 def _rank(job: dict | None, own: list[int], runnable: list[int], cpus: int = 2) -> dict:
-    con = {"host": {"total_s": 10.0, "idle_s": 2.0, "steal_s": 0.0}, "process_cpu_s": 3.0, "children_cpu_s": 0.0,
-           "runnable_samples": runnable, "own_runnable_samples": own, "host_cpus": cpus, "local_world_size": 2,
-           "wall_s": 5.0}
+    con = {
+        "host": {"total_s": 10.0, "idle_s": 2.0, "steal_s": 0.0},
+        "process_cpu_s": 3.0,
+        "children_cpu_s": 0.0,
+        "runnable_samples": runnable,
+        "own_runnable_samples": own,
+        "host_cpus": cpus,
+        "local_world_size": 2,
+        "wall_s": 5.0,
+    }
     if job is not None:
         con["job"] = job
     return {"hostname": "h", "evidence": {"contention": con}}
@@ -90,8 +100,13 @@ def _rank(job: dict | None, own: list[int], runnable: list[int], cpus: int = 2) 
 
 def test_facts_from_the_job_tree_replace_the_per_rank_sum():
     # the job's tree held all the running work: nothing outside, whatever the ranks counted of their own
-    job = {"root": "ddpdoctor run", "processes": 6, "cpu_s": 7.5,
-           "runnable_samples": [3, 4, 3], "outside_runnable_samples": [0, 1, -1]}
+    job = {
+        "root": "ddpdoctor run",
+        "processes": 6,
+        "cpu_s": 7.5,
+        "runnable_samples": [3, 4, 3],
+        "outside_runnable_samples": [0, 1, -1],
+    }
     facts = contention_facts({0: _rank(job, [], [3, 5, 2]), 1: _rank(None, [1, 1, 1], [3, 5, 2])})
     assert facts["host.contention.other_runnable_per_cpu"] == 0.0
     assert facts["host.contention.other_busy_share"] == pytest.approx(0.8 - 0.75)
@@ -105,7 +120,7 @@ def test_facts_from_the_job_tree_replace_the_per_rank_sum():
 
 def test_old_bundles_keep_the_per_rank_counts():
     facts = contention_facts({0: _rank(None, [1, 1], [4, 4]), 1: _rank(None, [1, 1], [4, 4])})
-    assert facts["host.contention.other_runnable_per_cpu"] == 1.0        # (4 - 2) / 2
+    assert facts["host.contention.other_runnable_per_cpu"] == 1.0  # (4 - 2) / 2
     assert "host.contention.job_processes" not in facts
 
 
@@ -131,10 +146,35 @@ def _run(tmp_path, *args) -> dict:
     out = tmp_path / "bundle"
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze",
-                          "--warmup", "5", "--active", "40", "--", sys.executable, "-m", "torch.distributed.run",
-                          "--standalone", "--nproc_per_node=2", str(SCRIPT), "120", *args],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--out",
+            str(out),
+            "--no-analyze",
+            "--warmup",
+            "5",
+            "--active",
+            "40",
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(SCRIPT),
+            "120",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return out, load_bundle_facts([str(out)])
 
@@ -161,10 +201,12 @@ def test_e2e_the_jobs_own_grandchild_is_not_contention(tmp_path):
     assert min(job["runnable_samples"]) >= 1 and len(job["runnable_samples"]) == len(job["outside_runnable_samples"])
     assert job["cpu_s"] > 0
     rank1 = json.loads((out / "ranks" / "rank1" / "settings.json").read_text())["evidence"]["contention"]
-    assert "job" not in rank1                           # one rank per host measures the tree
+    assert "job" not in rank1  # one rank per host measures the tree
     if before > 0.25:
-        pytest.skip(f"the host was busy before the job: {before:.2f} runnable tasks per CPU from other processes, "
-                    "so contention from outside is measured rightly; the quiet case needs an idle host")
+        pytest.skip(
+            f"the host was busy before the job: {before:.2f} runnable tasks per CPU from other processes, "
+            "so contention from outside is measured rightly; the quiet case needs an idle host"
+        )
     # the grandchild spins on one of the 2 CPUs (the old per-rank count missed it: 0.5 per CPU outside)
     assert facts["host.contention.load_per_cpu"] >= 1.0, facts["host.contention.load_per_cpu"]
     assert facts["host.contention.other_runnable_per_cpu"] < 0.25, facts["host.contention.other_runnable_per_cpu"]

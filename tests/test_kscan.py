@@ -23,8 +23,10 @@ def _compiler() -> str | None:
 
 # Where a C compiler exists (CI: .ci/run) the install builds the reader, so an absent reader is a
 # failure, not a skip; only a machine without a compiler skips, saying so.
-pytestmark = pytest.mark.skipif(not fastscan.available() and _compiler() is None,
-                                reason="no C compiler: the C reader is not built (msgspec decodes)")
+pytestmark = pytest.mark.skipif(
+    not fastscan.available() and _compiler() is None,
+    reason="no C compiler: the C reader is not built (msgspec decodes)",
+)
 
 
 def test_the_reader_is_built_where_a_compiler_exists():
@@ -64,7 +66,7 @@ EVENTS = [
     _x("ProfilerStep#1", "user_annotation", 1712195495519689.047, 1000.0005),
     _x("DistributedDataParallel.forward", "user_annotation", 1712195495519690, 100),
     _x("aten::mm", "cpu_op", 1712195495519691.5, 5, **{"Input Dims": [[32, 3], []], "External id": 9}),
-    _x("na\"me \\ caf\u00e9 \u2603", "cpu_op", -0.0, 2, pid=1, tid="1"),
+    _x('na"me \\ caf\u00e9 \u2603', "cpu_op", -0.0, 2, pid=1, tid="1"),
     _x("aten::add", "cpu_op", 30, -0, pid="Spans", tid="PyTorch Profiler"),
     _x("nccl:all_reduce", "user_annotation", 40, 50, **{"External id": 3}),
     _x("cudaLaunchKernel", "cuda_runtime", 41, 2, correlation=7, cbid=211, grid=[1, 2, {"a": [None, True]}]),
@@ -93,25 +95,33 @@ def _both(path, patterns=("fused",)):
 @pytest.mark.parametrize("ascii_only", [True, False])
 def test_same_rank_trace_as_msgspec(tmp_path, indent, ascii_only):
     p = tmp_path / "rank0.json"
-    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 2, "backend": "nccl"},
-           "deviceProperties": [{"id": 0, "name": "A100"}], "traceEvents": EVENTS, "traceName": "x"}
+    doc = {
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": 0, "world_size": 2, "backend": "nccl"},
+        "deviceProperties": [{"id": 0, "name": "A100"}],
+        "traceEvents": EVENTS,
+        "traceName": "x",
+    }
     p.write_text(json.dumps(doc, indent=indent, ensure_ascii=ascii_only))
     old, new = _both(p)
     _same(old, new)
     assert [(s, json.loads(dims)) for s, dims in new.forward_inputs] == [(1712195495519690.0, [[32, 3], []])]
-    assert new.host_ops.names[2] == "na\"me \\ caf\u00e9 \u2603"
+    assert new.host_ops.names[2] == 'na"me \\ caf\u00e9 \u2603'
 
 
-@pytest.mark.parametrize("text", [
-    '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1.0, "tid": 1, "ts": 1, "dur": 1}]}',
-    '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "a", "ts": 1, "args": {"correlation": "12"}}]}',
-    '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "name": "b", "ts": 1}]}',
-    '{"traceEvents": [{"ph": "X", "c\\u0061t": "cpu_op", "name": "a", "ts": 1}]}',
-    '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": "1"}]}',
-    '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1}]',
-    '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "args": "x"}]}',
-    '[{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1}]',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1.0, "tid": 1, "ts": 1, "dur": 1}]}',
+        '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "a", "ts": 1, "args": {"correlation": "12"}}]}',
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "name": "b", "ts": 1}]}',
+        '{"traceEvents": [{"ph": "X", "c\\u0061t": "cpu_op", "name": "a", "ts": 1}]}',
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": "1"}]}',
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1}]',
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "args": "x"}]}',
+        '[{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1}]',
+    ],
+)
 def test_irregular_input_bails(tmp_path, text):
     p = tmp_path / "rank0.json"
     p.write_text(text)
@@ -123,14 +133,14 @@ def test_a_file_truncated_during_the_scan_bails(tmp_path):
     p.write_text(json.dumps({"traceEvents": EVENTS * 2000}))
     with open(p, "rb") as fh:
         m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
-    os.truncate(p, 100)                     # the pages past byte 100 now raise SIGBUS
+    os.truncate(p, 100)  # the pages past byte 100 now raise SIGBUS
     assert fastscan.scan(m, mapped=True) is None
 
 
 def test_the_library_is_built_from_the_sources_beside_it(tmp_path, monkeypatch):
     lib = fastscan._lib()
     assert lib.ks_source_id().decode() == fastscan.source_hash(fastscan.Path(fastscan.__file__).parent)
-    for name in ("_kscan.c", "_kscan_lex.h"):       # an edited source: the old library is not used
+    for name in ("_kscan.c", "_kscan_lex.h"):  # an edited source: the old library is not used
         (tmp_path / name).write_bytes(b"/* edited */\n" + (fastscan.Path(fastscan.__file__).parent / name).read_bytes())
     assert fastscan.source_hash(tmp_path) != lib.ks_source_id().decode()
 
@@ -141,35 +151,90 @@ def test_the_reader_knows_every_field_of_the_schema():
 
     from ddpdoctor.trace.schema import Args, Event
 
-    assert {f.encode_name for f in msgspec.structs.fields(Event)} == {"ph", "cat", "name", "pid", "tid", "ts", "dur",
-                                                                      "args"}
+    assert {f.encode_name for f in msgspec.structs.fields(Event)} == {
+        "ph",
+        "cat",
+        "name",
+        "pid",
+        "tid",
+        "ts",
+        "dur",
+        "args",
+    }
     assert {f.encode_name for f in msgspec.structs.fields(Args)} == {
-        "correlation", "External id", "external id", "Collective name", "In msg nelems", "dtype", "Input Dims"}
+        "correlation",
+        "External id",
+        "external id",
+        "Collective name",
+        "In msg nelems",
+        "dtype",
+        "Input Dims",
+    }
 
 
-NAMES = ("ProfilerStep#%d", "DistributedDataParallel.forward", "aten::mm", "aten::add_", "Optimizer.step#SGD.step",
-         "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "autograd::engine::evaluate_function: MmBackward0",
-         "nccl:all_reduce", "gloo:broadcast", "record_param_comms", "cudaLaunchKernel", "cudaMalloc",
-         "cudaStreamSynchronize", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "volta_sgemm_128x64_nn", "fused",
-         "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pinned)", "Memset (Device)", "caf\u00e9 \"q\"")
-CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset",
-        "Operator", "Runtime", "Kernel", "Memcpy", "Memset", "python_function", "ac2g")
-SEEDS = int(os.environ.get("DDPDOCTOR_FUZZ_SEEDS", "40"))     # more for a longer local run
+NAMES = (
+    "ProfilerStep#%d",
+    "DistributedDataParallel.forward",
+    "aten::mm",
+    "aten::add_",
+    "Optimizer.step#SGD.step",
+    "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+    "autograd::engine::evaluate_function: MmBackward0",
+    "nccl:all_reduce",
+    "gloo:broadcast",
+    "record_param_comms",
+    "cudaLaunchKernel",
+    "cudaMalloc",
+    "cudaStreamSynchronize",
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+    "volta_sgemm_128x64_nn",
+    "fused",
+    "Memcpy HtoD (Pageable -> Device)",
+    "Memcpy DtoH (Device -> Pinned)",
+    "Memset (Device)",
+    'caf\u00e9 "q"',
+)
+CATS = (
+    "cpu_op",
+    "user_annotation",
+    "cuda_runtime",
+    "cuda_driver",
+    "kernel",
+    "gpu_memcpy",
+    "gpu_memset",
+    "Operator",
+    "Runtime",
+    "Kernel",
+    "Memcpy",
+    "Memset",
+    "python_function",
+    "ac2g",
+)
+SEEDS = int(os.environ.get("DDPDOCTOR_FUZZ_SEEDS", "40"))  # more for a longer local run
 
 
 def _random_event(rng: np.random.Generator, i: int) -> dict:
     name = str(rng.choice(NAMES))
-    ev = {"ph": str(rng.choice(["X"] * 9 + ["i", "f"])), "cat": str(rng.choice(CATS)),
-          "name": name % i if "%d" in name else name,
-          "pid": [1, 1, 1, 0, 2, "Spans", "1"][int(rng.integers(7))],
-          "tid": [1, 1, 7, 3, "1", "PyTorch Profiler"][int(rng.integers(6))],
-          "ts": float(rng.choice([i * 10.0, i * 10 + 0.125, 1712195495519689.047 + i])),
-          "dur": float(rng.choice([5.0, 0.0, -1.0, 1e-3, 250.5]))}
+    ev = {
+        "ph": str(rng.choice(["X"] * 9 + ["i", "f"])),
+        "cat": str(rng.choice(CATS)),
+        "name": name % i if "%d" in name else name,
+        "pid": [1, 1, 1, 0, 2, "Spans", "1"][int(rng.integers(7))],
+        "tid": [1, 1, 7, 3, "1", "PyTorch Profiler"][int(rng.integers(6))],
+        "ts": float(rng.choice([i * 10.0, i * 10 + 0.125, 1712195495519689.047 + i])),
+        "dur": float(rng.choice([5.0, 0.0, -1.0, 1e-3, 250.5])),
+    }
     args = {}
-    for key, values in (("correlation", [None, i % 11, i]), ("External id", [None, i % 7, 3]),
-                        ("external id", [None, i % 5]), ("Collective name", [None, "", "allreduce", "allgather"]),
-                        ("In msg nelems", [None, 1024, 2.5, "1024"]), ("dtype", [None, "Float", "BFloat16", "Odd"]),
-                        ("Input Dims", [[[32, 3], []], [], [[1]]]), ("grid", [[1, 2, 3]])):
+    for key, values in (
+        ("correlation", [None, i % 11, i]),
+        ("External id", [None, i % 7, 3]),
+        ("external id", [None, i % 5]),
+        ("Collective name", [None, "", "allreduce", "allgather"]),
+        ("In msg nelems", [None, 1024, 2.5, "1024"]),
+        ("dtype", [None, "Float", "BFloat16", "Odd"]),
+        ("Input Dims", [[[32, 3], []], [], [[1]]]),
+        ("grid", [[1, 2, 3]]),
+    ):
         if rng.random() < 0.35:
             args[key] = values[int(rng.integers(len(values)))]
     if args or rng.random() < 0.5:

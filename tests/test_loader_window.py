@@ -12,8 +12,16 @@ from ddpdoctor.capture.agent import loader as agent_loader
 
 
 def _win(**kw):
-    rec = {"schema": 1, "wall_s": 1.0, "batches": 10, "next_wall_s": 0.6, "next_cpu_s": 0.01, "num_workers": 2,
-           "workers_seen": 2, "workers_cpu_s": 0.08}
+    rec = {
+        "schema": 1,
+        "wall_s": 1.0,
+        "batches": 10,
+        "next_wall_s": 0.6,
+        "next_cpu_s": 0.01,
+        "num_workers": 2,
+        "workers_seen": 2,
+        "workers_cpu_s": 0.08,
+    }
     rec.update(kw)
     return rec
 
@@ -35,19 +43,29 @@ def test_single_process_loading_is_measured_inside_next():
     assert x["workers_needed"] == 4 and x["cpu_share"] == 0.9
 
 
-@pytest.mark.parametrize("bad", [None, {}, _win(batches=1), _win(wall_s=0), _win(num_workers=None),
-                                 _win(num_workers=True), _win(next_wall_s="x")])
+@pytest.mark.parametrize(
+    "bad",
+    [None, {}, _win(batches=1), _win(wall_s=0), _win(num_workers=None), _win(num_workers=True), _win(next_wall_s="x")],
+)
 def test_unmeasured_windows_give_nothing(bad):
     assert rank_loader(bad) is None
     assert loader_facts({0: {"loader_window": bad}}) == {}
 
 
 def test_facts_take_the_busiest_cpu_share_and_one_ranks_arithmetic():
-    f = loader_facts({0: {"loader_window": _win(next_wall_s=0.8, workers_cpu_s=0.02)},
-                      1: {"loader_window": _win(next_wall_s=0.5, workers_cpu_s=0.3)}})
+    f = loader_facts(
+        {
+            0: {"loader_window": _win(next_wall_s=0.8, workers_cpu_s=0.02)},
+            1: {"loader_window": _win(next_wall_s=0.5, workers_cpu_s=0.3)},
+        }
+    )
     assert f["loader.cpu_share"] == 0.15 and f["loader.cpu_share.per_rank"] == {0: 0.01, 1: 0.15}
     # rank 0 needs most workers: 200 ms latency over 20 ms compute
-    assert (f["loader.workers_needed"], f["loader.batch_latency_ms"], f["loader.compute_ms_per_batch"]) == (10, 200.0, 20.0)
+    assert (f["loader.workers_needed"], f["loader.batch_latency_ms"], f["loader.compute_ms_per_batch"]) == (
+        10,
+        200.0,
+        20.0,
+    )
     assert f["loader.workers_needed.per_rank"] == {0: 10, 1: 4}
 
 
@@ -60,7 +78,7 @@ def test_timing_counts_the_wait_and_a_busy_workers_cpu():
     proc = ctx.Process(target=_burn, args=(0.4,))
     proc.start()
 
-    class It:                              # what the hook sees of a _MultiProcessingDataLoaderIter
+    class It:  # what the hook sees of a _MultiProcessingDataLoaderIter
         _workers = [proc]
 
     it = It()
@@ -69,13 +87,13 @@ def test_timing_counts_the_wait_and_a_busy_workers_cpu():
     t.window_start()
     for _ in range(4):
         t.entered()
-        time.sleep(0.02)                   # waiting for a batch: no CPU
+        time.sleep(0.02)  # waiting for a batch: no CPU
         t.returned()
     proc.join()
     t.window_stop(1)
     rec = t.record()
     assert rec["batches"] == 4 and 0.07 <= rec["next_wall_s"] < 0.5 and rec["next_cpu_s"] < 0.03
-    assert rec["workers_cpu_s"] >= 0.2, rec          # the worker's CPU, counted after it was reaped
+    assert rec["workers_cpu_s"] >= 0.2, rec  # the worker's CPU, counted after it was reaped
     assert rec["workers_seen"] == 1
 
 
@@ -106,7 +124,7 @@ def test_time_without_a_cpu_on_a_contended_host_is_not_waiting():
     assert busy["cpu_share"] == 0.8333
     assert rank_loader(_win(num_workers=0, workers_cpu_s=None, next_wall_s=0.8, next_cpu_s=0.1))["cpu_share"] == 0.125
     workers = rank_loader(_win(workers_cpu_s=0.3, workers_runqueue_s=1.6))
-    assert workers["cpu_share"] == 0.75           # 0.3 s of CPU in the 0.4 s the two workers could run
+    assert workers["cpu_share"] == 0.75  # 0.3 s of CPU in the 0.4 s the two workers could run
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="schedstat (Linux)")

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from test_no_placeholders import PLACEHOLDER
 
 from ddpdoctor.errors import InputError
 from ddpdoctor.logs import analyze_logs
@@ -16,9 +17,7 @@ from ddpdoctor.rules_engine.facts import merge_facts
 from ddpdoctor.rules_engine.registry import build_ruleset
 from ddpdoctor.rules_engine.verdict import diagnose
 
-from test_no_placeholders import PLACEHOLDER
-
-GOOD = '''family = "{stem}"
+GOOD = """family = "{stem}"
 sources = ["NVIDIA/nccl@v2.21.5-1:src/init.cc"]
 [[message]]
 id = "x.dup"
@@ -33,7 +32,7 @@ change = "set the device from LOCAL_RANK"
 [[message.excerpt]]
 text = "NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000"
 source = "https://github.com/NVIDIA/Megatron-LM/issues/661"
-'''
+"""
 
 
 def _write(tmp_path: Path, text: str, stem: str = "nccl_init") -> Path:
@@ -48,15 +47,26 @@ def test_a_good_file_loads(tmp_path):
     assert [m.id for m in fams[0].messages] == ["x.dup"]
 
 
-@pytest.mark.parametrize("broken, said", [
-    (GOOD.replace('needs = ["host.gpu_count"]', 'needs = ["host.no_such_fact"]'), "unknown fact 'host.no_such_fact'"),
-    (GOOD.replace("rank {{match.a}} shares", "rank {{match.b}} shares"), "no pattern has a group (?P<b>"),
-    (GOOD.replace("NCCL WARN Duplicate GPU", "NCCL WARN Some other GPU"), "matches no line of its excerpts"),
-    (GOOD[:GOOD.index("[[message.excerpt]]")], "at least one [[message.excerpt]]"),
-    (GOOD.replace('[message.fix]\ntitle = "rank {{match.a}} shares a GPU"\nchange = "set the device from LOCAL_RANK"\n', ""),
-     "an entry without a fix"),
-    (GOOD.replace('kind = "launch"', 'kind = "bad luck"'), "kind must be one of"),
-])
+@pytest.mark.parametrize(
+    "broken, said",
+    [
+        (
+            GOOD.replace('needs = ["host.gpu_count"]', 'needs = ["host.no_such_fact"]'),
+            "unknown fact 'host.no_such_fact'",
+        ),
+        (GOOD.replace("rank {{match.a}} shares", "rank {{match.b}} shares"), "no pattern has a group (?P<b>"),
+        (GOOD.replace("NCCL WARN Duplicate GPU", "NCCL WARN Some other GPU"), "matches no line of its excerpts"),
+        (GOOD[: GOOD.index("[[message.excerpt]]")], "at least one [[message.excerpt]]"),
+        (
+            GOOD.replace(
+                '[message.fix]\ntitle = "rank {{match.a}} shares a GPU"\nchange = "set the device from LOCAL_RANK"\n',
+                "",
+            ),
+            "an entry without a fix",
+        ),
+        (GOOD.replace('kind = "launch"', 'kind = "bad luck"'), "kind must be one of"),
+    ],
+)
 def test_a_bad_entry_is_refused_naming_file_and_entry(tmp_path, broken, said):
     with pytest.raises(CatalogueError) as exc:
         load_catalogue(_write(tmp_path, broken))
@@ -67,12 +77,30 @@ def test_a_bad_entry_is_refused_naming_file_and_entry(tmp_path, broken, said):
 
 def test_the_built_in_catalogue_loads_and_covers_the_families():
     fams = {f.name for f in load_catalogue()}
-    assert {"ddp_reducer", "process_group_nccl", "process_group_gloo", "c10d_store", "elastic", "dataloader",
-            "nccl_init", "nccl_shm", "nccl_p2p", "nccl_ib", "nccl_net", "nccl_cuda", "gloo"} <= fams
+    assert {
+        "ddp_reducer",
+        "process_group_nccl",
+        "process_group_gloo",
+        "c10d_store",
+        "elastic",
+        "dataloader",
+        "nccl_init",
+        "nccl_shm",
+        "nccl_p2p",
+        "nccl_ib",
+        "nccl_net",
+        "nccl_cuda",
+        "gloo",
+    } <= fams
 
 
-PREFIXES = ["", "[rank3]: ", "[default1]:", "2025-01-02 03:04:05,678 - ERROR - ",
-            "torch.distributed.DistBackendError: "]
+PREFIXES = [
+    "",
+    "[rank3]: ",
+    "[default1]:",
+    "2025-01-02 03:04:05,678 - ERROR - ",
+    "torch.distributed.DistBackendError: ",
+]
 
 
 @pytest.mark.parametrize("msg", default_messages(), ids=lambda m: m.id)
@@ -103,11 +131,14 @@ def _top(tmp_path: Path, name: str, text: str, known: dict | None = None):
 
 
 def test_bus_error_with_a_small_dev_shm_names_its_size_and_the_size_to_ask_for(tmp_path):
-    facts, top = _top(tmp_path, "rank0.log",
-                      "[rank0]: RuntimeError: DataLoader worker (pid 4301) is killed by signal: Bus error. It is "
-                      "possible that dataloader's workers are out of shared memory. Please try to raise your shared "
-                      "memory limit.\n",
-                      {"host.shm_bytes": 64 << 20, "config.dataloader.num_workers": 6, "host.local_world_size": 2})
+    facts, top = _top(
+        tmp_path,
+        "rank0.log",
+        "[rank0]: RuntimeError: DataLoader worker (pid 4301) is killed by signal: Bus error. It is "
+        "possible that dataloader's workers are out of shared memory. Please try to raise your shared "
+        "memory limit.\n",
+        {"host.shm_bytes": 64 << 20, "config.dataloader.num_workers": 6, "host.local_world_size": 2},
+    )
     assert facts["failure.message.id"] == "dataloader.bus_error_shm"
     first = top.fixes[0]
     assert "/dev/shm" in first.title
@@ -115,70 +146,91 @@ def test_bus_error_with_a_small_dev_shm_names_its_size_and_the_size_to_ask_for(t
 
 
 def test_bus_error_with_a_large_dev_shm_does_not_ask_for_more(tmp_path):
-    _facts, top = _top(tmp_path, "rank0.log",
-                       "RuntimeError: DataLoader worker (pid 1) is killed by signal: Bus error.\n",
-                       {"host.shm_bytes": 64 << 30})
+    _facts, top = _top(
+        tmp_path,
+        "rank0.log",
+        "RuntimeError: DataLoader worker (pid 1) is killed by signal: Bus error.\n",
+        {"host.shm_bytes": 64 << 30},
+    )
     assert "should be enough" in top.fixes[0].change and "--shm-size=" not in top.fixes[0].change
 
 
 def test_nccl_shm_failure_gets_the_shm_fix_not_an_interface(tmp_path):
-    facts, top = _top(tmp_path, "nccl.log",
-                      "node1:9621:9691 [1] misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-fjwOOB "
-                      "to 9637892 bytes\n[rank1]: torch.distributed.DistBackendError: NCCL error in: "
-                      "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error, NCCL version "
-                      "2.21.5\n")
+    facts, top = _top(
+        tmp_path,
+        "nccl.log",
+        "node1:9621:9691 [1] misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-fjwOOB "
+        "to 9637892 bytes\n[rank1]: torch.distributed.DistBackendError: NCCL error in: "
+        "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error, NCCL version "
+        "2.21.5\n",
+    )
     assert facts["failure.message.id"] == "nccl.shm.no_space"
     assert "--shm-size" in top.fixes[0].change and "NCCL_SHM_DISABLE=1" in top.fixes[0].change
 
 
 def test_duplicate_gpu_names_both_ranks_and_local_rank(tmp_path):
-    _facts, top = _top(tmp_path, "out.log",
-                       "[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, invalid "
-                       "usage, NCCL version 2.19.3\n[rank1]: Last error:\n[rank1]: Duplicate GPU detected : rank 1 and "
-                       "rank 0 both on CUDA device 1000\n")
+    _facts, top = _top(
+        tmp_path,
+        "out.log",
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, invalid "
+        "usage, NCCL version 2.19.3\n[rank1]: Last error:\n[rank1]: Duplicate GPU detected : rank 1 and "
+        "rank 0 both on CUDA device 1000\n",
+    )
     assert top.rule == "FL010"
     assert top.fixes[0].title.startswith("Ranks 1 and 0 share one GPU")
     assert 'device_id=torch.device("cuda", local_rank)' in top.fixes[0].change
 
 
 def test_marked_ready_twice_gets_its_own_fix_not_the_generic_one(tmp_path):
-    _facts, top = _top(tmp_path, "out.log",
-                       "[rank1]: RuntimeError: Expected to mark a variable ready only once. This error is caused by "
-                       "one of the following reasons: 1) Use of a module parameter outside the `forward` function.\n")
+    _facts, top = _top(
+        tmp_path,
+        "out.log",
+        "[rank1]: RuntimeError: Expected to mark a variable ready only once. This error is caused by "
+        "one of the following reasons: 1) Use of a module parameter outside the `forward` function.\n",
+    )
     assert "use_reentrant=False" in top.fixes[0].change and "static_graph=True" in top.fixes[0].change
     assert "used twice in the forward" in top.summary
 
 
 def test_unknown_device_before_a_store_timeout_is_the_cause(tmp_path):
-    facts, top = _top(tmp_path, "out.log",
-                      "[rank1]:[W1105 13:37:10.134661876 ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank 1]  using "
-                      "GPU 1 to perform barrier as devices used by this process are currently unknown.\n"
-                      "[rank1]: torch.distributed.DistStoreError: wait timeout after 600000ms, keys: "
-                      "/default_pg/0//cuda//0\n")
+    facts, top = _top(
+        tmp_path,
+        "out.log",
+        "[rank1]:[W1105 13:37:10.134661876 ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank 1]  using "
+        "GPU 1 to perform barrier as devices used by this process are currently unknown.\n"
+        "[rank1]: torch.distributed.DistStoreError: wait timeout after 600000ms, keys: "
+        "/default_pg/0//cuda//0\n",
+    )
     assert facts["failure.message.id"] == "pg_nccl.barrier_device_unknown"
     assert top.rule == "FL012" and "device_id=" in top.fixes[0].change
 
 
 def test_the_same_warning_without_a_failure_is_only_context(tmp_path):
-    (tmp_path / "out.log").write_text("[rank0]:[W ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank 0]  using GPU 0 "
-                                      "to perform barrier as devices used by this process are currently unknown.\n")
+    (tmp_path / "out.log").write_text(
+        "[rank0]:[W ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank 0]  using GPU 0 "
+        "to perform barrier as devices used by this process are currently unknown.\n"
+    )
     facts = analyze_logs([str(tmp_path)]).facts
     assert facts["failure.message.ids"] == ["pg_nccl.barrier_device_unknown"]
     assert facts["failure.message.id"] is None
 
 
 def test_nccl_versions_that_differ_between_hosts_are_a_finding_before_any_failure(tmp_path):
-    facts, top = _top(tmp_path, "nccl.log",
-                      "node1:100:100 [0] NCCL INFO NCCL version 2.18.3+cuda12.1\n"
-                      "node2:200:200 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
+    facts, top = _top(
+        tmp_path,
+        "nccl.log",
+        "node1:100:100 [0] NCCL INFO NCCL version 2.18.3+cuda12.1\n"
+        "node2:200:200 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n",
+    )
     assert facts["nccl.versions_by_host"] == {"node1": "2.18.3", "node2": "2.21.5"}
     assert facts["failure.root_cause.kind"] is None
     assert top.rule == "NET006" and "node1: 2.18.3, node2: 2.21.5" in top.summary
 
 
 def test_one_nccl_version_everywhere_is_quiet(tmp_path):
-    (tmp_path / "nccl.log").write_text("node1:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
-                                       "node2:2:2 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
+    (tmp_path / "nccl.log").write_text(
+        "node1:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\nnode2:2:2 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
+    )
     facts = analyze_logs([str(tmp_path)]).facts
     assert facts["nccl.versions_differ"] is False
 
@@ -211,12 +263,16 @@ def test_the_cli_refuses_a_bad_catalogue_with_one_line_and_exit_2(tmp_path, monk
 
 # ---------------------------------------------------------------- a cause message is failure evidence on its own
 
+
 def test_nccl_warn_lines_alone_are_a_failure_presented_by_fl017(tmp_path):
     """No traceback, no exit: the catalogued cause line is the root cause (kind message), with its fix."""
-    facts, top = _top(tmp_path, "rank1.log",
-                      "2024-03-01 10:00:00 node1:9621:9691 [1] misc/shmutils.cc:72 NCCL WARN Error: failed to extend "
-                      "/dev/shm/nccl-fjwOOB to 9637892 bytes\n",
-                      {"host.shm_bytes": 64 << 20})
+    facts, top = _top(
+        tmp_path,
+        "rank1.log",
+        "2024-03-01 10:00:00 node1:9621:9691 [1] misc/shmutils.cc:72 NCCL WARN Error: failed to extend "
+        "/dev/shm/nccl-fjwOOB to 9637892 bytes\n",
+        {"host.shm_bytes": 64 << 20},
+    )
     assert facts["failure.present"] is True
     assert facts["failure.root_cause.kind"] == "message" and facts["failure.root_cause.message_kind"] == "container"
     assert facts["failure.root_cause.line_no"] == 1
@@ -226,11 +282,14 @@ def test_nccl_warn_lines_alone_are_a_failure_presented_by_fl017(tmp_path):
 
 def test_a_cause_message_outranks_a_timeout_it_leads_to(tmp_path):
     """root_cause_priority puts known_message ahead of timeout: the waiting rank's watchdog is the symptom."""
-    facts, top = _top(tmp_path, "job.log",
-                      "[rank1]: node1:1:2 [1] include/shm.h:27 NCCL WARN Call to shm_open failed : Permission denied\n"
-                      "[rank0]: [E ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught collective operation timeout: "
-                      "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600004 "
-                      "milliseconds before timing out.\n")
+    facts, top = _top(
+        tmp_path,
+        "job.log",
+        "[rank1]: node1:1:2 [1] include/shm.h:27 NCCL WARN Call to shm_open failed : Permission denied\n"
+        "[rank0]: [E ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600004 "
+        "milliseconds before timing out.\n",
+    )
     assert facts["failure.timeout.present"] is True
     assert facts["failure.root_cause.kind"] == "message" and facts["failure.message.id"] == "nccl.shm.no_permission"
     assert top.rule == "FL017" and "chmod 1777 /dev/shm" in top.fixes[0].change
@@ -238,18 +297,22 @@ def test_a_cause_message_outranks_a_timeout_it_leads_to(tmp_path):
 
 def test_a_message_on_the_exception_line_stays_with_fl010(tmp_path):
     """The reducer's error is both a traceback's last line and a cause message: FL010 keeps it, catalogue fix first."""
-    facts, top = _top(tmp_path, "rank0.log",
-                      "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"train.py\", line 3, in <module>\n"
-                      "[rank0]: RuntimeError: Expected to mark a variable ready only once. This error is caused by one "
-                      "of the following reasons: 1) Use of a module parameter outside the `forward` function.\n")
+    facts, top = _top(
+        tmp_path,
+        "rank0.log",
+        '[rank0]: Traceback (most recent call last):\n[rank0]:   File "train.py", line 3, in <module>\n'
+        "[rank0]: RuntimeError: Expected to mark a variable ready only once. This error is caused by one "
+        "of the following reasons: 1) Use of a module parameter outside the `forward` function.\n",
+    )
     assert facts["failure.root_cause.kind"] == "exception" and facts["failure.message.on_root"] is True
     assert top.rule == "FL010"
 
 
 def test_ucx_sigbus_line_is_a_kill_with_the_shm_fix(tmp_path):
     """UCX's handler line ("Caught signal 7 (Bus error: …)", ucs/debug/debug.c) is the process's death by SIGBUS."""
-    facts, top = _top(tmp_path, "out.log",
-                      "[8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)\n")
+    facts, top = _top(
+        tmp_path, "out.log", "[8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)\n"
+    )
     assert facts["failure.root_cause.kind"] == "killed" and facts["failure.killed.signal"] == "SIGBUS"
     assert facts["failure.message.id"] == "ucx.caught_sigbus"
     assert top.rule == "FL008" and "/dev/shm" in top.fixes[0].title

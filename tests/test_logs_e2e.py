@@ -24,10 +24,29 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         d = root / mode
         d.mkdir()
         out = open(d / "torchrun.out", "w")
-        procs[mode] = (subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-endpoint=localhost:0",
-             "--rdzv-backend=c10d", "--log-dir", str(d / "logs"), "--redirects", "3", "--tee", "3",
-             str(SCRIPT), mode], stdout=out, stderr=subprocess.STDOUT), out)
+        procs[mode] = (
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nproc_per_node=2",
+                    "--rdzv-endpoint=localhost:0",
+                    "--rdzv-backend=c10d",
+                    "--log-dir",
+                    str(d / "logs"),
+                    "--redirects",
+                    "3",
+                    "--tee",
+                    "3",
+                    str(SCRIPT),
+                    mode,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            ),
+            out,
+        )
     for mode, (p, out) in procs.items():
         try:
             p.wait(timeout=240)
@@ -48,6 +67,7 @@ def _facts(folder: Path) -> dict:
 
 def _diagnosis(folder: Path):
     from ddpdoctor.diagnosis import run_analyze
+
     return run_analyze([str(folder)])
 
 
@@ -59,7 +79,7 @@ def test_oom_rank_is_the_root_cause(runs):
     # followed cannot be told (torchrun's console copy interleaves the two streams in no reliable order)
     assert f["failure.root_cause.step"] is None
     assert f["failure.progress.last_step"] == {"0": 4, "1": 5}
-    assert f["failure.remote_error.ranks"] == [0]             # rank 0's all-reduce lost its peer
+    assert f["failure.remote_error.ranks"] == [0]  # rank 0's all-reduce lost its peer
     assert f["failure.symptom_ranks"] == [0]
     assert f["failure.torchrun_named_rank"] == 0 and f["failure.torchrun_misleading"] is True
     rep = _diagnosis(runs["oom"])
@@ -93,7 +113,8 @@ def test_sigkill_rank_is_named(runs):
 
 
 def test_cli_on_a_logs_only_folder(runs):
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(runs["kill"])],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 3, res.stderr          # the run failed: FAILED_RUN, not bad input (2)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(runs["kill"])], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 3, res.stderr  # the run failed: FAILED_RUN, not bad input (2)
     assert "FL008" in res.stdout and "killed by SIGKILL" in res.stdout

@@ -24,7 +24,7 @@ def test_nccl_socket_ifname_naming_a_missing_interface():
     f = facts("nccl_ifname_missing.log")
     assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "no_interface"
     assert f["failure.network.ifname"] == "eth2" and f["failure.network.configured"] == {"NCCL_SOCKET_IFNAME": "eth2"}
-    assert f["failure.network.suggested_ifname"] == "eth0"            # the interface NCCL listed
+    assert f["failure.network.suggested_ifname"] == "eth0"  # the interface NCCL listed
     t = top("nccl_ifname_missing.log")
     assert t.rule == "NET005" and any(fx.knob == "env.NCCL_SOCKET_IFNAME" and fx.value == "eth0" for fx in t.fixes)
 
@@ -82,13 +82,16 @@ def test_p2p_hang_with_hex_bus_ids():
     assert t.rule == "NET005" and any(fx.knob == "env.NCCL_P2P_DISABLE" and fx.value == "1" for fx in t.fixes)
 
 
-@pytest.mark.parametrize("line,via,kind", [
-    ("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "P2P/CUMEM/read", "p2p"),
-    ("h:1:2 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via direct shared memory", "direct shared memory", "shm"),
-    ("h:1:2 [0] NCCL INFO Channel 01 : 3[69000] -> 4[a2000] via P2P/direct pointer/read", "P2P/direct", "p2p"),
-    ("h:1:2 [0] NCCL INFO Channel 00/0 : 2[1d000] -> 3[1e000] via SHM/direct/direct", "SHM/direct/direct", "shm"),
-    ("h:1:2 [0] NCCL INFO Channel 00/0 : 1[1] -> 9[1] [send] via NET/IB/0/GDRDMA", "NET/IB/0/GDRDMA", "net"),
-])
+@pytest.mark.parametrize(
+    "line,via,kind",
+    [
+        ("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "P2P/CUMEM/read", "p2p"),
+        ("h:1:2 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via direct shared memory", "direct shared memory", "shm"),
+        ("h:1:2 [0] NCCL INFO Channel 01 : 3[69000] -> 4[a2000] via P2P/direct pointer/read", "P2P/direct", "p2p"),
+        ("h:1:2 [0] NCCL INFO Channel 00/0 : 2[1d000] -> 3[1e000] via SHM/direct/direct", "SHM/direct/direct", "shm"),
+        ("h:1:2 [0] NCCL INFO Channel 00/0 : 1[1] -> 9[1] [send] via NET/IB/0/GDRDMA", "NET/IB/0/GDRDMA", "net"),
+    ],
+)
 def test_transport_lines_old_and_new(line, via, kind):
     from ddpdoctor.logs.nccl import NcclCollector
 
@@ -101,8 +104,9 @@ def test_transport_lines_old_and_new(line, via, kind):
 def test_the_same_error_on_every_rank_is_shared_not_one_rank(tmp_path):
     for r in (0, 1):
         (tmp_path / f"rank{r}.log").write_text(
-            "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
-            f"FileNotFoundError: [Errno 2] No such file or directory: '/data/shard_{r}.bin'\n")
+            'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n'
+            f"FileNotFoundError: [Errno 2] No such file or directory: '/data/shard_{r}.bin'\n"
+        )
     f = analyze_logs([str(tmp_path)]).facts
     assert f["failure.root_cause.kind"] == "exception" and f["failure.exception.shared"] is True
     assert f["failure.root_cause.rank"] is None
@@ -123,7 +127,8 @@ def test_docker0_chosen_then_a_timeout_is_the_interface(tmp_path):
         "n1:10:20 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 nNodes 2\n"
         "[rank0]:[E1122 10:00:10.000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
         "timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600001 "
-        "milliseconds before timing out.\n")
+        "milliseconds before timing out.\n"
+    )
     f = analyze_logs([str(tmp_path)]).facts
     assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "bad_interface"
     t = run_analyze([str(tmp_path)]).diagnosis.findings[0]
@@ -152,8 +157,9 @@ def test_gloo_connecting_to_a_loopback_address():
     assert "loopback address" in top("gloo_connect_loopback_rank1.log").summary
 
 
-@pytest.mark.parametrize("name,value", [("nccl_old_lo_chosen_connect_refused.log", "eth0"),
-                                        ("nccl_ifname_lo_multinode.log", "^docker0,lo")])
+@pytest.mark.parametrize(
+    "name,value", [("nccl_old_lo_chosen_connect_refused.log", "eth0"), ("nccl_ifname_lo_multinode.log", "^docker0,lo")]
+)
 def test_loopback_interface_then_connect_refused_is_the_interface(name, value):
     f = facts(name)
     assert f["failure.root_cause.kind"] == "network" and f["failure.network.problem"] == "bad_interface"
@@ -184,8 +190,9 @@ def test_interface_list_over_several_lines_and_bridges():
 
 
 def test_an_unattributed_error_in_a_pasted_log_still_counts(tmp_path):
-    (tmp_path / "paste.log").write_text("Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\n"
-                                        "ValueError: bad config value\n")
+    (tmp_path / "paste.log").write_text(
+        'Traceback (most recent call last):\n  File "t.py", line 1, in <module>\nValueError: bad config value\n'
+    )
     f = analyze_logs([str(tmp_path)]).facts
     assert f["failure.root_cause.kind"] == "exception" and f["failure.exception.type"] == "ValueError"
 
@@ -198,7 +205,8 @@ def test_old_nccl_header_and_a_log_that_stops_after_p2p_setup():
 
 
 def test_a_log_with_steps_and_p2p_is_not_a_hang(tmp_path):
-    (tmp_path / "ok.log").write_text("h:1:1 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC\nstep 1 loss 0.5\n"
-                                     "step 2 loss 0.4\n")
+    (tmp_path / "ok.log").write_text(
+        "h:1:1 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC\nstep 1 loss 0.5\nstep 2 loss 0.4\n"
+    )
     f = analyze_logs([str(tmp_path)]).facts
     assert f["failure.present"] is False and f["failure.network.problem"] is None

@@ -16,6 +16,7 @@ def _timeouts(op, seq, ranks, timeout_ms):
         assert f["failure.timeout.seq"] == seq
         assert set(ranks) <= set(f["failure.timeout.ranks"])
         assert f["failure.timeout.timeout_ms"] == timeout_ms
+
     return check
 
 
@@ -29,7 +30,7 @@ def _01(f):
 def _02(f):
     _timeouts("ALLREDUCE", 1, [0], 10000)(f)
     assert f["failure.timeout.ranks"] == [0]
-    assert f["failure.root_cause.kind"] == "timeout" and f["failure.root_cause.rank"] == 0   # the known bad rank
+    assert f["failure.root_cause.kind"] == "timeout" and f["failure.root_cause.rank"] == 0  # the known bad rank
 
 
 def _03(f):
@@ -37,7 +38,7 @@ def _03(f):
     assert f["failure.timeout.numel"] == 9801523
     assert f["failure.timeout.last_enqueued"] == {"0": 811, "1": 811}
     assert f["failure.timeout.last_completed"] == {"0": 807, "1": 807}
-    assert f["failure.seq_behind.rank"] is None          # all stuck on the same collective
+    assert f["failure.seq_behind.rank"] is None  # all stuck on the same collective
 
 
 def _04(f):
@@ -97,9 +98,18 @@ def _12(f):
 
 
 CASES = {  # file prefix -> (fact check, rule ids that must fire)
-    "01": (_01, ["FL004"]), "02": (_02, ["FL003"]), "03": (_03, ["FL003"]), "04": (_04, ["FL003"]),
-    "05": (_05, ["FL003"]), "06": (_06, ["NET003"]), "07": (_07, ["NET003"]), "08": (_08, []),
-    "09": (_09, ["FL007"]), "10": (_10, ["FL006"]), "11": (_11, ["FL001"]), "12": (_12, ["FL001"]),
+    "01": (_01, ["FL004"]),
+    "02": (_02, ["FL003"]),
+    "03": (_03, ["FL003"]),
+    "04": (_04, ["FL003"]),
+    "05": (_05, ["FL003"]),
+    "06": (_06, ["NET003"]),
+    "07": (_07, ["NET003"]),
+    "08": (_08, []),
+    "09": (_09, ["FL007"]),
+    "10": (_10, ["FL006"]),
+    "11": (_11, ["FL001"]),
+    "12": (_12, ["FL001"]),
 }
 
 
@@ -130,6 +140,6 @@ def test_excerpt(key, excerpts, ruleset):
     failure_rules = [r for r in fired if r.startswith("FL")]
     if a.facts["failure.present"]:
         assert failure_rules, fired
-        assert diag.findings[0].category in ("failure", "network")      # failures come first
+        assert diag.findings[0].category in ("failure", "network")  # failures come first
     else:
         assert not failure_rules, fired

@@ -56,10 +56,12 @@ def test_abort_on_another_rank_than_the_timeout_is_a_crash(tmp_path):
 
 
 def test_graph_file_set_by_environment_names_it_in_the_fix(tmp_path):
-    log = ("h:1:2 [0] NCCL INFO NCCL_TOPO_FILE set by environment to /opt/vm/topo.xml\n"
-           "h:1:2 [0] NCCL INFO NCCL_GRAPH_FILE set by environment to /opt/vm/graph.xml\n"
-           "h:1:2 [0] graph/search.cc:719 NCCL WARN XML Import Channel : dev 3 not found.\n"
-           "h:1:2 [0] NCCL INFO graph/search.cc:749 -> 2\n")
+    log = (
+        "h:1:2 [0] NCCL INFO NCCL_TOPO_FILE set by environment to /opt/vm/topo.xml\n"
+        "h:1:2 [0] NCCL INFO NCCL_GRAPH_FILE set by environment to /opt/vm/graph.xml\n"
+        "h:1:2 [0] graph/search.cc:719 NCCL WARN XML Import Channel : dev 3 not found.\n"
+        "h:1:2 [0] NCCL INFO graph/search.cc:749 -> 2\n"
+    )
     f = _facts(tmp_path, log, "rank0.log")
     assert f["nccl.graph_file"] == "/opt/vm/graph.xml" and f["nccl.topo_file"] == "/opt/vm/topo.xml"
     assert f["failure.message.id"] == "nccl.topo_xml.graph_import"
@@ -68,16 +70,17 @@ def test_graph_file_set_by_environment_names_it_in_the_fix(tmp_path):
 
 
 def test_graph_import_without_the_env_line_still_names_the_variable(tmp_path):
-    f = _facts(tmp_path, "h:1:2 [0] graph/search.cc:719 NCCL WARN XML Import Channel : dev 1 not found.\n",
-               "rank0.log")
+    f = _facts(tmp_path, "h:1:2 [0] graph/search.cc:719 NCCL WARN XML Import Channel : dev 1 not found.\n", "rank0.log")
     assert f["nccl.graph_file"] is None
     assert "NCCL_GRAPH_FILE" in f["failure.message.fix_title"]
 
 
 def test_qp_that_cannot_reach_rtr_names_cross_nic_and_the_gid_from_the_line(tmp_path):
-    line = ("h:1:2 [5] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, "
-            "on dev mlx5_5:1, curr state INIT, next state RTR, local GID index 3, local GID ::ffff:10.1.2.3, "
-            "remote GID ::ffff:10.1.3.4\n")
+    line = (
+        "h:1:2 [5] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, "
+        "on dev mlx5_5:1, curr state INIT, next state RTR, local GID index 3, local GID ::ffff:10.1.2.3, "
+        "remote GID ::ffff:10.1.3.4\n"
+    )
     f = _facts(tmp_path, line, "rank5.log")
     assert f["failure.message.id"] == "nccl.ib.qp_not_ready_to_receive"
     assert "NCCL_CROSS_NIC=0" in f["failure.message.fix"]
@@ -86,15 +89,23 @@ def test_qp_that_cannot_reach_rtr_names_cross_nic_and_the_gid_from_the_line(tmp_
 
 
 def test_a_peer_count_of_zero_params_is_a_count_that_never_arrived_not_a_model_mismatch(tmp_path):
-    f = _facts(tmp_path, "RuntimeError: DDP expects same model across all ranks, but Rank 2 has 363 params, "
-                         "while rank 0 has inconsistent 0 params.\n", "output.log")
+    f = _facts(
+        tmp_path,
+        "RuntimeError: DDP expects same model across all ranks, but Rank 2 has 363 params, "
+        "while rank 0 has inconsistent 0 params.\n",
+        "output.log",
+    )
     assert f["failure.message.id"] == "ddp.param_count_not_received"
     assert f["failure.root_cause.kind"] != "mismatch"
     assert "NCCL_SOCKET_IFNAME" in f["failure.message.fix"]
 
 
 def test_different_nonzero_param_counts_stay_a_model_mismatch(tmp_path):
-    f = _facts(tmp_path, "RuntimeError: DDP expects same model across all ranks, but Rank 1 has 224 params, "
-                         "while rank 0 has inconsistent 222 params.\n", "output.log")
+    f = _facts(
+        tmp_path,
+        "RuntimeError: DDP expects same model across all ranks, but Rank 1 has 224 params, "
+        "while rank 0 has inconsistent 222 params.\n",
+        "output.log",
+    )
     assert f["failure.message.id"] == "ddp.params_differ_across_ranks"
     assert f["failure.root_cause.kind"] == "mismatch"

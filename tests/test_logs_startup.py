@@ -49,22 +49,36 @@ def test_a_misspelt_script_is_named_with_pythons_message_and_the_close_name(tmp_
     line = f"/venv/bin/python3.11: can't open file '{missing}': [Errno 2] No such file or directory\n"
     f = _facts(_bundle(tmp_path / "b", {0: line, 1: line}))
     assert f["failure.root_cause.kind"] == "startup" and f["failure.root_cause.rank"] is None
-    assert analyze_logs([str(tmp_path / "b")]).facts["failure.present"] is True     # FL015 stays quiet
+    assert analyze_logs([str(tmp_path / "b")]).facts["failure.present"] is True  # FL015 stays quiet
     assert f["failure.startup.kind"] == "missing_script" and f["failure.startup.shared"] is True
-    assert f["failure.startup.message"] == f"python3.11: can't open file '{missing}': [Errno 2] No such file or directory"
+    assert (
+        f["failure.startup.message"] == f"python3.11: can't open file '{missing}': [Errno 2] No such file or directory"
+    )
     assert f["failure.startup.suggestion"] == str(tmp_path / "code" / "slow_rank.py")
 
 
 def _exc(rank, etype, message, traceback, step=0):
-    return [{"time": 100.0 + rank, "rank": rank, "kind": "start"},
-            {"time": 100.1 + rank, "rank": rank, "kind": "exception", "step": step, "type": f"builtins.{etype}",
-             "message": message, "uncaught": True, "traceback": traceback},
-            {"time": 100.2 + rank, "rank": rank, "kind": "exit", "code": 1, "steps_completed": step}]
+    return [
+        {"time": 100.0 + rank, "rank": rank, "kind": "start"},
+        {
+            "time": 100.1 + rank,
+            "rank": rank,
+            "kind": "exception",
+            "step": step,
+            "type": f"builtins.{etype}",
+            "message": message,
+            "uncaught": True,
+            "traceback": traceback,
+        },
+        {"time": 100.2 + rank, "rank": rank, "kind": "exit", "code": 1, "steps_completed": step},
+    ]
 
 
-IMPORT_TB = ('Traceback (most recent call last):\n  File "/home/me/job/train.py", line 3, in <module>\n'
-             '    import torchvisionx\n  File "<frozen importlib._bootstrap>", line 1176, in _find_and_load\n'
-             "ModuleNotFoundError: No module named 'torchvisionx'\n")
+IMPORT_TB = (
+    'Traceback (most recent call last):\n  File "/home/me/job/train.py", line 3, in <module>\n'
+    '    import torchvisionx\n  File "<frozen importlib._bootstrap>", line 1176, in _find_and_load\n'
+    "ModuleNotFoundError: No module named 'torchvisionx'\n"
+)
 
 
 def test_an_import_error_names_the_users_file_and_line_not_the_import_machinery(tmp_path):
@@ -76,8 +90,10 @@ def test_an_import_error_names_the_users_file_and_line_not_the_import_machinery(
 
 
 def test_a_syntax_error_in_a_plain_log_is_found_from_its_traceback_lines(tmp_path):
-    log = ('[rank0]:   File "/home/me/job/train.py", line 2\n[rank0]:     def f(:\n[rank0]:           ^\n'
-           "[rank0]: SyntaxError: invalid syntax\n")
+    log = (
+        '[rank0]:   File "/home/me/job/train.py", line 2\n[rank0]:     def f(:\n[rank0]:           ^\n'
+        "[rank0]: SyntaxError: invalid syntax\n"
+    )
     (tmp_path / "job.log").write_text(log)
     f = _facts(tmp_path)
     assert f["failure.startup.kind"] == "syntax" and f["failure.startup.where"] == "/home/me/job/train.py:2"

@@ -25,8 +25,14 @@ def test_readme_quickstart_analysis_runs():
     cmd = readme_commands()[0]
     target = re.search(r"ddpdoctor analyze (\S+)", cmd).group(1)
     env = {**os.environ, "COLUMNS": "80"}
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", target], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120, env=env)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     # the card (#14): the verdict first, a Next: line, one screen at 80 columns, nothing that contradicts it
@@ -36,8 +42,14 @@ def test_readme_quickstart_analysis_runs():
     assert "Biggest cost" not in res.stdout and "-bound" not in res.stdout.split("Verdict:", 1)[1].split("\n", 1)[1]
     for leak in ("rank(s)", "(not recorded))", "goes to other", "extra_us", "late_rank"):
         assert leak not in res.stdout, leak
-    full = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", target, "-v"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, env=env)
+    full = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", target, "-v"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert full.returncode == 0 and full.stdout.startswith(res.stdout.split("\nNext:")[0])
     assert "Straggler: rank 1" in full.stdout and "Every finding" in full.stdout
 
@@ -47,9 +59,15 @@ def test_readme_verdict_example_is_what_analyze_prints():
     text = (ROOT / "README.md").read_text()
     block = text.split("    $ ddpdoctor analyze sample_traces/synthetic_gpu_4ranks_dataloader_bound\n", 1)[1]
     shown = [ln[4:] for ln in block.split("      ...\n", 1)[0].splitlines()]
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", "sample_traces/synthetic_gpu_4ranks_dataloader_bound"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "100"})
-    assert res.returncode == 0 and res.stdout.splitlines()[:len(shown)] == shown, res.stdout
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", "sample_traces/synthetic_gpu_4ranks_dataloader_bound"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    assert res.returncode == 0 and res.stdout.splitlines()[: len(shown)] == shown, res.stdout
 
 
 def _layout_block() -> list[str]:
@@ -92,7 +110,13 @@ def test_readme_quickstart_card_is_what_analyze_prints():
     while shown and not shown[-1]:
         shown.pop()
     target = re.search(r"ddpdoctor analyze (\S+)", readme_commands()[0]).group(1)
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", target], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert res.returncode == 0 and res.stdout.rstrip("\n").splitlines() == shown, res.stdout
     assert "slow_rank.py:37" in res.stdout and "with_stack=True" not in res.stdout

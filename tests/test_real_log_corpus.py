@@ -27,14 +27,32 @@ FIRST_SIGHT = {r["round"]: {c["case"]: c for c in r["cases"]} for r in log_corpu
 # case folder -> what the engine lacks (measured against the failures branch code, see docs/LOG_ACCURACY.md)
 KNOWN_MISSES: dict[str, str] = {}
 
-KINDS = {"oom", "timeout", "mismatch", "interface", "p2p", "ib", "rendezvous", "uneven_inputs", "oom_killer",
-         "nan", "unused_parameters", "exception", "exit", "other",
-         # added with round 8 (issue 26): /dev/shm, device binding, DDP 'marked ready twice'
-         "shm", "device", "ready_twice",
-         # added with blind round 9: an NCCL setting in the environment (NCCL_GRAPH_FILE, …) that breaks init
-         "nccl_config",
-         # added with issue 26 round 2 (families read in torch 2.13.0): launcher setup, the store, code errors
-         "launch", "store", "code"}
+KINDS = {
+    "oom",
+    "timeout",
+    "mismatch",
+    "interface",
+    "p2p",
+    "ib",
+    "rendezvous",
+    "uneven_inputs",
+    "oom_killer",
+    "nan",
+    "unused_parameters",
+    "exception",
+    "exit",
+    "other",
+    # added with round 8 (issue 26): /dev/shm, device binding, DDP 'marked ready twice'
+    "shm",
+    "device",
+    "ready_twice",
+    # added with blind round 9: an NCCL setting in the environment (NCCL_GRAPH_FILE, …) that breaks init
+    "nccl_config",
+    # added with issue 26 round 2 (families read in torch 2.13.0): launcher setup, the store, code errors
+    "launch",
+    "store",
+    "code",
+}
 
 
 def test_corpus_is_complete():

@@ -53,7 +53,7 @@ def test_tbplugin_documented_values(real_traces):
 def test_dlrm_all_eight_ranks_matched_with_late_arrival(real_traces):
     a = analyze([str(real_traces / "param_dlrm_8xV100" / "extracted")], AnalyzeOptions(jobs=2))
     assert [s.rank for s in a.summaries] == list(range(8))
-    assert all(len(s.collectives) == 8 for s in a.summaries)       # 5 SendRecv + 3 AllReduce per rank
+    assert all(len(s.collectives) == 8 for s in a.summaries)  # 5 SendRecv + 3 AllReduce per rank
     assert a.cross.matched_collectives == 8 and a.cross.unmatched_collectives == 0
     assert sorted(a.cross.arrival_late_us) == list(range(8))
     # rank 7 starts the step last and reaches the first all-to-all last (MANIFEST); rank 1 first
@@ -77,12 +77,17 @@ def trace_folders(root):
 def test_every_real_folder_finishes_without_a_traceback(real_traces, tmp_path):
     for folder in trace_folders(real_traces):
         out = tmp_path / f"{folder.name}.json"
-        res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(folder), "--json", str(out)],
-                             capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-m", "ddpdoctor", "analyze", str(folder), "--json", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert "Traceback" not in res.stderr + res.stdout, folder
         has_traces = any(folder.rglob("*.json.gz")) or any(
-            p for p in folder.rglob("*.json") if not p.name.startswith("expected"))
-        has_logs = folder.name == "logs_from_github_issues"         # analyzed as logs only (issue #5)
+            p for p in folder.rglob("*.json") if not p.name.startswith("expected")
+        )
+        has_logs = folder.name == "logs_from_github_issues"  # analyzed as logs only (issue #5)
         if has_traces or has_logs:
             d = json.loads(out.read_text())
             assert d["schema"] == "ddpdoctor.diagnosis/1"
@@ -93,12 +98,15 @@ def test_every_real_folder_finishes_without_a_traceback(real_traces, tmp_path):
             assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (folder, res.stderr)
 
 
-@pytest.mark.parametrize("folder,ours_vs_hta", [
-    ("hta_nccl_parser_config_resnet_2xA100_rank0", 0.02),
-    ("hta_trace_diff_control_8xA100_rank3", 0.02),
-    ("hta_ns_resolution_1xV100_rank0", 0.02),
-    ("hta_df_index_resolver_2xV100_rank1", 0.02),
-])
+@pytest.mark.parametrize(
+    "folder,ours_vs_hta",
+    [
+        ("hta_nccl_parser_config_resnet_2xA100_rank0", 0.02),
+        ("hta_trace_diff_control_8xA100_rank3", 0.02),
+        ("hta_ns_resolution_1xV100_rank0", 0.02),
+        ("hta_df_index_resolver_2xV100_rank1", 0.02),
+    ],
+)
 def test_numbers_agree_with_hta_on_gpu_traces(real_traces, folder, ours_vs_hta):
     a = analyze([str(real_traces / folder)], AnalyzeOptions(jobs=1))
     h = hta_adapter.cross_check(a, mode="on")

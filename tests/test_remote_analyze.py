@@ -62,8 +62,13 @@ def s3():
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _, port = server.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_MAX_ATTEMPTS": "1"}
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_MAX_ATTEMPTS": "1",
+    }
     mp = pytest.MonkeyPatch()
     for k, v in env.items():
         mp.setenv(k, v)
@@ -91,14 +96,21 @@ def bucket_state(fs) -> dict:
 def cluster(s3):
     """Two worker processes (started after the AWS_* settings, so they can read s3:// too)."""
     distributed = need("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None, worker_dashboard_address=None) as c:
+    with distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        worker_dashboard_address=None,
+    ) as c:
         yield c.scheduler_address
 
 
 @pytest.fixture
 def dask_only(monkeypatch):
     """Fails the test if the ranks run anywhere but the cluster."""
+
     def elsewhere(*_a, **_k):
         raise AssertionError("ranks ran locally, not on the Dask cluster")
 
@@ -109,10 +121,9 @@ def dask_only(monkeypatch):
 @pytest.mark.parametrize("name", SAMPLES)
 def test_dask_cluster_gives_the_local_diagnosis(cluster, local, dask_only, name):
     seen = []
-    report = run_analyze([str(ROOT / "sample_traces" / name)], AnalyzeOptions(scheduler=cluster),
-                         progress=seen.append)
+    report = run_analyze([str(ROOT / "sample_traces" / name)], AnalyzeOptions(scheduler=cluster), progress=seen.append)
     assert digest(report) == local[name]
-    assert sorted(seen) == sorted(local[name]["ranks"])           # progress: one call per rank, from the cluster
+    assert sorted(seen) == sorted(local[name]["ranks"])  # progress: one call per rank, from the cluster
 
 
 @pytest.mark.parametrize("name", SAMPLES)
@@ -122,7 +133,7 @@ def test_s3_url_gives_the_local_diagnosis_and_writes_nothing(s3, local, name):
     assert digest(report) == local[name]
     assert report.inputs == [f"s3://traces/{name}/"]
     assert all(p.startswith(f"s3://traces/{name}/") for s in report.analysis.summaries for p in s.paths)
-    assert any("not from s3://" in w for w in report.warnings)       # logs: local paths only, and it says so
+    assert any("not from s3://" in w for w in report.warnings)  # logs: local paths only, and it says so
     assert bucket_state(s3["fs"]) == before
 
 
@@ -146,8 +157,14 @@ def test_only_compact_summaries_come_back(s3):
 
 
 def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "ddpdoctor", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})}, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
 
 
 def assert_one_line(res, code: int, *needles):
@@ -183,9 +200,10 @@ def test_bad_scheduler_address_is_one_line_exit_2(address):
 
 
 def test_missing_dask_extra_is_one_line_exit_2(monkeypatch):
-    monkeypatch.setitem(sys.modules, "distributed", None)         # import distributed → ImportError
-    res = CliRunner().invoke(main, ["analyze", "--scheduler", "tcp://127.0.0.1:8786",
-                                    str(ROOT / "sample_traces" / SAMPLES[1])])
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed → ImportError
+    res = CliRunner().invoke(
+        main, ["analyze", "--scheduler", "tcp://127.0.0.1:8786", str(ROOT / "sample_traces" / SAMPLES[1])]
+    )
     assert res.exit_code == 2, res.output
     err = res.stderr.strip()
     assert len(err.splitlines()) == 1 and "pip install 'ddpdoctor[dask]'" in err, err
@@ -199,8 +217,9 @@ def test_missing_store_backend_names_the_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "gcsfs", None)
     res = CliRunner().invoke(main, ["analyze", "gs://bucket/run/"])
     assert res.exit_code == 2, res.output
-    assert res.stderr.strip() == ("ddpdoctor: error: gs://bucket/run/: reading gs:// needs gcsfs, which is not "
-                                  "installed: pip install gcsfs")
+    assert res.stderr.strip() == (
+        "ddpdoctor: error: gs://bucket/run/: reading gs:// needs gcsfs, which is not installed: pip install gcsfs"
+    )
 
 
 def test_missing_bucket_and_unknown_scheme_are_bad_input(s3):
@@ -210,6 +229,11 @@ def test_missing_bucket_and_unknown_scheme_are_bad_input(s3):
 
 def test_unreachable_store_is_one_line_exit_4():
     need("s3fs")
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}", "AWS_MAX_ATTEMPTS": "1"}
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+        "AWS_MAX_ATTEMPTS": "1",
+    }
     assert_one_line(cli("analyze", "s3://traces/run/", env=env), 4, "s3://traces/run/: cannot read from the store")

@@ -18,8 +18,12 @@ SAMPLE = ROOT / "sample_traces" / "synthetic_gpu_4ranks_dataloader_bound"
 
 
 def _analyze(*args):
-    return subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(SAMPLE), "-q", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(SAMPLE), "-q", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_folder_with_other_files_is_refused_in_one_line(tmp_path):
@@ -40,7 +44,7 @@ def test_an_earlier_report_is_replaced_whole(tmp_path):
     stale = out / "plots" / "from_an_earlier_run.png"
     stale.write_bytes(b"\x89PNG old")
     before = json.loads((out / "report.json").read_text())
-    res = _analyze("--report", out)             # no --force needed: it is an earlier report
+    res = _analyze("--report", out)  # no --force needed: it is an earlier report
     assert res.returncode == 0, res.stderr
     assert not stale.exists()
     assert json.loads((out / "report.json").read_text())["verdict"] == before["verdict"]
@@ -48,8 +52,8 @@ def test_an_earlier_report_is_replaced_whole(tmp_path):
 
 
 def test_check_report_dir_units(tmp_path):
-    check_report_dir(tmp_path / "new")            # not there yet: fine
-    check_report_dir(tmp_path)                    # empty: fine
+    check_report_dir(tmp_path / "new")  # not there yet: fine
+    check_report_dir(tmp_path)  # empty: fine
     f = tmp_path / "file"
     f.write_text("x")
     with pytest.raises(InputError, match="not a folder"):
@@ -66,8 +70,24 @@ def test_run_refuses_the_report_folder_before_the_job_runs(tmp_path):
     (tmp_path / "rep").mkdir()
     (tmp_path / "rep" / "notes.txt").write_text("mine")
     marker = tmp_path / "ran"
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(tmp_path / "b"), "--report",
-                          str(tmp_path / "rep"), "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--out",
+            str(tmp_path / "b"),
+            "--report",
+            str(tmp_path / "rep"),
+            "--",
+            sys.executable,
+            "-c",
+            f"open({str(marker)!r}, 'w')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2 and "not empty" in res.stderr and "--force" in res.stderr, res.stderr
     assert not marker.exists() and not (tmp_path / "b").exists()

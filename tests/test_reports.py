@@ -5,7 +5,6 @@ hostile trace strings, `report`, `bundle` and `compare`."""
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import re
@@ -22,9 +21,9 @@ from ddpdoctor.analysis import AnalyzeOptions
 from ddpdoctor.cli import main
 from ddpdoctor.diagnosis import Report, run_analyze
 from ddpdoctor.errors import InputError
+from ddpdoctor.report.escape import md
 from ddpdoctor.report.files import dumps_json, prepare, render
 from ddpdoctor.report.json_report import SCHEMA, to_dict
-from ddpdoctor.report.escape import md
 from ddpdoctor.report.markdown import MAX_CHARS, render_markdown
 from ddpdoctor.report.redaction import HostRedactor, redact_report
 from ddpdoctor.rules_engine.verdict import Diagnosis, Verdict
@@ -33,13 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DL_SAMPLE = ROOT / "sample_traces" / "synthetic_gpu_4ranks_dataloader_bound"
 OPTS = AnalyzeOptions(hta="off", jobs=1)
 HOSTILE = "<script>alert(1)</script>void at::native::k<float, 4>|`x`"
-SECRETS = ("hf_abcdefghijklmnopqrstuvwxyz0123", "hf_zyxwvutsrqponmlkjihgfedcba9876", "plainsecretvalue42",
-           "hunter2pw")
+SECRETS = ("hf_abcdefghijklmnopqrstuvwxyz0123", "hf_zyxwvutsrqponmlkjihgfedcba9876", "plainsecretvalue42", "hunter2pw")
 HOST, IP = "gpu-node-17.corp.example", "10.20.30.40"
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
-WATCHDOG = ("[rank0]:[E1122 00:10:05.000000 123 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
-            "operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
-            "ran for 600012 milliseconds before timing out.")
+WATCHDOG = (
+    "[rank0]:[E1122 00:10:05.000000 123 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+    "ran for 600012 milliseconds before timing out."
+)
 
 
 def _cli(*args, ok=(0,)):
@@ -50,8 +50,7 @@ def _cli(*args, ok=(0,)):
 
 # ---------------------------------------------------------------- the four kinds of diagnosis
 def _empty_report() -> Report:
-    v = Verdict(bottleneck=None, confidence=None, confidence_label=None, expected_speedup=None,
-                summary="no rule fired")
+    v = Verdict(bottleneck=None, confidence=None, confidence_label=None, expected_speedup=None, summary="no rule fired")
     return Report(inputs=[], analysis=None, diagnosis=Diagnosis(verdict=v, findings=[]), facts={})
 
 
@@ -60,8 +59,9 @@ def _logs_folder(root: Path) -> Path:
     logs.mkdir()
     (logs / "rank0.log").write_text("step 40 loss 2.1\n" + WATCHDOG + "\n")
     (logs / "rank1.log").write_text(
-        "step 40 loss 2.0\nTraceback (most recent call last):\n  File \"train.py\", line 10, in <module>\n"
-        "    loss.backward()\n" + OOM + "\n")
+        'step 40 loss 2.0\nTraceback (most recent call last):\n  File "train.py", line 10, in <module>\n'
+        "    loss.backward()\n" + OOM + "\n"
+    )
     return logs
 
 
@@ -75,8 +75,11 @@ def cases(tmp_path_factory):
         out["logs"] = run_analyze([str(_logs_folder(root))], OPTS)
     except InputError as exc:
         out["logs"] = exc
-    generate(scenario_from_shares(world_size=64, steps=2, straggler_rank=5, straggler_extra_us=15000.0),
-             root / "r64", gzip=True)
+    generate(
+        scenario_from_shares(world_size=64, steps=2, straggler_rank=5, straggler_extra_us=15000.0),
+        root / "r64",
+        gzip=True,
+    )
     out["rank64"] = run_analyze([str(root / "r64")], AnalyzeOptions(hta="off"))
     return out
 
@@ -140,9 +143,21 @@ def test_every_renderer(cases, case, fmt):
 
 def test_markdown_stays_under_one_github_comment(cases):
     d = prepare(to_dict(cases["rank64"]))
-    d["logs"] = {"files": ["x.log"], "ranks": [0], "events": [
-        {"rank": i % 64, "time": None, "kind": "exception", "text": "E" * 400 + f" {i}", "file": "x.log",
-         "line_no": i} for i in range(5000)]}
+    d["logs"] = {
+        "files": ["x.log"],
+        "ranks": [0],
+        "events": [
+            {
+                "rank": i % 64,
+                "time": None,
+                "kind": "exception",
+                "text": "E" * 400 + f" {i}",
+                "file": "x.log",
+                "line_no": i,
+            }
+            for i in range(5000)
+        ],
+    }
     d["findings"] = d["findings"] * 40
     text = render_markdown(d)
     assert len(text) < MAX_CHARS
@@ -171,23 +186,34 @@ def test_hostile_kernel_name_is_text_in_html_and_markdown(hostile_trace, tmp_pat
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "<script" not in md.lower() and "&lt;script&gt;alert(1)&lt;/script&gt;" in md
     row = next(line for line in md.splitlines() if "alert(1)" in line)
-    assert row.count("|") - row.count("\\|") == 5       # the kernel's own | cannot split the table row
+    assert row.count("|") - row.count("\\|") == 5  # the kernel's own | cannot split the table row
 
 
 # ---------------------------------------------------------------- the HTML in a real browser
 def _chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if not exe:
-        pytest.skip("Debian's chromium is not installed (.ci/run installs it with apt-get; without it this "
-                    "browser test cannot run)")
+        pytest.skip(
+            "Debian's chromium is not installed (.ci/run installs it with apt-get; without it this "
+            "browser test cannot run)"
+        )
     return exe
 
 
 def _browser(exe: str, url: str, *args: str) -> subprocess.CompletedProcess:
     # Chromium's own command line (--dump-dom, --screenshot, console messages on stderr as
     # ":CONSOLE" lines) is enough here: no playwright or DevTools client to install.
-    cmd = [exe, "--headless", "--disable-gpu", "--enable-logging=stderr", "--v=0", "--hide-scrollbars",
-           f"--user-data-dir={Path(url[7:]).parent / 'chromium-profile'}", *args, url]
+    cmd = [
+        exe,
+        "--headless",
+        "--disable-gpu",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--hide-scrollbars",
+        f"--user-data-dir={Path(url[7:]).parent / 'chromium-profile'}",
+        *args,
+        url,
+    ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.insert(1, "--no-sandbox")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -215,8 +241,8 @@ def test_html_opens_in_headless_chromium(hostile_trace, tmp_path):
     img = imread(shot)[..., :3]
     dark = (img.mean(axis=2) < 0.5).mean()
     colour = (img.max(axis=2) - img.min(axis=2) > 0.25).mean()
-    assert img.shape[0] >= 5000 and dark > 0.005, dark             # text (the verdict) is drawn
-    assert colour > 0.02, colour                                   # so are the coloured plot bars
+    assert img.shape[0] >= 5000 and dark > 0.005, dark  # text (the verdict) is drawn
+    assert colour > 0.02, colour  # so are the coloured plot bars
 
 
 # ---------------------------------------------------------------- redaction
@@ -229,15 +255,34 @@ def _fake_bundle(root: Path) -> Path:
         obj = json.loads(raw)
         obj["host_name"] = HOST
         (run / "traces" / f"rank{r}.pt.trace.json").write_text(json.dumps(obj))
-    (run / "manifest.json").write_text(json.dumps({
-        "schema": "ddpdoctor.manifest/1", "status": "complete", "exit_code": 0, "hostname": HOST, "hosts": [HOST],
-        "world_size": 2, "command": f"torchrun train.py --hf-token {SECRETS[0]} --data s3://u:{SECRETS[3]}@b/d",
-        "argv": ["torchrun", "train.py", "--hf-token", SECRETS[0]]}))
-    (run / "hosts" / f"{HOST}.json").write_text(json.dumps({
-        "schema": "ddpdoctor.host/1", "hostname": HOST, "interfaces": [{"name": "eth0", "addresses": [f"{IP}/24"]}],
-        "env": {"HF_TOKEN": SECRETS[1], "MY_API_KEY": SECRETS[2], "MASTER_ADDR": IP, "NCCL_DEBUG": "INFO"}}))
-    (run / "rank0.log").write_text(f"{HOST.split('.')[0]}:1:1 [0] NCCL INFO Bootstrap : Using eth0:{IP}<0>\n"
-                                   f"HF_TOKEN={SECRETS[1]} python train.py --api-key={SECRETS[2]}\n")
+    (run / "manifest.json").write_text(
+        json.dumps(
+            {
+                "schema": "ddpdoctor.manifest/1",
+                "status": "complete",
+                "exit_code": 0,
+                "hostname": HOST,
+                "hosts": [HOST],
+                "world_size": 2,
+                "command": f"torchrun train.py --hf-token {SECRETS[0]} --data s3://u:{SECRETS[3]}@b/d",
+                "argv": ["torchrun", "train.py", "--hf-token", SECRETS[0]],
+            }
+        )
+    )
+    (run / "hosts" / f"{HOST}.json").write_text(
+        json.dumps(
+            {
+                "schema": "ddpdoctor.host/1",
+                "hostname": HOST,
+                "interfaces": [{"name": "eth0", "addresses": [f"{IP}/24"]}],
+                "env": {"HF_TOKEN": SECRETS[1], "MY_API_KEY": SECRETS[2], "MASTER_ADDR": IP, "NCCL_DEBUG": "INFO"},
+            }
+        )
+    )
+    (run / "rank0.log").write_text(
+        f"{HOST.split('.')[0]}:1:1 [0] NCCL INFO Bootstrap : Using eth0:{IP}<0>\n"
+        f"HF_TOKEN={SECRETS[1]} python train.py --api-key={SECRETS[2]}\n"
+    )
     (run / ".env").write_text(f"HF_TOKEN={SECRETS[1]}\n")
     return run
 
@@ -268,8 +313,8 @@ def test_no_secret_in_any_output_file(tmp_path):
     _cli("report", out / "rep" / "report.json", "--format", "html", "-o", out / "again.html")
     files = _all_text(out)
     assert len(files) > 10 and any(k.endswith("run/manifest.json") for k in files)
-    assert any(k.endswith(f"run/hosts/{HOST}.json") for k in files)          # hosts kept without --redact-hosts
-    assert not any(k.endswith(".env") for k in files)                        # a secret file is never packed
+    assert any(k.endswith(f"run/hosts/{HOST}.json") for k in files)  # hosts kept without --redact-hosts
+    assert not any(k.endswith(".env") for k in files)  # a secret file is never packed
     for name, text in files.items():
         for s in SECRETS:
             assert s not in text, (s, name)
@@ -278,21 +323,37 @@ def test_no_secret_in_any_output_file(tmp_path):
 
 
 def test_redact_report_covers_facts_from_bundles():
-    d = {"schema": SCHEMA, "facts": {"run.command": f"python train.py --hf-token {SECRETS[0]} --password hunter2",
-                                     "host.hostnames": [HOST], "host.env": {"HF_TOKEN": SECRETS[1]}},
-         "verdict": {"summary": f"slow on {HOST} ({IP})"}, "analysis": None}
+    d = {
+        "schema": SCHEMA,
+        "facts": {
+            "run.command": f"python train.py --hf-token {SECRETS[0]} --password hunter2",
+            "host.hostnames": [HOST],
+            "host.env": {"HF_TOKEN": SECRETS[1]},
+        },
+        "verdict": {"summary": f"slow on {HOST} ({IP})"},
+        "analysis": None,
+    }
     out = redact_report(d, redact_hosts=True)
     text = json.dumps(out)
     assert SECRETS[0] not in text and SECRETS[1] not in text and "hunter2" not in text
     assert HOST not in text and IP not in text
     assert out["verdict"]["summary"] == "slow on host-1 (ip-1)" and out["facts"]["host.hostnames"] == ["host-1"]
-    assert d["facts"]["run.command"].endswith("hunter2")                     # the input is not modified
-    mangled = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_"
+    assert d["facts"]["run.command"].endswith("hunter2")  # the input is not modified
+    mangled = (
+        "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_"
+    )
     nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-    kept = redact_report({"analysis": {"ranks": {"0": {"timeline": {"top_kernels": [
-        {"name": mangled}, {"name": nccl}, {"name": f"k {SECRETS[0]}"}]}}}}})
+    kept = redact_report(
+        {
+            "analysis": {
+                "ranks": {
+                    "0": {"timeline": {"top_kernels": [{"name": mangled}, {"name": nccl}, {"name": f"k {SECRETS[0]}"}]}}
+                }
+            }
+        }
+    )
     names = [k["name"] for k in kept["analysis"]["ranks"]["0"]["timeline"]["top_kernels"]]
-    assert names[:2] == [mangled, nccl] and SECRETS[0] not in names[2]      # trace names are not over-redacted
+    assert names[:2] == [mangled, nccl] and SECRETS[0] not in names[2]  # trace names are not over-redacted
 
 
 def test_redact_hosts_is_consistent_across_outputs(tmp_path):
@@ -410,7 +471,7 @@ def test_compare_uses_the_report_categories_for_the_wait_for_a_late_peer(tmp_pat
 
     c = compare(doc(30_000.0, 25_000.0), doc(6_000.0, 1_000.0))
     rows = {r["name"]: r for r in c["rows"]}
-    assert rows[view.LABEL["comm_exposed"]]["before_ms"] == pytest.approx(5.0)      # transfer only
+    assert rows[view.LABEL["comm_exposed"]]["before_ms"] == pytest.approx(5.0)  # transfer only
     assert rows[view.LABEL["comm_sync_wait"]]["before_ms"] == pytest.approx(25.0)
     assert rows[view.LABEL["comm_sync_wait"]]["after_ms"] == pytest.approx(1.0)
     assert "sync wait" not in rows
@@ -424,13 +485,32 @@ def test_report_md_prose_stays_prose_paths_are_relative_and_the_verdict_is_said_
 
     sample = ROOT / "sample_traces" / "capture_gloo_2ranks_oom_skip_batch"
     d = prepare(to_dict(run_analyze([str(sample.resolve())])))
-    d["findings"].append({"rule": "IM004", "category": "imbalance", "title": "Contended", "summary": "s",
-                          "fixes": [{"title": "Re-record", "kind": "command", "change":
-                                     "62 % of the host's CPU time went elsewhere.\nRecord again when idle (`uptime`):\n"
-                                     "  ddpdoctor run --active 10 -- <the same command>\n\n- Run fewer ranks per host.\n"
-                                     "- Pin each rank:\n  numactl --physcpubind=0 python train.py"}]})
-    d["logs"]["events"].append({"rank": 0, "kind": "exit", "text": "of binary: /home/u/proj/.venv/bin/python3.11",
-                                "file": str(sample.resolve() / "launcher.log"), "line_no": 5})
+    d["findings"].append(
+        {
+            "rule": "IM004",
+            "category": "imbalance",
+            "title": "Contended",
+            "summary": "s",
+            "fixes": [
+                {
+                    "title": "Re-record",
+                    "kind": "command",
+                    "change": "62 % of the host's CPU time went elsewhere.\nRecord again when idle (`uptime`):\n"
+                    "  ddpdoctor run --active 10 -- <the same command>\n\n- Run fewer ranks per host.\n"
+                    "- Pin each rank:\n  numactl --physcpubind=0 python train.py",
+                }
+            ],
+        }
+    )
+    d["logs"]["events"].append(
+        {
+            "rank": 0,
+            "kind": "exit",
+            "text": "of binary: /home/u/proj/.venv/bin/python3.11",
+            "file": str(sample.resolve() / "launcher.log"),
+            "line_no": 5,
+        }
+    )
     text = render_markdown(d)
     fences = re.findall(r"^(`{3,})(\w*)\n(.*?)\n\1$", text, flags=re.S | re.M)
     for _fence, lang, body in fences:

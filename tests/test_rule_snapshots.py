@@ -23,7 +23,7 @@ from ddpdoctor.rules_engine.selftest import EXIT_FAILED, EXIT_PASSED, case_facts
 BUILTIN = load_rules()
 ENGINE = Path(__file__).resolve().parent.parent / "ddpdoctor" / "rules_engine"
 
-RULE = '''id = "US001"
+RULE = """id = "US001"
 name = "user.wait"
 category = "dataloader"
 severity = "high"
@@ -52,12 +52,12 @@ expect = "quiet"
 unset = ["run.ranks_analyzed"]
 [test.facts]
 "rank.share.dataloader_wait" = [0.1, 0.1]
-'''
-BASE = '''null = ["config.dataloader.prefetch_factor"]
+"""
+BASE = """null = ["config.dataloader.prefetch_factor"]
 [facts]
 "run.ranks_analyzed" = 2
 "run.ranks" = [0, 1]
-'''
+"""
 
 
 @pytest.mark.parametrize("rule", BUILTIN.active(), ids=lambda r: r.id)
@@ -79,6 +79,7 @@ def _user(tmp_path: Path, rule: str = RULE, base: str | None = BASE) -> tuple[Pa
         (folder / "base_facts.toml").write_text(base)
     load_base_facts.cache_clear()
     from ddpdoctor.rules_engine.registry import _load_folder
+
     return folder, _load_folder(folder, "user")["US001"]
 
 
@@ -95,10 +96,10 @@ def test_a_case_states_what_differs_from_its_folders_base_facts(tmp_path):
 def test_update_writes_snapshots_and_a_changed_text_is_a_diff(tmp_path):
     folder, rule = _user(tmp_path)
     out: list[str] = []
-    assert run_all([rule], [folder], False, out.append) == EXIT_PASSED          # a user rule may have none yet
+    assert run_all([rule], [folder], False, out.append) == EXIT_PASSED  # a user rule may have none yet
     assert any("note: 1 user rule without a snapshot" in line for line in out)
     rule.origin = "built-in"
-    assert run_all([rule], [folder], False, out.append) == EXIT_FAILED          # a built-in one must
+    assert run_all([rule], [folder], False, out.append) == EXIT_FAILED  # a built-in one must
     assert any("missing" in line for line in out)
     assert run_all([rule], [folder], True, out.append) == EXIT_PASSED
     snap = folder / "snapshots" / "US001.snap"
@@ -119,7 +120,7 @@ def test_a_snapshot_of_no_rule_fails_and_update_removes_it(tmp_path):
     out: list[str] = []
     assert run_all([rule], [folder], False, out.append) == EXIT_FAILED and any("US009.snap" in x for x in out)
     kept = folder / "snapshots" / "US001.snap"
-    assert run_all([], [folder], True, out.append, disabled=[rule]) == EXIT_PASSED      # a disabled rule's stays
+    assert run_all([], [folder], True, out.append, disabled=[rule]) == EXIT_PASSED  # a disabled rule's stays
     assert not stale.exists() and kept.exists()
     assert run_all([], [folder], False, out.append, disabled=[rule]) == EXIT_PASSED
 
@@ -127,7 +128,7 @@ def test_a_snapshot_of_no_rule_fails_and_update_removes_it(tmp_path):
 def test_a_degenerate_output_fails_the_case(tmp_path):
     text = RULE.replace("on {plural(run.ranks_analyzed, 'rank')}", "on {run.world_size} ranks")
     _folder, rule = _user(tmp_path, text)
-    assert run_rule(rule)[0][0][1] == []             # a user rule is held to its own expectations
+    assert run_rule(rule)[0][0][1] == []  # a user rule is held to its own expectations
     rule.origin = "built-in"
     problems, _text = run_rule(rule)
     assert any("not a sentence a user could act on" in p for p in problems[0][1])
@@ -142,11 +143,16 @@ def test_a_wrong_expectation_fails_and_the_cli_exits_1_with_a_diff(tmp_path):
     assert "note: 1 user rule without a snapshot" in done.stdout
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda s: s, None),
-    (lambda s: s.replace('"run.ranks" = [0, 1]', '"run.rankz" = [0, 1]'),
-     "base_facts.toml:4: unknown fact 'run.rankz'"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda s: s, None),
+        (
+            lambda s: s.replace('"run.ranks" = [0, 1]', '"run.rankz" = [0, 1]'),
+            "base_facts.toml:4: unknown fact 'run.rankz'",
+        ),
+    ],
+)
 def test_base_facts_names_are_checked(tmp_path, edit, message):
     if message is None:
         _user(tmp_path, base=edit(BASE))
@@ -171,13 +177,24 @@ def _builtin_copy(tmp_path: Path, folder: str, rule_id: str, edit=lambda s: s) -
     return dest
 
 
-@pytest.mark.parametrize("folder,rule_id,edit,message", [
-    ("imbalance", "DL001", lambda s: s, "a dataloader rule belongs in rules/dataloader/, not in rules/imbalance/"),
-    ("dataloader", "DL001", lambda s: s.replace('category = "dataloader"', 'category = "compute"'),
-     "rule DL001 has category compute, but ids starting with DL are dataloader rules"),
-    ("dataloader", "DL001", lambda s: s.replace('id = "DL001"', 'id = "XY001"'),
-     "the id of a dataloader rule starts with DL, not XY001"),
-])
+@pytest.mark.parametrize(
+    "folder,rule_id,edit,message",
+    [
+        ("imbalance", "DL001", lambda s: s, "a dataloader rule belongs in rules/dataloader/, not in rules/imbalance/"),
+        (
+            "dataloader",
+            "DL001",
+            lambda s: s.replace('category = "dataloader"', 'category = "compute"'),
+            "rule DL001 has category compute, but ids starting with DL are dataloader rules",
+        ),
+        (
+            "dataloader",
+            "DL001",
+            lambda s: s.replace('id = "DL001"', 'id = "XY001"'),
+            "the id of a dataloader rule starts with DL, not XY001",
+        ),
+    ],
+)
 def test_a_builtin_rule_out_of_place_is_refused_at_load(tmp_path, folder, rule_id, edit, message):
     path = _builtin_copy(tmp_path, folder, rule_id, edit)
     load_layout.cache_clear()
@@ -204,15 +221,18 @@ def test_moving_a_category_is_one_line_of_the_layout(tmp_path):
 
 def test_a_user_rule_with_a_builtin_prefix_keeps_its_category(tmp_path):
     with pytest.raises(RuleError, match="ids starting with DL are dataloader rules"):
-        _user(tmp_path, RULE.replace('id = "US001"', 'id = "DL901"').replace('category = "dataloader"',
-                                                                            'category = "compute"'))
+        _user(
+            tmp_path,
+            RULE.replace('id = "US001"', 'id = "DL901"').replace('category = "dataloader"', 'category = "compute"'),
+        )
 
 
 def test_the_cli_refuses_a_misplaced_rule_with_one_line_and_exit_2(tmp_path):
     folder = tmp_path / "mine"
     folder.mkdir()
-    (folder / "US001.toml").write_text(RULE.replace('id = "US001"', 'id = "DL901"').replace('category = "dataloader"',
-                                                                                            'category = "compute"'))
+    (folder / "US001.toml").write_text(
+        RULE.replace('id = "US001"', 'id = "DL901"').replace('category = "dataloader"', 'category = "compute"')
+    )
     cmd = [sys.executable, "-m", "ddpdoctor", "rules", "test", "--rules", str(folder), "--no-config"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr

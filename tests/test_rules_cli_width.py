@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from ddpdoctor.cli import main
 from ddpdoctor.rules_engine.registry import build_ruleset
 
-ONE_WORD = re.compile(r"^\s*\S+$")          # a reference URL or a long name cannot be wrapped
+ONE_WORD = re.compile(r"^\s*\S+$")  # a reference URL or a long name cannot be wrapped
 
 
 def _run(monkeypatch, *args, columns="80"):

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from ddpdoctor.errors import InputError
+from ddpdoctor.expr import ExprError, Missing, Vec, compile_expr
 from ddpdoctor.resources import rules_dir
 from ddpdoctor.rules_engine.engine import evaluate
-from ddpdoctor.expr import ExprError, Missing, Vec, compile_expr
 from ddpdoctor.rules_engine.model import RuleError, load_rule_file
 from ddpdoctor.rules_engine.registry import build_ruleset, load_rules
 from ddpdoctor.rules_engine.selftest import case_facts, run_case
@@ -42,11 +42,26 @@ def _lookup(facts):
     return lambda n: facts.get(n, Missing(frozenset({n})))
 
 
-@pytest.mark.parametrize("source", [
-    "__import__('os').system('true')", "().__class__", "(lambda: 1)()", "[x for x in y]",
-    "a[0]", "open('/etc/passwd')", "f(x).y", "a.b(1)", "a if b else c.__dict__()", "x := 1",
-    "{'a': 1}", "b'bytes'", "print(1)", "eval('1')", "getattr(a, 'b')",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "__import__('os').system('true')",
+        "().__class__",
+        "(lambda: 1)()",
+        "[x for x in y]",
+        "a[0]",
+        "open('/etc/passwd')",
+        "f(x).y",
+        "a.b(1)",
+        "a if b else c.__dict__()",
+        "x := 1",
+        "{'a': 1}",
+        "b'bytes'",
+        "print(1)",
+        "eval('1')",
+        "getattr(a, 'b')",
+    ],
+)
 def test_expressions_outside_the_whitelist_are_refused(source):
     with pytest.raises(ExprError):
         compile_expr(source)
@@ -62,8 +77,8 @@ def test_three_valued_logic_and_per_rank_values():
     assert ev("frac(rank.share.x > 0.15)") == pytest.approx(2 / 3)
     assert ev("count(rank.share.x * 2 > 0.5)") == 1
     assert isinstance(ev("missing > 1 and a > 1"), Missing)
-    assert ev("missing > 1 and a > 5") is False          # False wins over unknown
-    assert ev("missing > 1 or a > 1") is True            # True wins over unknown
+    assert ev("missing > 1 and a > 5") is False  # False wins over unknown
+    assert ev("missing > 1 or a > 1") is True  # True wins over unknown
     assert ev("known(missing)") is False and ev("default(missing, 3) * 2") == 6
     assert ev("'x' in ['x', 'y'] and 'Dist' not in 'RandomSampler'") is True
     assert ev("none == None and true") is True
@@ -122,16 +137,31 @@ def _write(folder: Path, name: str, text: str) -> Path:
     return p
 
 
-@pytest.mark.parametrize("mutation,line,message", [
-    (lambda s: s.replace('severity = "high"', 'severity = "urgent"'), 4, "severity 'urgent'"),
-    (lambda s: s.replace("when = \"median(rank.share.dataloader_wait) >= limit\"", "when = \"limit >= (\""), 6, "syntax error"),
-    (lambda s: s.replace("when = \"median(rank.share.dataloader_wait) >= limit\"", "when = \"os.system('x')\""), 6, "unknown function"),
-    (lambda s: s.replace("when = \"median(rank.share.dataloader_wait) >= limit\"", "when = \"limt > 1\""), 6, "unknown name 'limt'"),
-    (lambda s: s.replace('title = "A user rule"', 'title = "A user rule\n'), 5, "not valid TOML"),
-    (lambda s: s.replace('id = "US001"', 'id = "us-1"'), 1, "must be 2-4 capital letters"),
-    (lambda s: s.replace('why = "because"', 'why = "because"\ncolour = "red"'), 10, "unknown key 'colour'"),
-    (lambda s: s.replace('change = "x = {limit}"', 'change = "x = {limit"'), 17, "unbalanced brace"),
-])
+@pytest.mark.parametrize(
+    "mutation,line,message",
+    [
+        (lambda s: s.replace('severity = "high"', 'severity = "urgent"'), 4, "severity 'urgent'"),
+        (
+            lambda s: s.replace('when = "median(rank.share.dataloader_wait) >= limit"', 'when = "limit >= ("'),
+            6,
+            "syntax error",
+        ),
+        (
+            lambda s: s.replace('when = "median(rank.share.dataloader_wait) >= limit"', "when = \"os.system('x')\""),
+            6,
+            "unknown function",
+        ),
+        (
+            lambda s: s.replace('when = "median(rank.share.dataloader_wait) >= limit"', 'when = "limt > 1"'),
+            6,
+            "unknown name 'limt'",
+        ),
+        (lambda s: s.replace('title = "A user rule"', 'title = "A user rule\n'), 5, "not valid TOML"),
+        (lambda s: s.replace('id = "US001"', 'id = "us-1"'), 1, "must be 2-4 capital letters"),
+        (lambda s: s.replace('why = "because"', 'why = "because"\ncolour = "red"'), 10, "unknown key 'colour'"),
+        (lambda s: s.replace('change = "x = {limit}"', 'change = "x = {limit"'), 17, "unbalanced brace"),
+    ],
+)
 def test_a_malformed_rule_names_file_and_line(tmp_path, mutation, line, message):
     p = _write(tmp_path, "US001.toml", mutation(RULE))
     with pytest.raises(RuleError) as exc:
@@ -148,19 +178,24 @@ def test_user_rules_add_and_override_and_settings_change_the_result(tmp_path):
     rs = build_ruleset([str(user)], use_config=False)
     assert rs.rules["US001"].origin == "user" and rs.rules["DL001"].params["min_wait_share"].default == 0.40
     assert any("DL001 replaced" in n for n in rs.notes)
-    facts = case_facts(BUILTIN.rules["DL001"].tests[0])          # DataLoader wait ~31 %
+    facts = case_facts(BUILTIN.rules["DL001"].tests[0])  # DataLoader wait ~31 %
     assert evaluate(BUILTIN.rules["DL001"], facts).status == "fire"
-    assert evaluate(rs.rules["DL001"], facts).status == "quiet"   # threshold raised to 40 %
+    assert evaluate(rs.rules["DL001"], facts).status == "quiet"  # threshold raised to 40 %
     rs2 = build_ruleset([str(user)], ["US001.limit=0.2", "DL001.min_wait_share=0.3"], use_config=False)
     out = evaluate(rs2.rules["US001"], facts, rs2.params["US001"])
     assert out.status == "fire" and "limit 20 %" in out.finding.summary
     assert evaluate(rs2.rules["DL001"], facts, rs2.params["DL001"]).status == "fire"
 
 
-@pytest.mark.parametrize("setting,message", [
-    ("DL001.nope=1", "has no param 'nope'"), ("XX999.a=1", "no rule 'XX999'"),
-    ("DL001.min_wait_share=abc", "must be a number"), ("DL001", "must be RULE.param=value"),
-])
+@pytest.mark.parametrize(
+    "setting,message",
+    [
+        ("DL001.nope=1", "has no param 'nope'"),
+        ("XX999.a=1", "no rule 'XX999'"),
+        ("DL001.min_wait_share=abc", "must be a number"),
+        ("DL001", "must be RULE.param=value"),
+    ],
+)
 def test_bad_settings_are_clear_errors(setting, message):
     with pytest.raises(InputError, match=re.escape(message)):
         build_ruleset(sets=[setting], use_config=False)
@@ -168,20 +203,22 @@ def test_bad_settings_are_clear_errors(setting, message):
 
 def test_pyproject_and_ddpdoctor_toml_settings(tmp_path):
     (tmp_path / ".git").mkdir()
-    (tmp_path / "pyproject.toml").write_text(textwrap.dedent("""
+    (tmp_path / "pyproject.toml").write_text(
+        textwrap.dedent("""
         [project]
         name = "x"
         [tool.ddpdoctor]
         disable = ["CP001"]
         [tool.ddpdoctor.params.DL001]
         min_wait_share = 0.25
-    """))
+    """)
+    )
     rs = build_ruleset(config_start=tmp_path)
     assert rs.params["DL001"]["min_wait_share"] == 0.25 and "CP001" in rs.disabled
     (tmp_path / "ddpdoctor.toml").write_text('[params]\n"DL001.min_wait_share" = 0.35\n')
-    rs = build_ruleset(config_start=tmp_path)           # ddpdoctor.toml comes after pyproject.toml
+    rs = build_ruleset(config_start=tmp_path)  # ddpdoctor.toml comes after pyproject.toml
     assert rs.params["DL001"]["min_wait_share"] == 0.35
-    rs = build_ruleset(sets=["DL001.min_wait_share=0.05"], config_start=tmp_path)   # --set wins
+    rs = build_ruleset(sets=["DL001.min_wait_share=0.05"], config_start=tmp_path)  # --set wins
     assert rs.params["DL001"]["min_wait_share"] == 0.05
     (tmp_path / "ddpdoctor.toml").write_text('[params]\n"DL001.bogus" = 1\n')
     with pytest.raises(InputError, match="ddpdoctor.toml: rule DL001 has no param 'bogus'"):
@@ -189,7 +226,9 @@ def test_pyproject_and_ddpdoctor_toml_settings(tmp_path):
 
 
 def test_a_rule_error_at_run_time_is_reported_not_raised(tmp_path):
-    bad = RULE.replace('when = "median(rank.share.dataloader_wait) >= limit"', 'when = "rank.share.dataloader_wait >= limit"')
+    bad = RULE.replace(
+        'when = "median(rank.share.dataloader_wait) >= limit"', 'when = "rank.share.dataloader_wait >= limit"'
+    )
     rule = load_rule_file(_write(tmp_path, "US001.toml", bad))
     out = evaluate(rule, case_facts(rule.tests[0]))
     assert out.status == "error" and "one value per rank" in out.error
@@ -213,7 +252,7 @@ def test_rule_files_match_the_editor_schema():
 
 
 def test_an_error_in_a_later_fix_names_that_fix_line(tmp_path):
-    text = RULE.replace('[[test]]', '[[fix]]\ntitle = "second"\nchange = "y = {limt}"\n\n[[test]]', 1)
+    text = RULE.replace("[[test]]", '[[fix]]\ntitle = "second"\nchange = "y = {limt}"\n\n[[test]]', 1)
     p = _write(tmp_path, "US001.toml", text)
     with pytest.raises(RuleError) as exc:
         load_rule_file(p)
@@ -221,17 +260,18 @@ def test_an_error_in_a_later_fix_names_that_fix_line(tmp_path):
     assert str(exc.value).startswith(f"{p}:{line}: change: unknown name 'limt'"), str(exc.value)
 
 
-
 def test_fix_knob_and_value_are_rendered_and_checked(tmp_path):
-    text = RULE.replace("[[fix]]", "[[fix]]\nknob = \"dataloader.num_workers\"\nvalue = \"{limit * 8:.0f}\"", 1)
+    text = RULE.replace("[[fix]]", '[[fix]]\nknob = "dataloader.num_workers"\nvalue = "{limit * 8:.0f}"', 1)
     rule = load_rule_file(_write(tmp_path / "ok", "US001.toml", text))
     assert rule.fixes[0].knob == "dataloader.num_workers"
     out = evaluate(rule, {"rank.share.dataloader_wait": Vec(np.array([0.6]), np.array([0]))}, {})
     fix = out.finding.fixes[0]
     assert (fix.knob, fix.value) == ("dataloader.num_workers", "4")
-    for bad, message in (('knob = "Num Workers"\nvalue = "4"', "knob 'Num Workers'"),
-                         ('knob = "ddp.bucket_cap_mb"', "needs a 'value'"),
-                         ('value = "4"', "goes with a 'knob'")):
+    for bad, message in (
+        ('knob = "Num Workers"\nvalue = "4"', "knob 'Num Workers'"),
+        ('knob = "ddp.bucket_cap_mb"', "needs a 'value'"),
+        ('value = "4"', "goes with a 'knob'"),
+    ):
         p = _write(tmp_path / "bad", "US001.toml", RULE.replace("[[fix]]", "[[fix]]\n" + bad, 1))
         with pytest.raises(RuleError, match=message):
             load_rule_file(p)
@@ -261,7 +301,7 @@ def test_set_metrics_threshold_changes_the_straggler_and_the_finding(tmp_path):
     assert before["facts"]["straggler.count"] == 1 and "IM001" in [f["rule"] for f in before["findings"]]
     after = _analyze_json(tmp_path, sample, "--no-config", "--set", "metrics.straggler.min_late_share=0.9")
     assert after["facts"]["straggler.count"] == 0 and "IM001" not in [f["rule"] for f in after["findings"]]
-    again = _analyze_json(tmp_path, sample, "--no-config")          # the override lasted one command
+    again = _analyze_json(tmp_path, sample, "--no-config")  # the override lasted one command
     assert again["facts"]["straggler.count"] == 1
 
 
@@ -275,12 +315,15 @@ def test_config_file_metrics_table_changes_the_verdict(tmp_path, monkeypatch):
     assert _analyze_json(tmp_path, sample, "--no-config")["verdict"]["bottleneck"] == "dataloader"
 
 
-@pytest.mark.parametrize("item, message", [
-    ("metrics.straggler.min_late=1", "no threshold metrics.straggler.min_late (straggler has: min_late_share"),
-    ("metrics.straggler.min_late_share=yes", "must be a float like its default 0.05, not 'yes'"),
-    ("metrics.verdict=1", "metrics.verdict is a table"),
-    ("metrics.nosuch.x=1", "no threshold metrics.nosuch.x (rules/metrics.toml has:"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("metrics.straggler.min_late=1", "no threshold metrics.straggler.min_late (straggler has: min_late_share"),
+        ("metrics.straggler.min_late_share=yes", "must be a float like its default 0.05, not 'yes'"),
+        ("metrics.verdict=1", "metrics.verdict is a table"),
+        ("metrics.nosuch.x=1", "no threshold metrics.nosuch.x (rules/metrics.toml has:"),
+    ],
+)
 def test_set_metrics_bad_values_are_refused(item, message):
     with pytest.raises(InputError, match=re.escape(message)):
         build_ruleset(sets=[item], use_config=False)
@@ -296,7 +339,8 @@ def test_a_rule_reads_metrics_thresholds_and_set_changes_them(tmp_path):
     from ddpdoctor.resources import metric_overrides
 
     p = tmp_path / "XX002.toml"
-    p.write_text(textwrap.dedent('''\
+    p.write_text(
+        textwrap.dedent("""\
         id = "XX002"
         name = "custom.loader_material"
         category = "dataloader"
@@ -304,7 +348,8 @@ def test_a_rule_reads_metrics_thresholds_and_set_changes_them(tmp_path):
         title = "Loader wait above the verdict's materiality"
         when = "median(rank.share.dataloader_wait) >= metrics.verdict.materiality.dataloader"
         summary = "wait {pct(median(rank.share.dataloader_wait))}; materiality {pct(metrics.verdict.materiality.dataloader)}"
-        '''))
+        """)
+    )
     rule = load_rule_file(p)
     facts = {"rank.share.dataloader_wait": Vec(np.asarray([0.08, 0.08]), np.asarray([0, 1]))}
     out = evaluate(rule, facts)
@@ -313,14 +358,14 @@ def test_a_rule_reads_metrics_thresholds_and_set_changes_them(tmp_path):
     with metric_overrides(rs.metrics):
         assert evaluate(rule, facts).status == "quiet"
     assert evaluate(rule, facts).status == "fire"
-    p.write_text(p.read_text().replace("materiality.dataloader\"", "materiality.dataloadr\"", 1))
+    p.write_text(p.read_text().replace('materiality.dataloader"', 'materiality.dataloadr"', 1))
     with pytest.raises(RuleError, match=r":6: when: unknown threshold 'metrics.verdict.materiality.dataloadr'"):
         load_rule_file(p)
 
 
 # ------------------------------------------------------------------ templates with variants
 
-VARIANT_RULE = '''id = "XX003"
+VARIANT_RULE = """id = "XX003"
 name = "custom.variants"
 category = "info"
 severity = "info"
@@ -340,15 +385,18 @@ text = " on GPU"
 
 [[summary]]
 text = ": {run.steps}"
-'''
+"""
 
 
-@pytest.mark.parametrize("facts, text, missing", [
-    ({"run.steps": 20, "run.device": "gpu"}, "many steps on GPU: 20", []),
-    ({"run.steps": 5, "run.device": "cpu"}, "some steps: 5", []),
-    ({"run.steps": 1, "run.device": "cpu"}, "few steps: 1", []),
-    ({"run.steps": 1}, "few steps(not recorded): 1", ["run.device"]),
-])
+@pytest.mark.parametrize(
+    "facts, text, missing",
+    [
+        ({"run.steps": 20, "run.device": "gpu"}, "many steps on GPU: 20", []),
+        ({"run.steps": 5, "run.device": "cpu"}, "some steps: 5", []),
+        ({"run.steps": 1, "run.device": "cpu"}, "few steps: 1", []),
+        ({"run.steps": 1}, "few steps(not recorded): 1", ["run.device"]),
+    ],
+)
 def test_summary_variants_choose_by_their_own_conditions(tmp_path, facts, text, missing):
     p = tmp_path / "XX003.toml"
     p.write_text(VARIANT_RULE)
@@ -356,12 +404,15 @@ def test_summary_variants_choose_by_their_own_conditions(tmp_path, facts, text, 
     assert f.summary == text and f.not_recorded == missing
 
 
-@pytest.mark.parametrize("edit, line, message", [
-    (lambda s: s.replace('{ text = "few steps" }', '{ txt = "few steps" }'), 8, "each variant needs text"),
-    (lambda s: s.replace('when = "run.device', 'if = "run.device'), 15, "part #2 takes text and when"),
-    (lambda s: s.replace('run.steps > 2', 'run.stepz > 2'), 11, "when: unknown fact 'run.stepz'"),
-    (lambda s: s.replace('": {run.steps}"', '": {run.stepz}"'), 20, "text: unknown fact 'run.stepz'"),
-])
+@pytest.mark.parametrize(
+    "edit, line, message",
+    [
+        (lambda s: s.replace('{ text = "few steps" }', '{ txt = "few steps" }'), 8, "each variant needs text"),
+        (lambda s: s.replace('when = "run.device', 'if = "run.device'), 15, "part #2 takes text and when"),
+        (lambda s: s.replace("run.steps > 2", "run.stepz > 2"), 11, "when: unknown fact 'run.stepz'"),
+        (lambda s: s.replace('": {run.steps}"', '": {run.stepz}"'), 20, "text: unknown fact 'run.stepz'"),
+    ],
+)
 def test_bad_variant_parts_name_file_and_line(tmp_path, edit, line, message):
     p = tmp_path / "XX003.toml"
     p.write_text(edit(VARIANT_RULE))
@@ -373,17 +424,22 @@ def test_bad_variant_parts_name_file_and_line(tmp_path, edit, line, message):
 def test_a_per_rank_variant_condition_is_an_error(tmp_path):
     p = tmp_path / "XX003.toml"
     p.write_text(VARIANT_RULE.replace('"run.steps > 10"', '"rank.step_time > 10"'))
-    out = evaluate(load_rule_file(p), {"run.steps": 3, "rank.step_time": Vec(np.asarray([1.0, 20.0]), np.asarray([0, 1]))})
+    out = evaluate(
+        load_rule_file(p), {"run.steps": 3, "rank.step_time": Vec(np.asarray([1.0, 20.0]), np.asarray([0, 1]))}
+    )
     assert out.status == "error" and "one value per rank" in out.error
 
 
 def test_no_rule_text_says_word_s():
     """Counts take their noun through plural() ("1 worker", "2 workers"), never "worker(s)" (#14)."""
-    leaks = [f"{p.relative_to(rules_dir())}:{i}: {line.strip()}"
-             for p in sorted(rules_dir().rglob("*.toml"))
-             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-             if re.search(r"[a-z]\((s|es)\)", line) and not line.lstrip().startswith("#")
-             and not (p.parent.name == "messages" and line.startswith("text = "))]   # a log excerpt, quoted as logged
+    leaks = [
+        f"{p.relative_to(rules_dir())}:{i}: {line.strip()}"
+        for p in sorted(rules_dir().rglob("*.toml"))
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"[a-z]\((s|es)\)", line)
+        and not line.lstrip().startswith("#")
+        and not (p.parent.name == "messages" and line.startswith("text = "))
+    ]  # a log excerpt, quoted as logged
     assert not leaks, "\n".join(leaks)
 
 
@@ -401,9 +457,14 @@ def test_a_conditional_part_missing_a_value_reads_not_recorded_as_a_whole():
 
     def look(name):
         from ddpdoctor.expr import Missing
+
         return {"c": True}.get(name, Missing(frozenset([name])))
 
-    t = VariantTemplate([[Variant(None, compile_template("Rank 1"))],
-                         [Variant(compile_expr("c"), compile_template(" at {x}"))],
-                         [Variant(None, compile_template(", step {y}"))]])
+    t = VariantTemplate(
+        [
+            [Variant(None, compile_template("Rank 1"))],
+            [Variant(compile_expr("c"), compile_template(" at {x}"))],
+            [Variant(None, compile_template(", step {y}"))],
+        ]
+    )
     assert t.render(look) == (f"Rank 1{NOT_RECORDED}, step {NOT_RECORDED}", {"x", "y"})

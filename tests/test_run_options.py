@@ -32,8 +32,21 @@ def test_run_and_analyze_share_the_analysis_options():
 
 def test_analysis_args_are_analyze_arguments():
     args = analysis_args(["my_rules"], ["DL001.min_wait_share=0.2"], True, "off", True, "d.json", "rep", True)
-    assert args == ["--rules", "my_rules", "--set", "DL001.min_wait_share=0.2", "--no-config", "--hta", "off",
-                    "--json", "d.json", "--report", "rep", "-q", "-v"]
+    assert args == [
+        "--rules",
+        "my_rules",
+        "--set",
+        "DL001.min_wait_share=0.2",
+        "--no-config",
+        "--hta",
+        "off",
+        "--json",
+        "d.json",
+        "--report",
+        "rep",
+        "-q",
+        "-v",
+    ]
     assert analysis_args() == []
 
 
@@ -45,7 +58,9 @@ def test_a_bad_analysis_option_stops_run_before_the_training(tmp_path, option):
 
 
 def test_try_refuses_options_of_a_single_runs_analysis():
-    res = CliRunner().invoke(main, ["run", "--try", "DL001", "--set", "DL001.min_wait_share=0.2", "--", "python", "x.py"])
+    res = CliRunner().invoke(
+        main, ["run", "--try", "DL001", "--set", "DL001.min_wait_share=0.2", "--", "python", "x.py"]
+    )
     assert res.exit_code == 2 and "analyze a trial's arm afterwards" in res.output
 
 
@@ -53,11 +68,35 @@ def test_run_quiet_with_json_prints_nothing_of_its_own(tmp_path):
     pytest.importorskip("torch")
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(tmp_path / "b"), "-q", "--hta", "off",
-                          "--json", str(tmp_path / "d.json"), "--set", "metrics.straggler.min_late_share=0.5",
-                          "--warmup", "2", "--active", "3", "--", sys.executable,
-                          str(ROOT / "tests" / "scripts" / "single_train.py")],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--out",
+            str(tmp_path / "b"),
+            "-q",
+            "--hta",
+            "off",
+            "--json",
+            str(tmp_path / "d.json"),
+            "--set",
+            "metrics.straggler.min_late_share=0.5",
+            "--warmup",
+            "2",
+            "--active",
+            "3",
+            "--",
+            sys.executable,
+            str(ROOT / "tests" / "scripts" / "single_train.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert "ddpdoctor:" not in res.stdout + res.stderr and "Verdict:" not in res.stdout
     d = json.loads((tmp_path / "d.json").read_text())

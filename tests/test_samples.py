@@ -75,22 +75,30 @@ def test_captured_samples_keep_their_breakdown(example):
         assert a.rank_share(a.summaries[0])["comm_sync_wait"] == pytest.approx(0.85, abs=0.05)
     elif example == "comm_heavy":
         assert mean_share(a, "comm") == pytest.approx(0.37, abs=0.05)
-        assert mean_share(a, "comm_exposed") == pytest.approx(0.37, abs=0.05)     # one bucket: nothing overlaps
+        assert mean_share(a, "comm_exposed") == pytest.approx(0.37, abs=0.05)  # one bucket: nothing overlaps
         assert mean_share(a, "dataloader_wait") < 0.01 and facts["config.ddp.grad_bytes"] > 50e6
     elif example == "oom_skip_batch":
         assert facts["run.status"] == "failed" and facts["run.exit_code"] == 1
-        events = {r: [json.loads(x) for x in (SAMPLES / name / "ranks" / f"rank{r}" / "events.jsonl").read_text().splitlines()]
-                  for r in (0, 1)}
+        events = {
+            r: [
+                json.loads(x) for x in (SAMPLES / name / "ranks" / f"rank{r}" / "events.jsonl").read_text().splitlines()
+            ]
+            for r in (0, 1)
+        }
         assert [e["step"] for e in events[1] if e["kind"] == "oom"] == [4]
         assert [e["kind"] for e in events[0]].count("exception") == 1
-        first = facts["run.first_problem"]                 # the root cause, not the rank torchrun names
+        first = facts["run.first_problem"]  # the root cause, not the rank torchrun names
         assert (first["rank"], first["kind"], first["caught"]) == (1, "oom", True)
         assert [(p["rank"], p["kind"]) for p in facts["run.problems"]] == [(1, "oom"), (0, "exception")]
         assert "Root Cause" in (SAMPLES / name / "launcher.log").read_text()
 
 
-VERDICTS = {"slow_loader": ("dataloader", "DL001"), "heavy_compute": ("compute", "CP001"),
-            "slow_rank": ("imbalance", "IM001"), "comm_heavy": ("communication", "CM001")}
+VERDICTS = {
+    "slow_loader": ("dataloader", "DL001"),
+    "heavy_compute": ("compute", "CP001"),
+    "slow_rank": ("imbalance", "IM001"),
+    "comm_heavy": ("communication", "CM001"),
+}
 
 
 @pytest.mark.parametrize("example", CAPTURED)
@@ -99,22 +107,27 @@ def test_captured_samples_keep_their_verdict(example):
     from ddpdoctor.diagnosis import run_analyze
     from ddpdoctor.rules_engine.registry import build_ruleset
 
-    r = run_analyze([str(SAMPLES / f"capture_gloo_2ranks_{example}")], AnalyzeOptions(jobs=1, hta="off"),
-                    build_ruleset(use_config=False))
+    r = run_analyze(
+        [str(SAMPLES / f"capture_gloo_2ranks_{example}")],
+        AnalyzeOptions(jobs=1, hta="off"),
+        build_ruleset(use_config=False),
+    )
     d = r.diagnosis
     if example == "oom_skip_batch":
         first = d.findings[0]
         assert (first.rule, first.ranks) == ("FL001", [1]) and d.verdict.failed
-        assert d.verdict.summary.startswith("The run failed: Rank 1 ran out of CUDA memory (tried to allocate 2.00 GiB)")
-        assert d.verdict.confidence_label == "low"          # the recorded steps end in the failure
-        assert any(f.rule == "FL002" for f in d.findings)   # torchrun blames rank 0
+        assert d.verdict.summary.startswith(
+            "The run failed: Rank 1 ran out of CUDA memory (tried to allocate 2.00 GiB)"
+        )
+        assert d.verdict.confidence_label == "low"  # the recorded steps end in the failure
+        assert any(f.rule == "FL002" for f in d.findings)  # torchrun blames rank 0
         return
     assert (d.verdict.bottleneck, d.verdict.rule) == VERDICTS[example], d.verdict.summary
     assert not any(f.category == "failure" for f in d.findings)
-    if example == "slow_loader":                            # settings recorded by `ddpdoctor run` fill the fix
+    if example == "slow_loader":  # settings recorded by `ddpdoctor run` fill the fix
         dl = next(f for f in d.findings if f.rule == "DL001")
         assert "num_workers=0" in dl.summary and "(seen in the trace)" not in dl.summary
-    if example == "comm_heavy":                             # one 100 MB bucket for ~51 MB of gradients
+    if example == "comm_heavy":  # one 100 MB bucket for ~51 MB of gradients
         cm = next(f for f in d.findings if f.rule == "CM001")
         assert any("bucket_cap_mb=9" in x.change for x in cm.fixes), [x.change for x in cm.fixes]
 
@@ -129,8 +142,8 @@ def test_the_timeline_shows_a_waiting_rank_waiting():
         return sum(b - x for x, b in segs.get(c) or [])
 
     assert total(by_rank[0], "comm_sync_wait") > 30_000 > total(by_rank[0], "comm_exposed")
-    assert total(by_rank[1], "comm_sync_wait") == 0          # the late rank does not wait
-    for segs in by_rank.values():                              # wait and transfer never overlap
+    assert total(by_rank[1], "comm_sync_wait") == 0  # the late rank does not wait
+    for segs in by_rank.values():  # wait and transfer never overlap
         for x, y in segs.get("comm_sync_wait") or []:
             assert all(b <= x or a >= y for a, b in segs["comm_exposed"])
 
@@ -148,4 +161,5 @@ def test_captured_samples_are_recorded_by_todays_capture(example):
     recorded = manifest.get("capture_version", 1)
     assert recorded >= CAPTURE_VERSION, (
         f"capture_gloo_2ranks_{example} was recorded by capture version {recorded}; today's is {CAPTURE_VERSION} "
-        f"({CAPTURE_VERSIONS[CAPTURE_VERSION]}): re-record it as sample_traces/README.md says")
+        f"({CAPTURE_VERSIONS[CAPTURE_VERSION]}): re-record it as sample_traces/README.md says"
+    )

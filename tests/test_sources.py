@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-fsspec = pytest.importorskip("fsspec")   # torch depends on fsspec, so it is there wherever the tests run
+fsspec = pytest.importorskip("fsspec")  # torch depends on fsspec, so it is there wherever the tests run
 
-from ddpdoctor import sources  # noqa: E402
-from ddpdoctor.analysis import analyze  # noqa: E402
-from ddpdoctor.bundle.discover import discover  # noqa: E402
-from ddpdoctor.errors import InputError  # noqa: E402
-from ddpdoctor.trace.decode import load_rank_trace  # noqa: E402
+from ddpdoctor import sources
+from ddpdoctor.analysis import analyze
+from ddpdoctor.bundle.discover import discover
+from ddpdoctor.errors import InputError
+from ddpdoctor.trace.decode import load_rank_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces" / "gloo_cpu_2ranks_slow_loader_straggler"
@@ -45,7 +45,7 @@ def test_listing_folder_and_single_file(store):
     assert not any(f.given for f in files)
     one = sources.list_files(files[0].url)
     assert len(one) == 1 and one[0].given and one[0].url == files[0].url and one[0].size == files[0].size
-    assert pickle.loads(pickle.dumps(one[0])) == one[0]          # travels to a worker as is
+    assert pickle.loads(pickle.dumps(one[0])) == one[0]  # travels to a worker as is
 
 
 def test_discovery_keeps_only_traces(store):

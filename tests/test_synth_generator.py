@@ -19,8 +19,7 @@ try:
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ddpdoctor_synth import (RankSpec, Scenario, Truth, dump_scenario, generate, load_scenario,
-                             scenario_from_shares)
+from ddpdoctor_synth import RankSpec, Scenario, Truth, dump_scenario, generate, load_scenario, scenario_from_shares
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "ddpdoctor_synth" / "scenarios"
 DL_NAME = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
@@ -63,8 +62,9 @@ def recount(trace: dict) -> list[dict[str, float]]:
     """The analyzer's columns per step, computed from the parsed events alone."""
     gpu = [e for e in xs(trace) if e["cat"] in GPU_CATS]
     rt_by_corr = {e["args"]["correlation"]: e for e in xs(trace, "cuda_runtime")}
-    steps = sorted((e for e in xs(trace, "user_annotation") if e["name"].startswith("ProfilerStep#")),
-                   key=lambda e: e["ts"])
+    steps = sorted(
+        (e for e in xs(trace, "user_annotation") if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"]
+    )
     host = [(e["ts"], e["ts"] + e["dur"]) for e in xs(trace) if e["cat"] in ("cpu_op", "cuda_runtime")]
     dl = [(e["ts"], e["ts"] + e["dur"]) for e in xs(trace, "user_annotation") if e["name"] == DL_NAME]
 
@@ -79,18 +79,25 @@ def recount(trace: dict) -> list[dict[str, float]]:
         comp = [span(g) for g in gpu if g["cat"] == "kernel" and not g["name"].startswith("nccl")]
         comm = [span(g) for g in gpu if g["name"].startswith("nccl")]
         mem = [span(g) for g in gpu if g["cat"] != "kernel"]
-        U = lambda *xs_: ulen([s for x in xs_ for s in x], lo, hi)  # noqa: E731
+        U = lambda *xs_, lo=lo, hi=hi: ulen([s for x in xs_ for s in x], lo, hi)  # noqa: E731
         c, cn, busy, gd = U(comp), U(comp, comm), U(comp, comm, mem), U(comp, comm, mem, dl)
-        named = lambda pred: U([span(e) for e in xs(trace) if pred(e)])  # noqa: E731
-        out.append({
-            "step_time": hi - lo, "compute": c, "comm": U(comm), "comm_exposed": cn - c,
-            "memcpy": busy - cn, "gpu_busy": busy, "dataloader_wait": gd - busy,
-            "host_idle": U(comp, comm, mem, dl, host) - gd,
-            "forward": named(lambda e: e["name"] == "DistributedDataParallel.forward"),
-            "backward": named(lambda e: e["name"].startswith("autograd::engine::evaluate_function: ")),
-            "optimizer": named(lambda e: e["name"] == "Optimizer.step#SGD.step"),
-            "cpu_span_end": span(st)[1],
-        })
+        named = lambda pred, U=U: U([span(e) for e in xs(trace) if pred(e)])  # noqa: E731
+        out.append(
+            {
+                "step_time": hi - lo,
+                "compute": c,
+                "comm": U(comm),
+                "comm_exposed": cn - c,
+                "memcpy": busy - cn,
+                "gpu_busy": busy,
+                "dataloader_wait": gd - busy,
+                "host_idle": U(comp, comm, mem, dl, host) - gd,
+                "forward": named(lambda e: e["name"] == "DistributedDataParallel.forward"),
+                "backward": named(lambda e: e["name"].startswith("autograd::engine::evaluate_function: ")),
+                "optimizer": named(lambda e: e["name"] == "Optimizer.step#SGD.step"),
+                "cpu_span_end": span(st)[1],
+            }
+        )
     return out
 
 
@@ -102,28 +109,47 @@ def nccl_kernels(trace: dict) -> list[dict]:
 def test_files_and_top_level_structure(small):
     out, truth, traces = small
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [f"rank{r}.pt.trace.json.gz" for r in range(4)] + ["truth.json"])
+        [f"rank{r}.pt.trace.json.gz" for r in range(4)] + ["truth.json"]
+    )
     for r, t in traces.items():
         assert t["schemaVersion"] == 1
         assert t["deviceProperties"][0]["name"] == "NVIDIA A100-SXM4-80GB"
         assert t["deviceProperties"][0]["totalGlobalMem"] == 85899345920
-        assert t["distributedInfo"] == {**t["distributedInfo"], "backend": "nccl", "rank": r, "world_size": 4,
-                                        "pg_count": 1, "nccl_version": "2.21.5"}
+        assert t["distributedInfo"] == {
+            **t["distributedInfo"],
+            "backend": "nccl",
+            "rank": r,
+            "world_size": 4,
+            "pg_count": 1,
+            "nccl_version": "2.21.5",
+        }
         assert t["displayTimeUnit"] == "ms" and isinstance(t["baseTimeNanoseconds"], int)
         assert t["traceName"].endswith(f"rank{r}.pt.trace.json.gz")
         assert t["traceEvents"][-1]["cat"] == "Trace" and t["traceEvents"][-1]["pid"] == "Spans"
         steps = [e["name"] for e in xs(t, "user_annotation") if e["name"].startswith("ProfilerStep#")]
         assert steps == ["ProfilerStep#10", "ProfilerStep#11", "ProfilerStep#12"]
-        meta = {(e["name"], e["pid"], e["tid"]): e["args"]["name"] for e in t["traceEvents"]
-                if e["ph"] == "M" and "name" in e["args"]}
+        meta = {
+            (e["name"], e["pid"], e["tid"]): e["args"]["name"]
+            for e in t["traceEvents"]
+            if e["ph"] == "M" and "name" in e["args"]
+        }
         pid = 1000 + r
         assert meta[("process_name", pid, 0)] == "python"
         assert meta[("process_name", 0, 0)] == "GPU 0"
         assert meta[("thread_name", 0, 7)] == "stream 7 " and meta[("thread_name", 0, 20)] == "stream 20 "
         names = {e["name"] for e in xs(t)}
-        for n in (DL_NAME, "DistributedDataParallel.forward", "Optimizer.step#SGD.step",
-                  "Optimizer.zero_grad#SGD.zero_grad", "nccl:all_reduce", "record_param_comms",
-                  "aten::addmm", "cudaLaunchKernel", "cudaMemcpyAsync", "Memcpy HtoD (Pinned -> Device)"):
+        for n in (
+            DL_NAME,
+            "DistributedDataParallel.forward",
+            "Optimizer.step#SGD.step",
+            "Optimizer.zero_grad#SGD.zero_grad",
+            "nccl:all_reduce",
+            "record_param_comms",
+            "aten::addmm",
+            "cudaLaunchKernel",
+            "cudaMemcpyAsync",
+            "Memcpy HtoD (Pinned -> Device)",
+        ):
             assert n in names, n
         # backward runs on its own thread
         bwd_tids = {e["tid"] for e in xs(t) if e["name"].startswith("autograd::engine::evaluate_function")}
@@ -181,7 +207,7 @@ def test_every_gpu_event_has_an_earlier_launch(small):
 def test_allreduces_end_together_on_every_rank(small):
     _, truth, traces = small
     per_rank = [nccl_kernels(traces[r]) for r in range(4)]
-    assert all(len(k) == 3 * 4 for k in per_rank)          # steps x buckets
+    assert all(len(k) == 3 * 4 for k in per_rank)  # steps x buckets
     for i in range(len(per_rank[0])):
         ends = [k[i]["ts"] + k[i]["dur"] for k in per_rank]
         assert max(ends) - min(ends) < 1.0
@@ -210,7 +236,7 @@ def test_straggler_truth(small):
     _, truth, traces = small
     assert truth.straggler == 3
     assert truth.straggler_late_us == pytest.approx(8000.0, abs=1.0)
-    first = [[k for k in nccl_kernels(traces[r])][::4] for r in range(4)]   # first bucket of each step
+    first = [[k for k in nccl_kernels(traces[r])][::4] for r in range(4)]  # first bucket of each step
     for i in range(3):
         starts = [first[r][i]["ts"] for r in range(4)]
         assert starts[3] - statistics.median(starts[:3]) == pytest.approx(8000.0, abs=1.0)
@@ -221,8 +247,19 @@ def test_truth_matches_recount_of_written_events(small):
     for r, t in traces.items():
         steps = recount(t)
         assert len(steps) == truth.steps == 3
-        for k in ("step_time", "compute", "comm", "comm_exposed", "memcpy", "gpu_busy", "dataloader_wait",
-                  "host_idle", "forward", "backward", "optimizer"):
+        for k in (
+            "step_time",
+            "compute",
+            "comm",
+            "comm_exposed",
+            "memcpy",
+            "gpu_busy",
+            "dataloader_wait",
+            "host_idle",
+            "forward",
+            "backward",
+            "optimizer",
+        ):
             mean = statistics.fmean(s[k] for s in steps)
             assert mean == pytest.approx(truth.per_rank_us[r][k], abs=0.01), (r, k)
     saved = Truth.load(out / "truth.json")
@@ -235,18 +272,27 @@ def test_steps_are_contiguous_windows(small):
     _, _, traces = small
     for t in traces.values():
         steps = recount(t)
-        ann = sorted((e for e in xs(t, "user_annotation") if e["name"].startswith("ProfilerStep#")),
-                     key=lambda e: e["ts"])
+        ann = sorted(
+            (e for e in xs(t, "user_annotation") if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"]
+        )
         for a, b in zip(ann, ann[1:]):
             assert a["ts"] + a["dur"] == pytest.approx(b["ts"], abs=1e-3)
         for a, s in zip(ann, steps):
-            assert a["dur"] == pytest.approx(s["step_time"], abs=1e-3)   # no extension needed
+            assert a["dur"] == pytest.approx(s["step_time"], abs=1e-3)  # no extension needed
 
 
 def test_scenario_from_shares_hits_targets(tmp_path):
-    sc = scenario_from_shares(step_us=100000, dataloader=0.30, comm=0.40, comm_exposed=0.20,
-                              straggler_rank=3, straggler_extra_us=8000, world_size=4, steps=2,
-                              kernel_us=500.0)
+    sc = scenario_from_shares(
+        step_us=100000,
+        dataloader=0.30,
+        comm=0.40,
+        comm_exposed=0.20,
+        straggler_rank=3,
+        straggler_extra_us=8000,
+        world_size=4,
+        steps=2,
+        kernel_us=500.0,
+    )
     truth = generate(sc, tmp_path, gzip=False)
     for r in range(3):
         sh = truth.per_rank[r]
@@ -281,13 +327,16 @@ def test_rank_override_makes_a_late_rank(tmp_path):
     assert truth.per_rank_us[1]["dataloader_wait"] == pytest.approx(7000.0, abs=1e-6)
 
 
-@pytest.mark.parametrize("kw", [
-    dict(comm_overlap=0.0, buckets=1),
-    dict(comm_overlap=1.0, buckets=6, comm_us=30000.0),
-    dict(world_size=1, h2d_us=0.0, host_gap_us=0.0),
-    dict(buckets=0, dataloader_us=0.0),
-    dict(filler_cpu_ops_per_kernel=3, optimizer_us=0.0, straggler_rank=0, straggler_extra_us=3000.0),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(comm_overlap=0.0, buckets=1),
+        dict(comm_overlap=1.0, buckets=6, comm_us=30000.0),
+        dict(world_size=1, h2d_us=0.0, host_gap_us=0.0),
+        dict(buckets=0, dataloader_us=0.0),
+        dict(filler_cpu_ops_per_kernel=3, optimizer_us=0.0, straggler_rank=0, straggler_extra_us=3000.0),
+    ],
+)
 def test_edge_scenarios_stay_consistent(tmp_path, kw):
     kw = {"world_size": 2, "steps": 2, "kernel_us": 600.0, **kw}
     truth = generate(Scenario(**kw), tmp_path, gzip=False)
@@ -314,9 +363,17 @@ def test_jobs_write_identical_files(tmp_path):
 
 # ---------------------------------------------------------------- scenarios and CLI
 def test_toml_round_trip(tmp_path):
-    sc = Scenario(world_size=8, steps=7, first_step=3, buckets=5, comm_us=12345.5, straggler_rank=5,
-                  straggler_extra_us=2500.0, rank_overrides={2: {"dataloader_us": 9000.0},
-                                                             6: RankSpec(forward_us=1.0)}, name="rt")
+    sc = Scenario(
+        world_size=8,
+        steps=7,
+        first_step=3,
+        buckets=5,
+        comm_us=12345.5,
+        straggler_rank=5,
+        straggler_extra_us=2500.0,
+        rank_overrides={2: {"dataloader_us": 9000.0}, 6: RankSpec(forward_us=1.0)},
+        name="rt",
+    )
     path = dump_scenario(sc, tmp_path / "s.toml")
     back = load_scenario(path)
     assert back == sc
@@ -341,8 +398,13 @@ def test_example_scenarios_load(name):
 def test_cli(tmp_path):
     scen = tmp_path / "tiny.toml"
     scen.write_text("world_size = 2\nsteps = 1\nkernel_us = 1000.0\nstraggler_rank = 1\nstraggler_extra_us = 500.0\n")
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor_synth", str(scen), str(tmp_path / "o"), "--no-gzip"],
-                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], check=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor_synth", str(scen), str(tmp_path / "o"), "--no-gzip"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        check=True,
+    )
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 1 and "2 ranks x 1 steps" in lines[0] and "straggler rank 1" in lines[0]
     assert (tmp_path / "o" / "rank1.pt.trace.json").exists() and (tmp_path / "o" / "truth.json").exists()

@@ -5,9 +5,22 @@ import pytest
 from ddpdoctor.analysis import AnalyzeOptions, analyze
 from ddpdoctor_synth import generate, scenario_from_shares
 
-TOL = 0.02   # acceptance: injected shares within 2 percentage points
-CHECKED = ("compute", "comm", "comm_exposed", "memcpy", "gpu_busy", "dataloader_wait", "host_idle", "other",
-           "forward", "backward", "optimizer", "comm_sync_wait", "comm_transfer")
+TOL = 0.02  # acceptance: injected shares within 2 percentage points
+CHECKED = (
+    "compute",
+    "comm",
+    "comm_exposed",
+    "memcpy",
+    "gpu_busy",
+    "dataloader_wait",
+    "host_idle",
+    "other",
+    "forward",
+    "backward",
+    "optimizer",
+    "comm_sync_wait",
+    "comm_transfer",
+)
 
 
 def recover(tmp_path, sc, **opts):
@@ -36,8 +49,15 @@ def test_dataloader_wait_and_half_exposed_comm(tmp_path):
 
 
 def test_rank3_late_by_8ms_is_named(tmp_path):
-    sc = scenario_from_shares(world_size=8, steps=4, dataloader=0.10, comm=0.30, comm_exposed=0.10,
-                              straggler_rank=3, straggler_extra_us=8000.0)
+    sc = scenario_from_shares(
+        world_size=8,
+        steps=4,
+        dataloader=0.10,
+        comm=0.30,
+        comm_exposed=0.10,
+        straggler_rank=3,
+        straggler_extra_us=8000.0,
+    )
     truth, a = recover(tmp_path, sc)
     assert truth.straggler == 3
     assert_shares(truth, a)
@@ -66,7 +86,7 @@ def test_scenario_files_shipped_with_the_generator_are_recovered(tmp_path):
     folder = Path(synth.__file__).parent / "scenarios"
     files = sorted(folder.glob("*.toml"))
     assert files
-    for i, f in enumerate(files):
+    for _i, f in enumerate(files):
         out = tmp_path / f.stem
         truth, a = recover(out, load_scenario(f))
         assert_shares(truth, a)

@@ -29,15 +29,16 @@ def fired(report) -> dict:
 
 
 def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "ddpdoctor", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
 
 
 def test_tbplugin_num_workers_0_is_dataloader_bound_with_a_num_workers_fix(real_traces):
     r = diagnose(real_traces / "kineto_tbplugin_resnet50_num_workers_0")
     assert r.diagnosis.verdict.bottleneck == "dataloader"
     dl = fired(r)["DL001"]
-    assert r.facts["config.dataloader.num_workers"] == 0            # read off _SingleProcessDataLoaderIter
+    assert r.facts["config.dataloader.num_workers"] == 0  # read off _SingleProcessDataLoaderIter
     assert any("num_workers=workers" in f.change or "num_workers=" in f.title for f in dl.fixes)
     assert "num_workers=0" in dl.summary
     assert 1.2 < r.diagnosis.verdict.expected_speedup < 1.6
@@ -53,14 +54,15 @@ def test_deepseek_is_neither_communication_nor_imbalance_bound(real_traces):
     r = diagnose(real_traces / "deepseek_v3_train_ep64_H800_rank0")
     assert r.diagnosis.verdict.bottleneck not in ("communication", "imbalance")
     assert not {"CM001", "IM001", "IM002"} & set(fired(r))
-    assert r.facts["config.mixed_precision"] == "fp8"               # FP8 GEMM kernels: no autocast advice
+    assert r.facts["config.mixed_precision"] == "fp8"  # FP8 GEMM kernels: no autocast advice
     assert all("autocast" not in f.title for f in fired(r).get("CP001").fixes)
     missing = {m for a in r.diagnosis.abstained if a["category"] == "imbalance" for m in a["missing"]}
     assert missing, "one rank of 64: imbalance must abstain, not pass"
 
 
-@pytest.mark.parametrize("folder, world", [("hta_cpu_only_gloo_rank34_of300", 300),
-                                            ("deepseek_v3_train_ep64_H800_rank0", 64)])
+@pytest.mark.parametrize(
+    "folder, world", [("hta_cpu_only_gloo_rank34_of300", 300), ("deepseek_v3_train_ep64_H800_rank0", 64)]
+)
 def test_one_rank_of_a_large_job_is_never_high_confidence(real_traces, folder, world):
     """#10: one rank of 300 (one step) was "communication-bound, confidence high 1.00"; one rank of 64 "high".
     Coverage and steps now lower the confidence, and the hints say what to record to raise it."""
@@ -97,10 +99,16 @@ def synthetic(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name,bottleneck,rule", [
-    ("dataloader", "dataloader", "DL001"), ("communication", "communication", "CM001"),
-    ("compute", "compute", "CP001"), ("host", "compute", "CP002"), ("imbalance", "imbalance", "IM001"),
-])
+@pytest.mark.parametrize(
+    "name,bottleneck,rule",
+    [
+        ("dataloader", "dataloader", "DL001"),
+        ("communication", "communication", "CM001"),
+        ("compute", "compute", "CP001"),
+        ("host", "compute", "CP002"),
+        ("imbalance", "imbalance", "IM001"),
+    ],
+)
 def test_synthetic_runs_get_the_injected_verdict(synthetic, name, bottleneck, rule):
     v = synthetic[name].diagnosis.verdict
     assert (v.bottleneck, v.rule) == (bottleneck, rule), v.summary
@@ -121,13 +129,16 @@ def test_nothing_costs_much_says_compute_bound_with_gpu_busy(synthetic):
     assert v.expected_speedup is None and "GPU busy" in v.summary
 
 
-@pytest.mark.parametrize("sample,bottleneck,straggler", [
-    ("synthetic_gpu_4ranks_dataloader_bound", "dataloader", None),
-    ("synthetic_gpu_8ranks_straggler_rank3", "imbalance", 3),
-    # rank 1 sleeps 30 ms before every forward (58 % of the step) and both ranks wait 32 % for data:
-    # removing the sleep saves more, so imbalance leads and the DataLoader wait comes second
-    ("gloo_cpu_2ranks_slow_loader_straggler", "imbalance", 1),
-])
+@pytest.mark.parametrize(
+    "sample,bottleneck,straggler",
+    [
+        ("synthetic_gpu_4ranks_dataloader_bound", "dataloader", None),
+        ("synthetic_gpu_8ranks_straggler_rank3", "imbalance", 3),
+        # rank 1 sleeps 30 ms before every forward (58 % of the step) and both ranks wait 32 % for data:
+        # removing the sleep saves more, so imbalance leads and the DataLoader wait comes second
+        ("gloo_cpu_2ranks_slow_loader_straggler", "imbalance", 1),
+    ],
+)
 def test_bundled_samples_keep_their_verdict(sample, bottleneck, straggler):
     r = diagnose(SAMPLES / sample)
     assert r.diagnosis.verdict.bottleneck == bottleneck
@@ -157,7 +168,9 @@ def test_set_and_user_rules_change_the_cli_result(tmp_path):
     user.mkdir()
     src = Path(build_ruleset(use_config=False).rules["IM001"].path).read_text()
     (user / "IM001.toml").write_text(src.replace("default = 0.05", "default = 0.9", 1))
-    res = run_cli("analyze", sample, "--rules", user, "--set", "DL001.min_wait_share=0.5", "--hta", "off", "--no-config")
+    res = run_cli(
+        "analyze", sample, "--rules", user, "--set", "DL001.min_wait_share=0.5", "--hta", "off", "--no-config"
+    )
     assert res.returncode == 0 and "IM001" not in res.stdout
     (user / "IM001.toml").write_text(src.replace('severity = "high"', 'severity = "dire"'))
     res = run_cli("analyze", sample, "--rules", user)
@@ -180,6 +193,7 @@ def test_rules_commands():
 
 def _synthetic_matrix():
     import tomllib
+
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "scenarios_synthetic.toml"
     with open(path, "rb") as fh:
         return tomllib.load(fh)["scenario"]
@@ -189,6 +203,7 @@ def _synthetic_matrix():
 def test_synthetic_matrix_entry(entry, tmp_path):
     """The synthetic half of the accuracy matrix (benchmarks/accuracy.py reads the same list)."""
     from ddpdoctor_synth import scenario_from_dict
+
     generate(scenario_from_dict(dict(entry["args"], name=entry["name"])), tmp_path)
     r = diagnose(tmp_path)
     v = r.diagnosis.verdict
@@ -199,19 +214,33 @@ def test_synthetic_matrix_entry(entry, tmp_path):
 
 def _contended_straggler_facts(**over):
     import numpy as np
+
     from ddpdoctor.expr import Vec
+
     ranks = np.array([0, 1])
     facts = {
-        "trace.present": True, "run.device": "cpu", "run.ranks": [0, 1], "run.ranks_analyzed": 2,
-        "run.world_size": 2, "run.steps": 5,
+        "trace.present": True,
+        "run.device": "cpu",
+        "run.ranks": [0, 1],
+        "run.ranks_analyzed": 2,
+        "run.world_size": 2,
+        "run.steps": 5,
         "rank.share.compute": Vec(np.array([0.84, 0.59]), ranks),
         "rank.share.dataloader_wait": Vec(np.array([0.01, 0.01]), ranks),
-        "straggler.count": 1, "straggler.ranks": [0], "straggler.rank": 0, "straggler.late_us": 20000.0,
-        "straggler.late_share": 0.2, "straggler.steps_late": 5, "straggler.steps": 5,
-        "straggler.extra_column": "compute", "straggler.extra_us": 19000.0, "cross.imbalance_score": 0.15,
+        "straggler.count": 1,
+        "straggler.ranks": [0],
+        "straggler.rank": 0,
+        "straggler.late_us": 20000.0,
+        "straggler.late_share": 0.2,
+        "straggler.steps_late": 5,
+        "straggler.steps": 5,
+        "straggler.extra_column": "compute",
+        "straggler.extra_us": 19000.0,
+        "cross.imbalance_score": 0.15,
         "cross.input_shapes": "constant",
         # measured contention: other processes took 47 % of the host's CPU time (IM004 fires)
-        "host.contention.other_busy_share": 0.47, "host.contention.cpus_per_rank": 1.0,
+        "host.contention.other_busy_share": 0.47,
+        "host.contention.cpus_per_rank": 1.0,
         "host.contention.threads_per_cpu": 1.0,
     }
     facts.update(over)
@@ -220,6 +249,7 @@ def _contended_straggler_facts(**over):
 
 def test_a_late_rank_with_nothing_of_its_own_on_a_contended_host_is_noise():
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+
     rules = build_ruleset()
     d = decide_facts(_contended_straggler_facts(), rules)
     assert d.verdict.rule == "CP001", d.verdict.summary
@@ -228,15 +258,25 @@ def test_a_late_rank_with_nothing_of_its_own_on_a_contended_host_is_noise():
     # the same lateness with a cause of its own still decides: extra work, GC pauses, a call holding the
     # GIL, uneven inputs; and without measured contention (1 CPU per rank and nothing else running is the
     # job's own layout, not contention: issue #25's 98 %-late rank set aside as noise)
-    for over in ({"python.extra_work.rank": 0, "python.extra_work.where": "torch.save (train.py:3)",
-                  "python.extra_work.ms_per_step": 19.0, "python.extra_work.share": 0.19},
-                 {"python.gc.rank": 0, "python.gc.extra_ms_per_step": 18.0, "python.gc.extra_share": 0.18},
-                 {"python.gil_held.rank": 0, "python.gil_held.where": "json.dumps in log (train.py:9)",
-                  "python.gil_held.ms_per_step": 18.0, "python.gil_held.share": 0.18},
-                 {"cross.input_shapes": "varying"},
-                 {"straggler.extra_column": "dataloader_wait"},
-                 {"host.contention.other_busy_share": 0.0},
-                 {"host.contention.other_busy_share": 0.0, "straggler.late_share": 0.98}):
+    for over in (
+        {
+            "python.extra_work.rank": 0,
+            "python.extra_work.where": "torch.save (train.py:3)",
+            "python.extra_work.ms_per_step": 19.0,
+            "python.extra_work.share": 0.19,
+        },
+        {"python.gc.rank": 0, "python.gc.extra_ms_per_step": 18.0, "python.gc.extra_share": 0.18},
+        {
+            "python.gil_held.rank": 0,
+            "python.gil_held.where": "json.dumps in log (train.py:9)",
+            "python.gil_held.ms_per_step": 18.0,
+            "python.gil_held.share": 0.18,
+        },
+        {"cross.input_shapes": "varying"},
+        {"straggler.extra_column": "dataloader_wait"},
+        {"host.contention.other_busy_share": 0.0},
+        {"host.contention.other_busy_share": 0.0, "straggler.late_share": 0.98},
+    ):
         d = decide_facts(_contended_straggler_facts(**over), rules)
         assert d.verdict.rule == "IM001", (over, d.verdict.summary)
 
@@ -244,22 +284,36 @@ def test_a_late_rank_with_nothing_of_its_own_on_a_contended_host_is_noise():
 def _late_loader_facts(**over):
     """Rank 1 alone waits for its DataLoader (larger images in its shard); rank 0 waits for rank 1."""
     import numpy as np
+
     from ddpdoctor.expr import Vec
+
     ranks = np.array([0, 1])
-    facts = _contended_straggler_facts(**{
-        "rank.share.dataloader_wait": Vec(np.array([0.0, 0.28]), ranks),
-        "rank.share.compute": Vec(np.array([0.70, 0.66]), ranks),
-        "straggler.ranks": [1], "straggler.rank": 1, "straggler.late_us": 22000.0, "straggler.late_share": 0.22,
-        "straggler.steps_late": 3, "straggler.steps": 5, "straggler.extra_column": "dataloader_wait",
-        "straggler.extra_us": 25000.0, "cross.imbalance_score": 0.11,
-        "python.extra_work.rank": 1, "python.extra_work.where": "ImageShard.__getitem__ (train.py:38)",
-        "python.extra_work.ms_per_step": 24.0, "python.extra_work.share": 0.24})
+    facts = _contended_straggler_facts(
+        **{
+            "rank.share.dataloader_wait": Vec(np.array([0.0, 0.28]), ranks),
+            "rank.share.compute": Vec(np.array([0.70, 0.66]), ranks),
+            "straggler.ranks": [1],
+            "straggler.rank": 1,
+            "straggler.late_us": 22000.0,
+            "straggler.late_share": 0.22,
+            "straggler.steps_late": 3,
+            "straggler.steps": 5,
+            "straggler.extra_column": "dataloader_wait",
+            "straggler.extra_us": 25000.0,
+            "cross.imbalance_score": 0.11,
+            "python.extra_work.rank": 1,
+            "python.extra_work.where": "ImageShard.__getitem__ (train.py:38)",
+            "python.extra_work.ms_per_step": 24.0,
+            "python.extra_work.share": 0.24,
+        }
+    )
     facts.update(over)
     return facts
 
 
 def test_a_loader_wait_paid_only_by_the_late_rank_is_the_imbalance():
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+
     d = decide_facts(_late_loader_facts(), build_ruleset())
     assert d.verdict.rule == "IM001", d.verdict.summary
     dl = next(c for c in d.costs if c.rule == "DL001")
@@ -276,10 +330,13 @@ def test_a_loader_wait_paid_only_by_the_late_rank_is_the_imbalance():
 
 def test_a_loader_wait_on_every_rank_stays_dataloader_bound():
     import numpy as np
+
     from ddpdoctor.expr import Vec
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
-    facts = _late_loader_facts(**{"rank.share.dataloader_wait": Vec(np.array([0.30, 0.45]), np.array([0, 1])),
-                                  "straggler.late_share": 0.15})
+
+    facts = _late_loader_facts(
+        **{"rank.share.dataloader_wait": Vec(np.array([0.30, 0.45]), np.array([0, 1])), "straggler.late_share": 0.15}
+    )
     d = decide_facts(facts, build_ruleset())
     assert d.verdict.rule == "DL001", d.verdict.summary
     assert next(c for c in d.costs if c.rule == "DL001").eligible
@@ -287,10 +344,16 @@ def test_a_loader_wait_on_every_rank_stays_dataloader_bound():
 
 def test_alternating_lateness_without_a_cause_stays_noise_on_a_contended_host():
     import numpy as np
+
     from ddpdoctor.expr import Vec
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
-    facts = _late_loader_facts(**{"straggler.extra_column": "other",
-                                  "rank.share.dataloader_wait": Vec(np.array([0.01, 0.01]), np.array([0, 1]))})
+
+    facts = _late_loader_facts(
+        **{
+            "straggler.extra_column": "other",
+            "rank.share.dataloader_wait": Vec(np.array([0.01, 0.01]), np.array([0, 1])),
+        }
+    )
     for k in [k for k in facts if k.startswith("python.extra_work")]:
         del facts[k]
     d = decide_facts(facts, build_ruleset())
@@ -301,14 +364,21 @@ def test_alternating_lateness_without_a_cause_stays_noise_on_a_contended_host():
 
 def test_a_cost_on_one_rank_in_few_steps_on_a_contended_host_is_noise():
     import numpy as np
+
     from ddpdoctor.expr import Vec
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+
     ranks = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
     # rank 1 waits for data in 2 of its 5 steps (lost cycles), rank 0 never; no straggler
     waits = Vec(np.array([0.05, 0.05, 0.05, 0.05, 0.05, 0.45, 0.05, 0.40, 0.05, 0.05]), ranks)
-    facts = _contended_straggler_facts(**{"straggler.count": 0, "straggler.ranks": [],
-                                          "rank.share.dataloader_wait": Vec(np.array([0.05, 0.20]), np.array([0, 1])),
-                                          "step.share.dataloader_wait": waits})
+    facts = _contended_straggler_facts(
+        **{
+            "straggler.count": 0,
+            "straggler.ranks": [],
+            "rank.share.dataloader_wait": Vec(np.array([0.05, 0.20]), np.array([0, 1])),
+            "step.share.dataloader_wait": waits,
+        }
+    )
     for k in [k for k in facts if k.startswith("straggler.") and k not in ("straggler.count", "straggler.ranks")]:
         del facts[k]
     d = decide_facts(facts, build_ruleset())
@@ -321,30 +391,39 @@ def test_a_cost_on_one_rank_in_few_steps_on_a_contended_host_is_noise():
     assert d.verdict.rule == "DL001", d.verdict.summary
 
 
-
 def _tiny_buckets_busy_facts(rank0_wait: float):
     """comm_tiny_buckets_deep on a contended host (acc24 busy run 2): a CPU burner slows rank 1, whose
     lateness is set aside as noise; rank 0 spends `rank0_wait` of its step waiting for it, so its
     exposed transfer (every rank runs the same all-reduces) is a smaller share of its longer step."""
     import numpy as np
+
     from ddpdoctor.expr import Vec
+
     rows = np.array([0] * 5 + [1] * 5)
     both = np.array([0, 1])
-    facts = _contended_straggler_facts(**{
-        "straggler.ranks": [1], "straggler.rank": 1, "straggler.late_share": 0.25,
-        "straggler.late_us": 25000.0, "straggler.extra_us": 24000.0,
-        "rank.share.compute": Vec(np.array([0.55, 0.80]), both),
-        "rank.share.comm_transfer_exposed": Vec(np.array([0.09, 0.14]), both),
-        "rank.share.comm_wait_exposed": Vec(np.array([rank0_wait, 0.01]), both),
-        "step.share.comm_transfer_exposed": Vec(np.array([0.09] * 5 + [0.14, 0.14, 0.14, 0.14, 0.14]), rows),
-        "step.share.comm_wait_exposed": Vec(np.array([rank0_wait] * 5 + [0.01] * 5), rows),
-        "rank.share.comm": Vec(np.array([0.40, 0.15]), both), "rank.collectives_per_step": Vec(np.array([300., 300.]), both),
-    })
+    facts = _contended_straggler_facts(
+        **{
+            "straggler.ranks": [1],
+            "straggler.rank": 1,
+            "straggler.late_share": 0.25,
+            "straggler.late_us": 25000.0,
+            "straggler.extra_us": 24000.0,
+            "rank.share.compute": Vec(np.array([0.55, 0.80]), both),
+            "rank.share.comm_transfer_exposed": Vec(np.array([0.09, 0.14]), both),
+            "rank.share.comm_wait_exposed": Vec(np.array([rank0_wait, 0.01]), both),
+            "step.share.comm_transfer_exposed": Vec(np.array([0.09] * 5 + [0.14, 0.14, 0.14, 0.14, 0.14]), rows),
+            "step.share.comm_wait_exposed": Vec(np.array([rank0_wait] * 5 + [0.01] * 5), rows),
+            "rank.share.comm": Vec(np.array([0.40, 0.15]), both),
+            "rank.collectives_per_step": Vec(np.array([300.0, 300.0]), both),
+        }
+    )
     return facts
 
 
 def test_a_cost_every_rank_pays_is_judged_net_of_the_wait_for_a_late_rank_set_aside_as_noise():
-    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts, net_of_peer_wait
+    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+    from ddpdoctor.rules_engine.verdict import net_of_peer_wait
+
     d = decide_facts(_tiny_buckets_busy_facts(rank0_wait=0.30), build_ruleset())
     im = next(c for c in d.costs if c.rule == "IM001")
     assert not im.eligible and "machine noise" in im.why_not
@@ -368,16 +447,24 @@ def test_extra_work_the_sampler_found_on_one_rank_is_the_imbalance_without_a_str
     DL001 on rank 1 in half of its steps (machine-noise pattern), but the Python sampler puts 25 %
     of the step in rank 1's Dataset.__getitem__: the workload's own imbalance (IM005), first fix on its data."""
     import numpy as np
+
     from ddpdoctor.expr import Vec
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+
     ranks = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
     waits = Vec(np.array([0.05, 0.05, 0.05, 0.05, 0.05, 0.45, 0.05, 0.40, 0.05, 0.05]), ranks)
-    facts = _contended_straggler_facts(**{"straggler.count": 0, "straggler.ranks": [],
-                                          "rank.share.dataloader_wait": Vec(np.array([0.05, 0.20]), np.array([0, 1])),
-                                          "step.share.dataloader_wait": waits,
-                                          "python.extra_work.rank": 1, "python.extra_work.share": 0.25,
-                                          "python.extra_work.ms_per_step": 34.9,
-                                          "python.extra_work.where": "ImageShard.__getitem__ (train.py:38)"})
+    facts = _contended_straggler_facts(
+        **{
+            "straggler.count": 0,
+            "straggler.ranks": [],
+            "rank.share.dataloader_wait": Vec(np.array([0.05, 0.20]), np.array([0, 1])),
+            "step.share.dataloader_wait": waits,
+            "python.extra_work.rank": 1,
+            "python.extra_work.share": 0.25,
+            "python.extra_work.ms_per_step": 34.9,
+            "python.extra_work.where": "ImageShard.__getitem__ (train.py:38)",
+        }
+    )
     for k in [k for k in facts if k.startswith("straggler.") and k not in ("straggler.count", "straggler.ranks")]:
         del facts[k]
     d = decide_facts(facts, build_ruleset())
@@ -390,14 +477,30 @@ def test_extra_work_the_sampler_found_on_one_rank_is_the_imbalance_without_a_str
         del facts[k]
     assert decide_facts(facts, build_ruleset()).verdict.rule == "CP001"
 
+
 def _cost_findings(cm_cost, dl_cost, contended=True):
     from ddpdoctor.rules_engine.engine import Finding
 
     def f(rule, cat, cost, label):
-        return Finding(rule=rule, name=rule, category=cat, severity="high", title=rule, summary="", ranks=[0, 1],
-                       evidence={}, fixes=[], cost=cost, agreement=1.0, label=label)
-    out = [f("CM001", "communication", cm_cost, "communication-bound"),
-           f("DL003", "dataloader", dl_cost, "dataloader-bound")]
+        return Finding(
+            rule=rule,
+            name=rule,
+            category=cat,
+            severity="high",
+            title=rule,
+            summary="",
+            ranks=[0, 1],
+            evidence={},
+            fixes=[],
+            cost=cost,
+            agreement=1.0,
+            label=label,
+        )
+
+    out = [
+        f("CM001", "communication", cm_cost, "communication-bound"),
+        f("DL003", "dataloader", dl_cost, "dataloader-bound"),
+    ]
     if contended:
         out.append(f("IM004", "imbalance", None, "host contention"))
     return out
@@ -421,15 +524,29 @@ def test_on_a_contended_cpu_host_communication_counts_as_measured():
 def test_no_dominant_cost_says_which_costs_were_set_aside_as_noise_and_which_are_small():
     from ddpdoctor.rules_engine.engine import Finding
     from ddpdoctor.rules_engine.verdict import NOISE, Cost, _no_dominant_summary
-    costs = [Cost("IM001", "imbalance", "imbalance-bound", 0.213, True, False, f"late on a contended host: {NOISE}"),
-             Cost("CM001", "communication", "communication-bound", 0.107, True, False,
-                  f"seen on rank 1 only: {NOISE}"),
-             Cost("DL001", "dataloader", "dataloader-bound", 0.02, False, True, "below the materiality")]
-    contention = Finding(rule="IM004", name="host.contention", category="imbalance", severity="medium",
-                         title="contended", summary="", ranks=[], evidence={}, fixes=[])
+
+    costs = [
+        Cost("IM001", "imbalance", "imbalance-bound", 0.213, True, False, f"late on a contended host: {NOISE}"),
+        Cost("CM001", "communication", "communication-bound", 0.107, True, False, f"seen on rank 1 only: {NOISE}"),
+        Cost("DL001", "dataloader", "dataloader-bound", 0.02, False, True, "below the materiality"),
+    ]
+    contention = Finding(
+        rule="IM004",
+        name="host.contention",
+        category="imbalance",
+        severity="medium",
+        title="contended",
+        summary="",
+        ranks=[],
+        evidence={},
+        fixes=[],
+    )
     text = _no_dominant_summary(costs, [contention])
     # a 21 % cost set aside as noise is not called small (it was, before)
-    assert "set aside as machine noise on a contended host (imbalance-bound 21.3%, communication-bound 10.7%; see IM004" in text
+    assert (
+        "set aside as machine noise on a contended host (imbalance-bound 21.3%, communication-bound 10.7%; see IM004"
+        in text
+    )
     assert "what else the rules found stays small (dataloader-bound 2.0%)" in text
     only_small = _no_dominant_summary(costs[2:], [])
     assert only_small.startswith("no dominant avoidable cost: what the rules found stays small (dataloader-bound 2.0%)")
@@ -446,8 +563,11 @@ def _periodic_facts(loader_ms, other_ms):
     l0 = np.array(loader_ms, float)
     l1 = l0 * np.array([1.0, 1.3] * 3)
     job = np.maximum(l0, l1) + np.array(other_ms, float)
-    return {"step.step_time": Vec(np.concatenate([job, job]), rows),
-            "step.dataloader_wait": Vec(np.concatenate([l0, l1]), rows), "run.steps": 6}
+    return {
+        "step.step_time": Vec(np.concatenate([job, job]), rows),
+        "step.dataloader_wait": Vec(np.concatenate([l0, l1]), rows),
+        "run.steps": 6,
+    }
 
 
 def test_step_variation_the_loader_explains_is_not_noise():
@@ -472,11 +592,20 @@ def test_a_late_rank_late_in_the_loader_wait_every_rank_pays_is_the_loaders_on_a
     burner. Its lateness (68 %) lies in the DataLoader wait every rank pays (61 %): the loader is the
     cause, and the late rank is that cost landing harder on one rank of a contended host."""
     import numpy as np
+
     from ddpdoctor.expr import Vec
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
-    facts = _late_loader_facts(**{"rank.share.dataloader_wait": Vec(np.array([0.75, 0.47]), np.array([0, 1])),
-                                  "straggler.ranks": [0], "straggler.rank": 0, "straggler.late_share": 0.68,
-                                  "straggler.steps_late": 5, "straggler.steps": 5})
+
+    facts = _late_loader_facts(
+        **{
+            "rank.share.dataloader_wait": Vec(np.array([0.75, 0.47]), np.array([0, 1])),
+            "straggler.ranks": [0],
+            "straggler.rank": 0,
+            "straggler.late_share": 0.68,
+            "straggler.steps_late": 5,
+            "straggler.steps": 5,
+        }
+    )
     for k in [k for k in facts if k.startswith("python.extra_work")]:
         del facts[k]
     d = decide_facts(facts, build_ruleset())
@@ -493,6 +622,7 @@ def test_lateness_that_moves_between_ranks_is_noise_without_measured_contention(
     computing the same inputs longer with nothing of its own: the ranks take turns, so it is the scheduler,
     not the workload. The same lateness every step still decides (issue #25's steady late rank)."""
     from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+
     rules = build_ruleset()
     quiet = {"host.contention.other_busy_share": 0.0, "straggler.steps_late": 3}
     d = decide_facts(_contended_straggler_facts(**quiet), rules)
@@ -502,6 +632,10 @@ def test_lateness_that_moves_between_ranks_is_noise_without_measured_contention(
     assert d.verdict.rule == "CP001", d.verdict.summary
     steady = decide_facts(_contended_straggler_facts(**{**quiet, "straggler.steps_late": 5}), rules)
     assert steady.verdict.rule == "IM001", steady.verdict.summary
-    own = decide_facts(_contended_straggler_facts(**{**quiet, "python.gc.rank": 0, "python.gc.extra_ms_per_step": 18.0,
-                                                      "python.gc.extra_share": 0.18}), rules)
+    own = decide_facts(
+        _contended_straggler_facts(
+            **{**quiet, "python.gc.rank": 0, "python.gc.extra_ms_per_step": 18.0, "python.gc.extra_share": 0.18}
+        ),
+        rules,
+    )
     assert own.verdict.rule == "IM001", own.verdict.summary

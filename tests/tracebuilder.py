@@ -7,27 +7,55 @@ import json
 from pathlib import Path
 
 CATS = {
-    "current": {"op": "cpu_op", "ann": "user_annotation", "rt": "cuda_runtime", "kernel": "kernel",
-                "memcpy": "gpu_memcpy", "memset": "gpu_memset", "ext": "External id"},
-    "2021": {"op": "Operator", "ann": "Operator", "rt": "Runtime", "kernel": "Kernel",
-             "memcpy": "Memcpy", "memset": "Memset", "ext": "external id"},
+    "current": {
+        "op": "cpu_op",
+        "ann": "user_annotation",
+        "rt": "cuda_runtime",
+        "kernel": "kernel",
+        "memcpy": "gpu_memcpy",
+        "memset": "gpu_memset",
+        "ext": "External id",
+    },
+    "2021": {
+        "op": "Operator",
+        "ann": "Operator",
+        "rt": "Runtime",
+        "kernel": "Kernel",
+        "memcpy": "Memcpy",
+        "memset": "Memset",
+        "ext": "external id",
+    },
 }
 
 
 class TraceBuilder:
-    def __init__(self, rank: int | None = 0, world_size: int | None = 1, backend: str = "nccl",
-                 schema: str = "current", pid: int = 4242, tid: int = 4242):
+    def __init__(
+        self,
+        rank: int | None = 0,
+        world_size: int | None = 1,
+        backend: str = "nccl",
+        schema: str = "current",
+        pid: int = 4242,
+        tid: int = 4242,
+    ):
         self.rank, self.world_size, self.backend = rank, world_size, backend
         self.c = CATS[schema]
         self.pid, self.tid = pid, tid
         self.events: list[dict] = []
         self._corr = 1000
         self._ext = 1
-        self.base = 1_700_000_000_000.0   # µs, like real traces
+        self.base = 1_700_000_000_000.0  # µs, like real traces
 
     def _x(self, cat, name, start, end, pid=None, tid=None, args=None):
-        ev = {"ph": "X", "cat": cat, "name": name, "pid": self.pid if pid is None else pid,
-              "tid": self.tid if tid is None else tid, "ts": self.base + start, "dur": end - start}
+        ev = {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": self.pid if pid is None else pid,
+            "tid": self.tid if tid is None else tid,
+            "ts": self.base + start,
+            "dur": end - start,
+        }
         if args is not None:
             ev["args"] = args
         self.events.append(ev)
@@ -49,8 +77,17 @@ class TraceBuilder:
     def dataloader(self, start: float, end: float):
         return self.annotation("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", start, end)
 
-    def kernel(self, name: str, start: float, end: float, launch_at: float | None = None, stream: int = 7,
-               parent: str = "aten::mm", kind: str = "kernel", extra_args: dict | None = None):
+    def kernel(
+        self,
+        name: str,
+        start: float,
+        end: float,
+        launch_at: float | None = None,
+        stream: int = 7,
+        parent: str = "aten::mm",
+        kind: str = "kernel",
+        extra_args: dict | None = None,
+    ):
         """A GPU op launched by a runtime call nested in a host op named ``parent``."""
         launch = start - 5 if launch_at is None else launch_at
         ext = self._next_ext()
@@ -74,9 +111,15 @@ class TraceBuilder:
         return path
 
 
-def gpu_step_trace(rank: int = 0, world_size: int = 1, schema: str = "current", comm_start: float = 500,
-                   comm_end: float = 800, comm_name: str = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)",
-                   **kw) -> TraceBuilder:
+def gpu_step_trace(
+    rank: int = 0,
+    world_size: int = 1,
+    schema: str = "current",
+    comm_start: float = 500,
+    comm_end: float = 800,
+    comm_name: str = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)",
+    **kw,
+) -> TraceBuilder:
     """One 1000 µs step with every column known exactly:
 
     dataloader 0–300 (GPU idle) | compute kernels 300–600 | comm 500–800 (200 exposed) |

@@ -15,7 +15,6 @@ from statistics import median
 
 from .values import as_number, put_fact, safe_where
 
-
 _SIZE_GUARD = re.compile(r"size mismatch at index (\d+)")
 
 
@@ -35,16 +34,24 @@ def compile_facts(ranks: dict[int, dict]) -> dict:
         return facts
     used = {r: rec.get("used") is True for r, rec in recs.items()}
     put_fact(facts, "compile.used", any(used.values()), used)
-    measured = {r: rec for r, rec in recs.items() if used[r] and (as_number(rec.get("window_ms")) or 0) > 0
-                and isinstance(rec.get("steps"), list) and rec["steps"]}
+    measured = {
+        r: rec
+        for r, rec in recs.items()
+        if used[r]
+        and (as_number(rec.get("window_ms")) or 0) > 0
+        and isinstance(rec.get("steps"), list)
+        and rec["steps"]
+    }
     if not measured:
         return facts
     compiles = {r: int(as_number(rec.get("compiles")) or 0) for r, rec in measured.items()}
     ms = {r: as_number(rec.get("compile_ms")) or 0.0 for r, rec in measured.items()}
     share = {r: round(ms[r] / as_number(rec["window_ms"]), 4) for r, rec in measured.items()}
     per_step = {r: round(ms[r] / len(rec["steps"]), 3) for r, rec in measured.items()}
-    steps_with = {r: sum(1 for s in rec["steps"] if isinstance(s, dict) and (as_number(s.get("compiles")) or 0) > 0)
-                  for r, rec in measured.items()}
+    steps_with = {
+        r: sum(1 for s in rec["steps"] if isinstance(s, dict) and (as_number(s.get("compiles")) or 0) > 0)
+        for r, rec in measured.items()
+    }
     put_fact(facts, "compile.window_compiles", round(_median(compiles)), compiles)
     put_fact(facts, "compile.steps_compiling", round(_median(steps_with)), steps_with)
     put_fact(facts, "compile.ms_per_step", round(_median(per_step), 3), per_step)

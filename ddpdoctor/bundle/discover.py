@@ -16,11 +16,13 @@ from pathlib import Path
 import msgspec
 
 from .. import safe_io, sources
-from .inputs import walk
 from ..errors import InputError, NoTracesError
 from ..trace.schema import DistributedInfo
+from .inputs import walk
 
 PEEK_BYTES = 256 * 1024
+
+
 class OwnDocument(Exception):
     """describe() met a file ddpdoctor wrote itself."""
 
@@ -47,19 +49,21 @@ LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
 OWN_FILES = {"manifest.json", "truth.json", "facts.json", "report.json", "analysis.json", "settings.json"}
 # folders of a `ddpdoctor run` bundle whose JSON files are not traces (hosts/<hostname>.json)
 OWN_DIRS = {"hosts"}
-NAMING_HELP = ("name each file after its rank (e.g. rank3.pt.trace.json or worker3.json) or record with "
-               "torch.distributed initialized so the trace carries distributedInfo")
+NAMING_HELP = (
+    "name each file after its rank (e.g. rank3.pt.trace.json or worker3.json) or record with "
+    "torch.distributed initialized so the trace carries distributedInfo"
+)
 
 
 @dataclass
 class TraceFile:
-    path: Path | sources.RemoteFile             # a RemoteFile for URL inputs (s3://…, see sources.py)
+    path: Path | sources.RemoteFile  # a RemoteFile for URL inputs (s3://…, see sources.py)
     size: int
     rank: int | None
-    rank_source: str            # "distributedInfo", "file name" or "none"
+    rank_source: str  # "distributedInfo", "file name" or "none"
     world_size: int | None
     pid: int | None
-    order_key: tuple            # later windows sort last
+    order_key: tuple  # later windows sort last
 
     @property
     def label(self) -> str:
@@ -68,11 +72,11 @@ class TraceFile:
 
 @dataclass
 class Discovery:
-    by_rank: dict[int, list[TraceFile]]        # selected windows per rank, oldest first
+    by_rank: dict[int, list[TraceFile]]  # selected windows per rank, oldest first
     skipped_windows: dict[int, list[TraceFile]]
     world_size: int | None
     warnings: list[str] = field(default_factory=list)
-    chosen: str | None = None                  # the --ranks SPEC that picked these ranks on purpose
+    chosen: str | None = None  # the --ranks SPEC that picked these ranks on purpose
 
     @property
     def ranks(self) -> list[int]:
@@ -89,19 +93,23 @@ def find_trace_files(paths: list[str], inputs=None) -> list[Path]:
         if not path.exists():
             raise InputError(f"{p}: no such file or directory")
         if not path.is_dir():
-            safe_io.check_regular(path)      # FIFO, device, loop, dangling link given directly: exit 2
+            safe_io.check_regular(path)  # FIFO, device, loop, dangling link given directly: exit 2
             if path.name.endswith((".json", ".json.gz")) or not path.name.endswith(LOG_SUFFIXES):
                 found.append(path)
             continue
         for root, _dirs, files in walk(path, inputs):
             for name in sorted(files):
-                if (name.endswith((".json", ".json.gz")) and name not in OWN_FILES
-                        and not _in_own_dir(Path(root)) and not _torchrun_error_file(Path(root) / name)):
-                    found.append(Path(root) / name)     # FIFOs and the like: skipped with a warning in describe
+                if (
+                    name.endswith((".json", ".json.gz"))
+                    and name not in OWN_FILES
+                    and not _in_own_dir(Path(root))
+                    and not _torchrun_error_file(Path(root) / name)
+                ):
+                    found.append(Path(root) / name)  # FIFOs and the like: skipped with a warning in describe
     # the same file reached through two paths counts once
     seen, unique = set(), []
     for f in found:
-        key = _resolve(f)                      # a symlink loop: described (and skipped) later
+        key = _resolve(f)  # a symlink loop: described (and skipped) later
         if key not in seen:
             seen.add(key)
             unique.append(f)
@@ -121,8 +129,13 @@ def _remote_traces(url: str) -> list[sources.RemoteFile]:
         f = files[0]
         return [f] if f.name.endswith((".json", ".json.gz")) or not f.name.endswith(LOG_SUFFIXES) else []
     manifests = {f.url.rsplit("/", 1)[0] for f in files if f.name == "manifest.json"}
-    return [f for f in files if f.name.endswith((".json", ".json.gz")) and f.name not in OWN_FILES
-            and not (f.folder_name in OWN_DIRS and f.url.rsplit("/", 2)[0] in manifests)]
+    return [
+        f
+        for f in files
+        if f.name.endswith((".json", ".json.gz"))
+        and f.name not in OWN_FILES
+        and not (f.folder_name in OWN_DIRS and f.url.rsplit("/", 2)[0] in manifests)
+    ]
 
 
 def _in_own_dir(folder: Path) -> bool:
@@ -146,10 +159,8 @@ def peek(path: Path) -> tuple[bytes, bool]:
 
 
 def rank_from_name(path: Path) -> int | None:
-    m = None
-    for m in _RANK_IN_NAME.finditer(path.name):
-        pass
-    return int(m.group(1)) if m else None
+    matches = list(_RANK_IN_NAME.finditer(path.name))  # the last number that looks like a rank
+    return int(matches[-1].group(1)) if matches else None
 
 
 _OWN_DOCUMENT = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"ddpdoctor\.')
@@ -171,7 +182,7 @@ def describe(path: Path) -> TraceFile:
         raise InputError(f"{path}: not JSON (a Kineto trace is a JSON object with 'traceEvents')")
     if text[:1] == b"{" and b'"traceEvents"' not in head and len(head) < PEEK_BYTES and not gz:
         try:
-            msgspec.json.decode(head)                  # the whole file: a JSON document of its own
+            msgspec.json.decode(head)  # the whole file: a JSON document of its own
         except msgspec.DecodeError:
             raise InputError(f"{path}: not valid JSON, and no 'traceEvents' (a cut or damaged file)") from None
         except RecursionError:
@@ -196,8 +207,11 @@ def describe(path: Path) -> TraceFile:
     rank = _int(info.rank) if info else None
     raw_world = _int(info.world_size) if info else None
     if rank is not None and (rank < 0 or (raw_world is not None and raw_world <= 0)):
-        raise RankOutOfRange(f"rank {rank} is out of range for world_size {raw_world} ({path})"
-                             if raw_world is not None else f"{path}: negative rank {rank} in distributedInfo")
+        raise RankOutOfRange(
+            f"rank {rank} is out of range for world_size {raw_world} ({path})"
+            if raw_world is not None
+            else f"{path}: negative rank {rank} in distributedInfo"
+        )
     source = "distributedInfo" if rank is not None else "none"
     if rank is None:
         rank = rank_from_name(path)
@@ -208,8 +222,7 @@ def describe(path: Path) -> TraceFile:
     size, mtime_ns = (path.size, path.mtime_ns) if remote else _size_mtime(path)
     order = (int(tm.group(1)) if tm else 0, int(base.group(1)) if base else 0, mtime_ns)
     world = safe_io.sane_world_size(info.world_size, str(path)) if info else None
-    return TraceFile(path, size, rank, source, world,
-                     int(pid_m.group(1)) if pid_m else None, order)
+    return TraceFile(path, size, rank, source, world, int(pid_m.group(1)) if pid_m else None, order)
 
 
 def _size_mtime(path: Path) -> tuple[int, int]:
@@ -251,8 +264,10 @@ def parse_ranks(spec: str) -> list[int]:
     for part in (p.strip() for p in spec.split(",")):
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not m:
-            raise InputError(f"--ranks {spec}: {part or 'an empty item'} is not a rank or a range "
-                             "(rank numbers and ranges, e.g. 0-7,512,1020-1023)")
+            raise InputError(
+                f"--ranks {spec}: {part or 'an empty item'} is not a rank or a range "
+                "(rank numbers and ranges, e.g. 0-7,512,1020-1023)"
+            )
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if hi < lo:
             raise InputError(f"--ranks {spec}: the range {part} runs backwards")
@@ -267,8 +282,9 @@ def _choose(by_rank: dict, skipped: dict, spec: str, warnings: list[str]) -> Non
     wanted = parse_ranks(spec)
     present = sorted(set(wanted) & set(by_rank))
     if not present:
-        raise InputError(f"--ranks {spec}: no trace for any of those ranks (the traces hold ranks "
-                         f"{compact_ranks(sorted(by_rank))})")
+        raise InputError(
+            f"--ranks {spec}: no trace for any of those ranks (the traces hold ranks {compact_ranks(sorted(by_rank))})"
+        )
     absent = sorted(set(wanted) - set(by_rank))
     if absent:
         warnings.append(f"--ranks {spec}: no trace for rank{'s' if len(absent) > 1 else ''} {compact_ranks(absent)}")
@@ -292,11 +308,13 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
             described.append(describe(f))
         except OwnDocument:
             if _resolve(f) in explicit:
-                raise InputError(f"{f}: a ddpdoctor output (diagnosis, comparison or trial), not a profiler "
-                                 "trace: give the run's folder or its traces") from None
-            continue                                    # our own output beside the traces: not an input
+                raise InputError(
+                    f"{f}: a ddpdoctor output (diagnosis, comparison or trial), not a profiler "
+                    "trace: give the run's folder or its traces"
+                ) from None
+            continue  # our own output beside the traces: not an input
         except RankOutOfRange:
-            raise                                       # the job's numbering is wrong: refused whole
+            raise  # the job's numbering is wrong: refused whole
         except NotATrace as exc:
             if _resolve(f) in explicit:
                 raise
@@ -306,16 +324,19 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
                 raise
             errors.append(str(exc))
     if not described and not errors and others:
-        errors = [e for _, e in others]              # nothing but other JSON: say what was found
+        errors = [e for _, e in others]  # nothing but other JSON: say what was found
     if not described and not errors:
         raise NoTracesError(f"no trace files under {', '.join(paths)}: only ddpdoctor's own outputs")
     if not described:
-        more = f" (and {len(errors) - 1} more unreadable file{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+        more = (
+            f" (and {len(errors) - 1} more unreadable file{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+        )
         raise NoTracesError(f"no readable profiler trace: {errors[0]}{more}")
     warnings.extend(f"skipped {e}" for e in errors)
     # not "skipped": another file beside the traces leaves the job's traces whole (not partial)
-    warnings.extend(f"ignored {_beside(f, paths)}: JSON, but not a profiler trace (no 'traceEvents')"
-                    for f, _ in others)
+    warnings.extend(
+        f"ignored {_beside(f, paths)}: JSON, but not a profiler trace (no 'traceEvents')" for f, _ in others
+    )
     unranked = [t for t in described if t.rank is None]
     if unranked:
         if len(described) == 1:
@@ -332,8 +353,7 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
         pids = {t.pid for t in group if t.pid is not None}
         if len(pids) > 1:
             listing = "; ".join(f"{t.path} (pid {t.pid})" for t in group)
-            raise InputError(f"rank {rank} has traces from different runs: {listing}. "
-                             f"Analyze one run at a time")
+            raise InputError(f"rank {rank} has traces from different runs: {listing}. Analyze one run at a time")
         by_rank[rank] = group if all_windows else group[-1:]
         skipped[rank] = [] if all_windows else group[:-1]
     sizes = {t.world_size for t in described if t.world_size}
@@ -347,14 +367,18 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
     recorded = len(by_rank)
     if ranks is not None:
         _choose(by_rank, skipped, ranks, warnings)
-        warnings.append(f"analyzed {len(by_rank)} of {world or recorded} ranks on purpose (--ranks {ranks}); the "
-                        "others were not read — cross-rank results, stragglers included, cover these ranks only "
-                        "(partial)")
+        warnings.append(
+            f"analyzed {len(by_rank)} of {world or recorded} ranks on purpose (--ranks {ranks}); the "
+            "others were not read — cross-rank results, stragglers included, cover these ranks only "
+            "(partial)"
+        )
     elif world:
         missing = sorted(set(range(world)) - set(by_rank))
         if missing and len(by_rank) > 1:
-            warnings.append(f"world_size is {world} but traces cover {len(by_rank)} ranks; missing: "
-                            f"{compact_ranks(missing)} — cross-rank results cover the ranks present (partial)")
+            warnings.append(
+                f"world_size is {world} but traces cover {len(by_rank)} ranks; missing: "
+                f"{compact_ranks(missing)} — cross-rank results cover the ranks present (partial)"
+            )
     return Discovery(by_rank, skipped, world, warnings, chosen=ranks)
 
 

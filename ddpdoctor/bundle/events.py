@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from .. import safe_io
-from ..errors import InputError
-
 import json
 from pathlib import Path
+
+from .. import safe_io
+from ..errors import InputError
 
 PROBLEM_KINDS = ("oom", "exception", "signal", "stuck_after_peer_stop", "forced_exit", "user_profiler")
 

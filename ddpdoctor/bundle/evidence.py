@@ -13,8 +13,8 @@ from statistics import NormalDist, median, stdev
 
 from .values import as_number, evidence_of, put_fact, safe_where
 
-
 # ------------------------------------------------------------------ host contention
+
 
 def _round(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
@@ -30,8 +30,10 @@ def _host_groups(ranks: dict[int, dict]) -> dict[str, list[int]]:
 
 def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
     cons = {r: evidence_of(ranks[r])["contention"] for r in members}
-    n_local = max([len(members)] + [int(c["local_world_size"]) for c in cons.values()
-                                    if isinstance(c.get("local_world_size"), int)])
+    n_local = max(
+        [len(members)]
+        + [int(c["local_world_size"]) for c in cons.values() if isinstance(c.get("local_world_size"), int)]
+    )
     out: dict = {"ranks_on_host": n_local}
     masks = [ranks[r].get("cpu_affinity") for r in members]
     if all(isinstance(m, list) and m for m in masks):
@@ -42,7 +44,7 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
     if usable:
         out["cpus_per_rank"] = usable / n_local
         threads = [c.get("torch_threads") for c in cons.values() if isinstance(c.get("torch_threads"), int)]
-        if threads:       # ranks that recorded nothing are assumed to run as many threads as the others
+        if threads:  # ranks that recorded nothing are assumed to run as many threads as the others
             out["threads_per_cpu"] = sum(threads) / len(threads) * n_local / usable
     busy, steal, own, loads = [], [], [], []
     for c in cons.values():
@@ -62,9 +64,9 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
     if busy:
         out["busy_share"] = median(busy)
         job = _job_cpu_share(cons)
-        if job is not None:                                # the job's whole process tree, measured
+        if job is not None:  # the job's whole process tree, measured
             out["other_busy_share"] = min(1.0, max(0.0, median(busy) - job))
-        elif len(own) == n_local and None not in own:      # every rank on the host measured its own CPU time
+        elif len(own) == n_local and None not in own:  # every rank on the host measured its own CPU time
             out["other_busy_share"] = min(1.0, max(0.0, median(busy) - sum(own)))
         if None not in steal:
             out["steal_share"] = median(steal)
@@ -77,11 +79,11 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
     procs = [c["job"].get("processes") for c in cons.values() if isinstance(c.get("job"), dict)]
     procs = [p for p in procs if isinstance(p, int) and p > 0]
     if procs:
-        out["job_processes"] = max(procs)          # how many processes the job's tree held (quoted by the contention rule)
+        out["job_processes"] = max(procs)  # how many processes the job's tree held (quoted by the contention rule)
     return out
 
 
-Z95 = 1.96      # a measured excess is its mean less 1.96 standard errors: the low end of its 95 % interval
+Z95 = 1.96  # a measured excess is its mean less 1.96 standard errors: the low end of its 95 % interval
 
 
 def _job_outside_runnable(cons: dict[int, dict]) -> float | None:
@@ -141,13 +143,21 @@ def contention_facts(ranks: dict[int, dict]) -> dict:
         busiest = min(with_cpus, key=lambda h: (per_host[h]["cpus_per_rank"], -per_host[h].get("threads_per_cpu", 0)))
         for key in ("cpus_per_rank", "threads_per_cpu"):
             if key in per_host[busiest]:
-                put_fact(facts, f"host.contention.{key}", _round(per_host[busiest][key]),
-                     {r: _round(per_host[h][key]) for r, h in rank_host.items() if key in per_host[h]})
+                put_fact(
+                    facts,
+                    f"host.contention.{key}",
+                    _round(per_host[busiest][key]),
+                    {r: _round(per_host[h][key]) for r, h in rank_host.items() if key in per_host[h]},
+                )
     for key in ("other_busy_share", "load_per_cpu", "steal_share", "other_runnable_per_cpu", "job_processes"):
         vals = {h: per_host[h][key] for h in per_host if key in per_host[h]}
         if vals:
-            put_fact(facts, f"host.contention.{key}", _round(max(vals.values())),
-                 {r: _round(vals[h]) for r, h in rank_host.items() if h in vals})
+            put_fact(
+                facts,
+                f"host.contention.{key}",
+                _round(max(vals.values())),
+                {r: _round(vals[h]) for r, h in rank_host.items() if h in vals},
+            )
     switches = {}
     for r in sorted(rank_host):
         c = evidence_of(ranks[r])["contention"]
@@ -160,6 +170,7 @@ def contention_facts(ranks: dict[int, dict]) -> dict:
 
 
 # ------------------------------------------------------------------ stack samples
+
 
 def _stacks(d: dict) -> dict:
     st = evidence_of(d).get("stacks")
@@ -204,7 +215,8 @@ def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] 
         return None
     places: dict[int, dict[tuple, dict]] = {
         r: {(f.get("func"), f.get("file")): f for f in st.get("functions") or [] if isinstance(f, dict)}
-        for r, st in sampled.items()}
+        for r, st in sampled.items()
+    }
     step_ms = median(as_number(st.get("step_ms")) or 0.0 for st in sampled.values())
     if step_ms <= 0:
         return None
@@ -214,9 +226,9 @@ def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] 
         steps = as_number(sampled[r].get("steps")) or 1.0
         for key, f in mine.items():
             if _model_pass(key[0]) or _optimizer_step(f.get("where")):
-                continue            # the model's own forward/backward/optimizer step: every rank runs it
+                continue  # the model's own forward/backward/optimizer step: every rank runs it
             if r in loader_workers and _waits_for_workers(f.get("where")):
-                continue            # waiting for its DataLoader workers: the loader's time, not the rank's work
+                continue  # waiting for its DataLoader workers: the loader's time, not the rank's work
             ms = as_number(f.get("ms_per_step")) or 0.0
             others = median(as_number(places[o].get(key, {}).get("ms_per_step")) or 0.0 for o in places if o != r)
             excess = ms - others
@@ -227,12 +239,19 @@ def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] 
     best = None
     for r, key, f, ms, others, excess, n_mine, n_others in candidates:
         excess_samples = n_mine - n_others
-        if (excess >= params["extra_work_min_share"] * step_ms and excess_samples >= params["extra_work_min_samples"]
-                and ms >= params["extra_work_min_ratio"] * others
-                and excess_samples >= z_crit * (n_mine + n_others) ** 0.5):
+        if (
+            excess >= params["extra_work_min_share"] * step_ms
+            and excess_samples >= params["extra_work_min_samples"]
+            and ms >= params["extra_work_min_ratio"] * others
+            and excess_samples >= z_crit * (n_mine + n_others) ** 0.5
+        ):
             if best is None or excess > best["ms_per_step"]:
-                best = {"rank": r, "where": safe_where(_where_in(sampled[r], key, f.get("where"))),
-                        "ms_per_step": round(excess, 3), "share": round(excess / step_ms, 4)}
+                best = {
+                    "rank": r,
+                    "where": safe_where(_where_in(sampled[r], key, f.get("where"))),
+                    "ms_per_step": round(excess, 3),
+                    "share": round(excess / step_ms, 4),
+                }
     return best
 
 
@@ -241,9 +260,17 @@ def _where_in(st: dict, key: tuple, where) -> str | None:
     function's samples, the runner-up with its share, e.g. ``save_checkpoint (train.py:29; 40 % of it
     in torch.save at line 28)``: the rename after a save can outweigh the save, and naming only one
     line would hide the other."""
-    lines = sorted((s for s in st.get("signatures") or [] if isinstance(s, dict) and not s.get("sync")
-                    and (s.get("func"), s.get("file")) == key and isinstance(s.get("count"), (int, float))),
-                   key=lambda s: -s["count"])
+    lines = sorted(
+        (
+            s
+            for s in st.get("signatures") or []
+            if isinstance(s, dict)
+            and not s.get("sync")
+            and (s.get("func"), s.get("file")) == key
+            and isinstance(s.get("count"), (int, float))
+        ),
+        key=lambda s: -s["count"],
+    )
     total = sum(s["count"] for s in lines)
     if len(lines) < 2 or total <= 0 or lines[0]["count"] >= 2 / 3 * total or not isinstance(where, str):
         return where
@@ -265,8 +292,11 @@ def python_facts(ranks: dict[int, dict], params: dict) -> dict:
     if found:
         for k, v in found.items():
             facts[f"python.extra_work.{k}"] = v
-    inputs = {r: st["input"] for r, st in sorted(sampled.items())
-              if isinstance(st.get("input"), dict) and as_number(st["input"].get("ms_per_step")) is not None}
+    inputs = {
+        r: st["input"]
+        for r, st in sorted(sampled.items())
+        if isinstance(st.get("input"), dict) and as_number(st["input"].get("ms_per_step")) is not None
+    }
     if inputs:
         ms = {r: as_number(i["ms_per_step"]) for r, i in inputs.items()}
         # the input work EVERY rank does (the least of the ranks): what one rank does beyond that is
@@ -287,6 +317,7 @@ def python_facts(ranks: dict[int, dict], params: dict) -> dict:
 
 
 # ------------------------------------------------------------------ batch fingerprints
+
 
 def data_facts(ranks: dict[int, dict]) -> dict:
     facts: dict = {}
@@ -310,7 +341,7 @@ def data_facts(ranks: dict[int, dict]) -> dict:
 
 
 def evidence_facts(ranks: dict[int, dict], params: dict) -> dict:
-    from .gil_evidence import gc_facts, gil_facts      # GC pauses and GIL-held time (imports this module)
+    from .gil_evidence import gc_facts, gil_facts  # GC pauses and GIL-held time (imports this module)
 
     facts = contention_facts(ranks)
     facts.update(python_facts(ranks, params))
@@ -318,5 +349,3 @@ def evidence_facts(ranks: dict[int, dict], params: dict) -> dict:
     facts.update(gil_facts(ranks, params))
     facts.update(data_facts(ranks))
     return facts
-
-

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from .values import evidence_of, as_number, put_fact, safe_where
+from .values import as_number, evidence_of, put_fact, safe_where
 
 
 def _step_ms(d: dict) -> float | None:
@@ -50,11 +50,17 @@ def gc_facts(ranks: dict[int, dict], params: dict) -> dict:
     g = recs[r]
     full = (g.get("by_generation") or {}).get("2") or {}
     windows = max(1, len(g.get("per_step_ms") or {}))
-    facts.update({"python.gc.rank": r, "python.gc.rank_ms_per_step": ms[r],
-                  "python.gc.extra_ms_per_step": round(excess, 3), "python.gc.extra_share": round(excess / step_ms, 4),
-                  "python.gc.others_ms_per_step": round(others, 3),
-                  "python.gc.full_collections": int(as_number(full.get("count")) or 0),
-                  "python.gc.window_steps": windows})
+    facts.update(
+        {
+            "python.gc.rank": r,
+            "python.gc.rank_ms_per_step": ms[r],
+            "python.gc.extra_ms_per_step": round(excess, 3),
+            "python.gc.extra_share": round(excess / step_ms, 4),
+            "python.gc.others_ms_per_step": round(others, 3),
+            "python.gc.full_collections": int(as_number(full.get("count")) or 0),
+            "python.gc.window_steps": windows,
+        }
+    )
     if as_number(full.get("max_ms")) is not None:
         facts["python.gc.max_pause_ms"] = round(as_number(full["max_ms"]), 1)
     return facts
@@ -66,8 +72,10 @@ def gil_facts(ranks: dict[int, dict], params: dict) -> dict:
     recs = {r: g for r, g in recs.items() if isinstance(g, dict)}
     if not recs:
         return facts
-    starved = {r: round(sum(as_number(v) or 0.0 for v in (g.get("starved_ms_per_step") or {}).values()), 3)
-               for r, g in recs.items()}
+    starved = {
+        r: round(sum(as_number(v) or 0.0 for v in (g.get("starved_ms_per_step") or {}).values()), 3)
+        for r, g in recs.items()
+    }
     put_fact(facts, "python.sampler_starved_ms_per_step", max(starved.values()), starved)
     natives = {r: (g.get("native") or {}).get("sampler") for r, g in recs.items()}
     used = sorted({n for n in natives.values() if isinstance(n, str)})
@@ -77,8 +85,10 @@ def gil_facts(ranks: dict[int, dict], params: dict) -> dict:
     if len(recs) < 2 or not steps:
         return facts
     step_ms = median(steps)
-    calls = {r: {c["where"]: c for c in g.get("calls") or [] if isinstance(c, dict) and isinstance(c.get("where"), str)}
-             for r, g in recs.items()}
+    calls = {
+        r: {c["where"]: c for c in g.get("calls") or [] if isinstance(c, dict) and isinstance(c.get("where"), str)}
+        for r, g in recs.items()
+    }
     best = None
     for where in sorted({w for c in calls.values() for w in c}):
         per = {r: as_number(calls[r].get(where, {}).get("ms_per_step")) or 0.0 for r in recs}
@@ -90,9 +100,14 @@ def gil_facts(ranks: dict[int, dict], params: dict) -> dict:
     if best is not None:
         r, excess, where = best
         c = calls[r][where]
-        facts.update({"python.gil_held.rank": r, "python.gil_held.where": safe_where(where),
-                      "python.gil_held.ms_per_step": round(excess, 3),
-                      "python.gil_held.share": round(excess / step_ms, 4),
-                      "python.gil_held.gaps": int(c.get("gaps") or 0),
-                      "python.gil_held.source": str(c.get("source") or "")})
+        facts.update(
+            {
+                "python.gil_held.rank": r,
+                "python.gil_held.where": safe_where(where),
+                "python.gil_held.ms_per_step": round(excess, 3),
+                "python.gil_held.share": round(excess / step_ms, 4),
+                "python.gil_held.gaps": int(c.get("gaps") or 0),
+                "python.gil_held.source": str(c.get("source") or ""),
+            }
+        )
     return facts

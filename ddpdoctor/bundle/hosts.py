@@ -43,11 +43,13 @@ class HostIdentity:
 
     host: dict[int, str] = field(default_factory=dict)
     source: dict[int, str] = field(default_factory=dict)
-    note: str | None = None          # said once: what is unknown and what that means for the clocks
+    note: str | None = None  # said once: what is unknown and what that means for the clocks
 
     def as_dict(self) -> dict:
-        return {"by_rank": {str(r): {"host": h, "source": self.source[r]} for r, h in sorted(self.host.items())},
-                "note": self.note}
+        return {
+            "by_rank": {str(r): {"host": h, "source": self.source[r]} for r, h in sorted(self.host.items())},
+            "note": self.note,
+        }
 
 
 def node_folders(paths: list[str], files_by_rank: dict[int, list]) -> dict[int, str]:
@@ -63,7 +65,7 @@ def node_folders(paths: list[str], files_by_rank: dict[int, list]) -> dict[int, 
             return {}
         labels = {_folder_of(Path(f.path), roots, local) for f in files}
         if len(labels) != 1 or None in labels:
-            return {}                                   # a rank in two folders: not one folder per node
+            return {}  # a rank in two folders: not one folder per node
         out[rank] = labels.pop()
     if len(set(out.values())) < 2:
         return {}
@@ -76,7 +78,7 @@ def _folder_of(f: Path, roots: list[Path], given: list[str]) -> str | None:
             rel = f.relative_to(root)
         except ValueError:
             continue
-        if len(roots) > 1:                                   # several PATHs: each one is a node
+        if len(roots) > 1:  # several PATHs: each one is a node
             names = [r.name for r in roots]
             return root.name if root.name and names.count(root.name) == 1 else text.rstrip("/")
         return rel.parts[0] if len(rel.parts) > 1 else None  # one PATH: its top-level folders
@@ -106,9 +108,13 @@ def identify_hosts(trace_hosts: dict[int, str | None], disc: Discovery, paths: l
         return out
     unknown = [r for r in ranks if r not in out.host]
     if len(unknown) == len(ranks):
-        out.note = ("hosts not identified (no host_name in the traces, file names not the trace handler's "
-                    "{host}_{pid}.{time}.pt.trace.json, no folder per node): the ranks' clocks are assumed to agree")
+        out.note = (
+            "hosts not identified (no host_name in the traces, file names not the trace handler's "
+            "{host}_{pid}.{time}.pt.trace.json, no folder per node): the ranks' clocks are assumed to agree"
+        )
     elif unknown:
-        out.note = (f"host unknown for rank{'s' if len(unknown) > 1 else ''} {compact_ranks(unknown)} of "
-                    f"{len(ranks)}: clocks across hosts are not aligned, the ranks' clocks are assumed to agree")
+        out.note = (
+            f"host unknown for rank{'s' if len(unknown) > 1 else ''} {compact_ranks(unknown)} of "
+            f"{len(ranks)}: clocks across hosts are not aligned, the ranks' clocks are assumed to agree"
+        )
     return out

@@ -14,16 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-Walk = list[tuple[str, list[str], list[str]]]          # os.walk's (root, dirs, files), dirs and files sorted
+Walk = list[tuple[str, list[str], list[str]]]  # os.walk's (root, dirs, files), dirs and files sorted
 
 
 @dataclass
 class Inputs:
     paths: list[str]
     _walks: dict[str, Walk] = field(default_factory=dict)
-    walks_done: int = 0          # how many folders were walked on disk (one per given folder)
+    walks_done: int = 0  # how many folders were walked on disk (one per given folder)
 
-    def walk(self, folder: Path | str, skip: frozenset[str] | set[str] = frozenset()) -> Iterator[tuple[str, list[str], list[str]]]:
+    def walk(
+        self, folder: Path | str, skip: frozenset[str] | set[str] = frozenset()
+    ) -> Iterator[tuple[str, list[str], list[str]]]:
         """os.walk of ``folder`` (sorted), from the one walk kept for it; folders named in ``skip``
         and everything under them are left out."""
         key = os.fspath(folder)

@@ -52,7 +52,7 @@ def rank_loader(rec: dict) -> dict | None:
     out["batch_latency_ms"] = round(1000 * latency, 3)
     out["compute_ms_per_batch"] = round(1000 * compute, 3)
     out["wait_share"] = round(nxt / wall, 4)
-    out["workers_needed"] = math.ceil(round(latency / compute, 6)) if compute > 0 else None   # 4.0000001 is 4
+    out["workers_needed"] = math.ceil(round(latency / compute, 6)) if compute > 0 else None  # 4.0000001 is 4
     if out["cpu_share"] is not None:
         out["cpu_share"] = round(out["cpu_share"], 4)
     return out
@@ -90,13 +90,16 @@ def dataset_facts(ranks: dict[int, dict]) -> dict:
     dataset, whatever its shuffle seed).  Absent when fewer than two ranks recorded what they need."""
     facts: dict = {}
     loaders = {r: d["dataloader"] for r, d in ranks.items() if isinstance(d.get("dataloader"), dict)}
-    covers = {r: dl.get("samples_per_epoch") == dl.get("dataset_len") for r, dl in loaders.items()
-              if isinstance(dl.get("samples_per_epoch"), int) and isinstance(dl.get("dataset_len"), int)}
+    covers = {
+        r: dl.get("samples_per_epoch") == dl.get("dataset_len")
+        for r, dl in loaders.items()
+        if isinstance(dl.get("samples_per_epoch"), int) and isinstance(dl.get("dataset_len"), int)
+    }
     if len(covers) >= 2:
         facts["data.whole_dataset_per_rank"] = all(covers.values())
     fps = {r: dl.get("dataset_fingerprint") for r, dl in loaders.items() if "dataset_fingerprint" in dl}
     if len(fps) >= 2 and all(isinstance(v, str) for v in fps.values()):
         facts["data.same_dataset"] = len(set(fps.values())) == 1
     elif len(covers) >= 2 and not all(covers.values()):
-        facts["data.same_dataset"] = False       # a rank whose epoch is a part: not fingerprinted, not the same walk
+        facts["data.same_dataset"] = False  # a rank whose epoch is a part: not fingerprinted, not the same walk
     return facts

@@ -10,30 +10,49 @@ is added.  Pure Python: no torch.
 
 from __future__ import annotations
 
-from .. import safe_io
-from .inputs import walk
-from ..errors import InputError
-
 import json
 from pathlib import Path
 
+from .. import safe_io
 from ..capture.agent import contract
+from ..errors import InputError
 from ..resources import metric_params
-from .events import load_events, problem_events
 from .compile import compile_facts
+from .events import load_events, problem_events
 from .evidence import evidence_facts
+from .inputs import walk
 from .loader import dataset_facts, loader_facts
 
 MANIFEST_SCHEMA = contract.MANIFEST_SCHEMA
 HOST_SCHEMA = contract.HOST_SCHEMA
-SETTINGS_SCHEMA = contract.SETTINGS_SCHEMA       # settings.json as the agent writes it (capture/agent/contract.py)
+SETTINGS_SCHEMA = contract.SETTINGS_SCHEMA  # settings.json as the agent writes it (capture/agent/contract.py)
 
 # fact name -> path inside settings.json (each step declared in contract.SETTINGS_FIELDS / SETTINGS_RECORDS)
-_DATALOADER = ("num_workers", "pin_memory", "batch_size", "persistent_workers", "prefetch_factor", "sampler",
-               "drop_last", "dataset_len", "set_epoch_called", "iterations")
-_DDP = ("bucket_cap_mb", "find_unused_parameters", "gradient_as_bucket_view", "static_graph", "comm_hook",
-        "param_count", "grad_bytes", "num_buckets", "bucket_sizes_bytes", "unused_parameter_count",
-        "broadcast_buffers")
+_DATALOADER = (
+    "num_workers",
+    "pin_memory",
+    "batch_size",
+    "persistent_workers",
+    "prefetch_factor",
+    "sampler",
+    "drop_last",
+    "dataset_len",
+    "set_epoch_called",
+    "iterations",
+)
+_DDP = (
+    "bucket_cap_mb",
+    "find_unused_parameters",
+    "gradient_as_bucket_view",
+    "static_graph",
+    "comm_hook",
+    "param_count",
+    "grad_bytes",
+    "num_buckets",
+    "bucket_sizes_bytes",
+    "unused_parameter_count",
+    "broadcast_buffers",
+)
 _RANK_FACTS: dict[str, tuple[str, ...]] = {
     **{f"config.dataloader.{k}": ("dataloader", k) for k in _DATALOADER},
     **{f"config.ddp.{k}": ("ddp", k) for k in _DDP},
@@ -47,8 +66,18 @@ _RANK_FACTS: dict[str, tuple[str, ...]] = {
     "train.micro_batches_per_step": ("train", "micro_batches_per_step"),
     "train.synced_micro_batches_per_step": ("train", "synced_micro_batches_per_step"),
     "data.sharded_by": ("dataloader", "sharded_by"),
-    **{f"config.fsdp.{k}": ("fsdp", k) for k in ("kind", "sharding_strategy", "auto_wrap_policy", "backward_prefetch",
-                                                "forward_prefetch", "reshard_after_forward", "wrapped_modules")},
+    **{
+        f"config.fsdp.{k}": ("fsdp", k)
+        for k in (
+            "kind",
+            "sharding_strategy",
+            "auto_wrap_policy",
+            "backward_prefetch",
+            "forward_prefetch",
+            "reshard_after_forward",
+            "wrapped_modules",
+        )
+    },
 }
 
 
@@ -225,28 +254,46 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
                 continue
             per[r] = v
         _put_ranked(facts, name, per)
-    _put_ranked(facts, "config.dataloader.batches_per_epoch",
-                {r: n for r, d in ranks.items() if (n := _batches_per_epoch(d)) is not None})
+    _put_ranked(
+        facts,
+        "config.dataloader.batches_per_epoch",
+        {r: n for r, d in ranks.items() if (n := _batches_per_epoch(d)) is not None},
+    )
     # passes over the main loader that ended (next() calls that returned no batch: StopIteration)
-    _put_ranked(facts, "data.passes_finished", {r: dl["batches"] - dl["returned"] for r, d in ranks.items()
-                                                if isinstance(dl := d.get("dataloader"), dict)
-                                                and isinstance(dl.get("returned"), int) and isinstance(dl.get("batches"), int)})
+    _put_ranked(
+        facts,
+        "data.passes_finished",
+        {
+            r: dl["batches"] - dl["returned"]
+            for r, d in ranks.items()
+            if isinstance(dl := d.get("dataloader"), dict)
+            and isinstance(dl.get("returned"), int)
+            and isinstance(dl.get("batches"), int)
+        },
+    )
 
     _memory_facts(ranks, facts)
 
     # ---- errors the capture agent swallowed (settings.json agent_errors): a gap in what was recorded
     errs = {r: d.get("agent_errors") for r, d in ranks.items() if isinstance(d.get("agent_errors"), list)}
     if errs:
-        facts["capture.agent_errors"] = sum(int(e.get("count") or 0) for lst in errs.values() for e in lst
-                                            if isinstance(e, dict))
-        facts["capture.agent_error_places"] = sorted({f"rank {r}: {e.get('place')}" for r, lst in errs.items()
-                                                      for e in lst if isinstance(e, dict) and e.get("place")})
+        facts["capture.agent_errors"] = sum(
+            int(e.get("count") or 0) for lst in errs.values() for e in lst if isinstance(e, dict)
+        )
+        facts["capture.agent_error_places"] = sorted(
+            {
+                f"rank {r}: {e.get('place')}"
+                for r, lst in errs.items()
+                for e in lst
+                if isinstance(e, dict) and e.get("place")
+            }
+        )
 
     # ---- window evidence: host contention, Python stack samples, batch fingerprints (bundle/evidence.py)
     facts.update(evidence_facts(ranks, metric_params()["evidence"]))
-    facts.update(compile_facts(ranks))        # torch.compile compilations in the window (bundle/compile.py)
-    facts.update(loader_facts(ranks))          # the DataLoader's window: waiting or computing (bundle/loader.py)
-    facts.update(dataset_facts(ranks))         # what one epoch covers on each rank, and of which data (missing sampler)
+    facts.update(compile_facts(ranks))  # torch.compile compilations in the window (bundle/compile.py)
+    facts.update(loader_facts(ranks))  # the DataLoader's window: waiting or computing (bundle/loader.py)
+    facts.update(dataset_facts(ranks))  # what one epoch covers on each rank, and of which data (missing sampler)
 
     if hosts:
         _host_facts(hosts, facts)
@@ -260,8 +307,9 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     # ---- run
     if mans or ranks:
         facts["run.captured"] = True
-    worlds = [m.get("world_size") for m in mans if m.get("world_size")] + \
-             [d.get("world_size") for d in ranks.values() if d.get("world_size")]
+    worlds = [m.get("world_size") for m in mans if m.get("world_size")] + [
+        d.get("world_size") for d in ranks.values() if d.get("world_size")
+    ]
     present = set()
     for m in mans:
         present.update(int(r) for r in m.get("ranks_present") or [])
@@ -270,17 +318,21 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
             present.add(int(d["rank"]))
     if mans:
         statuses = [m.get("status") for m in mans]
-        status = ("failed" if "failed" in statuses else "partial" if any(s != "complete" for s in statuses)
-                  else "complete")
+        status = (
+            "failed" if "failed" in statuses else "partial" if any(s != "complete" for s in statuses) else "complete"
+        )
         if status == "complete" and worlds and len(present) < max(worlds):
-            status = "partial"          # a node's bundle is missing
-        elif (status == "partial" and worlds and len(present) >= max(worlds)
-              and all(m.get("windows_complete") and not m.get("interrupted_by") and m.get("exit_code") == 0
-                      for m in mans)):
-            status = "complete"         # per-node/per-task bundles that together hold every rank
+            status = "partial"  # a node's bundle is missing
+        elif (
+            status == "partial"
+            and worlds
+            and len(present) >= max(worlds)
+            and all(m.get("windows_complete") and not m.get("interrupted_by") and m.get("exit_code") == 0 for m in mans)
+        ):
+            status = "complete"  # per-node/per-task bundles that together hold every rank
         facts["run.status"] = status
         stopped_by = next((m["interrupted_by"] for m in mans if m.get("interrupted_by")), None)
-        if stopped_by:                  # ddpdoctor run forwarded a SIGINT/SIGTERM/SIGHUP to the job
+        if stopped_by:  # ddpdoctor run forwarded a SIGINT/SIGTERM/SIGHUP to the job
             facts["run.interrupted_by"] = stopped_by
             steps = [s for m in mans for s in (m.get("steps_completed") or {}).values() if isinstance(s, int)]
             if steps:

@@ -18,7 +18,7 @@ The `run` command itself is ddpdoctor/cli_run.py; capture imports neither the an
 CAPTURE_VERSIONS = {
     1: "traces, settings.json, events.jsonl, host facts",
     2: "window evidence: the Python stack sampler (file:line of a rank's extra time), host contention, "
-       "batch fingerprints, the CPU time of DataLoader workers",
+    "batch fingerprints, the CPU time of DataLoader workers",
 }
 CAPTURE_VERSION = max(CAPTURE_VERSIONS)
 
@@ -27,6 +27,6 @@ def __getattr__(name):
     if name == "window":
         from . import manual_window
 
-        manual_window.claim()          # a script that marks its window gets no automatic one
+        manual_window.claim()  # a script that marks its window gets no automatic one
         return manual_window.window
     raise AttributeError(f"module 'ddpdoctor.capture' has no attribute {name!r}")

@@ -24,8 +24,8 @@ import sys
 
 from .agent import CORE, PACKAGE
 
-MODE_VAR = "DDPDOCTOR_CAPTURE_MODE"     # set in the ranks' environment: "environment"
-AGENT_MODULE = CORE                    # where AGENT lives once the agent folder is loaded
+MODE_VAR = "DDPDOCTOR_CAPTURE_MODE"  # set in the ranks' environment: "environment"
+AGENT_MODULE = CORE  # where AGENT lives once the agent folder is loaded
 AGENT_PACKAGE = PACKAGE
 AGENT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent")
 
@@ -51,8 +51,9 @@ def load_agent():
     import importlib
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(AGENT_PACKAGE, os.path.join(AGENT_DIR, "__init__.py"),
-                                                  submodule_search_locations=[AGENT_DIR])
+    spec = importlib.util.spec_from_file_location(
+        AGENT_PACKAGE, os.path.join(AGENT_DIR, "__init__.py"), submodule_search_locations=[AGENT_DIR]
+    )
     package = importlib.util.module_from_spec(spec)
     sys.modules[AGENT_PACKAGE] = package
     try:
@@ -87,23 +88,23 @@ def _start(out: str | None) -> bool:
     if not raw:
         return False
     if env.get("DDPDOCTOR_BUNDLE") and env.get(MODE_VAR) != "environment":
-        return False                      # under `ddpdoctor run`: its own capture
+        return False  # under `ddpdoctor run`: its own capture
     if _is_ddpdoctor_itself(sys.orig_argv):
-        return False                      # `ddpdoctor run|analyze …` under srun carries rank variables too
+        return False  # `ddpdoctor run|analyze …` under srun carries rank variables too
     from .agent.process import _LAUNCHER_RANK_VARS, _LOCAL_RANK_VARS
 
     if not any(k in env for k in _LAUNCHER_RANK_VARS + _LOCAL_RANK_VARS):
-        return False                      # not a rank (should_activate says the same), without loading the agent
+        return False  # not a rank (should_activate says the same), without loading the agent
     agent_mod = load_agent()
     if agent_mod.AGENT is not None:
-        return False                      # already active in this process
+        return False  # already active in this process
     bundle = os.path.abspath(os.path.expanduser(raw))
     probe = dict(env, DDPDOCTOR_BUNDLE=bundle)
     if not agent_mod.should_activate(probe, agent_mod._process_argv(), os.getppid()):
         return False
     from .host import env_records
 
-    run = env_records.EnvRun.open(bundle, probe)       # may refuse (another run's bundle): says why
+    run = env_records.EnvRun.open(bundle, probe)  # may refuse (another run's bundle): says why
     if run is None:
         return False
     for name, value in run.environment().items():

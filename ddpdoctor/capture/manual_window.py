@@ -24,9 +24,9 @@ from .env_switch import AGENT_MODULE
 
 @dataclass
 class WindowHandle:
-    recording: bool        # the block is being profiled
-    bundle: str | None     # where the trace goes (DIR/ranks/rank<R>/)
-    why_not: str = ""      # when not recording: why
+    recording: bool  # the block is being profiled
+    bundle: str | None  # where the trace goes (DIR/ranks/rank<R>/)
+    why_not: str = ""  # when not recording: why
 
 
 def _agent():
@@ -51,12 +51,14 @@ def window(out: str | None = None):
         start(str(out))
         agent = _agent()
     if agent is None:
-        yield WindowHandle(False, None, "no capture in this process (neither `ddpdoctor run` nor DDPDOCTOR_CAPTURE "
-                                        "nor window(DIR))")
+        yield WindowHandle(
+            False, None, "no capture in this process (neither `ddpdoctor run` nor DDPDOCTOR_CAPTURE nor window(DIR))"
+        )
         return
     recording = agent.mark_window_start()
-    handle = WindowHandle(recording, agent.bundle,
-                          "" if recording else "this rank's one window already ran (automatic or marked)")
+    handle = WindowHandle(
+        recording, agent.bundle, "" if recording else "this rank's one window already ran (automatic or marked)"
+    )
     try:
         yield handle
     finally:

@@ -11,19 +11,19 @@ from ..errors import InputError
 from ..redact import collect_log_secrets, redact_keys
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
-from .hang import apply_busy_root, hang_dumps, hang_facts
-from .progress import apply_bundle_root, progress_facts
 from .failfacts import promote_bad_interface, suspect_p2p
-from .hostrec import fill_network_suggestion, host_records
 from .flight import analyze_dumps, load_dump
-from .jsonl import parse_error_file, parse_events
+from .hang import apply_busy_root, hang_dumps, hang_facts
+from .hostrec import fill_network_suggestion, host_records
 from .interrupt import apply_interrupt
-from .startup import apply_startup
+from .jsonl import parse_error_file, parse_events
 from .messages import cause_event, message_facts, scan, versions
 from .model import LogEvent, NcclFacts
-from .netfacts import nccl_facts
 from .nccl import NcclCollector
+from .netfacts import nccl_facts
 from .parse import FileParser
+from .progress import apply_bundle_root, progress_facts
+from .startup import apply_startup
 
 _YEAR = re.compile(rb"\b(20\d\d)-[01]\d-[0-3]\d[ T_][0-2]\d:")
 MAX_SEARCH_LINES = 2_000_000
@@ -53,9 +53,14 @@ class LogAnalysis:
                     ranks.add(rank)
                 if first is None or (t is not None and (first[4] is None or t < first[4])):
                     first = (file, no, text, rank, t)
-        return {"count": count, "ranks": sorted(ranks), "first_rank": first[3] if first else None,
-                "first_time": first[4] if first else None, "first_line": first[2] if first else None,
-                "first_file": first[0] if first else None}
+        return {
+            "count": count,
+            "ranks": sorted(ranks),
+            "first_rank": first[3] if first else None,
+            "first_time": first[4] if first else None,
+            "first_line": first[2] if first else None,
+            "first_file": first[0] if first else None,
+        }
 
     def timeline(self, rank: int | None = None, kinds: set[str] | None = None) -> list[LogEvent]:
         return [e for e in self.events if (rank is None or e.rank == rank) and (kinds is None or e.kind in kinds)]
@@ -72,13 +77,27 @@ class LogAnalysis:
         for e in self.events:
             if e.kind in QUIET_KINDS and id(e) not in keep:
                 continue
-            out.append({"rank": e.rank, "time": e.time, "time_str": time_str(e.time) if e.time is not None else None,
-                        "kind": e.kind, "text": e.text[:300], "file": e.file, "line_no": e.line_no})
+            out.append(
+                {
+                    "rank": e.rank,
+                    "time": e.time,
+                    "time_str": time_str(e.time) if e.time is not None else None,
+                    "kind": e.kind,
+                    "text": e.text[:300],
+                    "file": e.file,
+                    "line_no": e.line_no,
+                }
+            )
         return out[:limit]
 
     def to_dict(self) -> dict:
-        return {"files": self.files, "ranks": self.ranks, "facts": self.facts,
-                "timeline": self.failure_timeline(), "warnings": self.warnings}
+        return {
+            "files": self.files,
+            "ranks": self.ranks,
+            "facts": self.facts,
+            "timeline": self.failure_timeline(),
+            "warnings": self.warnings,
+        }
 
 
 def _default_year(files: list[LogFile]) -> int:
@@ -171,19 +190,19 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
                 dumps[rank if rank is not None else len(dumps)] = d
                 read.append(str(lf.path))
                 continue
-            text = redact_keys(safe_io.read_log_text(lf.path, warnings))     # key material is never evidence
-            collect_log_secrets(text)       # a value the script printed under a secret name, hidden where echoed
+            text = redact_keys(safe_io.read_log_text(lf.path, warnings))  # key material is never evidence
+            collect_log_secrets(text)  # a value the script printed under a secret name, hidden where echoed
         except OSError as exc:
             warnings.append(f"{lf.path}: unreadable ({exc.strerror})")
             continue
-        except InputError as exc:           # FIFO, device, loop, dangling link, unreadable: skipped
+        except InputError as exc:  # FIFO, device, loop, dangling link, unreadable: skipped
             warnings.append(f"skipped {exc}")
             continue
         read.append(str(lf.path))
         if lf.kind == "error_file":
             try:
                 events.extend(parse_error_file(text, str(lf.path), lf.rank, lf.local))
-            except InputError as exc:       # one unreadable record: the others are still read
+            except InputError as exc:  # one unreadable record: the others are still read
                 warnings.append(f"skipped {exc}")
             continue
         if lf.kind == "events":
@@ -213,12 +232,12 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     facts["logs.world_size"] = world
     facts["logs.event_counts"] = _counts(events)
     facts["logs.has_timestamps"] = any(e.time is not None for e in events)
-    found = scan(lines)                                 # the catalogue's messages (rules/messages/)
+    found = scan(lines)  # the catalogue's messages (rules/messages/)
     facts.update(failure_facts(events, fr, world, cause_event(found)))
-    apply_startup(facts, events, lines, world)         # the script never started: that is the cause
+    apply_startup(facts, events, lines, world)  # the script never started: that is the cause
     facts.update(hang_facts(hang_dumps(paths), events, world))
     apply_busy_root(facts)
-    facts.update(progress_facts(known, facts))     # the bundle's own record of each rank (logs/progress.py)
+    facts.update(progress_facts(known, facts))  # the bundle's own record of each rank (logs/progress.py)
     apply_bundle_root(facts)
     facts.update(nccl_facts(nccl, known))
     fill_network_suggestion(facts, host_records(paths))
@@ -226,9 +245,10 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     promote_bad_interface(facts)
     facts.update(versions(lines, nccl.versions_by_host))
     facts.update(message_facts(lines, facts, known, found))
-    apply_interrupt(facts, known)                       # Ctrl-C is not the failure to fix
-    return LogAnalysis(read, ranks, events, nccl, facts, fr, warnings,
-                       [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines])
+    apply_interrupt(facts, known)  # Ctrl-C is not the failure to fix
+    return LogAnalysis(
+        read, ranks, events, nccl, facts, fr, warnings, [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines]
+    )
 
 
 def _world(known: dict, nccl: NcclFacts, events: list[LogEvent]) -> int | None:

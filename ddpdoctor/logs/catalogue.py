@@ -16,13 +16,24 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InputError
+from ..expr import ExprError, compile_expr
 from ..fact_catalogue import default_catalogue
 from ..resources import rules_dir
-from ..expr import ExprError, compile_expr
 from ..template import Template, Variant, VariantTemplate, compile_template
 
-KINDS = ("code", "launch", "config", "resources", "container", "network", "hardware", "driver", "version",
-         "data", "symptom")
+KINDS = (
+    "code",
+    "launch",
+    "config",
+    "resources",
+    "container",
+    "network",
+    "hardware",
+    "driver",
+    "version",
+    "data",
+    "symptom",
+)
 ROLES = ("cause", "symptom", "context")
 FILE_KEYS = {"family", "title", "sources", "message"}
 ENTRY_KEYS = {"id", "patterns", "kind", "role", "cause", "needs", "fix", "excerpt", "specific", "cause_if"}
@@ -38,7 +49,7 @@ class CatalogueError(InputError):
 class Excerpt:
     text: str
     source: str
-    real: bool               # quoted from a public thread (source is its URL), else built from the source file
+    real: bool  # quoted from a public thread (source is its URL), else built from the source file
 
 
 @dataclass
@@ -53,7 +64,7 @@ class Message:
     fix_change: Template | VariantTemplate
     needs: list[str]
     excerpts: list[Excerpt]
-    specific: bool = True    # the fix names this message's own remedy (not "read the log")
+    specific: bool = True  # the fix names this message's own remedy (not "read the log")
     path: str = ""
     cause_if: object = None  # an expression over facts: a context/symptom message that is the cause when it holds
 
@@ -97,10 +108,16 @@ def _template(path: Path, mid: str, src, groups: set[str], what: str):
     try:
         if isinstance(src, str):
             t = compile_template(src)
-        elif isinstance(src, list) and src and all(isinstance(v, dict) and isinstance(v.get("text"), str)
-                                                   and not set(v) - {"text", "when"} for v in src):
-            t = VariantTemplate([[Variant(compile_expr(v["when"]) if "when" in v else None,
-                                          compile_template(v["text"])) for v in src]])
+        elif (
+            isinstance(src, list)
+            and src
+            and all(
+                isinstance(v, dict) and isinstance(v.get("text"), str) and not set(v) - {"text", "when"} for v in src
+            )
+        ):
+            t = VariantTemplate(
+                [[Variant(compile_expr(v["when"]) if "when" in v else None, compile_template(v["text"])) for v in src]]
+            )
         else:
             _fail(path, mid, f"{what} is a string or a list of {{when, text}} variants")
     except ExprError as exc:
@@ -129,7 +146,7 @@ def _entry(path: Path, family: str, raw) -> Message:
         if raw.get(key) not in allowed:
             _fail(path, mid, f"{key} must be one of {', '.join(allowed)} (got {raw.get(key)!r})")
     if not isinstance(raw.get("cause"), str) or not raw["cause"].strip():
-        _fail(path, mid, "needs cause = \"…\" (the cause in words)")
+        _fail(path, mid, 'needs cause = "…" (the cause in words)')
     fix = raw.get("fix")
     if not isinstance(fix, dict) or not fix.get("title") or not fix.get("change"):
         _fail(path, mid, "an entry without a fix ([message.fix] with title and change)")
@@ -147,8 +164,12 @@ def _entry(path: Path, family: str, raw) -> Message:
         _fail(path, mid, "needs at least one [[message.excerpt]] (text, source)")
     excerpts = []
     for ex in exs:
-        if not isinstance(ex, dict) or not isinstance(ex.get("text"), str) or not isinstance(ex.get("source"), str) \
-                or set(ex) - {"text", "source"}:
+        if (
+            not isinstance(ex, dict)
+            or not isinstance(ex.get("text"), str)
+            or not isinstance(ex.get("source"), str)
+            or set(ex) - {"text", "source"}
+        ):
             _fail(path, mid, "each excerpt has text and source (a thread's URL, or REPO@TAG:path)")
         excerpts.append(Excerpt(ex["text"], ex["source"], ex["source"].startswith("https://")))
     for p in compiled:
@@ -164,8 +185,21 @@ def _entry(path: Path, family: str, raw) -> Message:
         except ExprError as exc:
             _fail(path, mid, f"cause_if: {exc}")
         _names_ok(path, mid, cause_if.names, groups, "cause_if")
-    return Message(mid, family, compiled, raw["kind"], raw["role"], raw["cause"].strip(), title, change, needs,
-                   excerpts, bool(raw.get("specific", True)), str(path), cause_if)
+    return Message(
+        mid,
+        family,
+        compiled,
+        raw["kind"],
+        raw["role"],
+        raw["cause"].strip(),
+        title,
+        change,
+        needs,
+        excerpts,
+        bool(raw.get("specific", True)),
+        str(path),
+        cause_if,
+    )
 
 
 def load_family(path: Path) -> Family:

@@ -45,8 +45,9 @@ def time_str(t: float | None) -> str:
     return _time.strftime("%Y-%m-%d %H:%M:%S", _time.gmtime(t)) + " UTC"
 
 
-def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | None,
-                  message: LogEvent | None = None) -> dict:
+def failure_facts(
+    events: list[LogEvent], fr: dict | None, world_size: int | None, message: LogEvent | None = None
+) -> dict:
     """``message``: the first line of a cause-role catalogue message (messages.cause_event), evidence of its own."""
     by: dict[str, list] = {}
     for e in events:
@@ -77,10 +78,26 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f.update(exit_facts(g("exit"), g("usage_error"), known))
 
     # ------------------------------------------------------------------ root cause
-    root = root_cause(RootEvidence(f, oom=o, killed=k, crashes=crashes, rendezvous=rz, exception=x, mismatch=m,
-                                   stopped_rank=st, first_timeout=t0, peer_error=p, torchrun_root=r,
-                                   flight_recorder=fr, network=nw, exits=g("exit"), usage=g("usage_error"),
-                                   message=message))
+    root = root_cause(
+        RootEvidence(
+            f,
+            oom=o,
+            killed=k,
+            crashes=crashes,
+            rendezvous=rz,
+            exception=x,
+            mismatch=m,
+            stopped_rank=st,
+            first_timeout=t0,
+            peer_error=p,
+            torchrun_root=r,
+            flight_recorder=fr,
+            network=nw,
+            exits=g("exit"),
+            usage=g("usage_error"),
+            message=message,
+        )
+    )
     kind, rank, ev = root
     f["failure.root_cause.kind"] = kind
     f["failure.root_cause.rank"] = rank
@@ -91,9 +108,26 @@ def failure_facts(events: list[LogEvent], fr: dict | None, world_size: int | Non
     f["failure.root_cause.line_no"] = ev.line_no if ev else None
     f["failure.root_cause.step"] = _step_before(g("progress"), ev, rank, kind) if rank is not None else None
     f["failure.root_cause.message_kind"] = ev.data.get("cause_kind") if kind == "message" and ev else None
-    failing = set(S.ranks_of(rz + g("oom") + kills + crashes + excs + tos + peers + g("mismatch") + g("work_state")
-                             + term + roots + g("torchrun_failure") + bad_exits + g("nccl_error") + g("stuck")
-                             + ([message] if kind == "message" else [])))
+    failing = set(
+        S.ranks_of(
+            rz
+            + g("oom")
+            + kills
+            + crashes
+            + excs
+            + tos
+            + peers
+            + g("mismatch")
+            + g("work_state")
+            + term
+            + roots
+            + g("torchrun_failure")
+            + bad_exits
+            + g("nccl_error")
+            + g("stuck")
+            + ([message] if kind == "message" else [])
+        )
+    )
     f["failure.ranks"] = sorted(failing)
     f["failure.symptom_ranks"] = sorted(failing - {rank}) if rank is not None else sorted(failing)
     f["failure.present"] = kind is not None
@@ -125,6 +159,7 @@ def _step_before(progress: list[LogEvent], ev: LogEvent | None, rank: int, kind:
 class RootEvidence:
     """What the logs hold for each kind of root cause; ``root_cause`` picks one by the order in
     rules/metrics.toml [failures] root_cause_priority."""
+
     facts: dict
     oom: LogEvent | None = None
     killed: LogEvent | None = None
@@ -210,21 +245,31 @@ ROOT_EVIDENCE = {
     "rendezvous": lambda e: _one("rendezvous", _first(e.rendezvous)),
     "network": lambda e: _network(e, specific=False),
     "usage_exit": lambda e: (lambda u: None if u is None else ("exit", _own(e, "failure.exit.shared", u), u))(
-        _first(list(e.usage))),
-    "exception": lambda e: None if e.exception is None else (
-        "exception", _own(e, "failure.exception.shared", e.exception), e.exception),
-    "mismatch": lambda e: None if e.mismatch is None else (
-        "mismatch", e.facts["failure.mismatch.behind_rank"], e.mismatch),
-    "stopped": lambda e: None if e.stopped_rank is None else (
-        "stopped", e.stopped_rank, e.first_timeout or e.peer_error),
-    "seq_behind": lambda e: None if e.facts["failure.seq_behind.rank"] is None else (
-        "seq_behind", e.facts["failure.seq_behind.rank"], e.first_timeout),
+        _first(list(e.usage))
+    ),
+    "exception": lambda e: (
+        None if e.exception is None else ("exception", _own(e, "failure.exception.shared", e.exception), e.exception)
+    ),
+    "mismatch": lambda e: (
+        None if e.mismatch is None else ("mismatch", e.facts["failure.mismatch.behind_rank"], e.mismatch)
+    ),
+    "stopped": lambda e: (
+        None if e.stopped_rank is None else ("stopped", e.stopped_rank, e.first_timeout or e.peer_error)
+    ),
+    "seq_behind": lambda e: (
+        None
+        if e.facts["failure.seq_behind.rank"] is None
+        else ("seq_behind", e.facts["failure.seq_behind.rank"], e.first_timeout)
+    ),
     "flight_recorder": _flight_recorder,
     "timeout": _timeout,
     # the culprit is the peer, not the rank that logged the error (failure.remote_error.peer hints at it)
     "remote_error": lambda e: None if e.peer_error is None else ("remote_error", None, e.peer_error),
-    "torchrun_exit": lambda e: None if e.torchrun_root is None or not (e.torchrun_root.data.get("exitcode") or 0)
-    else ("exit", e.torchrun_root.rank, e.torchrun_root),
+    "torchrun_exit": lambda e: (
+        None
+        if e.torchrun_root is None or not (e.torchrun_root.data.get("exitcode") or 0)
+        else ("exit", e.torchrun_root.rank, e.torchrun_root)
+    ),
     "exit": _exit,
 }
 

@@ -19,8 +19,9 @@ LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
 SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "venv"}
 MAX_LOG_BYTES = 256 * 1024 * 1024
 _RANK_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker|proc)[-_.]?(\d+)(?!\d)", re.IGNORECASE)
-_FR_NAME = re.compile(r"(?:nccl_trace_rank_|fr_trace|flight_?recorder|_trace_rank_?)\D*?(\d+)(?:\.pkl|\.pickle|\.json)?$",
-                      re.IGNORECASE)
+_FR_NAME = re.compile(
+    r"(?:nccl_trace_rank_|fr_trace|flight_?recorder|_trace_rank_?)\D*?(\d+)(?:\.pkl|\.pickle|\.json)?$", re.IGNORECASE
+)
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 _ATTEMPT = re.compile(r"^attempt_(\d+)$")
 
@@ -28,11 +29,17 @@ _ATTEMPT = re.compile(r"^attempt_(\d+)$")
 @dataclass
 class LogFile:
     path: Path
-    kind: str                  # "text", "events" (events.jsonl), "flight_recorder"
-    rank: int | None           # rank from the path, None when unknown
-    rank_source: str           # "name", "log-dir", "folder", "none"
-    local: bool = False        # True when the path rank is a local rank (torchrun log-dir)
+    kind: str  # "text", "events" (events.jsonl), "flight_recorder"
+    rank: int | None  # rank from the path, None when unknown
+    rank_source: str  # "name", "log-dir", "folder", "none"
+    local: bool = False  # True when the path rank is a local rank (torchrun log-dir)
     attempt: int | None = None
+
+
+def _last(pattern, text: str):
+    """The last match of ``pattern`` in ``text``, or None."""
+    matches = list(pattern.finditer(text))
+    return matches[-1] if matches else None
 
 
 def _is_pickle(path: Path) -> bool:
@@ -64,7 +71,8 @@ _LOG_HINT = re.compile(
     r"^\s*(?:\[[^\]]*\]\s*)?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b[\s:\]-]|"
     r"\b(?:step|iter|iteration|epoch)\s*[:=#]?\s*\[?\d+|\d+/\d+ \[\d+:\d+|\bloss\s*[:=]\s*\d|"
     r"exitcode|ChildFailedError|torch\.distributed|^usage: |: error: |NCCL (?:INFO|WARN)|Segmentation fault|Killed$",
-    re.IGNORECASE | re.MULTILINE)
+    re.IGNORECASE | re.MULTILINE,
+)
 LOG_SNIFF_BYTES = 64 * 1024
 
 
@@ -89,11 +97,14 @@ def classify(path: Path) -> str | None:
     if name.endswith(".jsonl") and ("event" in name or "ddpdoctor" in name):
         return "events"
     if name == "error.json" and any(_ATTEMPT.match(p) for p in path.parts):
-        return "error_file"            # torchrun's per-rank error file (@record)
+        return "error_file"  # torchrun's per-rank error file (@record)
     if _FR_NAME.search(path.name) and (_is_pickle(path) or name.endswith(".json")):
         return "flight_recorder"
-    if name.endswith(LOG_SUFFIXES) or (name.startswith("nccl") and ".log" in name) or \
-            name in ("stdout", "stderr", "output", "log"):
+    if (
+        name.endswith(LOG_SUFFIXES)
+        or (name.startswith("nccl") and ".log" in name)
+        or name in ("stdout", "stderr", "output", "log")
+    ):
         return None if _is_json_data(path) else "text"
     return None
 
@@ -107,9 +118,7 @@ def rank_from_path(path: Path) -> tuple[int | None, str, bool, int | None]:
         if m and i + 1 < len(parts) - 1 and parts[i + 1].isdigit():
             attempt = int(m.group(1))
             return int(parts[i + 1]), "log-dir", True, attempt
-    m = None
-    for m in _RANK_NAME.finditer(path.name):
-        pass
+    m = _last(_RANK_NAME, path.name)
     if m:
         return int(m.group(1)), "name", False, None
     fr = _FR_NAME.search(path.name)
@@ -118,8 +127,7 @@ def rank_from_path(path: Path) -> tuple[int | None, str, bool, int | None]:
     parent = path.parent.name
     if parent.isdigit() and len(parent) <= 5:
         return int(parent), "folder", False, None
-    for m in _RANK_NAME.finditer(parent):
-        pass
+    m = _last(_RANK_NAME, parent)
     if m:
         return int(m.group(1)), "folder", False, None
     return None, "none", False, None
@@ -154,12 +162,12 @@ def find_logs(paths: list[str], inputs=None) -> list[LogFile]:
                 f = Path(root) / name
                 kind = classify(f)
                 if kind is None or (kind == "text" and _ambiguous(f) and not looks_like_log(f)):
-                    continue                       # not a log: a README or notes beside the logs
+                    continue  # not a log: a README or notes beside the logs
                 try:
                     if f.stat().st_size > MAX_LOG_BYTES:
                         continue
                 except OSError:
-                    pass        # a loop or dangling link: reported as skipped when read
+                    pass  # a loop or dangling link: reported as skipped when read
                 found.append(describe(f, kind))
     seen, unique = set(), []
     for f in found:

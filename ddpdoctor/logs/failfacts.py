@@ -13,8 +13,18 @@ from collections import Counter
 from .model import LogEvent
 
 # most specific first: a named interface that does not exist beats "no interface found", …
-NET_PROBLEMS = ("ifname_missing", "no_interface", "subnet", "bind", "loopback", "p2p", "ib", "connect", "bootstrap",
-                "system")
+NET_PROBLEMS = (
+    "ifname_missing",
+    "no_interface",
+    "subnet",
+    "bind",
+    "loopback",
+    "p2p",
+    "ib",
+    "connect",
+    "bootstrap",
+    "system",
+)
 
 
 def _ranks(evs) -> list[int]:
@@ -64,17 +74,19 @@ def network_facts(nets: list[LogEvent], settings: list[LogEvent], world_size: in
         "failure.network.problem": problem,
         "failure.network.ranks": ranks,
         "failure.network.shared": problem in ("ifname_missing", "no_interface", "subnet", "bind", "loopback")
-                                  and (_covers_all(ranks, known, world_size) or not ranks),
+        and (_covers_all(ranks, known, world_size) or not ranks),
         "failure.network.ifname": ifname,
         "failure.network.ifname_form": _ifname_form(ifname),
         "failure.network.configured": configured,
         "failure.network.backend": backends.most_common(1)[0][0] if backends else None,
         "failure.network.remote": next((e.data.get("remote") for e in main if e.data.get("remote")), None),
         "failure.network.remote_loopback": any(str(e.data.get("remote") or "").startswith("127.") for e in main),
-        "failure.network.ib_error": next((e.data.get("ib_error") for e in main if e.data.get("ib_error") is not None), None),
+        "failure.network.ib_error": next(
+            (e.data.get("ib_error") for e in main if e.data.get("ib_error") is not None), None
+        ),
         "failure.network.detail": first.data.get("detail") if first else None,
         "failure.network.text": first.text[:300] if first else None,
-        "failure.network.suggested_ifname": None,        # filled from host records / NCCL's list (analyze.py)
+        "failure.network.suggested_ifname": None,  # filled from host records / NCCL's list (analyze.py)
         "failure.network.interfaces": [],
         "failure.network.suggestion_source": None,
         "failure.network.suggested_gloo_ifname": None,
@@ -121,13 +133,23 @@ def suspect_p2p(f: dict, known: dict | None = None) -> None:
     silent = kind is None and not (f.get("logs.event_counts") or {}).get("progress") and not ran
     if not (hang or illegal or silent):
         return
-    f.update({"failure.network.present": True, "failure.network.problem": "p2p_suspected",
-              "failure.network.ranks": list(f.get("failure.timeout.ranks") or f.get("failure.ranks") or []),
-              "failure.network.shared": False, "failure.network.backend": "nccl",
-              "failure.network.detail": ("an illegal memory access" if illegal else
-                                         "every rank waited in the same collective" if hang else
-                                         "the logs end, with no training step and no error,") +
-              f" while NCCL linked the GPUs via {', '.join(f.get('nccl.p2p_via') or ['P2P'])}"})
+    f.update(
+        {
+            "failure.network.present": True,
+            "failure.network.problem": "p2p_suspected",
+            "failure.network.ranks": list(f.get("failure.timeout.ranks") or f.get("failure.ranks") or []),
+            "failure.network.shared": False,
+            "failure.network.backend": "nccl",
+            "failure.network.detail": (
+                "an illegal memory access"
+                if illegal
+                else "every rank waited in the same collective"
+                if hang
+                else "the logs end, with no training step and no error,"
+            )
+            + f" while NCCL linked the GPUs via {', '.join(f.get('nccl.p2p_via') or ['P2P'])}",
+        }
+    )
     f["failure.root_cause.kind"] = "network"
     f["failure.root_cause.rank"] = None
 
@@ -136,25 +158,40 @@ def promote_bad_interface(f: dict) -> None:
     """NCCL picked a loopback/virtual interface, or each node a different one, and the job then hung, lost a
     peer, failed inside NCCL or never assembled: that choice is the cause (the network rule names the interface to use)."""
     problem = f.get("nccl.ifname_problem")
-    if problem not in ("only_virtual", "some_virtual", "names_differ") or \
-            f.get("failure.network.problem") not in (None, "connect", "bootstrap", "system"):
-        return                                  # (a connect failure is what the wrong interface leads to)
+    if problem not in ("only_virtual", "some_virtual", "names_differ") or f.get("failure.network.problem") not in (
+        None,
+        "connect",
+        "bootstrap",
+        "system",
+    ):
+        return  # (a connect failure is what the wrong interface leads to)
     kind = f.get("failure.root_cause.kind")
     if kind == "network" and f.get("failure.network.problem") in ("connect", "bootstrap", "system"):
-        kind = "timeout"                        # treat like the hang it causes
+        kind = "timeout"  # treat like the hang it causes
     nccl_exc = kind == "exception" and "nccl" in str(f.get("failure.exception.message") or "").lower()
     if kind not in ("timeout", "remote_error", "rendezvous", "seq_behind") and not nccl_exc:
         return
     bad = f.get("nccl.bad_ifnames") or []
-    f.update({"failure.network.present": True, "failure.network.problem": "bad_interface",
-              "failure.network.ranks": list(f.get("failure.ranks") or []), "failure.network.shared": True,
-              "failure.network.backend": "nccl",
-              "failure.network.ifname": ",".join(bad) if bad else None,
-              "failure.network.detail": ("NCCL uses " + ", ".join(bad) + " (loopback or virtual)") if bad else
-              "the nodes chose different interfaces (" + "; ".join(
-                  f"{h}: {', '.join(v)}" for h, v in (f.get("nccl.ifnames_by_host") or {}).items()) + ")"})
-    if not f.get("failure.network.suggested_ifname") and f.get("nccl.suggested_ifname") \
-            and f.get("nccl.suggested_ifname") not in bad:
+    f.update(
+        {
+            "failure.network.present": True,
+            "failure.network.problem": "bad_interface",
+            "failure.network.ranks": list(f.get("failure.ranks") or []),
+            "failure.network.shared": True,
+            "failure.network.backend": "nccl",
+            "failure.network.ifname": ",".join(bad) if bad else None,
+            "failure.network.detail": ("NCCL uses " + ", ".join(bad) + " (loopback or virtual)")
+            if bad
+            else "the nodes chose different interfaces ("
+            + "; ".join(f"{h}: {', '.join(v)}" for h, v in (f.get("nccl.ifnames_by_host") or {}).items())
+            + ")",
+        }
+    )
+    if (
+        not f.get("failure.network.suggested_ifname")
+        and f.get("nccl.suggested_ifname")
+        and f.get("nccl.suggested_ifname") not in bad
+    ):
         f["failure.network.suggested_ifname"] = f["nccl.suggested_ifname"]
         f["failure.network.suggestion_source"] = "NCCL's interface list"
         name = f["nccl.suggested_ifname"]

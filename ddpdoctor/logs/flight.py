@@ -21,7 +21,7 @@ from .. import safe_io
 
 
 class _SafeUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):  # noqa: D401 - pickle API
+    def find_class(self, module, name):
         raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a Flight Recorder dump")
 
 
@@ -67,9 +67,9 @@ def analyze_dumps(dumps: dict[int, dict], world_size: int | None = None) -> dict
     for d in dumps.values():
         for members in _ranks_of(d.get("pg_config")).values():
             expected.update(members)
-    last_seq: dict[str, dict[int, int]] = {}       # pg -> rank -> highest collective_seq_id recorded
+    last_seq: dict[str, dict[int, int]] = {}  # pg -> rank -> highest collective_seq_id recorded
     last_done: dict[str, dict[int, int]] = {}
-    stuck: dict[int, dict] = {}                    # rank -> first not-completed collective
+    stuck: dict[int, dict] = {}  # rank -> first not-completed collective
     by_seq: dict[tuple[str, int], dict[int, dict]] = {}
     for rank, d in dumps.items():
         for e in d["entries"]:
@@ -86,9 +86,17 @@ def analyze_dumps(dumps: dict[int, dict], world_size: int | None = None) -> dict
             elif rank not in stuck:
                 stuck[rank] = {"seq": seq, "op": e.get("profiling_name"), "pg": pg, "state": state}
             by_seq.setdefault((pg, seq), {})[rank] = e
-    out: dict = {"present": True, "ranks": ranks, "missing_ranks": sorted(expected - set(ranks)),
-                 "last_seq": {}, "last_completed": {}, "behind_rank": None, "behind_by": None,
-                 "stuck": {str(r): v for r, v in sorted(stuck.items())}, "mismatch": None}
+    out: dict = {
+        "present": True,
+        "ranks": ranks,
+        "missing_ranks": sorted(expected - set(ranks)),
+        "last_seq": {},
+        "last_completed": {},
+        "behind_rank": None,
+        "behind_by": None,
+        "stuck": {str(r): v for r, v in sorted(stuck.items())},
+        "mismatch": None,
+    }
     main_pg = "0" if "0" in last_seq else (sorted(last_seq)[0] if last_seq else None)
     if main_pg is not None:
         seqs = last_seq[main_pg]
@@ -102,16 +110,23 @@ def analyze_dumps(dumps: dict[int, dict], world_size: int | None = None) -> dict
     for (pg, seq), per_rank in sorted(by_seq.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         if len(per_rank) < 2:
             continue
-        sig = {r: (e.get("profiling_name"), str(e.get("input_sizes")), str(e.get("input_dtypes")))
-               for r, e in per_rank.items()}
+        sig = {
+            r: (e.get("profiling_name"), str(e.get("input_sizes")), str(e.get("input_dtypes")))
+            for r, e in per_rank.items()
+        }
         if len(set(sig.values())) > 1:
             base_rank = min(sig)
             odd = sorted(r for r, s in sig.items() if s != sig[base_rank])
-            aspects = [n for i, n in enumerate(("op", "shape", "dtype"))
-                       if len({s[i] for s in sig.values()}) > 1]
-            out["mismatch"] = {"pg": pg, "seq": seq, "ranks": sorted(sig), "odd_ranks": odd, "aspects": aspects,
-                               "ops": {str(r): s[0] for r, s in sorted(sig.items())},
-                               "shapes": {str(r): s[1] for r, s in sorted(sig.items())},
-                               "dtypes": {str(r): s[2] for r, s in sorted(sig.items())}}
+            aspects = [n for i, n in enumerate(("op", "shape", "dtype")) if len({s[i] for s in sig.values()}) > 1]
+            out["mismatch"] = {
+                "pg": pg,
+                "seq": seq,
+                "ranks": sorted(sig),
+                "odd_ranks": odd,
+                "aspects": aspects,
+                "ops": {str(r): s[0] for r, s in sorted(sig.items())},
+                "shapes": {str(r): s[1] for r, s in sorted(sig.items())},
+                "dtypes": {str(r): s[2] for r, s in sorted(sig.items())},
+            }
             break
     return out

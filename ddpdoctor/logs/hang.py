@@ -35,9 +35,13 @@ def hang_dumps(paths: list[str]) -> dict[int, dict]:
                 d = json.loads(f.read_text(encoding="utf-8", errors="replace"))
             except (OSError, ValueError, RecursionError):
                 continue
-            if not isinstance(d, dict) or d.get("schema") != "ddpdoctor.hang/1" or not isinstance(d.get("states"), list):
+            if (
+                not isinstance(d, dict)
+                or d.get("schema") != "ddpdoctor.hang/1"
+                or not isinstance(d.get("states"), list)
+            ):
                 continue
-            if d.get("resolved"):                # the wait ended with progress: no hang
+            if d.get("resolved"):  # the wait ended with progress: no hang
                 continue
             rank = d.get("rank") if isinstance(d.get("rank"), int) else (int(m.group(1)) if m else None)
             if rank is not None:
@@ -77,12 +81,17 @@ def hang_facts(dumps: dict[int, dict], events: list[LogEvent], world_size: int |
             states = d["states"]
             coll, work = _longest(states, "collective"), _longest(states, "busy")
             if work is not None and (coll is None or work["seconds"] >= coll["seconds"] or coll["seconds"] < 1):
-                st.update(state="busy", where=_where(work.get("where")), seconds=work["seconds"],
-                          function=(work.get("where") or {}).get("function"))
+                st.update(
+                    state="busy",
+                    where=_where(work.get("where")),
+                    seconds=work["seconds"],
+                    function=(work.get("where") or {}).get("function"),
+                )
                 busy.append((work["seconds"], r, st))
             elif coll is not None:
-                st.update(state="collective", op=coll.get("op"), seconds=coll["seconds"],
-                          where=_where(coll.get("where")))
+                st.update(
+                    state="collective", op=coll.get("op"), seconds=coll["seconds"], where=_where(coll.get("where"))
+                )
                 waiting.append(r)
         e = exits.get(r)
         if e is not None:
@@ -110,8 +119,11 @@ def hang_facts(dumps: dict[int, dict], events: list[LogEvent], world_size: int |
 def _sentence(s: dict) -> str:
     r = s["rank"]
     if s["state"] == "busy":
-        text = (f"rank {r} was busy in {s['function']}() at {s['where']} for {s.get('seconds')} s" if s.get("where")
-                else f"rank {r} was busy in its own code for {s.get('seconds')} s")
+        text = (
+            f"rank {r} was busy in {s['function']}() at {s['where']} for {s.get('seconds')} s"
+            if s.get("where")
+            else f"rank {r} was busy in its own code for {s.get('seconds')} s"
+        )
     elif s["state"] == "collective":
         text = f"rank {r} waited in {s.get('op')} for {s.get('seconds')} s"
     elif s["state"] == "exited":
@@ -119,8 +131,7 @@ def _sentence(s: dict) -> str:
     else:
         return f"rank {r} is gone (no stack dump and no exit recorded)"
     if s.get("exit_code") is not None or s.get("signal"):
-        text += (f", then ended by {s['signal']}" if s.get("signal")
-                 else f", then exited with code {s['exit_code']}")
+        text += f", then ended by {s['signal']}" if s.get("signal") else f", then exited with code {s['exit_code']}"
     return text
 
 

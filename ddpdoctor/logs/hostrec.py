@@ -97,13 +97,17 @@ def fill_network_suggestion(facts: dict, records: dict[str, dict]) -> None:
     """Set ``failure.network.suggested_ifname`` (+ ``.interfaces``, ``.suggestion_source``)."""
     name, per_host = suggest_from_hosts(records) if records else (None, {})
     source = "the host records" if name else None
-    exclusion_ok = facts.get("failure.network.backend") != "gloo"      # gloo takes names only
-    subnet = facts.get("failure.network.problem") == "subnet"      # NCCL's own pick is what failed there
-    if name is None and not subnet and facts.get("nccl.suggested_ifname") and (
-            exclusion_ok or not str(facts["nccl.suggested_ifname"]).startswith("^")):
+    exclusion_ok = facts.get("failure.network.backend") != "gloo"  # gloo takes names only
+    subnet = facts.get("failure.network.problem") == "subnet"  # NCCL's own pick is what failed there
+    if (
+        name is None
+        and not subnet
+        and facts.get("nccl.suggested_ifname")
+        and (exclusion_ok or not str(facts["nccl.suggested_ifname"]).startswith("^"))
+    ):
         name, source = facts["nccl.suggested_ifname"], "NCCL's interface list"
     if name is not None and name == facts.get("failure.network.ifname"):
-        name, source = None, None                # the name that failed is no suggestion
+        name, source = None, None  # the name that failed is no suggestion
     facts["failure.network.suggested_ifname"] = name
     facts["failure.network.interfaces"] = sorted({n for v in per_host.values() for n in v})
     facts["failure.network.suggestion_source"] = source

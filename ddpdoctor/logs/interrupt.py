@@ -32,5 +32,11 @@ def caused_by_interrupt(facts: dict) -> bool:
 def apply_interrupt(facts: dict, known: dict) -> None:
     if not known.get("run.interrupted_by") or not caused_by_interrupt(facts):
         return
-    facts.update({"failure.present": False, "failure.root_cause.kind": None, "failure.root_cause.rank": None,
-                  "failure.interrupted": True})
+    facts.update(
+        {
+            "failure.present": False,
+            "failure.root_cause.kind": None,
+            "failure.root_cause.rank": None,
+            "failure.interrupted": True,
+        }
+    )

@@ -45,8 +45,9 @@ def _int(v) -> int | None:
         return None
 
 
-def parse_events(text: str, file: str, path_rank: int | None,
-                 warnings: list[str] | None = None) -> tuple[list[LogEvent], list[tuple]]:
+def parse_events(
+    text: str, file: str, path_rank: int | None, warnings: list[str] | None = None
+) -> tuple[list[LogEvent], list[tuple]]:
     events, lines = [], []
     too_deep = 0
     for no, raw in enumerate(text.splitlines(), 1):
@@ -57,7 +58,7 @@ def parse_events(text: str, file: str, path_rank: int | None,
             d = json.loads(raw)
         except ValueError:
             continue
-        except RecursionError:          # one hostile record: skipped, the others read
+        except RecursionError:  # one hostile record: skipped, the others read
             too_deep += 1
             continue
         if not isinstance(d, dict):
@@ -68,30 +69,67 @@ def parse_events(text: str, file: str, path_rank: int | None,
         kind = str(_first(d, "kind", "type", "event", "name") or "").lower()
         msg = str(_first(d, "message", "msg", "text", "error", "detail") or "")
         etype = _first(d, "exc_type", "exception", "exception_type", "error_type")
-        if etype is None and "kind" in d:               # ddpdoctor run: kind = event, type = exception type
+        if etype is None and "kind" in d:  # ddpdoctor run: kind = event, type = exception type
             etype = d.get("type")
         if isinstance(etype, str) and etype.startswith("builtins."):
-            etype = etype[len("builtins."):]
+            etype = etype[len("builtins.") :]
         step = _int(_first(d, "step", "last_step", "iteration"))
         if step is None and _int(d.get("steps_completed")) is not None:
-            step = _int(d["steps_completed"]) - 1       # a count of steps: the last step index is one less
+            step = _int(d["steps_completed"]) - 1  # a count of steps: the last step index is one less
         lines.append((no, raw, rank, None, None, t))
         base = dict(source="events.jsonl")
         if kind in ("oom", "out_of_memory", "cuda_oom") or P.OOM.search(msg) or (etype and "OutOfMemory" in str(etype)):
             a, g = P.OOM_ALLOC.search(msg or ""), P.OOM_GPU.search(msg or "")
-            events.append(LogEvent(rank, t, "oom", msg or str(etype), file, no,
-                                   dict(base, step=step, exc_type=etype, tried=a.group(1) if a else None,
-                                        gpu=int(g.group(1)) if g else None)))
+            events.append(
+                LogEvent(
+                    rank,
+                    t,
+                    "oom",
+                    msg or str(etype),
+                    file,
+                    no,
+                    dict(
+                        base,
+                        step=step,
+                        exc_type=etype,
+                        tried=a.group(1) if a else None,
+                        gpu=int(g.group(1)) if g else None,
+                    ),
+                )
+            )
             continue
         if kind in ("stuck_after_peer_stop", "stuck", "hang"):
-            events.append(LogEvent(rank, t, "stuck", msg or "no progress while a peer has stopped", file, no,
-                                   dict(base, step=step, peers_done=d.get("peers_done"))))
+            events.append(
+                LogEvent(
+                    rank,
+                    t,
+                    "stuck",
+                    msg or "no progress while a peer has stopped",
+                    file,
+                    no,
+                    dict(base, step=step, peers_done=d.get("peers_done")),
+                )
+            )
             continue
         if kind in ("exception", "error", "crash") or (etype and kind not in ("exit", "signal", "step")):
-            cat = ("timeout" if P.GLOO_TIMEOUT.search(msg) or P.WATCHDOG.search(msg) else
-                   "peer" if P.PEER.search(msg) else "other")
-            events.append(LogEvent(rank, t, "exception", f"{etype or 'Exception'}: {msg}", file, no,
-                                   dict(base, exc_type=etype, message=msg, category=cat, step=step)))
+            cat = (
+                "timeout"
+                if P.GLOO_TIMEOUT.search(msg) or P.WATCHDOG.search(msg)
+                else "peer"
+                if P.PEER.search(msg)
+                else "other"
+            )
+            events.append(
+                LogEvent(
+                    rank,
+                    t,
+                    "exception",
+                    f"{etype or 'Exception'}: {msg}",
+                    file,
+                    no,
+                    dict(base, exc_type=etype, message=msg, category=cat, step=step),
+                )
+            )
             continue
         if kind in ("exit", "end", "finish", "status", "signal"):
             code = _int(_first(d, "exitcode", "exit_code", "code", "returncode"))
@@ -105,12 +143,29 @@ def parse_events(text: str, file: str, path_rank: int | None,
             if step is not None and step >= 0:
                 events.append(LogEvent(rank, t, "progress", f"step {step}", file, no, dict(base, step=step)))
             if code is not None or sig:
-                events.append(LogEvent(rank, t, "exit", f"exit code {code}" + (f" ({sig})" if sig else ""), file, no,
-                                       dict(base, exitcode=code, signal=sig)))
+                events.append(
+                    LogEvent(
+                        rank,
+                        t,
+                        "exit",
+                        f"exit code {code}" + (f" ({sig})" if sig else ""),
+                        file,
+                        no,
+                        dict(base, exitcode=code, signal=sig),
+                    )
+                )
                 if sig:
                     events.append(LogEvent(rank, t, "killed", f"killed by {sig}", file, no, dict(base, signal=sig)))
             continue
-        if step is not None and kind in ("", "step", "step_end", "step_begin", "progress", "iteration", "optimizer_step"):
+        if step is not None and kind in (
+            "",
+            "step",
+            "step_end",
+            "step_begin",
+            "progress",
+            "iteration",
+            "optimizer_step",
+        ):
             events.append(LogEvent(rank, t, "progress", f"step {step}", file, no, dict(base, step=step)))
     if too_deep and warnings is not None:
         warnings.append(f"skipped {plural(too_deep, 'record')} of {file}: JSON nested too deeply")
@@ -139,8 +194,17 @@ def parse_error_file(text: str, file: str, path_rank: int | None, local: bool) -
     if local:
         data["_local"] = path_rank
     rank = None if local else path_rank
-    cat = ("oom" if P.OOM.search(msg) else "timeout" if P.GLOO_TIMEOUT.search(msg) or P.WATCHDOG.search(msg) else
-           "peer" if P.PEER.search(msg) else "mismatch" if "Detected mismatch between collectives" in msg else "other")
+    cat = (
+        "oom"
+        if P.OOM.search(msg)
+        else "timeout"
+        if P.GLOO_TIMEOUT.search(msg) or P.WATCHDOG.search(msg)
+        else "peer"
+        if P.PEER.search(msg)
+        else "mismatch"
+        if "Detected mismatch between collectives" in msg
+        else "other"
+    )
     events = [LogEvent(rank, t, "exception", msg[:2000], file, 1, dict(data, category=cat))]
     if cat == "oom":
         events.append(LogEvent(rank, t, "oom", msg[:2000], file, 1, dict(data)))

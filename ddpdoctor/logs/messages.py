@@ -67,12 +67,18 @@ def versions(lines, by_host: dict[str, str]) -> dict:
             m = _NCCL_VERSION.search(ln[2])
             if m:
                 by_rank.setdefault(ln[3], m.group(1))
-    hosts = {h: _NCCL_VERSION.search("NCCL version " + v).group(1) for h, v in by_host.items()
-             if _NCCL_VERSION.search("NCCL version " + v)}
+    hosts = {
+        h: _NCCL_VERSION.search("NCCL version " + v).group(1)
+        for h, v in by_host.items()
+        if _NCCL_VERSION.search("NCCL version " + v)
+    }
     seen = sorted(set(by_rank.values()) | set(hosts.values()))
-    return {"nccl.versions": seen, "nccl.versions_by_host": hosts,
-            "nccl.versions_by_rank": {str(r): v for r, v in sorted(by_rank.items())},
-            "nccl.versions_differ": len(seen) > 1}
+    return {
+        "nccl.versions": seen,
+        "nccl.versions_by_host": hosts,
+        "nccl.versions_by_rank": {str(r): v for r, v in sorted(by_rank.items())},
+        "nccl.versions_differ": len(seen) > 1,
+    }
 
 
 def _is_cause(m: Message, look) -> bool:
@@ -119,17 +125,34 @@ def cause_event(found: dict[str, dict]) -> LogEvent | None:
         return None
     msg = min(causes, key=lambda m: found[m.id]["first"][:2])
     t, _o, text, rank, _groups, file, no = found[msg.id]["first"]
-    return LogEvent(kind="message", rank=rank, time=None if t == float("inf") else t, text=text.strip(),
-                    file=file, line_no=no, data={"id": msg.id, "cause_kind": msg.kind})
+    return LogEvent(
+        kind="message",
+        rank=rank,
+        time=None if t == float("inf") else t,
+        text=text.strip(),
+        file=file,
+        line_no=no,
+        data={"id": msg.id, "cause_kind": msg.kind},
+    )
 
 
 def message_facts(lines, facts: dict, known: dict, found: dict[str, dict] | None = None) -> dict:
     found = scan(lines) if found is None else found
     order = sorted(found, key=lambda i: found[i]["first"][:2])
-    out = {"failure.message.ids": order, "failure.message.id": None, "failure.message.family": None,
-           "failure.message.kind": None, "failure.message.cause": None, "failure.message.fix_title": None,
-           "failure.message.fix": None, "failure.message.rank": None, "failure.message.ranks": [],
-           "failure.message.text": None, "failure.message.on_root": False, "failure.message.specific": False}
+    out = {
+        "failure.message.ids": order,
+        "failure.message.id": None,
+        "failure.message.family": None,
+        "failure.message.kind": None,
+        "failure.message.cause": None,
+        "failure.message.fix_title": None,
+        "failure.message.fix": None,
+        "failure.message.rank": None,
+        "failure.message.ranks": [],
+        "failure.message.text": None,
+        "failure.message.on_root": False,
+        "failure.message.specific": False,
+    }
     msg = _primary(found, facts.get("failure.root_cause.text"), _Lookup({**known, **facts}, {}))
     if msg is None:
         return out
@@ -139,11 +162,19 @@ def message_facts(lines, facts: dict, known: dict, found: dict[str, dict] | None
     title, _m1 = msg.fix_title.render(look)
     change, _m2 = msg.fix_change.render(look)
     root = facts.get("failure.root_cause.text")
-    out.update({"failure.message.id": msg.id, "failure.message.family": msg.family,
-                "failure.message.kind": msg.kind, "failure.message.cause": msg.cause,
-                "failure.message.fix_title": title.strip(), "failure.message.fix": change.strip("\n"),
-                "failure.message.rank": rank, "failure.message.ranks": sorted(hit["ranks"]),
-                "failure.message.text": text.strip()[:300],
-                "failure.message.on_root": bool(root and msg.match(root)),
-                "failure.message.specific": msg.specific})
+    out.update(
+        {
+            "failure.message.id": msg.id,
+            "failure.message.family": msg.family,
+            "failure.message.kind": msg.kind,
+            "failure.message.cause": msg.cause,
+            "failure.message.fix_title": title.strip(),
+            "failure.message.fix": change.strip("\n"),
+            "failure.message.rank": rank,
+            "failure.message.ranks": sorted(hit["ranks"]),
+            "failure.message.text": text.strip()[:300],
+            "failure.message.on_root": bool(root and msg.match(root)),
+            "failure.message.specific": msg.specific,
+        }
+    )
     return out

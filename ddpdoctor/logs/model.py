@@ -9,17 +9,24 @@ from pathlib import Path
 
 @dataclass
 class LogEvent:
-    rank: int | None          # global rank, None when the line cannot be attributed
-    time: float | None        # seconds since the epoch (UTC) when the line carries a timestamp
-    kind: str                 # see KINDS
-    text: str                 # the line (prefixes removed), or a short summary for multi-line blocks
+    rank: int | None  # global rank, None when the line cannot be attributed
+    time: float | None  # seconds since the epoch (UTC) when the line carries a timestamp
+    kind: str  # see KINDS
+    text: str  # the line (prefixes removed), or a short summary for multi-line blocks
     file: str
-    line_no: int              # 1-based line in `file`
+    line_no: int  # 1-based line in `file`
     data: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"rank": self.rank, "time": self.time, "kind": self.kind, "text": self.text,
-                "file": self.file, "line_no": self.line_no, "data": self.data}
+        return {
+            "rank": self.rank,
+            "time": self.time,
+            "kind": self.kind,
+            "text": self.text,
+            "file": self.file,
+            "line_no": self.line_no,
+            "data": self.data,
+        }
 
 
 # Event kinds, in roughly causal order of importance
@@ -52,28 +59,28 @@ KINDS = {
 @dataclass
 class NcclFacts:
     version: str | None = None
-    versions_by_host: dict = field(default_factory=dict)     # host -> `NCCL version …` its NCCL printed
-    transport: str | None = None                     # "Socket", "IB", … (from "Using network X")
-    ib_present: bool | None = None                   # True: IB devices listed; False: "No device found"
+    versions_by_host: dict = field(default_factory=dict)  # host -> `NCCL version …` its NCCL printed
+    transport: str | None = None  # "Socket", "IB", … (from "Using network X")
+    ib_present: bool | None = None  # True: IB devices listed; False: "No device found"
     ib_devices: list[str] = field(default_factory=list)
     ibverbs_missing: bool = False
-    socket_ifnames: list[str] = field(default_factory=list)      # NET/Socket interfaces chosen
+    socket_ifnames: list[str] = field(default_factory=list)  # NET/Socket interfaces chosen
     bootstrap_ifnames: list[str] = field(default_factory=list)
     ifnames_by_host: dict[str, list[str]] = field(default_factory=dict)
     addrs_by_ifname: dict[str, list[str]] = field(default_factory=dict)
     hosts: list[str] = field(default_factory=list)
     paths: list[dict] = field(default_factory=list)  # {"src","dst","via","type","host","channel"}
-    gdr: bool | None = None                          # GPU Direct RDMA enabled anywhere / disabled
-    nvlink_seen: bool = False                        # NVLink / NVL mentioned in the topology dump
+    gdr: bool | None = None  # GPU Direct RDMA enabled anywhere / disabled
+    nvlink_seen: bool = False  # NVLink / NVL mentioned in the topology dump
     p2p_disabled: bool = False
-    topo_file: str | None = None                     # NCCL_TOPO_FILE as NCCL reported it set by environment
-    graph_file: str | None = None                    # NCCL_GRAPH_FILE likewise
+    topo_file: str | None = None  # NCCL_TOPO_FILE as NCCL reported it set by environment
+    graph_file: str | None = None  # NCCL_GRAPH_FILE likewise
     nranks: int | None = None
     nnodes: int | None = None
     rings: int = 0
     trees: int = 0
-    pid_rank: dict[str, int] = field(default_factory=dict)       # "host:pid" -> global rank
-    pid_dev: dict[str, int] = field(default_factory=dict)        # "host:pid" -> CUDA device
+    pid_rank: dict[str, int] = field(default_factory=dict)  # "host:pid" -> global rank
+    pid_dev: dict[str, int] = field(default_factory=dict)  # "host:pid" -> CUDA device
     lines: int = 0
 
     @property

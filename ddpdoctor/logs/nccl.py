@@ -27,8 +27,10 @@ _NETWORK = re.compile(r"Using (?:internal )?[Nn]etwork (\w+)")
 # bus ids are hex (``2[1d000] -> 3[1e000]``) in newer NCCL, device numbers (``0[0]``) in older ones; the
 # transport is one word (``P2P/IPC``, ``P2P/CUMEM/read``, ``SHM/direct/direct``, ``NET/IB/0/GDRDMA``) or a phrase
 # (``via direct shared memory``, ``via P2P/direct pointer``)
-_CHANNEL = re.compile(r"(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[([0-9a-fA-Fx:.]+)\])? -> (\d+)(?:\[([0-9a-fA-Fx:.]+)\])?"
-                      r"(?: \[(?:send|receive)\])? via (direct shared memory|direct pointer|\S+)")
+_CHANNEL = re.compile(
+    r"(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[([0-9a-fA-Fx:.]+)\])? -> (\d+)(?:\[([0-9a-fA-Fx:.]+)\])?"
+    r"(?: \[(?:send|receive)\])? via (direct shared memory|direct pointer|\S+)"
+)
 _COMM = re.compile(r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)(?:.*?cudaDev (\d+))?(?:.*?nNodes (\d+))?")
 _NNODES = re.compile(r"nNodes (\d+)")
 _GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled)", re.I)
@@ -112,8 +114,16 @@ class NcclCollector:
         m = _CHANNEL.search(msg)
         if m:
             via = m.group(6)
-            f.paths.append({"channel": int(m.group(1)), "src": int(m.group(2)), "dst": int(m.group(4)),
-                            "via": via, "type": path_type(via), "host": host})
+            f.paths.append(
+                {
+                    "channel": int(m.group(1)),
+                    "src": int(m.group(2)),
+                    "dst": int(m.group(4)),
+                    "via": via,
+                    "type": path_type(via),
+                    "host": host,
+                }
+            )
             if msg.lstrip().startswith("Ring"):
                 f.rings += 1
             if "GDRDMA" in via.upper():

@@ -6,8 +6,10 @@ import re
 
 from .model import NcclFacts
 
-VIRTUAL = re.compile(r"^(lo\d*|docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel[\w.]*|cali\w+|tun\d*|tap\d*|"
-                     r"kube[\w-]*|vxlan[\w.]*|weave|podman\d*|lxcbr\d*|vmnet\d*)$")
+VIRTUAL = re.compile(
+    r"^(lo\d*|docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel[\w.]*|cali\w+|tun\d*|tap\d*|"
+    r"kube[\w-]*|vxlan[\w.]*|weave|podman\d*|lxcbr\d*|vmnet\d*)$"
+)
 PREFERRED = re.compile(r"^(ib|bond|en|eth|em|p\d|hsn|efa)")
 
 
@@ -26,13 +28,20 @@ def _host_interfaces(known: dict) -> dict[str, list[str]]:
         if isinstance(v, dict):
             return [str(x) for x in v]
         if isinstance(v, (list, tuple)):
-            return [str(x.get("name")) if isinstance(x, dict) else str(x) for x in v
-                    if (x.get("name") if isinstance(x, dict) else x)]
+            return [
+                str(x.get("name")) if isinstance(x, dict) else str(x)
+                for x in v
+                if (x.get("name") if isinstance(x, dict) else x)
+            ]
         return []
 
     v = known.get("host.interfaces")
-    if isinstance(v, dict) and v and all(isinstance(x, (list, tuple, dict)) for x in v.values()) \
-            and not all(isinstance(x, (str, int)) for x in v.values()):
+    if (
+        isinstance(v, dict)
+        and v
+        and all(isinstance(x, (list, tuple, dict)) for x in v.values())
+        and not all(isinstance(x, (str, int)) for x in v.values())
+    ):
         for host, lst in v.items():
             out[str(host)] = names(lst)
     elif v is not None:
@@ -85,21 +94,40 @@ def nccl_facts(n: NcclFacts, known: dict) -> dict:
         problem = "names_differ"
     shm, p2p = n.path_types("shm"), n.path_types("p2p")
     return {
-        "nccl.present": n.present, "nccl.version": n.version, "nccl.transport": transport,
-        "nccl.ib_present": n.ib_present, "nccl.ib_devices": list(n.ib_devices), "nccl.ib_known": ib_known,
+        "nccl.present": n.present,
+        "nccl.version": n.version,
+        "nccl.transport": transport,
+        "nccl.ib_present": n.ib_present,
+        "nccl.ib_devices": list(n.ib_devices),
+        "nccl.ib_known": ib_known,
         "nccl.ibverbs_missing": n.ibverbs_missing,
-        "nccl.socket_ifnames": list(n.socket_ifnames), "nccl.bootstrap_ifnames": list(n.bootstrap_ifnames),
+        "nccl.socket_ifnames": list(n.socket_ifnames),
+        "nccl.bootstrap_ifnames": list(n.bootstrap_ifnames),
         "nccl.chosen_ifnames": chosen,
-        "nccl.ifnames_by_host": by_host, "nccl.ifnames_differ": differ, "nccl.bad_ifnames": bad,
-        "nccl.only_bad_ifnames": bool(chosen) and len(bad) == len(chosen), "nccl.ifname_problem": problem,
-        "nccl.suggested_ifname": suggestion, "nccl.addrs_by_ifname": dict(n.addrs_by_ifname),
-        "nccl.hosts": list(n.hosts), "nccl.nnodes": n.nnodes, "nccl.hosts_seen": len(n.hosts),
+        "nccl.ifnames_by_host": by_host,
+        "nccl.ifnames_differ": differ,
+        "nccl.bad_ifnames": bad,
+        "nccl.only_bad_ifnames": bool(chosen) and len(bad) == len(chosen),
+        "nccl.ifname_problem": problem,
+        "nccl.suggested_ifname": suggestion,
+        "nccl.addrs_by_ifname": dict(n.addrs_by_ifname),
+        "nccl.hosts": list(n.hosts),
+        "nccl.nnodes": n.nnodes,
+        "nccl.hosts_seen": len(n.hosts),
         "nccl.nranks": n.nranks,
         "nccl.socket_with_ib": transport == "Socket" and ib_known,
         "nccl.socket_without_ib": transport == "Socket" and not ib_known,
-        "nccl.shm_paths": len(shm), "nccl.p2p_paths": len(p2p), "nccl.p2p_via": sorted({x["via"] for x in p2p}), "nccl.net_paths": len(net_paths),
+        "nccl.shm_paths": len(shm),
+        "nccl.p2p_paths": len(p2p),
+        "nccl.p2p_via": sorted({x["via"] for x in p2p}),
+        "nccl.net_paths": len(net_paths),
         "nccl.net_via": sorted({p["via"] for p in net_paths}),
-        "nccl.shm_instead_of_p2p": bool(shm) and not p2p, "nccl.nvlink_seen": n.nvlink_seen,
-        "nccl.p2p_disabled": n.p2p_disabled, "nccl.gdr": n.gdr, "nccl.rings": n.rings, "nccl.trees": n.trees,
-        "nccl.topo_file": n.topo_file, "nccl.graph_file": n.graph_file,
+        "nccl.shm_instead_of_p2p": bool(shm) and not p2p,
+        "nccl.nvlink_seen": n.nvlink_seen,
+        "nccl.p2p_disabled": n.p2p_disabled,
+        "nccl.gdr": n.gdr,
+        "nccl.rings": n.rings,
+        "nccl.trees": n.trees,
+        "nccl.topo_file": n.topo_file,
+        "nccl.graph_file": n.graph_file,
     }

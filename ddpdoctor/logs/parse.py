@@ -37,7 +37,7 @@ class Parsed:
     events: list[LogEvent] = field(default_factory=list)
     # (provisional event-like record per line for search): (line_no, text, rank, local, pidkey, time)
     lines: list[tuple] = field(default_factory=list)
-    local_map: dict[tuple[str, int], int] = field(default_factory=dict)   # (host, local) -> global, torchrun
+    local_map: dict[tuple[str, int], int] = field(default_factory=dict)  # (host, local) -> global, torchrun
     hosts: set = field(default_factory=set)
 
 
@@ -52,24 +52,49 @@ def parse_work(args: str) -> dict:
     d = {}
     for k, v in P.WORK_ARG.findall(args):
         v = v.strip()
-        key = {"SeqNum": "seq", "OpType": "op", "NumelIn": "numel_in", "NumelOut": "numel_out",
-               "Timeout(ms)": "timeout_ms", "TensorShape": "shape", "DataType": "dtype"}[k]
+        key = {
+            "SeqNum": "seq",
+            "OpType": "op",
+            "NumelIn": "numel_in",
+            "NumelOut": "numel_out",
+            "Timeout(ms)": "timeout_ms",
+            "TensorShape": "shape",
+            "DataType": "dtype",
+        }[k]
         d[key] = int(v) if v.lstrip("-").isdigit() else v
     return d
 
 
-_RDZV_WORDS = ("clients joined", "workers joined", "client socket", "server socket", "already in use", "rendezvous",
-               "store based", "connection refused", "diststoreerror")
+_RDZV_WORDS = (
+    "clients joined",
+    "workers joined",
+    "client socket",
+    "server socket",
+    "already in use",
+    "rendezvous",
+    "store based",
+    "connection refused",
+    "diststoreerror",
+)
 _PEER_WORDS = ("peer", "pipe", "remote", "retcode 6", "aborted", "refused", "processgroupgloo", "likely closed")
 _CRASH_WORDS = ("segmentation", "sig", "fatal", "core dumped", "terminate called")
 
 
 def exception_category(msg: str, emsg: str | None = None) -> str:
     """What kind of error an exception's line reports (its message ``emsg``, default the line)."""
-    return ("oom" if P.OOM.search(msg) else "mismatch" if mismatch_text(msg if emsg is None else emsg) else
-            "timeout" if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) or P.MONITORED.search(msg) else
-            "network" if network_problem(msg) else
-            "peer" if P.PEER.search(msg) else "other")
+    return (
+        "oom"
+        if P.OOM.search(msg)
+        else "mismatch"
+        if mismatch_text(msg if emsg is None else emsg)
+        else "timeout"
+        if P.WATCHDOG.search(msg) or P.GLOO_TIMEOUT.search(msg) or P.MONITORED.search(msg)
+        else "network"
+        if network_problem(msg)
+        else "peer"
+        if P.PEER.search(msg)
+        else "other"
+    )
 
 
 class FileParser:
@@ -79,17 +104,17 @@ class FileParser:
         self.year = default_year
         self.nccl = nccl
         self.out = Parsed()
-        self.tb_open: set = set()            # streams inside a Python traceback
+        self.tb_open: set = set()  # streams inside a Python traceback
         self.summary = TorchrunSummary(self)  # torchrun's "Root Cause" / "Failures" block
-        self.stream_time: dict = {}          # last timestamp seen per (rank, local) stream of this file
-        self.last_using = None               # ((host, pidkey), "NET/Socket : Using") awaiting its list
-        self.cxx: dict = {}                  # stream -> the C++ exception type std::terminate reported, or True
+        self.stream_time: dict = {}  # last timestamp seen per (rank, local) stream of this file
+        self.last_using = None  # ((host, pidkey), "NET/Socket : Using") awaiting its list
+        self.cxx: dict = {}  # stream -> the C++ exception type std::terminate reported, or True
 
     # ---------------------------------------------------------------- events
     def _event(self, kind, text, line_no, ctx, time=None, **data) -> LogEvent:
         rank = ctx.get("rank")
         t = time if time is not None else ctx.get("time")
-        if t is None and ctx.get("after") is not None:       # a line without time in a timed stream
+        if t is None and ctx.get("after") is not None:  # a line without time in a timed stream
             t, data["time_inferred"] = ctx["after"], True
         ev = LogEvent(rank, t, kind, norm(text)[:2000], self.file, line_no, data)
         if rank is None:
@@ -112,13 +137,18 @@ class FileParser:
         for no, raw in enumerate(lines, 1):
             if no <= skip_to:
                 continue
-            if not raw.strip() or raw.startswith("# "):    # blank, or a comment/heading of a pasted ticket
+            if not raw.strip() or raw.startswith("# "):  # blank, or a comment/heading of a pasted ticket
                 continue
             if "Detected mismatch between collectives" in raw:
                 raw, skip_to = _join_wrapped(lines, no - 1)
-            elif "connectFullMesh" in raw or "Unable to resolve hostname" in raw or (
-                    "WorkNCCL(" in raw and raw.rstrip().endswith(")")) or (     # a watchdog report wrapped after the work
-                    raw.rstrip().endswith("collective operation timeout:")):   # ... or before it, the work indented below
+            elif (
+                "connectFullMesh" in raw
+                or "Unable to resolve hostname" in raw
+                or ("WorkNCCL(" in raw and raw.rstrip().endswith(")"))
+                or (  # a watchdog report wrapped after the work
+                    raw.rstrip().endswith("collective operation timeout:")
+                )
+            ):  # ... or before it, the work indented below
                 raw, skip_to = _join_indented(lines, no - 1)
             parts = P.GLUED.split(raw) if ("[E" in raw or "[rank" in raw or "]:" in raw[1:]) else [raw]
             for part in parts:
@@ -131,8 +161,13 @@ class FileParser:
         skey = (ln.rank, ln.local)
         if ln.time is not None:
             self.stream_time[skey] = ln.time
-        ctx = {"rank": ln.rank, "local": ln.local, "time": ln.time, "pidkey": None,
-               "after": self.stream_time.get(skey) if ln.time is None and skey != (None, None) else None}
+        ctx = {
+            "rank": ln.rank,
+            "local": ln.local,
+            "time": ln.time,
+            "pidkey": None,
+            "after": self.stream_time.get(skey) if ln.time is None and skey != (None, None) else None,
+        }
         msg = ln.msg
         if self.summary.line(no, msg, ctx):
             self.out.lines.append((no, msg, ctx["rank"], ctx["local"], None, ctx["time"]))
@@ -152,7 +187,7 @@ class FileParser:
             self.nccl.feed_plain(msg)
         if self.last_using is not None and P.IFACE_LIST.match(msg):
             self.nccl.feed_plain(self.last_using[1] + " " + msg.strip(), *self.last_using[0])
-            return                               # an interface list NCCL printed over several lines
+            return  # an interface list NCCL printed over several lines
         if ln.rank is None:
             m = P.RANK_IN_MSG.search(msg)
             if m and ("Watchdog" in msg or "NCCL" in msg or "ProcessGroup" in msg or "PG " in msg):
@@ -177,8 +212,16 @@ class FileParser:
             if w:
                 text = w.group("msg").strip()
                 self.cxx[stream] = True
-                self._event("exception", f"{etype}: {text}", no, ctx, exc_type=etype, message=text[:1000],
-                            category=exception_category(text), source="c++")
+                self._event(
+                    "exception",
+                    f"{etype}: {text}",
+                    no,
+                    ctx,
+                    exc_type=etype,
+                    message=text[:1000],
+                    category=exception_category(text),
+                    source="c++",
+                )
                 return False
             self.cxx.pop(stream)
             self._event("crash", f"terminate called after throwing an instance of '{etype}'", no, ctx)
@@ -197,7 +240,7 @@ class FileParser:
             self.tb_open.add(stream)
             return
         if stream in self.tb_open and not in_summary and msg[:1].isspace():
-            return                                   # a frame or source line of a traceback
+            return  # a frame or source line of a traceback
         if not nccl and not in_summary and self._uncaught_cxx(no, msg, ctx, stream):
             return
         exc = None if nccl else P.EXC_LINE.match(msg)
@@ -222,17 +265,30 @@ class FileParser:
         if exc and (stream in self.tb_open or in_summary or "." in exc.group("type") or exc.group("msg")):
             self.tb_open.discard(stream)
             etype, emsg = exc.group("type"), (exc.group("msg") or "").strip()
-            self._event("exception", f"{etype}: {emsg}", no, ctx, exc_type=etype, message=emsg[:1000],
-                        category=exception_category(msg, emsg))
+            self._event(
+                "exception",
+                f"{etype}: {emsg}",
+                no,
+                ctx,
+                exc_type=etype,
+                message=emsg[:1000],
+                category=exception_category(msg, emsg),
+            )
         if not exc and not nccl and P.DDP_UNUSED.match(msg.strip()):
             # the reducer's error quoted on its own (the RuntimeError prefix cut off): the same Python error
-            self._event("exception", f"RuntimeError: {msg.strip()}", no, ctx, exc_type="RuntimeError",
-                        message=msg.strip()[:1000], category="other")
+            self._event(
+                "exception",
+                f"RuntimeError: {msg.strip()}",
+                no,
+                ctx,
+                exc_type="RuntimeError",
+                message=msg.strip()[:1000],
+                category="other",
+            )
             return
         self._classify_message(no, msg, ctx, stream, nccl, in_summary, bool(exc))
 
-    def _classify_message(self, no: int, msg: str, ctx: dict, stream, nccl: bool, in_summary: bool,
-                          exc: bool) -> None:
+    def _classify_message(self, no: int, msg: str, ctx: dict, stream, nccl: bool, in_summary: bool, exc: bool) -> None:
         """The kinds a line (an exception's too) can be besides a Python error: usage errors, OOM, timeouts,
         mismatches, store and network faults, peers, exits, signals, crashes, progress."""
         low = msg.lower()
@@ -249,8 +305,16 @@ class FileParser:
                 return
         if ("memory" in low or "outofmemory" in low) and P.OOM.search(msg) and loggy and not P.TEARDOWN.search(msg):
             a, g = P.OOM_ALLOC.search(msg), P.OOM_GPU.search(msg)
-            self._event("oom", msg, no, ctx, tried=a.group(1) if a else None, gpu=int(g.group(1)) if g else None,
-                        capacity=g.group(2) if g else None, source="nccl" if nccl else "python")
+            self._event(
+                "oom",
+                msg,
+                no,
+                ctx,
+                tried=a.group(1) if a else None,
+                gpu=int(g.group(1)) if g else None,
+                capacity=g.group(2) if g else None,
+                source="nccl" if nccl else "python",
+            )
             return
         m = P.WATCHDOG.search(msg) if "Watchdog" in msg or "before timing out" in msg else None
         if m:
@@ -266,51 +330,95 @@ class FileParser:
         m = P.WORK_STATE.search(msg) if "NCCL work" in msg else None
         if m:
             r = P.RANK_IN_MSG.search(msg)
-            self._event("work_state", msg, no, ctx, at=int(m.group("at")), enqueued=int(m.group("enq")),
-                        completed=int(m.group("done")), pg=int(r.group("pg")) if r and r.group("pg") else None)
+            self._event(
+                "work_state",
+                msg,
+                no,
+                ctx,
+                at=int(m.group("at")),
+                enqueued=int(m.group("enq")),
+                completed=int(m.group("done")),
+                pg=int(r.group("pg")) if r and r.group("pg") else None,
+            )
             return
         m = P.DUMP_SIGNAL.search(msg) if "dump signal" in low else None
         if m:
             sender = int(m.group("from")) if m.group("from") else ctx.get("rank")
             self._event("dump_signal", msg, no, ctx, from_rank=sender)
             return
-        mm = mismatch_text(msg) if ("mismatch" in msg or "DDP expects" in msg or "verifying shape" in msg
-                                    or "appears not to match" in msg) else None
+        mm = (
+            mismatch_text(msg)
+            if ("mismatch" in msg or "DDP expects" in msg or "verifying shape" in msg or "appears not to match" in msg)
+            else None
+        )
         if mm:
             self._event("mismatch", msg, no, ctx, **mm)
             return
         m = P.MONITORED.search(msg) if "monitoredBarrier" in msg else None
         if m:
             ranks = [int(x) for x in m.group("ranks").replace(" ", "").split(",")]
-            self._event("monitored_barrier", msg, no, ctx, stuck_ranks=ranks,
-                        timeout_ms=int(m.group("ms")) if m.group("ms") else None)
+            self._event(
+                "monitored_barrier",
+                msg,
+                no,
+                ctx,
+                stuck_ranks=ranks,
+                timeout_ms=int(m.group("ms")) if m.group("ms") else None,
+            )
             return
         m = P.RENDEZVOUS.search(msg) if any(w in low for w in _RDZV_WORDS) else None
         if m:
-            self._event("rendezvous", msg, no, ctx, joined=_int(m.group("joined")), expected=_int(m.group("expected")),
-                        addr=m.group("addr"), port=_int(m.group("port")), timeout_s=_int(m.group("seconds")),
-                        detail=m.group(0)[:200])
+            self._event(
+                "rendezvous",
+                msg,
+                no,
+                ctx,
+                joined=_int(m.group("joined")),
+                expected=_int(m.group("expected")),
+                addr=m.group("addr"),
+                port=_int(m.group("port")),
+                timeout_s=_int(m.group("seconds")),
+                detail=m.group(0)[:200],
+            )
             return
         net = network_problem(msg)
-        if net and not (loggy or nccl) and net["problem"] not in ("ifname_missing", "no_interface", "subnet", "p2p", "loopback", "system"):
-            net = None                          # a vaguer phrase in a line of prose
+        if (
+            net
+            and not (loggy or nccl)
+            and net["problem"] not in ("ifname_missing", "no_interface", "subnet", "p2p", "loopback", "system")
+        ):
+            net = None  # a vaguer phrase in a line of prose
         if net:
-            own = net.pop("self_rank", None)            # gloo names the failing process: "(rank=8, size=16, …)"
+            own = net.pop("self_rank", None)  # gloo names the failing process: "(rank=8, size=16, …)"
             if own is not None and ctx.get("rank") is None:
                 ctx = dict(ctx, rank=own)
             self._event("network", msg, no, ctx, nccl=nccl, **net)
             return
         m = P.GLOO_TIMEOUT.search(msg) if "timed out" in low or "timeout" in low else None
         if m:
-            self._event("gloo_timeout", msg, no, ctx, timeout_ms=int(m.group("ms")) if m.group("ms") else None,
-                        op=m.group("op") if m.group("op") else None)
+            self._event(
+                "gloo_timeout",
+                msg,
+                no,
+                ctx,
+                timeout_ms=int(m.group("ms")) if m.group("ms") else None,
+                op=m.group("op") if m.group("op") else None,
+            )
             return
         m = P.PEER.search(msg) if loggy and any(w in low for w in _PEER_WORDS) else None
         if m:
             a = P.PEER_ADDR.search(msg)
             pr = P.PEER_RANK.search(msg)
-            self._event("peer_error", msg, no, ctx, peer=a.group(1) if a else None,
-                        peer_rank=int(pr.group(1)) if pr else None, detail=m.group(0), nccl=nccl)
+            self._event(
+                "peer_error",
+                msg,
+                no,
+                ctx,
+                peer=a.group(1) if a else None,
+                peer_rank=int(pr.group(1)) if pr else None,
+                detail=m.group(0),
+                nccl=nccl,
+            )
             return
         m = P.NCCL_ERR.search(msg) if loggy and "nccl" in low else None
         if m:
@@ -332,8 +440,9 @@ class FileParser:
                 name = P.SIGNALS.get(int(m.group("code")) - 128)
             if not name and m.group("num4"):
                 name = P.SIGNALS.get(int(m.group("num4")), f"signal {m.group('num4')}")
-            self._event("killed", msg, no, ctx, signal=name or "SIGKILL", source="log",
-                        host_oom=bool(m.group("oomkill")))
+            self._event(
+                "killed", msg, no, ctx, signal=name or "SIGKILL", source="log", host_oom=bool(m.group("oomkill"))
+            )
             return
         if any(w in low for w in _CRASH_WORDS) and P.CRASH.search(msg):
             self._event("crash", msg, no, ctx)

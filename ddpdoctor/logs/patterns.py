@@ -4,7 +4,7 @@ import re
 
 from .catalogue import message_patterns
 
-I = re.IGNORECASE
+I = re.IGNORECASE  # noqa: E741 - the flag as re spells it (re.I), used in every pattern below
 
 
 def _catalogued(msg_id: str, flags: int = 0, first: int | None = None) -> re.Pattern:
@@ -33,8 +33,11 @@ class _Catalogued:
     """Several catalogue entries' patterns searched in turn (their named groups may repeat across entries)."""
 
     def __init__(self, ids: tuple[str, ...], flags: int = 0):
-        self.patterns = [re.compile(p[4:] if p.startswith("(?i)") else p, flags | (I if p.startswith("(?i)") else 0))
-                         for i in ids for p in message_patterns(i)]
+        self.patterns = [
+            re.compile(p[4:] if p.startswith("(?i)") else p, flags | (I if p.startswith("(?i)") else 0))
+            for i in ids
+            for p in message_patterns(i)
+        ]
 
     def search(self, text: str) -> _Found | None:
         for p in self.patterns:
@@ -42,69 +45,107 @@ class _Catalogued:
             if m:
                 return _Found(m)
         return None
+
+
 OOM_ALLOC = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]i?B)")
 OOM_GPU = re.compile(r"GPU (\d+) has a total capac\w* of ([\d.]+ ?[KMGT]i?B)")
 
 # (the second form: the same report with its first words cut off or wrapped onto the line before)
-WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>[^)]*\)?[^)]*)\)"
-                      r"(?: ran for (?P<ran>\d+) milliseconds)?|"
-                      r"WorkNCCL\((?P<args2>SeqNum=[^)]*\)?[^)]*)\) ran for (?P<ran2>\d+) milliseconds before timing out")
+WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>[^)]*\)?[^)]*)\)"
+    r"(?: ran for (?P<ran>\d+) milliseconds)?|"
+    r"WorkNCCL\((?P<args2>SeqNum=[^)]*\)?[^)]*)\) ran for (?P<ran2>\d+) milliseconds before timing out"
+)
 WORK_ARG = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape|DataType)=([^,)]+)")
 RANK_IN_MSG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?)?Rank (?P<rank>\d+)\]")
-WORK_STATE = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<at>\d+), last enqueued NCCL work: "
-                        r"(?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)")
+WORK_STATE = re.compile(
+    r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<at>\d+), last enqueued NCCL work: "
+    r"(?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)"
+)
 TEARDOWN = _catalogued("pg_nccl.teardown", I)
 
 # the store / rendezvous messages, one catalogue entry after another (their groups: joined, expected, seconds,
 # addr, port)
-RENDEZVOUS = _Catalogued(("c10d.store.clients_not_joined", "c10d.store.wait_timeout",
-                          "c10d.store.client_connect_timeout", "c10d.store.port_in_use",
-                          "c10d.store.server_listen_failed", "c10d.store.rendezvous_timeout",
-                          "c10d.store.rendezvous_closed"), I)
+RENDEZVOUS = _Catalogued(
+    (
+        "c10d.store.clients_not_joined",
+        "c10d.store.wait_timeout",
+        "c10d.store.client_connect_timeout",
+        "c10d.store.port_in_use",
+        "c10d.store.server_listen_failed",
+        "c10d.store.rendezvous_timeout",
+        "c10d.store.rendezvous_closed",
+    ),
+    I,
+)
 # gloo's timeouts (unbound_buffer.cc "Timed out waiting <N>ms for <op> operation to complete", pair closure)
 GLOO_TIMEOUT = _Catalogued(("gloo.timeout",), I)
 DUMP_SIGNAL = _Catalogued(("pg_nccl.dump_signal",), I)
 # transport faults the network rule names: NCCL's IB (net_ib.cc, ibvwrap.cc) and P2P / CUDA IPC (p2p.cc) messages
-NET_IB = _Catalogued(("nccl.ib.completion_error", "nccl.ib.async_event", "nccl.ib.verbs_call_failed",
-                      "nccl.ib.device_open_failed", "nccl.ib.link_type_mismatch"), I)
+NET_IB = _Catalogued(
+    (
+        "nccl.ib.completion_error",
+        "nccl.ib.async_event",
+        "nccl.ib.verbs_call_failed",
+        "nccl.ib.device_open_failed",
+        "nccl.ib.link_type_mismatch",
+    ),
+    I,
+)
 NET_P2P = _Catalogued(("nccl.p2p.ipc_failed", "nccl.p2p.mapping_exhausted"), I)
-PEER = re.compile(r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|ncclRemoteError|"
-                  r"Connection was likely closed|Did the remote process exit or crash|"
-                  r"remote process exited or there was a network error|retcode 6\b|Connection refused.*(?:gloo|NCCL)|"
-                  r"NCCL communicator was aborted on rank (\d+)|ProcessGroupGloo.*(?:peer|closed)", I)
+PEER = re.compile(
+    r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|ncclRemoteError|"
+    r"Connection was likely closed|Did the remote process exit or crash|"
+    r"remote process exited or there was a network error|retcode 6\b|Connection refused.*(?:gloo|NCCL)|"
+    r"NCCL communicator was aborted on rank (\d+)|ProcessGroupGloo.*(?:peer|closed)",
+    I,
+)
 PEER_ADDR = re.compile(r"(?:from |peer |\[)(\d{1,3}(?:\.\d{1,3}){3})\]?[:<](\d+)")
 PEER_RANK = re.compile(r"(?:from|to|with) (?:peer )?rank (\d+)", I)
-NCCL_ERR = re.compile(r"\b(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument|"
-                      r"ncclRemoteError)\b|NCCL error in:")
+NCCL_ERR = re.compile(
+    r"\b(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument|"
+    r"ncclRemoteError)\b|NCCL error in:"
+)
 
-MISMATCH = re.compile(r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
-                      r"CollectiveFingerPrint\((?P<f1>.*?)\),? but Rank (?P<r2>\d+) is running collective: "
-                      r"CollectiveFingerPrint\((?P<f2>[^()]*(?:\([^()]*\)[^()]*)*)\)(?P<rest>.*)$")
+MISMATCH = re.compile(
+    r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
+    r"CollectiveFingerPrint\((?P<f1>.*?)\),? but Rank (?P<r2>\d+) is running collective: "
+    r"CollectiveFingerPrint\((?P<f2>[^()]*(?:\([^()]*\)[^()]*)*)\)(?P<rest>.*)$"
+)
 DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(.*)$")
 # a line that looks like program output rather than prose pasted around it in a ticket
-LOGGY = re.compile(r"\w*(?:Error|Exception)\s*:|\b(?:WARN|ERROR|FATAL)\b|\.(?:cc|cpp|h|hpp):\d+|ProcessGroup|"
-                   r"\[Rank \d+\]|\bNCCL\b.*\b(?:failed|error)\b|^\s*CUDA (?:error: )?out of memory")
+LOGGY = re.compile(
+    r"\w*(?:Error|Exception)\s*:|\b(?:WARN|ERROR|FATAL)\b|\.(?:cc|cpp|h|hpp):\d+|ProcessGroup|"
+    r"\[Rank \d+\]|\bNCCL\b.*\b(?:failed|error)\b|^\s*CUDA (?:error: )?out of memory"
+)
 # (a pasted report may wrap a line between a key and its "=": "TensorShape\n=[41, 256]")
 FP_KEYS = re.compile(r"(SequenceNumber|OpType|TensorShape|TensorShapes|TensorDtypes|TensorDeviceTypes|NumTensors)\s*=")
 
-EXC_LINE = re.compile(r"^\s*(?!raise\b|File\b|return\b)(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))"
-                      r"(?::\s?(?P<msg>.*))?$")
+EXC_LINE = re.compile(
+    r"^\s*(?!raise\b|File\b|return\b)(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))"
+    r"(?::\s?(?P<msg>.*))?$"
+)
 TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 
-SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)|"
-                    r"terminated with signal (?P<name2>SIG\w+)|died with <Signals\.(?P<name3>SIG\w+): (?P<num3>\d+)>|"
-                    # UCX's handler (openucx/ucx src/ucs/debug/debug.c): "Caught signal 7 (Bus error: nonexistent ...)"
-                    r"Caught signal (?P<num4>\d+) \((?:[A-Z][a-z]+(?: [a-z]+)*): |"
-                    r"(?:^|\s)Killed(?:\s+\S*python\S*.*)?$|exit(?:ed with)? (?:code|status) (?P<code>137|139)\b|"
-                    r"(?P<oomkill>oom_kill event|OOM Killed|Out of memory: Killed? process|oom-kill:|"
-                    r"invoked oom-killer)", I)
+SIGNAL = re.compile(
+    r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)|"
+    r"terminated with signal (?P<name2>SIG\w+)|died with <Signals\.(?P<name3>SIG\w+): (?P<num3>\d+)>|"
+    # UCX's handler (openucx/ucx src/ucs/debug/debug.c): "Caught signal 7 (Bus error: nonexistent ...)"
+    r"Caught signal (?P<num4>\d+) \((?:[A-Z][a-z]+(?: [a-z]+)*): |"
+    r"(?:^|\s)Killed(?:\s+\S*python\S*.*)?$|exit(?:ed with)? (?:code|status) (?P<code>137|139)\b|"
+    r"(?P<oomkill>oom_kill event|OOM Killed|Out of memory: Killed? process|oom-kill:|"
+    r"invoked oom-killer)",
+    I,
+)
 # torch.utils.data's own report that a worker process died (usually the kernel OOM killer: SIGKILL)
 DL_WORKER_KILLED = re.compile(r"DataLoader worker \(pid\(?s?\)?\s*[\d, ]+\) is killed by signal: (?P<what>[\w ]+)", I)
 # std::terminate's report of an uncaught C++ exception (libstdc++'s verbose terminate handler), its what() line
 CXX_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 CXX_WHAT = re.compile(r"^\s*what\(\):\s*(?P<msg>.*)$")
 CXX_ABORT = re.compile(r"^\s*Aborted\b|core dumped|SIGABRT")
-CRASH = re.compile(r"Segmentation fault|SIGSEGV|Fatal Python error|core dumped|SIGABRT|terminate called after throwing", I)
+CRASH = re.compile(
+    r"Segmentation fault|SIGSEGV|Fatal Python error|core dumped|SIGABRT|terminate called after throwing", I
+)
 
 TR_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
 TR_ROOT = re.compile(r"^\s*Root Cause \(first observed failure\):")
@@ -117,34 +158,45 @@ TR_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})_(\d{2}):(\d{2}):(\d{2})")
 TR_RULE = re.compile(r"^\s*={20,}\s*$")
 
 PROGRESS = [
-    re.compile(r"^\s*(?:epoch\s*[:=]?\s*\[?\d+\]?\s*[,|/:\-]?\s*)?(?:global[_ ]?)?(?:step|iter|iteration|it|batch)\s*[:=#]?\s*"
-               r"\[?(?P<step>\d+)\b(?!\.\d)", I),
-    re.compile(r"(?P<step>\d+)/(?P<total>\d+) \[\d+:\d+"),          # tqdm progress bar
+    re.compile(
+        r"^\s*(?:epoch\s*[:=]?\s*\[?\d+\]?\s*[,|/:\-]?\s*)?(?:global[_ ]?)?(?:step|iter|iteration|it|batch)\s*[:=#]?\s*"
+        r"\[?(?P<step>\d+)\b(?!\.\d)",
+        I,
+    ),
+    re.compile(r"(?P<step>\d+)/(?P<total>\d+) \[\d+:\d+"),  # tqdm progress bar
     re.compile(r"\bglobal_step[=:]\s*(?P<step>\d+)\b"),
 ]
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 # a glued second message inside one line (a tqdm bar without newline followed by a c10d error)
-GLUED = re.compile(r"(?<=[^\s:])(?=\[[IWEF]\d* ?[\d:. ]*[\w.]+\.(?:cpp|hpp|cc|h):\d+\])|(?<=[^\s:])(?=\[rank\d+\]:\[)|"
-                   # a torchrun --tee prefix glued to the previous rank's progress bar: "…examples/s][default2]:[E …"
-                   r"(?<=[^\s:])(?=\[(?!rank\d)[A-Za-z_][\w\-]*?\d+\]:)")
+GLUED = re.compile(
+    r"(?<=[^\s:])(?=\[[IWEF]\d* ?[\d:. ]*[\w.]+\.(?:cpp|hpp|cc|h):\d+\])|(?<=[^\s:])(?=\[rank\d+\]:\[)|"
+    # a torchrun --tee prefix glued to the previous rank's progress bar: "…examples/s][default2]:[E …"
+    r"(?<=[^\s:])(?=\[(?!rank\d)[A-Za-z_][\w\-]*?\d+\]:)"
+)
 # one cheap search that every line worth classifying matches (a superset of the patterns above)
-ANY = re.compile(r"memory|Watchdog|work|dump signal|mismatch|Timed out|timeout|peer|pipe|nccl|exitcode|Signal|Kill|"
-                 r"Segmentation|SIG|Traceback|Error|Exception|Interrupt|Exit|Failure|Fatal|core dumped|terminate|"
-                 r"step|iter|epoch|batch|\bit\b|\d+/\d+ \[|retcode", I)
+ANY = re.compile(
+    r"memory|Watchdog|work|dump signal|mismatch|Timed out|timeout|peer|pipe|nccl|exitcode|Signal|Kill|"
+    r"Segmentation|SIG|Traceback|Error|Exception|Interrupt|Exit|Failure|Fatal|core dumped|terminate|"
+    r"step|iter|epoch|batch|\bit\b|\d+/\d+ \[|retcode",
+    I,
+)
 
 # ---------------------------------------------------------------- network, bootstrap, transports
 # NCCL (bootstrap.cc, socket.cc, net_socket.cc, net_ib.cc), gloo (tcp/device.cc, pair.cc) and c10d (TCPStore)
 NET_IFNAME_SET = re.compile(r"(NCCL|GLOO|TP)_SOCKET_IFNAME set(?: by environment)? to (?P<val>\S+)")
-NET_MISSING_IF = re.compile(r"Unable to find (?:address|interface) for:? \[?(?P<gloo_if>[\w.\-:^,]+)\]?|"
-                            r"No interface found in the same subnet as remote address (?P<remote>\S+)|"
-                            r"(?P<boot>Bootstrap|NET/Socket|NET/IB|Net|misc/socket)\s*:\s*"
-                            r"(?:no socket interface found|no (?:usable )?(?:listening )?interface found|"
-                            r"No usable listening interface found|no interface found)(?! in the same subnet)|"
-                            r"(?:ncclFindInterfaces|findInterfaces?)\b.*?(?:no|0) interfaces?|"
-                            r"no NCCL_SOCKET_IFNAME interface found|is neither AF_INET\(2\) nor AF_INET6|"
-                            r"Socket creation failed : Address family not supported", I)
+NET_MISSING_IF = re.compile(
+    r"Unable to find (?:address|interface) for:? \[?(?P<gloo_if>[\w.\-:^,]+)\]?|"
+    r"No interface found in the same subnet as remote address (?P<remote>\S+)|"
+    r"(?P<boot>Bootstrap|NET/Socket|NET/IB|Net|misc/socket)\s*:\s*"
+    r"(?:no socket interface found|no (?:usable )?(?:listening )?interface found|"
+    r"No usable listening interface found|no interface found)(?! in the same subnet)|"
+    r"(?:ncclFindInterfaces|findInterfaces?)\b.*?(?:no|0) interfaces?|"
+    r"no NCCL_SOCKET_IFNAME interface found|is neither AF_INET\(2\) nor AF_INET6|"
+    r"Socket creation failed : Address family not supported",
+    I,
+)
 # gloo (tcp/device.cc): the host name resolves to no local address, so gloo binds to and advertises 127.0.0.1
 NET_LOOPBACK = _catalogued("gloo.loopback_fallback", I)
 # gloo's full-mesh connect failing (the RuntimeError line often elides the reason)
@@ -157,14 +209,40 @@ NCCL_SYSTEM = _catalogued("nccl.error.unhandled_system")
 SPAWN_EXIT = re.compile(r"process (?P<idx>\d+) terminated with (?:signal (?P<sig>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
 # DDP's reducer error, also quoted without its "RuntimeError:" prefix
 DDP_UNUSED = _catalogued("ddp.unused_parameters", first=1)
-NET_BIND = re.compile(r"bind failed ?: ?(?P<why>Cannot assign requested address|Address already in use|[^,;]+)|"
-                      r"Call to bind failed ?: ?(?P<why2>[^,;]+)", I)
-NET_CONNECT = re.compile(r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect\w*|bootstrap\w*)\b[^\n]*?"
-                         r"(?:returned|failed|:)\s*:?\s*(?:SO_ERROR:\s*)?(?P<why>Connection refused|Connection timed out|No route to host|"
-                         r"Network is unreachable|Software caused connection abort)", I)
-NET_WORDS = ("find address", "find interface", "interface found", "same subnet", "bind", "ibv_", "net/ib",
-             "ibv_wc", "connect", "socket_ifname", "af_inet", "address family", "ipc", "peer access", "peer mapping",
-             "p2p/", "p2p.cc", "loopback", "connectfullmesh", "system error", "bootstrap.c")
+NET_BIND = re.compile(
+    r"bind failed ?: ?(?P<why>Cannot assign requested address|Address already in use|[^,;]+)|"
+    r"Call to bind failed ?: ?(?P<why2>[^,;]+)",
+    I,
+)
+NET_CONNECT = re.compile(
+    r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect\w*|bootstrap\w*)\b[^\n]*?"
+    r"(?:returned|failed|:)\s*:?\s*(?:SO_ERROR:\s*)?(?P<why>Connection refused|Connection timed out|No route to host|"
+    r"Network is unreachable|Software caused connection abort)",
+    I,
+)
+NET_WORDS = (
+    "find address",
+    "find interface",
+    "interface found",
+    "same subnet",
+    "bind",
+    "ibv_",
+    "net/ib",
+    "ibv_wc",
+    "connect",
+    "socket_ifname",
+    "af_inet",
+    "address family",
+    "ipc",
+    "peer access",
+    "peer mapping",
+    "p2p/",
+    "p2p.cc",
+    "loopback",
+    "connectfullmesh",
+    "system error",
+    "bootstrap.c",
+)
 # NCCL's error-return trace (NCCL_DEBUG=INFO) through its bootstrap, the TCP sockets between the ranks over the
 # bootstrap interface: "bootstrap.cc:270 -> 2" (2 ncclSystemError, 3 ncclInternalError, 6 ncclRemoteError)
 NCCL_BOOT_TRACE = re.compile(r"\bbootstrap\.cc?u?:\d+ -> (?P<code>[236])\b")
@@ -178,12 +256,17 @@ SEQ_DIFF = re.compile(r"Sequence number: ?(?P<a>\d+) ?vs ?(?P<b>\d+)")
 OP_DIFF = re.compile(r"Op type: ?(?P<a>[A-Z_]+) ?vs ?(?P<b>[A-Z_]+)")
 
 # argparse (and click) usage errors: "prog.py: error: the following arguments are required: --mode"
-USAGE_ERROR = re.compile(r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>(?:the following arguments are required|"
-                         r"unrecognized arguments|argument [^:]+: (?:invalid|expected|ambiguous|not allowed|conflicting)|"
-                         r"one of the arguments .* is required|ambiguous option|too few arguments).*)$|"
-                         r"^Error: (?:Missing (?:argument|option)|No such option|Invalid value for) .+$")
-ANY_NET = re.compile(r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|bootstrap\.c|"
-                     r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/|loopback", I)
+USAGE_ERROR = re.compile(
+    r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>(?:the following arguments are required|"
+    r"unrecognized arguments|argument [^:]+: (?:invalid|expected|ambiguous|not allowed|conflicting)|"
+    r"one of the arguments .* is required|ambiguous option|too few arguments).*)$|"
+    r"^Error: (?:Missing (?:argument|option)|No such option|Invalid value for) .+$"
+)
+ANY_NET = re.compile(
+    r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|bootstrap\.c|"
+    r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/|loopback",
+    I,
+)
 # "NET/Socket : Using" with the interfaces on the following lines ("[0]bond0:192.168.1.161<0>")
 USING_OPEN = re.compile(r"(?:NET/Socket|Bootstrap) : Using\s*$")
 IFACE_LIST = re.compile(r"^\s*(?:\[\d+\][A-Za-z][\w.\-]*:\S+<\d+>\s*)+$")

@@ -48,14 +48,20 @@ def progress_facts(known: dict, facts: dict) -> dict:
     hang = facts.get("failure.hang.ranks") or {}
     steps = {int(r): v for r, v in (known.get("run.steps_completed.per_rank") or {}).items() if isinstance(v, int)}
     ranks = sorted(set(steps) | {int(r) for r in hang})
-    bpe = {r: v for r, v in _per_rank(known, "config.dataloader.batches_per_epoch", ranks).items() if isinstance(v, int)}
+    bpe = {
+        r: v for r, v in _per_rank(known, "config.dataloader.batches_per_epoch", ranks).items() if isinstance(v, int)
+    }
     passes = {r: v for r, v in _per_rank(known, "data.passes_finished", ranks).items() if isinstance(v, int)}
     states = {int(r): s for r, s in hang.items() if isinstance(s, dict)}
-    out: dict = {"failure.bundle.steps_completed": {str(r): n for r, n in sorted(steps.items())} or None,
-                 "failure.bundle.batches_per_epoch": {str(r): n for r, n in sorted(bpe.items())} or None,
-                 "failure.bundle.passes_finished": {str(r): n for r, n in sorted(passes.items())} or None,
-                 "failure.bundle.waits": {str(r): w for r, s in sorted(states.items()) if (w := _waits(s))} or None,
-                 "failure.bundle.cause": None, "failure.bundle.rank": None, "failure.bundle.by_rank": []}
+    out: dict = {
+        "failure.bundle.steps_completed": {str(r): n for r, n in sorted(steps.items())} or None,
+        "failure.bundle.batches_per_epoch": {str(r): n for r, n in sorted(bpe.items())} or None,
+        "failure.bundle.passes_finished": {str(r): n for r, n in sorted(passes.items())} or None,
+        "failure.bundle.waits": {str(r): w for r, s in sorted(states.items()) if (w := _waits(s))} or None,
+        "failure.bundle.cause": None,
+        "failure.bundle.rank": None,
+        "failure.bundle.by_rank": [],
+    }
     for r in ranks:
         out["failure.bundle.by_rank"].append(_sentence(r, steps.get(r), bpe.get(r), passes.get(r), states.get(r)))
     cause = _uneven(bpe, passes, states) or _op_mismatch(states) or _early_exit(states)
@@ -70,7 +76,7 @@ def progress_facts(known: dict, facts: dict) -> dict:
                 out["failure.bundle.uneven_other_rank"] = longer[0] if longer else None
                 out["failure.bundle.uneven_batches"] = bpe[short]
                 out["failure.bundle.uneven_other_batches"] = bpe[longer[0]] if longer else None
-            else:                   # no lengths: the rank whose loader had ended fewest passes
+            else:  # no lengths: the rank whose loader had ended fewest passes
                 out["failure.bundle.uneven_other_rank"] = min(passes, key=lambda r: (passes[r], r))
     out["failure.evidence_missing"] = _missing(known, facts, steps, bpe, states)
     return out
@@ -87,9 +93,11 @@ def _uneven(bpe: dict, passes: dict, states: dict):
     others = [r for r in bpe if bpe[r] > bpe[short]]
     ran_out = passes.get(short, 0) > max((passes.get(r, 0) for r in others), default=0)
     st = states.get(short) or {}
-    outside_step = st.get("state") == "exited" or (st.get("state") == "collective" and st.get("op") != _DDP_BACKWARD
-                                                   and any((states.get(r) or {}).get("op") == _DDP_BACKWARD
-                                                           for r in others))
+    outside_step = st.get("state") == "exited" or (
+        st.get("state") == "collective"
+        and st.get("op") != _DDP_BACKWARD
+        and any((states.get(r) or {}).get("op") == _DDP_BACKWARD for r in others)
+    )
     return ("uneven_inputs", short) if ran_out or outside_step else None
 
 
@@ -111,19 +119,25 @@ def _odd_rank(states: dict) -> int | None:
 
 def _early_exit(states: dict):
     gone = sorted(r for r, s in states.items() if s.get("state") == "exited" and s.get("exit_code") == 0)
-    waiting = [r for r, s in states.items() if s.get("state") == "collective" or (s.get("exit_code") or 0) != 0
-               or s.get("signal")]
+    waiting = [
+        r
+        for r, s in states.items()
+        if s.get("state") == "collective" or (s.get("exit_code") or 0) != 0 or s.get("signal")
+    ]
     return ("early_exit", gone[0]) if gone and waiting else None
 
 
 def _missing(known: dict, facts: dict, steps: dict, bpe: dict, states: dict) -> list[str]:
     miss = []
     if not states or not any(s.get("state") in ("collective", "busy") for s in states.values()):
-        miss.append("stack dumps of the waiting ranks (`ddpdoctor run` writes each rank's hang_dump.jsonl once a rank "
-                    "has waited in a collective for 3 s)")
+        miss.append(
+            "stack dumps of the waiting ranks (`ddpdoctor run` writes each rank's hang_dump.jsonl once a rank "
+            "has waited in a collective for 3 s)"
+        )
     if not steps:
-        miss.append("each rank's steps completed and batches per epoch (each rank's settings.json in a "
-                    "`ddpdoctor run` bundle)")
+        miss.append(
+            "each rank's steps completed and batches per epoch (each rank's settings.json in a `ddpdoctor run` bundle)"
+        )
     elif len(bpe) < len(steps):
         miss.append("the batches per epoch of every rank (a loader without a length, or no DataLoader)")
     return miss
@@ -141,11 +155,15 @@ def _sentence(r: int, steps, bpe, passes, st) -> str:
     if st.get("state") == "collective":
         parts.append(f"waited in {_waits(st)}" + (f" for {st['seconds']} s" if st.get("seconds") is not None else ""))
     elif st.get("state") == "busy":
-        parts.append(f"busy in {st.get('function')}() at {st.get('where')}" if st.get("where") else "busy in its own code")
+        parts.append(
+            f"busy in {st.get('function')}() at {st.get('where')}" if st.get("where") else "busy in its own code"
+        )
     elif st.get("state") == "exited":
         parts.append(f"exited with code {st['exit_code']}" if st.get("exit_code") is not None else "exited")
     if st.get("state") != "exited" and (st.get("exit_code") is not None or st.get("signal")):
-        parts.append(f"then ended by {st['signal']}" if st.get("signal") else f"then exited with code {st['exit_code']}")
+        parts.append(
+            f"then ended by {st['signal']}" if st.get("signal") else f"then exited with code {st['exit_code']}"
+        )
     return parts[0] + " " + ", ".join(parts[1:]) if len(parts) > 1 else f"rank {r}: nothing recorded"
 
 

@@ -23,8 +23,10 @@ import re
 
 from .model import LogEvent
 
-CANT_OPEN = re.compile(r"(?P<interp>[^\s:]*python[\w.]*): can't open file (?P<q>['\"])(?P<path>.+?)(?P=q): "
-                       r"\[Errno (?P<errno>\d+)\] (?P<reason>[^\n]+)")
+CANT_OPEN = re.compile(
+    r"(?P<interp>[^\s:]*python[\w.]*): can't open file (?P<q>['\"])(?P<path>.+?)(?P=q): "
+    r"\[Errno (?P<errno>\d+)\] (?P<reason>[^\n]+)"
+)
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 COMPILE_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 IMPORT_ERRORS = ("ModuleNotFoundError", "ImportError")
@@ -99,11 +101,19 @@ def startup_facts(events: list[LogEvent], lines: list, world_size: int | None) -
         rank, _t, m = min(missing, key=lambda x: (x[1] is None, x[1] or 0))
         path = m.group("path")
         close = _close_name(path)
-        return _facts("missing_script", _ranks(missing), world_size, rank,
-                      message=f"{os.path.basename(m.group('interp'))}: can't open file '{_shown(path)}': "
-                              f"[Errno {m.group('errno')}] {m.group('reason').strip()}",
-                      exc_type=None, file=_shown(path), line=None, code=None,
-                      suggestion=_shown(close) if close else None)
+        return _facts(
+            "missing_script",
+            _ranks(missing),
+            world_size,
+            rank,
+            message=f"{os.path.basename(m.group('interp'))}: can't open file '{_shown(path)}': "
+            f"[Errno {m.group('errno')}] {m.group('reason').strip()}",
+            exc_type=None,
+            file=_shown(path),
+            line=None,
+            code=None,
+            suggestion=_shown(close) if close else None,
+        )
     stepped = {e.rank for e in events if e.kind == "progress" and (e.data.get("step") or 0) >= 0}
     by_file: dict[str, list] = {}
     for ln in lines:
@@ -122,11 +132,20 @@ def startup_facts(events: list[LogEvent], lines: list, world_size: int | None) -
     frame = _user_frame(_traceback_of(ev, raw, by_file))
     message = str(ev.data.get("message") or ev.text.partition(": ")[2])
     if etype in COMPILE_ERRORS:
-        message = re.sub(r" \([^()]+, line \d+\)$", "", message)     # the place is named on its own
+        message = re.sub(r" \([^()]+, line \d+\)$", "", message)  # the place is named on its own
     kind = "syntax" if etype in COMPILE_ERRORS else "import"
-    return _facts(kind, _ranks(found), world_size, rank, message=f"{etype}: {message}", exc_type=etype,
-                  file=_shown(frame[0]) if frame else None, line=frame[1] if frame else None,
-                  code=(frame[2] or None) if frame else None, suggestion=None)
+    return _facts(
+        kind,
+        _ranks(found),
+        world_size,
+        rank,
+        message=f"{etype}: {message}",
+        exc_type=etype,
+        file=_shown(frame[0]) if frame else None,
+        line=frame[1] if frame else None,
+        code=(frame[2] or None) if frame else None,
+        suggestion=None,
+    )
 
 
 def _facts(kind, ranks, world_size, first_rank, **f) -> dict:
@@ -154,10 +173,15 @@ def apply_startup(facts: dict, events: list[LogEvent], lines: list, world_size: 
     """A script that could not start is the root cause, ahead of the exits and peer errors it led to."""
     found = startup_facts(events, lines, world_size)
     if found:
-        for name in ("failure.startup.exc_type", "failure.startup.where", "failure.startup.file",
-                     "failure.startup.code", "failure.startup.suggestion"):
+        for name in (
+            "failure.startup.exc_type",
+            "failure.startup.where",
+            "failure.startup.file",
+            "failure.startup.code",
+            "failure.startup.suggestion",
+        ):
             facts.pop(name, None)
-            if found.get(name) is None:          # not recorded, rather than a None a template would print
+            if found.get(name) is None:  # not recorded, rather than a None a template would print
                 found.pop(name)
         facts.update(found)
     else:

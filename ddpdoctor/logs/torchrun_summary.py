@@ -15,7 +15,7 @@ class TorchrunSummary:
 
     def __init__(self, parser):
         self.parser = parser
-        self.section = None                  # "root" | "failures" | None
+        self.section = None  # "root" | "failures" | None
         self.entry: dict | None = None
 
     def line(self, no: int, msg: str, ctx: dict) -> bool:
@@ -86,10 +86,30 @@ class TorchrunSummary:
         if sig is None and code is not None and code < 0:
             sig = P.SIGNALS.get(-code)
         kind = "torchrun_root" if e["section"] == "root" else "torchrun_failure"
-        text = f"torchrun: rank {e['rank']} (local {e.get('local')}) on {host} exit code {code}" + (f" ({sig})" if sig else "")
+        text = f"torchrun: rank {e['rank']} (local {e.get('local')}) on {host} exit code {code}" + (
+            f" ({sig})" if sig else ""
+        )
         ctx = {"rank": e["rank"], "time": e.get("time")}
-        self.parser._event(kind, text, e["line_no"], ctx, exitcode=code, signal=sig, host=host, pid=e.get("pid"),
-                    error_file=e.get("error_file"), traceback=tb[:500])
+        self.parser._event(
+            kind,
+            text,
+            e["line_no"],
+            ctx,
+            exitcode=code,
+            signal=sig,
+            host=host,
+            pid=e.get("pid"),
+            error_file=e.get("error_file"),
+            traceback=tb[:500],
+        )
         if sig in ("SIGKILL", "SIGTERM", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGINT", "SIGHUP"):
-            self.parser._event("killed", text, e["line_no"], ctx, signal=sig, exitcode=code, source="torchrun",
-                        root=e["section"] == "root")
+            self.parser._event(
+                "killed",
+                text,
+                e["line_no"],
+                ctx,
+                signal=sig,
+                exitcode=code,
+                source="torchrun",
+                root=e["section"] == "root",
+            )

@@ -24,7 +24,7 @@ HOST_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
 class Collectives:
     """One record per collective operation of a rank, in time order."""
 
-    step: np.ndarray      # index into the rank's steps
+    step: np.ndarray  # index into the rank's steps
     kind: list[str]
     start: np.ndarray
     end: np.ndarray
@@ -47,18 +47,18 @@ class RankSummary:
     host: str | None
     pid: int | None
     schema: str
-    device_kind: str              # "gpu" or "cpu"
-    comm_source: str              # "kernels", "host annotations" or "none"
+    device_kind: str  # "gpu" or "cpu"
+    comm_source: str  # "kernels", "host annotations" or "none"
     step_source: str
     steps: list[StepWindow]
-    values: dict[str, list[float | None]]     # column -> one value per step (µs)
+    values: dict[str, list[float | None]]  # column -> one value per step (µs)
     collectives: Collectives
     notes: list[str] = field(default_factory=list)
     n_events: int = 0
-    extras: dict[str, float | None] = field(default_factory=dict)   # per-rank scalars, see _extras
-    input_shapes: list[str | None] = field(default_factory=list)    # per step: shapes the forward received
+    extras: dict[str, float | None] = field(default_factory=dict)  # per-rank scalars, see _extras
+    input_shapes: list[str | None] = field(default_factory=list)  # per step: shapes the forward received
     timeline: dict | None = None  # the median-duration step's segments and top kernels, see _timeline
-    decoder: str = ""             # the trace reader that ran (RankTrace.decoder)
+    decoder: str = ""  # the trace reader that ran (RankTrace.decoder)
 
 
 def _union(sp: Spans) -> iv.Intervals:
@@ -110,8 +110,13 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
         values["dataloader_wait"] = m(dl_wait)
         values["host_idle"] = m(iv.difference(iv.difference(_union(rt.host_ops), busy), dl))
         partition = PARTITION_GPU
-        segs = {"compute": k, "comm_exposed": iv.difference(comm_set, k), "memcpy": iv.difference(cp, iv.merge(k, comm_set)),
-                "dataloader_wait": dl_wait, "host_idle": iv.difference(iv.difference(_union(rt.host_ops), busy), dl)}
+        segs = {
+            "compute": k,
+            "comm_exposed": iv.difference(comm_set, k),
+            "memcpy": iv.difference(cp, iv.merge(k, comm_set)),
+            "dataloader_wait": dl_wait,
+            "host_idle": iv.difference(iv.difference(_union(rt.host_ops), busy), dl),
+        }
     else:
         main = _union(rt.main_ops)
         values["compute"] = m(iv.difference(main, dl))
@@ -120,8 +125,11 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
         for col in GPU_ONLY:
             values[col] = None
         partition = PARTITION_CPU
-        segs = {"compute": iv.difference(main, dl), "comm_exposed": iv.difference(comm_set, iv.merge(main, dl)),
-                "dataloader_wait": dl}
+        segs = {
+            "compute": iv.difference(main, dl),
+            "comm_exposed": iv.difference(comm_set, iv.merge(main, dl)),
+            "dataloader_wait": dl,
+        }
         notes.append("CPU-only trace: GPU columns are empty; compute is training-thread operator time")
     known = sum(values[c] for c in partition if c != "other")
     values["other"] = np.clip(step_time - known, 0.0, None)
@@ -136,25 +144,41 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
         total = float(np.sum(step_time))
         extras["alloc_share"] = float(np.sum(m(_union(rt.runtime_alloc)))) / total if total > 0 else None
         extras["sync_share"] = float(np.sum(m(_union(rt.runtime_sync)))) / total if total > 0 else None
-    if rt.steps:           # the records are host events: count them in the host's ProfilerStep spans
-        extras.update(_message_extras(rt.coll_messages, np.asarray([s for _, s, _ in rt.steps]),
-                                      np.asarray([e for _, _, e in rt.steps])))
+    if rt.steps:  # the records are host events: count them in the host's ProfilerStep spans
+        extras.update(
+            _message_extras(
+                rt.coll_messages, np.asarray([s for _, s, _ in rt.steps]), np.asarray([e for _, _, e in rt.steps])
+            )
+        )
     else:
         extras.update(_message_extras(rt.coll_messages, ws, we))
     extras["dataloader_single_process"] = _single_process_loader(rt.dataloader.names)
     timeline = _timeline(windows, step_time, segs, gpu, kernels | comm_k)
     rows = {c: (None if values[c] is None else [float(v) for v in values[c]]) for c in COLUMNS}
     return RankSummary(
-        rank=rank, paths=[rt.path], world_size=rt.world_size, backend=rt.backend, devices=rt.devices,
-        host=rt.host, pid=rt.pid, schema=rt.schema, device_kind="gpu" if has_gpu else "cpu",
-        comm_source=comm_source, step_source=source, steps=windows,
+        rank=rank,
+        paths=[rt.path],
+        world_size=rt.world_size,
+        backend=rt.backend,
+        devices=rt.devices,
+        host=rt.host,
+        pid=rt.pid,
+        schema=rt.schema,
+        device_kind="gpu" if has_gpu else "cpu",
+        comm_source=comm_source,
+        step_source=source,
+        steps=windows,
         values={c: (v if v is not None else [None] * len(windows)) for c, v in rows.items()},
-        collectives=coll, notes=notes, n_events=rt.n_events, extras=extras,
-        input_shapes=_step_inputs(rt.forward_inputs, ws, we), timeline=timeline,
+        collectives=coll,
+        notes=notes,
+        n_events=rt.n_events,
+        extras=extras,
+        input_shapes=_step_inputs(rt.forward_inputs, ws, we),
+        timeline=timeline,
     )
 
 
-MAX_SEGMENTS = 40      # per category in the representative step's timeline
+MAX_SEGMENTS = 40  # per category in the representative step's timeline
 TOP_KERNELS = 8
 
 
@@ -165,7 +189,7 @@ def _clip(x: iv.Intervals, lo: float, hi: float, max_pieces: int) -> list[list[f
     s, e = x.starts, x.ends
     if s.size > max_pieces:
         gaps = s[1:] - e[:-1]
-        keep = np.sort(np.argsort(gaps, kind="stable")[-(max_pieces - 1):])
+        keep = np.sort(np.argsort(gaps, kind="stable")[-(max_pieces - 1) :])
         s = np.concatenate([s[:1], s[1:][keep]])
         e = np.concatenate([e[:-1][keep], e[-1:]])
     return [[round(float(a - lo), 1), round(float(b - lo), 1)] for a, b in zip(s, e)]
@@ -178,8 +202,13 @@ def _timeline(windows: list[StepWindow], step_time, segs: dict, gpu: GpuOps, dev
         return None
     i = int(np.argsort(step_time, kind="stable")[(len(windows) - 1) // 2])
     w = windows[i]
-    out = {"step": w.name, "step_number": w.number, "duration_us": round(float(w.end - w.start), 1),
-           "segments": {c: _clip(x, w.start, w.end, MAX_SEGMENTS) for c, x in segs.items()}, "top_kernels": []}
+    out = {
+        "step": w.name,
+        "step_number": w.number,
+        "duration_us": round(float(w.end - w.start), 1),
+        "segments": {c: _clip(x, w.start, w.end, MAX_SEGMENTS) for c, x in segs.items()},
+        "top_kernels": [],
+    }
     if gpu.names is not None and gpu.start.size:
         sel = np.flatnonzero(device_ops & (gpu.start >= w.start) & (gpu.start < w.end))
         dur = gpu.end[sel] - gpu.start[sel]
@@ -189,8 +218,9 @@ def _timeline(windows: list[StepWindow], step_time, segs: dict, gpu: GpuOps, dev
             a[0] += d
             a[1] += 1
         top = sorted(agg.items(), key=lambda kv: -kv[1][0])[:TOP_KERNELS]
-        out["top_kernels"] = [{"name": n[:300], "us": round(v[0], 1), "count": v[1], "comm": bool(v[2])}
-                              for n, v in top]
+        out["top_kernels"] = [
+            {"name": n[:300], "us": round(v[0], 1), "count": v[1], "comm": bool(v[2])} for n, v in top
+        ]
     return out
 
 
@@ -238,6 +268,7 @@ def _extras(gpu: GpuOps, kernels: np.ndarray, coll: Collectives, ws, we) -> dict
         return float(dur[k & ((traits & bit) != 0)].sum()) / kdur if kdur > 0 else None
 
     from ..trace.classify import TRAIT_CONV, TRAIT_FP8, TRAIT_LOWP, TRAIT_NHWC
+
     conv = trait_share(TRAIT_CONV)
     nhwc = float(dur[k & ((traits & TRAIT_CONV) != 0) & ((traits & TRAIT_NHWC) != 0)].sum())
     conv_time = float(dur[k & ((traits & TRAIT_CONV) != 0)].sum())
@@ -269,10 +300,12 @@ def _message_extras(msgs: CollMessages, ws: np.ndarray, we: np.ndarray) -> dict[
     if not sel.any():
         return {}
     nbytes, elem = msgs.nbytes[sel], msgs.elem_bytes[sel]
-    return {"allreduce_bytes_per_step": float(nbytes.sum()) / ws.size,
-            "allreduce_msgs_per_step": float(sel.sum()) / ws.size,
-            # the element size that carries most of the bytes: 2 when gradients already travel in 16 bits
-            "allreduce_elem_bytes": _weighted_median(elem, nbytes) if nbytes.sum() > 0 else float(np.median(elem))}
+    return {
+        "allreduce_bytes_per_step": float(nbytes.sum()) / ws.size,
+        "allreduce_msgs_per_step": float(sel.sum()) / ws.size,
+        # the element size that carries most of the bytes: 2 when gradients already travel in 16 bits
+        "allreduce_elem_bytes": _weighted_median(elem, nbytes) if nbytes.sum() > 0 else float(np.median(elem)),
+    }
 
 
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:

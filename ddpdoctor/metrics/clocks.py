@@ -25,9 +25,8 @@ Method (all numpy, over the matched groups the cross-rank stage already built):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,27 +39,28 @@ DEFAULTS = {"min_collectives": 8, "max_spread_us": 1000.0, "min_offset_us": 100.
 class ClockUnit:
     """One clock (a host, or a rank when host names are unknown) relative to the reference."""
 
-    offset_us: float          # estimated: this clock minus the reference clock (µs)
-    spread_us: float | None   # robust spread of the per-collective differences
-    collectives: int          # collectives shared with the reference
-    applied: bool             # corrected (else the start times are left as recorded)
-    reason: str               # why (not) applied
-    guarded: bool = False     # not applied although the offset may be real (too few or inconsistent ends)
+    offset_us: float  # estimated: this clock minus the reference clock (µs)
+    spread_us: float | None  # robust spread of the per-collective differences
+    collectives: int  # collectives shared with the reference
+    applied: bool  # corrected (else the start times are left as recorded)
+    reason: str  # why (not) applied
+    guarded: bool = False  # not applied although the offset may be real (too few or inconsistent ends)
 
 
 @dataclass
 class ClockEstimate:
-    unit: str                                   # "host", "rank" or "none"
-    reference: str | None = None                # the reference host (or "rank N")
+    unit: str  # "host", "rank" or "none"
+    reference: str | None = None  # the reference host (or "rank N")
     units: dict[str, ClockUnit] = field(default_factory=dict)
-    applied: bool = False                       # some unit corrected
-    offset_us_by_rank: dict[int, float] = field(default_factory=dict)   # what was subtracted (0 = none)
+    applied: bool = False  # some unit corrected
+    offset_us_by_rank: dict[int, float] = field(default_factory=dict)  # what was subtracted (0 = none)
     notes: list[str] = field(default_factory=list)
-    suggested: str | None = None                # hosts unknown: the largest per-rank offset the ends suggest
+    suggested: str | None = None  # hosts unknown: the largest per-rank offset the ends suggest
 
 
-def estimate_offsets(ends: np.ndarray, hosts: list[str | None], ranks: list[int],
-                     params: dict | None = None) -> ClockEstimate:
+def estimate_offsets(
+    ends: np.ndarray, hosts: list[str | None], ranks: list[int], params: dict | None = None
+) -> ClockEstimate:
     """Offsets from ``ends`` (collectives × ranks, NaN where a rank has no member of that
     collective), ``hosts`` and ``ranks`` per column.  Only synchronizing collectives belong in
     ``ends``."""
@@ -73,7 +73,7 @@ def estimate_offsets(ends: np.ndarray, hosts: list[str | None], ranks: list[int]
         names = sorted(set(hosts))
         if len(names) == 1:
             out.reference = names[0]
-            return out                                      # one clock: exactly 0, nothing applied
+            return out  # one clock: exactly 0, nothing applied
         out.unit = "host"
         cols = {h: [i for i, x in enumerate(hosts) if x == h] for h in names}
         ref = max(names, key=lambda h: (len(cols[h]), -min(ranks[i] for i in cols[h])))
@@ -85,7 +85,7 @@ def estimate_offsets(ends: np.ndarray, hosts: list[str | None], ranks: list[int]
     if ends.ndim != 2 or ends.shape[1] != n_ranks:
         raise ValueError("ends must be collectives x ranks")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)      # all-NaN rows: a unit absent from a collective
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: a unit absent from a collective
         per_unit = {u: np.nanmedian(ends[:, c], axis=1) if ends.size else np.zeros(0) for u, c in cols.items()}
     base = per_unit[ref]
     for u, v in per_unit.items():
@@ -110,9 +110,11 @@ def estimate_offsets(ends: np.ndarray, hosts: list[str | None], ranks: list[int]
         if found:
             worst = max(found, key=lambda u: abs(found[u].offset_us))
             out.suggested = f"{worst} {found[worst].offset_us / 1000:+.2f} ms vs {ref}"
-            out.notes.append(f"host names unknown, so clocks are not corrected, but collective end times suggest "
-                             f"offsets between ranks' clocks (largest: {out.suggested}); late arrival assumes the "
-                             "clocks agree")
+            out.notes.append(
+                f"host names unknown, so clocks are not corrected, but collective end times suggest "
+                f"offsets between ranks' clocks (largest: {out.suggested}); late arrival assumes the "
+                "clocks agree"
+            )
     return out
 
 
@@ -144,12 +146,15 @@ def _host_notes(out: ClockEstimate) -> None:
         out.notes.append(f"clock offsets corrected before late arrival and sync wait (vs {out.reference}): {parts}")
     if not done and not any(x.guarded for x in out.units.values()):
         worst = max(abs(x.offset_us) for x in out.units.values())
-        out.notes.append(f"ranks span {len(out.units) + 1} hosts whose collective end times agree within "
-                         f"{worst:.0f} µs: clocks not corrected")
+        out.notes.append(
+            f"ranks span {len(out.units) + 1} hosts whose collective end times agree within "
+            f"{worst:.0f} µs: clocks not corrected"
+        )
     for u, x in sorted(out.units.items()):
         if x.guarded:
-            out.notes.append(f"clock of {u} not corrected ({x.reason}): its arrival times assume it agrees "
-                             f"with {out.reference}")
+            out.notes.append(
+                f"clock of {u} not corrected ({x.reason}): its arrival times assume it agrees with {out.reference}"
+            )
 
 
 def end_matrix(groups: list[list[tuple[int, float]]], ranks: list[int]) -> np.ndarray:

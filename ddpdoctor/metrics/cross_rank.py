@@ -27,15 +27,16 @@ import numpy as np
 
 from ..resources import metric_params
 from .breakdown import RankSummary
-from .clocks import DEFAULTS as CLOCK_DEFAULTS, SYNC_KINDS, ClockEstimate, end_matrix, estimate_offsets
+from .clocks import DEFAULTS as CLOCK_DEFAULTS
+from .clocks import SYNC_KINDS, ClockEstimate, end_matrix, estimate_offsets
 
 
 @dataclass
 class Straggler:
     rank: int
-    late_us: float           # median over steps of (arrival − median arrival of the other ranks)
-    late_share: float        # of the median step time
-    steps_late: int          # steps in which this rank arrived last
+    late_us: float  # median over steps of (arrival − median arrival of the other ranks)
+    late_share: float  # of the median step time
+    steps_late: int  # steps in which this rank arrived last
     steps: int
 
 
@@ -44,16 +45,16 @@ class CrossRank:
     ranks: list[int]
     matched_collectives: int = 0
     unmatched_collectives: int = 0
-    step_time_spread_us: float | None = None          # median over steps of max − min step time
-    step_time_spread_share: float | None = None       # ... relative to the median step time
-    arrival_late_us: dict[int, float] = field(default_factory=dict)   # rank -> median lateness vs the others
+    step_time_spread_us: float | None = None  # median over steps of max − min step time
+    step_time_spread_share: float | None = None  # ... relative to the median step time
+    arrival_late_us: dict[int, float] = field(default_factory=dict)  # rank -> median lateness vs the others
     arrival_by_step: dict[str, dict[int, float]] = field(default_factory=dict)
     stragglers: list[Straggler] = field(default_factory=list)
     imbalance_score: float | None = None
-    input_shapes_by_rank: dict[int, str] = field(default_factory=dict)   # rank -> its most frequent forward input shapes
+    input_shapes_by_rank: dict[int, str] = field(default_factory=dict)  # rank -> its most frequent forward input shapes
     per_rank: dict[int, dict[str, float | None]] = field(default_factory=dict)
-    clock_offset_us: dict[int, float] = field(default_factory=dict)   # rank -> offset subtracted (0 = none)
-    clock: ClockEstimate | None = None      # how the offsets were estimated, per host (or rank)
+    clock_offset_us: dict[int, float] = field(default_factory=dict)  # rank -> offset subtracted (0 = none)
+    clock: ClockEstimate | None = None  # how the offsets were estimated, per host (or rank)
     notes: list[str] = field(default_factory=list)
 
 
@@ -65,8 +66,10 @@ def step_key(summary: RankSummary, i: int) -> str:
 def analyze_cross_rank(summaries: list[RankSummary]) -> CrossRank:
     out = CrossRank(ranks=[s.rank for s in summaries])
     if len(summaries) < 2:
-        out.notes.append("one rank only: collectives cannot be matched across ranks "
-                         "(sync wait, transfer, late arrival and stragglers need at least two ranks)")
+        out.notes.append(
+            "one rank only: collectives cannot be matched across ranks "
+            "(sync wait, transfer, late arrival and stragglers need at least two ranks)"
+        )
         _per_rank_means(summaries, out)
         return out
     groups = _match_collectives(summaries, out)
@@ -87,7 +90,7 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-Group = list[tuple[RankSummary, int, float, float]]     # (rank summary, step index, start, duration)
+Group = list[tuple[RankSummary, int, float, float]]  # (rank summary, step index, start, duration)
 
 
 def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tuple, Group]:
@@ -102,10 +105,9 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tup
             seen[base] += 1
     offsets = _align_clocks(summaries, groups, out)
     if any(offsets.values()):
-        groups = defaultdict(list, {k: [(s, i, t - offsets[s.rank], d) for s, i, t, d in v]
-                                    for k, v in groups.items()})
-    waits: dict[tuple[int, int], list] = defaultdict(list)      # (rank, step) -> wait intervals
-    spans: dict[tuple[int, int], list] = defaultdict(list)      # (rank, step) -> collective intervals
+        groups = defaultdict(list, {k: [(s, i, t - offsets[s.rank], d) for s, i, t, d in v] for k, v in groups.items()})
+    waits: dict[tuple[int, int], list] = defaultdict(list)  # (rank, step) -> wait intervals
+    spans: dict[tuple[int, int], list] = defaultdict(list)  # (rank, step) -> collective intervals
     for members in groups.values():
         if len(members) < 2:
             out.unmatched_collectives += 1
@@ -120,8 +122,12 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tup
             waits[(s.rank, i)].append((t, t + w))
             spans[(s.rank, i)].append((t, t + d))
     if out.unmatched_collectives:
-        out.notes.append((f"{out.unmatched_collectives} collective{'' if out.unmatched_collectives == 1 else 's'} seen on one "
-                         f"rank only {'was' if out.unmatched_collectives == 1 else 'were'} not matched"))
+        out.notes.append(
+            (
+                f"{out.unmatched_collectives} collective{'' if out.unmatched_collectives == 1 else 's'} seen on one "
+                f"rank only {'was' if out.unmatched_collectives == 1 else 'were'} not matched"
+            )
+        )
     for s in summaries:
         if len(s.collectives) == 0:
             continue
@@ -230,8 +236,11 @@ def _arrivals(summaries: list[RankSummary], groups: dict[tuple, Group], out: Cro
     latest = max(out.arrival_late_us.values())
     for r, lateness in out.arrival_late_us.items():
         share = lateness / med_step if med_step > 0 else 0.0
-        if (lateness >= params["min_late_us"] and share >= params["min_late_share"]
-                and lateness >= params["min_share_of_latest"] * latest):
+        if (
+            lateness >= params["min_late_us"]
+            and share >= params["min_late_share"]
+            and lateness >= params["min_share_of_latest"] * latest
+        ):
             out.stragglers.append(Straggler(r, lateness, share, last_count.get(r, 0), steps))
     out.stragglers.sort(key=lambda x: -x.late_us)
 

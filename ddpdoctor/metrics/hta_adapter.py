@@ -78,8 +78,9 @@ def _run(summaries) -> dict:
                 temporal = _guard(lambda: ta.get_temporal_breakdown(visualize=False))
                 overlap = _guard(lambda: ta.get_comm_comp_overlap(visualize=False))
                 ranks = sorted(s.rank for s in summaries)
-                idle = _guard(lambda: ta.get_idle_time_breakdown(ranks=ranks, visualize=False,
-                                                                 show_idle_interval_stats=False))
+                idle = _guard(
+                    lambda: ta.get_idle_time_breakdown(ranks=ranks, visualize=False, show_idle_interval_stats=False)
+                )
         finally:
             logging.disable(logging.NOTSET)
     out: dict[int, dict] = {}

@@ -35,13 +35,17 @@ class StepWindow:
 def step_windows(rt: RankTrace) -> tuple[list[StepWindow], str]:
     if rt.steps:
         return _device_aligned(rt), PROFILER_STEP
-    opt = [(e, n) for s, e, n in zip(rt.optimizer.start, rt.optimizer.end, rt.optimizer.names)
-           if n.startswith("Optimizer.step#")]
+    opt = [
+        (e, n)
+        for s, e, n in zip(rt.optimizer.start, rt.optimizer.end, rt.optimizer.names)
+        if n.startswith("Optimizer.step#")
+    ]
     opt.sort()
     if len(opt) >= 2:
         ends = [e for e, _ in opt]
-        return [StepWindow(f"step {i + 1}", i + 1, a, b) for i, (a, b) in enumerate(zip(ends[:-1], ends[1:]))], \
-            OPTIMIZER_STEP
+        return [
+            StepWindow(f"step {i + 1}", i + 1, a, b) for i, (a, b) in enumerate(zip(ends[:-1], ends[1:]))
+        ], OPTIMIZER_STEP
     if rt.last_ts > rt.first_ts:
         return [StepWindow("activity span", None, rt.first_ts, rt.last_ts)], ACTIVITY_SPAN
     return [], ACTIVITY_SPAN
@@ -59,7 +63,7 @@ def _device_aligned(rt: RankTrace) -> list[StepWindow]:
         # GPU ops grouped by correlation id -> earliest start and latest end of each group
         order = np.argsort(gpu.correlation, kind="stable")
         corr = gpu.correlation[order]
-        new_group = np.empty(corr.size, dtype=bool)      # sorted: np.unique(corr, return_index=True)
+        new_group = np.empty(corr.size, dtype=bool)  # sorted: np.unique(corr, return_index=True)
         new_group[:1] = True
         np.not_equal(corr[1:], corr[:-1], out=new_group[1:])
         first = np.flatnonzero(new_group)
@@ -78,7 +82,7 @@ def _device_aligned(rt: RankTrace) -> list[StepWindow]:
         ks, ps = k[inside], pos[inside]
         np.minimum.at(dev_start, ks, g_start[ps])
         np.maximum.at(dev_end, ks, g_end[ps])
-        hit_group = np.zeros(uniq.size, dtype=bool)       # np.isin(gpu.correlation, uniq[np.unique(ps)])
+        hit_group = np.zeros(uniq.size, dtype=bool)  # np.isin(gpu.correlation, uniq[np.unique(ps)])
         hit_group[ps] = True
         launched = np.empty(gpu.start.size, dtype=bool)
         launched[order] = hit_group[np.cumsum(new_group) - 1]

@@ -59,7 +59,7 @@ def _problem_line(p: dict) -> str:
     if isinstance(p.get("time"), (int, float)):
         when = " at " + _dt.datetime.fromtimestamp(p["time"], _dt.timezone.utc).strftime("%H:%M:%S UTC")
     what = (p.get("type") or p.get("kind") or "error").rsplit(".", 1)[-1]
-    if p.get("step") == 0:                       # (step: the steps the rank had completed)
+    if p.get("step") == 0:  # (step: the steps the rank had completed)
         return f"rank {p.get('rank', '?')}: {what}{when}, before any step completed"
     step = f", step {p['step']}" if p.get("step") is not None else ""
     return f"rank {p.get('rank', '?')}: {what}{step}{when}"
@@ -67,9 +67,13 @@ def _problem_line(p: dict) -> str:
 
 def partial_note(d: dict) -> str:
     """The partial-result sentence of the Markdown and HTML reports: always with its reason."""
-    reasons = [r for r in partial_reasons(d) if not _only_a_note(r)] or [("the run failed, so the recorded steps may not be typical"
-                                      if (d.get("verdict") or {}).get("failed") else
-                                      "the run did not complete every recorded step on every rank")]
+    reasons = [r for r in partial_reasons(d) if not _only_a_note(r)] or [
+        (
+            "the run failed, so the recorded steps may not be typical"
+            if (d.get("verdict") or {}).get("failed")
+            else "the run did not complete every recorded step on every rank"
+        )
+    ]
     return "; ".join(reasons[:3])
 
 
@@ -133,19 +137,33 @@ def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | Non
     failed = (d.get("verdict") or {}).get("failed")
     predicted = (fix_prediction(d, fix) or {}).get("predicted_speedup") if cmd and rule and not failed else None
     if predicted and predicted > metric_params()["trial"]["min_predicted_speedup"] and not d.get("trial"):
-        return (f"ddpdoctor run --try {rule} -- {cmd}",
-                f"runs the job with and without {fix['knob']}={fix['value']} and measures the difference "
-                f"(predicted: up to {predicted:.2f}x)", [])
-    after = (["ddpdoctor run --out after -- …", f"ddpdoctor compare {inputs} after"]
-             if cmd and fix and not failed else [])
+        return (
+            f"ddpdoctor run --try {rule} -- {cmd}",
+            f"runs the job with and without {fix['knob']}={fix['value']} and measures the difference "
+            f"(predicted: up to {predicted:.2f}x)",
+            [],
+        )
+    after = (
+        ["ddpdoctor run --out after -- …", f"ddpdoctor compare {inputs} after"] if cmd and fix and not failed else []
+    )
     # a fix run could try, predicted at no measurable gain here: say so rather than send the user to measure it
-    no_try = (f"; --try not suggested: {fix['knob']}={fix['value']} is predicted at {predicted:.2f}x on this run"
-              if predicted and not d.get("trial") else "")
+    no_try = (
+        f"; --try not suggested: {fix['knob']}={fix['value']} is predicted at {predicted:.2f}x on this run"
+        if predicted and not d.get("trial")
+        else ""
+    )
     if report_dir:
-        return ("", f"attach {report_dir}/report.html (one file, plots inside) to the ticket and paste "
-                    f"report.md into its text{no_try}", after)
-    return (f"ddpdoctor analyze {inputs} --report {report_name(d.get('inputs') or [])}", f"the ticket's files{no_try}",
-            after)
+        return (
+            "",
+            f"attach {report_dir}/report.html (one file, plots inside) to the ticket and paste "
+            f"report.md into its text{no_try}",
+            after,
+        )
+    return (
+        f"ddpdoctor analyze {inputs} --report {report_name(d.get('inputs') or [])}",
+        f"the ticket's files{no_try}",
+        after,
+    )
 
 
 def report_name(inputs: list[str]) -> str:
@@ -166,8 +184,9 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
     lines: list[str] = []
     deciding = _deciding(d)
     perf = v.get("label") or (f"{v['bottleneck']}-bound" if v.get("bottleneck") else None)
-    conf = (f"confidence {v.get('confidence_label')} ({v['confidence']:.2f})"
-            if v.get("confidence") is not None else None)
+    conf = (
+        f"confidence {v.get('confidence_label')} ({v['confidence']:.2f})" if v.get("confidence") is not None else None
+    )
     if v.get("failed"):
         title = (deciding or {}).get("title") or "see the findings below"
         lines += wrap(f"the run failed: {title}", width, "Verdict: ", " " * 9)
@@ -176,7 +195,7 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
     why = (deciding or {}).get("summary") if v.get("failed") else verdict_summary(d)
     why_lines = wrap(why or v.get("summary") or "", width, "  ")
     if len(why_lines) > MAX_WHY_LINES:
-        why_lines = why_lines[:MAX_WHY_LINES - 1] + [cut(why_lines[MAX_WHY_LINES - 1], width - 2) + " …"]
+        why_lines = why_lines[: MAX_WHY_LINES - 1] + [cut(why_lines[MAX_WHY_LINES - 1], width - 2) + " …"]
     lines += why_lines
     lines.append("")
     lines += _numbers(d, v, perf, conf, width)
@@ -194,11 +213,15 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
             lines += wrap(f"({source['title']})", width, "  ", "   ")
         lines += fix_body(fix.get("change") or "", width)
         if fix.get("not_recorded"):
-            lines += wrap("this run did not record " + ", ".join(fix["not_recorded"]) + "; check it applies",
-                          width, "  (", "   ")
+            lines += wrap(
+                "this run did not record " + ", ".join(fix["not_recorded"]) + "; check it applies", width, "  (", "   "
+            )
             lines[-1] += ")"
-    others = [f for f in findings(d) if f is not deciding and f is not source and f.get("rule") != rule
-              and _worth_listing(f, d)]     # shown once
+    others = [
+        f
+        for f in findings(d)
+        if f is not deciding and f is not source and f.get("rule") != rule and _worth_listing(f, d)
+    ]  # shown once
     if others:
         lines.append("")
         lines.append("Also found:")
@@ -218,7 +241,7 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
         lines += wrap(why, width, "      ")
     else:
         lines += wrap(why, width, "Next: ", " " * 6)
-    for c in after:                      # each on lines of its own, so that it pastes whole
+    for c in after:  # each on lines of its own, so that it pastes whole
         lines += shell(c, width, " " * 8, " " * 10)
     return lines
 

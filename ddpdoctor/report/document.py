@@ -22,9 +22,9 @@ SCHEMA = "ddpdoctor.diagnosis/1"
 
 
 class Verdict(msgspec.Struct, forbid_unknown_fields=False):
-    bottleneck: Optional[str]          # dataloader | communication | compute | imbalance | None
+    bottleneck: Optional[str]  # dataloader | communication | compute | imbalance | None
     confidence: Optional[float]
-    confidence_label: Optional[str]    # high | medium | low
+    confidence_label: Optional[str]  # high | medium | low
     expected_speedup: Optional[float]
     summary: str
     rule: Optional[str] = None
@@ -99,9 +99,9 @@ class Logs(msgspec.Struct):
 class Trial(msgspec.Struct):
     line: str
     change: Optional[dict[str, Any]] = None
-    measured_speedup: Optional[float] = None            # ratio of mean step times (the job's time per step)
+    measured_speedup: Optional[float] = None  # ratio of mean step times (the job's time per step)
     ci95: Optional[list[Optional[float]]] = None
-    median_speedup: Optional[float] = None              # ratio of median step times (the typical step)
+    median_speedup: Optional[float] = None  # ratio of median step times (the typical step)
     predicted_speedup: Optional[float] = None
     predicted_by: Optional[str] = None
     trial_json: Optional[str] = None
@@ -132,7 +132,7 @@ class Diagnosis(msgspec.Struct):
 def validate(d: dict, where: str = "diagnosis") -> dict:
     """``d`` if it is a well-typed diagnosis document, else one-line InputError naming the field."""
     if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-        raise InputError(f"{where}: not a ddpdoctor diagnosis (expected \"schema\": \"{SCHEMA}\")")
+        raise InputError(f'{where}: not a ddpdoctor diagnosis (expected "schema": "{SCHEMA}")')
     try:
         msgspec.convert(d, Diagnosis, strict=False)
     except msgspec.ValidationError as exc:

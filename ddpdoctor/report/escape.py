@@ -27,8 +27,14 @@ def md(s) -> str:
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
     s = _MD_PUNCT.sub(r"\\\1", s)
     s = re.sub(r"\s*\n\s*", " ", s).strip()
-    return _LINE_START.sub(lambda m: m.group(1) + (m.group(2) or "") + "\\" + m.group(3)
-                           if (m.group(2) is None) != (m.group(3) in ".)") else m.group(0), s)
+    return _LINE_START.sub(
+        lambda m: (
+            m.group(1) + (m.group(2) or "") + "\\" + m.group(3)
+            if (m.group(2) is None) != (m.group(3) in ".)")
+            else m.group(0)
+        ),
+        s,
+    )
 
 
 def md_multiline(s) -> str:
@@ -61,6 +67,6 @@ def md_prose(s) -> str:
         if len(x) > 2 and x.startswith("`") and x.endswith("`"):
             out.append(md_code(x[1:-1]))
         elif x:
-            lead, trail = x[:len(x) - len(x.lstrip())], x[len(x.rstrip()):]
+            lead, trail = x[: len(x) - len(x.lstrip())], x[len(x.rstrip()) :]
             out.append(lead + md(x) + trail if x.strip() else x)
     return "".join(out).strip()

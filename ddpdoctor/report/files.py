@@ -69,8 +69,9 @@ def check_report_dir(out: str | Path, force: bool = False) -> None:
     if out.exists() and not out.is_dir():
         raise InputError(f"--report {out}: exists and is not a folder")
     if out.is_dir() and not force and any(out.iterdir()) and not is_report_dir(out):
-        raise InputError(f"--report {out}: the folder is not empty and holds no earlier report; "
-                         "choose another folder or add --force")
+        raise InputError(
+            f"--report {out}: the folder is not empty and holds no earlier report; choose another folder or add --force"
+        )
 
 
 def _clear_earlier(out: Path) -> None:
@@ -105,8 +106,11 @@ def write_report_dir(d: dict, out: str | Path, force: bool = False) -> list[Path
         p = out / "plots" / f"{name}.png"
         p.write_bytes(png)
         written.append(p)
-    files = {"report.md": render_markdown(d, [(f"plots/{n}.png", t) for n, t, _ in plots]),
-             "report.html": render_html(d, plots), "report.json": dumps_json(d)}
+    files = {
+        "report.md": render_markdown(d, [(f"plots/{n}.png", t) for n, t, _ in plots]),
+        "report.html": render_html(d, plots),
+        "report.json": dumps_json(d),
+    }
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
         written.append(out / name)
@@ -142,14 +146,18 @@ def _read_json(p: Path) -> dict:
 def _from_archive(p: Path) -> dict:
     try:
         with tarfile.open(p, "r:*") as tf:
-            names = sorted((m for m in tf.getmembers() if m.isfile() and m.name.endswith("report.json")),
-                           key=lambda m: m.name.count("/"))
+            names = sorted(
+                (m for m in tf.getmembers() if m.isfile() and m.name.endswith("report.json")),
+                key=lambda m: m.name.count("/"),
+            )
             if not names:
                 raise InputError(f"{p}: the archive holds no report.json (make one with `ddpdoctor bundle`)")
             cap = safe_io.max_member_bytes()
             if names[0].size > cap:
-                raise InputError(f"{p}:{names[0].name}: member larger than the limit of {cap} bytes "
-                                 f"(raise it with DDPDOCTOR_MAX_MEMBER_BYTES)")
+                raise InputError(
+                    f"{p}:{names[0].name}: member larger than the limit of {cap} bytes "
+                    f"(raise it with DDPDOCTOR_MAX_MEMBER_BYTES)"
+                )
             fh = tf.extractfile(names[0])
             raw = safe_io.read_stream_capped(fh, cap, p)
             return _check(safe_io.load_json(raw, f"{p}:{names[0].name}"), f"{p}:{names[0].name}")
@@ -168,8 +176,11 @@ def load_diagnosis(path: str, analyze: Callable[[str], dict] | None = None) -> d
         safe_io.check_regular(p)
         if p.name.endswith((".tar.gz", ".tgz", ".tar")):
             return _from_archive(p)
-        if (p.suffix == ".json" and not p.name.endswith(".pt.trace.json")
-                and p.stat().st_size <= safe_io.max_member_bytes()):
+        if (
+            p.suffix == ".json"
+            and not p.name.endswith(".pt.trace.json")
+            and p.stat().st_size <= safe_io.max_member_bytes()
+        ):
             raw = safe_io.read_capped(p, safe_io.max_member_bytes(), "report JSON", "DDPDOCTOR_MAX_MEMBER_BYTES")
             head = safe_io.load_json(raw, str(p))
             if isinstance(head, dict) and head.get("schema") == SCHEMA:

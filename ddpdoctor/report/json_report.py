@@ -34,41 +34,62 @@ def analysis_dict(a: Analysis) -> dict:
             vals = {c: s.values[c][i] for c in COLUMNS}
             st = vals["step_time"]
             share = {c: (None if v is None or not st else v / st) for c, v in vals.items()}
-            table.append({"rank": s.rank, "step": w.name, "step_number": w.number, "start_us": w.start,
-                          "end_us": w.end, "us": vals, "share": share})
+            table.append(
+                {
+                    "rank": s.rank,
+                    "step": w.name,
+                    "step_number": w.number,
+                    "start_us": w.start,
+                    "end_us": w.end,
+                    "us": vals,
+                    "share": share,
+                }
+            )
         n = len(s.steps)
         ranks[str(s.rank)] = {
-            "files": s.paths, "device_kind": s.device_kind, "backend": s.backend, "devices": sorted(set(s.devices)),
-            "host": s.host, "host_source": (a.hosts.source.get(s.rank) if a.hosts else None) or ("trace" if s.host else None),
-            "schema": s.schema, "step_source": s.step_source, "comm_source": s.comm_source,
-            "steps": n, "events": s.n_events, "collectives": len(s.collectives),
+            "files": s.paths,
+            "device_kind": s.device_kind,
+            "backend": s.backend,
+            "devices": sorted(set(s.devices)),
+            "host": s.host,
+            "host_source": (a.hosts.source.get(s.rank) if a.hosts else None) or ("trace" if s.host else None),
+            "schema": s.schema,
+            "step_source": s.step_source,
+            "comm_source": s.comm_source,
+            "steps": n,
+            "events": s.n_events,
+            "collectives": len(s.collectives),
             "mean_us": {c: (None if s.values[c][0] is None or not n else sum(s.values[c]) / n) for c in COLUMNS},
-            "share": a.rank_share(s), "notes": s.notes, "timeline": getattr(s, "timeline", None),
+            "share": a.rank_share(s),
+            "notes": s.notes,
+            "timeline": getattr(s, "timeline", None),
             "decoder": s.decoder or None,
         }
     cross = asdict(a.cross)
-    return _clean({
-        "schema": ANALYSIS_SCHEMA,
-        "inputs": a.inputs,
-        "world_size": a.discovery.world_size,
-        "ranks_present": [s.rank for s in a.summaries],
-        "partial": a.partial,
-        "warnings": a.warnings,
-        "columns": COLUMNS,
-        "partition": {"gpu": list(PARTITION_GPU), "cpu": list(PARTITION_CPU)},
-        "table": table,
-        "ranks": ranks,
-        "cross_rank": cross,
-        "hosts": a.hosts.as_dict() if a.hosts else None,
-        "hta": a.hta,
-        "timing": {"seconds": a.seconds, "bytes_read": a.bytes_read},
-    })
+    return _clean(
+        {
+            "schema": ANALYSIS_SCHEMA,
+            "inputs": a.inputs,
+            "world_size": a.discovery.world_size,
+            "ranks_present": [s.rank for s in a.summaries],
+            "partial": a.partial,
+            "warnings": a.warnings,
+            "columns": COLUMNS,
+            "partition": {"gpu": list(PARTITION_GPU), "cpu": list(PARTITION_CPU)},
+            "table": table,
+            "ranks": ranks,
+            "cross_rank": cross,
+            "hosts": a.hosts.as_dict() if a.hosts else None,
+            "hta": a.hta,
+            "timing": {"seconds": a.seconds, "bytes_read": a.bytes_read},
+        }
+    )
 
 
 def _plain_facts(facts: dict) -> dict:
     """The facts rules read, without per-step vectors; per-rank vectors as {rank: value}."""
-    from ..rules_engine.engine import plain
     from ..expr import Vec
+    from ..rules_engine.engine import plain
 
     out = {}
     for k, v in sorted(facts.items()):
@@ -92,29 +113,34 @@ def _logs_dict(logs) -> dict | None:
     events = []
     for e in list(getattr(logs, "events", []))[:MAX_LOG_EVENTS]:
         events.append(asdict(e) if is_dataclass(e) else dict(e))
-    return {"files": [str(f) for f in getattr(logs, "files", [])], "ranks": list(getattr(logs, "ranks", [])),
-            "events": events, "events_truncated": len(getattr(logs, "events", [])) > MAX_LOG_EVENTS}
+    return {
+        "files": [str(f) for f in getattr(logs, "files", [])],
+        "ranks": list(getattr(logs, "ranks", [])),
+        "events": events,
+        "events_truncated": len(getattr(logs, "events", [])) > MAX_LOG_EVENTS,
+    }
 
 
 def to_dict(report) -> dict:
     d = report.diagnosis
-    return _clean({
-        "schema": SCHEMA,
-        "ddpdoctor_version": __version__,
-        "inputs": report.inputs,
-        "partial": report.partial,
-        "warnings": report.warnings,
-        "verdict": asdict(d.verdict),
-        "costs": [asdict(c) for c in getattr(d, "costs", [])],
-        "findings": [_finding_dict(f) for f in d.findings],
-        "abstained": d.abstained,
-        "not_assessed": d.not_assessed,
-        "rule_errors": d.errors,
-        "rules_evaluated": d.rules_evaluated,
-        "rule_notes": d.notes,
-        "facts": _plain_facts(report.facts),
-        "analysis": analysis_dict(report.analysis) if report.analysis is not None else None,
-        "logs": _logs_dict(report.logs),
-        "timing": {"seconds": report.seconds},
-    })
-
+    return _clean(
+        {
+            "schema": SCHEMA,
+            "ddpdoctor_version": __version__,
+            "inputs": report.inputs,
+            "partial": report.partial,
+            "warnings": report.warnings,
+            "verdict": asdict(d.verdict),
+            "costs": [asdict(c) for c in getattr(d, "costs", [])],
+            "findings": [_finding_dict(f) for f in d.findings],
+            "abstained": d.abstained,
+            "not_assessed": d.not_assessed,
+            "rule_errors": d.errors,
+            "rules_evaluated": d.rules_evaluated,
+            "rule_notes": d.notes,
+            "facts": _plain_facts(report.facts),
+            "analysis": analysis_dict(report.analysis) if report.analysis is not None else None,
+            "logs": _logs_dict(report.logs),
+            "timing": {"seconds": report.seconds},
+        }
+    )

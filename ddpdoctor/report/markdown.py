@@ -18,7 +18,7 @@ from .paths import localize_doc
 
 _URL = re.compile(r"https?://[^\s<>\"'`\\]+")
 MAX_CHARS = 65_536
-BUDGET = 64_000          # leave room for the truncation note
+BUDGET = 64_000  # leave room for the truncation note
 
 
 def _fold(summary: str, body: str) -> str:
@@ -55,7 +55,10 @@ def verdict_section(d: dict) -> str:
     if v.get("expected_speedup") and v.get("bottleneck") and f"{v['expected_speedup']:.2f}x" not in (summ or ""):
         lines += ["", f"Removing it: up to **{v['expected_speedup']:.2f}x** faster steps."]
     if (d.get("trial") or {}).get("line"):
-        lines += ["", f"**Trial** (`ddpdoctor run --try`, the diagnosis below is its baseline): {md(d['trial']['line'])}"]
+        lines += [
+            "",
+            f"**Trial** (`ddpdoctor run --try`, the diagnosis below is its baseline): {md(d['trial']['line'])}",
+        ]
     if d.get("partial"):
         from .card import partial_note
 
@@ -69,11 +72,16 @@ def finding_block(i: int, f: dict, said: str = "") -> str:
     if f.get("cost") is not None and f.get("expected_speedup"):
         cost = f"costs {100 * f['cost']:.0f} % of the step, up to {f['expected_speedup']:.2f}x faster"
     cost_md = " — " + md(cost) if cost else ""
-    out = [f"### {i}. [{md(f.get('rule'))}] {md(f.get('title'))}{_ranks(f.get('ranks') or [])}{cost_md}", "",
-           f"*{md(f.get('category'))}, severity {md(f.get('severity'))}*" +
-           (f", confidence {f['confidence']:.2f}" if isinstance(f.get("confidence"), (int, float)) else ""),
-           "", "*Its summary is the verdict above.*" if f.get("summary") and f["summary"] in said
-           else md_multiline(f.get("summary"))]
+    out = [
+        f"### {i}. [{md(f.get('rule'))}] {md(f.get('title'))}{_ranks(f.get('ranks') or [])}{cost_md}",
+        "",
+        f"*{md(f.get('category'))}, severity {md(f.get('severity'))}*"
+        + (f", confidence {f['confidence']:.2f}" if isinstance(f.get("confidence"), (int, float)) else ""),
+        "",
+        "*Its summary is the verdict above.*"
+        if f.get("summary") and f["summary"] in said
+        else md_multiline(f.get("summary")),
+    ]
     ev = f.get("evidence") or {}
     if ev:
         out += ["", "Measured: " + md("; ".join(view.evidence_items(ev)))]
@@ -87,14 +95,30 @@ def finding_block(i: int, f: dict, said: str = "") -> str:
     why = f.get("why")
     refs = f.get("references") or []
     if why or refs:
-        body = md_multiline(why) + ("\n\n" + "\n".join(f"- <{r}>" if _URL.fullmatch(str(r)) else f"- {md(r)}"
-                                                       for r in refs) if refs else "")
+        body = md_multiline(why) + (
+            "\n\n" + "\n".join(f"- <{r}>" if _URL.fullmatch(str(r)) else f"- {md(r)}" for r in refs) if refs else ""
+        )
         out += ["", _fold("Why this matters", body)]
     return "\n".join(out)
 
 
-SHELL_START = ("$ ", "export ", "ddpdoctor ", "torchrun ", "python ", "numactl ", "taskset ", "srun ", "sbatch ",
-               "pip ", "NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "OMP_")
+SHELL_START = (
+    "$ ",
+    "export ",
+    "ddpdoctor ",
+    "torchrun ",
+    "python ",
+    "numactl ",
+    "taskset ",
+    "srun ",
+    "sbatch ",
+    "pip ",
+    "NCCL_",
+    "TORCH_",
+    "PYTORCH_",
+    "CUDA_",
+    "OMP_",
+)
 
 
 def fix_parts(change: str) -> list[tuple[str, list[str]]]:
@@ -181,9 +205,16 @@ def rank_table(d: dict, all_ranks: bool = False, limit: int | None = None) -> st
     rows = []
     for r in ranks:
         x = a["ranks"][r]
-        rows.append([md(r), md(x.get("steps")), view.ms((x.get("mean_us") or {}).get("step_time")),
-                     *[view.pct(view.segment(x, c, "share")) for c in cats],
-                     "–" if late.get(r) is None else f"{late[r] / 1000:+.2f}", md(x.get("host") or "–")])
+        rows.append(
+            [
+                md(r),
+                md(x.get("steps")),
+                view.ms((x.get("mean_us") or {}).get("step_time")),
+                *[view.pct(view.segment(x, c, "share")) for c in cats],
+                "–" if late.get(r) is None else f"{late[r] / 1000:+.2f}",
+                md(x.get("host") or "–"),
+            ]
+        )
     return _table(["rank", "steps", "step ms", *[view.LABEL[c] for c in cats], "late ms", "host"], rows)
 
 
@@ -192,88 +223,140 @@ def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[
     a = view.analysis(d)
     parts = []
     if a:
+
         def ranks_md(n):
             ranks, note = view.select_ranks(d)
             s = "## Per-rank breakdown\n\nShare of each rank's step time (means over its steps).\n\n" + rank_table(d)
             if note:
-                s += f"\n\n*{md(note)}.*\n\n" + _fold(f"All {len(view.rank_ids(d))} ranks",
-                                                     rank_table(d, all_ranks=True, limit=n))
+                s += f"\n\n*{md(note)}.*\n\n" + _fold(
+                    f"All {len(view.rank_ids(d))} ranks", rank_table(d, all_ranks=True, limit=n)
+                )
             return s
+
         parts.append(("ranks", ranks_md))
 
         def cross_md(n):
             c = a.get("cross_rank") or {}
             lines = ["## Across ranks", ""]
             if c.get("step_time_spread_us") is not None:
-                lines.append(f"- Step-time spread (max − min, median over steps): {view.ms(c['step_time_spread_us'])} ms "
-                             f"({view.pct(c.get('step_time_spread_share'))} of the median step)")
+                lines.append(
+                    f"- Step-time spread (max − min, median over steps): {view.ms(c['step_time_spread_us'])} ms "
+                    f"({view.pct(c.get('step_time_spread_share'))} of the median step)"
+                )
             if c.get("imbalance_score") is not None:
                 lines.append(f"- Imbalance score: {c['imbalance_score']:.2f} (0 = balanced)")
             for col in ("step_time", "compute", "dataloader_wait", "comm_exposed"):
                 sp = view.spread(d, col)
                 if sp and len(a["ranks"]) > 2:
-                    lines.append(f"- {md(view.LABEL.get(col, col.replace('_', ' ')))} per rank, ms: min {view.ms(sp['min'])}, "
-                                 f"p10 {view.ms(sp['p10'])}, median {view.ms(sp['median'])}, p90 {view.ms(sp['p90'])}, "
-                                 f"max {view.ms(sp['max'])}")
+                    lines.append(
+                        f"- {md(view.LABEL.get(col, col.replace('_', ' ')))} per rank, ms: min {view.ms(sp['min'])}, "
+                        f"p10 {view.ms(sp['p10'])}, median {view.ms(sp['median'])}, p90 {view.ms(sp['p90'])}, "
+                        f"max {view.ms(sp['max'])}"
+                    )
             strag = view.stragglers(d)
             for s in strag[:n]:
-                lines.append(f"- **Straggler: rank {md(s['rank'])}** reaches the step's collectives "
-                             f"{s['late_us'] / 1000:.2f} ms after the median of the others "
-                             f"({view.pct(s.get('late_share'))} of a step; last in {s.get('steps_late')} of "
-                             f"{s.get('steps')} steps)")
+                lines.append(
+                    f"- **Straggler: rank {md(s['rank'])}** reaches the step's collectives "
+                    f"{s['late_us'] / 1000:.2f} ms after the median of the others "
+                    f"({view.pct(s.get('late_share'))} of a step; last in {s.get('steps_late')} of "
+                    f"{s.get('steps')} steps)"
+                )
             if not strag and len(a["ranks"]) > 1:
                 lines.append("- No straggler.")
             for note in c.get("notes") or []:
                 lines.append(f"- {md(note)}")
             return "\n".join(lines)
+
         parts.append(("cross", cross_md))
 
         def step_md(n):
             ranks, _ = view.select_ranks(d, limit=3)
-            blocks = ["## Representative step", "",
-                      "Each rank's median-duration step; the most expensive GPU kernels in it."]
+            blocks = [
+                "## Representative step",
+                "",
+                "Each rank's median-duration step; the most expensive GPU kernels in it.",
+            ]
             for r in ranks[:3]:
                 t = a["ranks"][r].get("timeline") or {}
                 tk = (t.get("top_kernels") or [])[:n]
                 if not tk:
                     continue
-                rows = [[md(k["name"]), "comm" if k.get("comm") else "compute", f"{k['us'] / 1000:.2f}", md(k["count"])]
-                        for k in tk]
-                blocks += ["", f"**Rank {md(r)}**, step {md(t.get('step'))} ({view.ms(t.get('duration_us'))} ms):", "",
-                           _table(["kernel", "kind", "ms", "count"], rows)]
+                rows = [
+                    [md(k["name"]), "comm" if k.get("comm") else "compute", f"{k['us'] / 1000:.2f}", md(k["count"])]
+                    for k in tk
+                ]
+                blocks += [
+                    "",
+                    f"**Rank {md(r)}**, step {md(t.get('step'))} ({view.ms(t.get('duration_us'))} ms):",
+                    "",
+                    _table(["kernel", "kind", "ms", "count"], rows),
+                ]
             return "\n".join(blocks) if len(blocks) > 3 else ""
+
         parts.append(("step", step_md))
     if plots:
         # no image links: a relative path breaks once the text is pasted into a GitHub or Jira comment
-        parts.append(("plots", lambda n: "## Plots\n\nAttach `report.html` (every plot inside, one file) or these "
-                                         "PNG files to the ticket:\n\n" + "\n".join(f"- `{md(p)}`: {md(t)}" for p, t in plots)))
+        parts.append(
+            (
+                "plots",
+                lambda n: (
+                    "## Plots\n\nAttach `report.html` (every plot inside, one file) or these "
+                    "PNG files to the ticket:\n\n" + "\n".join(f"- `{md(p)}`: {md(t)}" for p, t in plots)
+                ),
+            )
+        )
     elif a:
-        parts.append(("plots", lambda n: "## Plots\n\nThe plots are in `report.html` and `plots/` "
-                                         "(`ddpdoctor report report.json --format html`)."))
+        parts.append(
+            (
+                "plots",
+                lambda n: (
+                    "## Plots\n\nThe plots are in `report.html` and `plots/` "
+                    "(`ddpdoctor report report.json --format html`)."
+                ),
+            )
+        )
     events = view.log_events(d)
     if events:
+
         def logs_md(n):
             key = view.ordered_events(d)
-            rows = [[md("?" if e.get("rank") is None else e["rank"]), md(view.event_kind(e.get("kind"))),
-                     md(view.plain(e.get("text"))[:300]), md(f"{e.get('file', '')}:{e.get('line_no', '')}")] for e in key[:n]]
+            rows = [
+                [
+                    md("?" if e.get("rank") is None else e["rank"]),
+                    md(view.event_kind(e.get("kind"))),
+                    md(view.plain(e.get("text"))[:300]),
+                    md(f"{e.get('file', '')}:{e.get('line_no', '')}"),
+                ]
+                for e in key[:n]
+            ]
             more = f"\n\n*{len(key) - n} more events in report.json.*" if len(key) > n else ""
-            return "## Log events\n\n" + _fold(f"{_n(len(key), 'event')} from "
-                                               f"{_n(len((d.get('logs') or {}).get('files') or []), 'log file')}", _table(["rank", "kind", "line", "where"], rows) + more)
+            return "## Log events\n\n" + _fold(
+                f"{_n(len(key), 'event')} from {_n(len((d.get('logs') or {}).get('files') or []), 'log file')}",
+                _table(["rank", "kind", "line", "where"], rows) + more,
+            )
+
         parts.append(("logs", logs_md))
     if d.get("warnings") or d.get("rule_errors") or d.get("abstained") or d.get("_plot_notes") or d.get("not_assessed"):
+
         def warn_md(n):
             items = [f"- warning: {md(w)}" for w in (d.get("warnings") or [])[:n]]
             items += [f"- rule error: {md(e)}" for e in d.get("rule_errors") or []]
-            items += [f"- not assessed: {md(x.get('rule'))} ({md(x.get('category'))}) needs "
-                      f"{md(', '.join(x.get('missing') or []))}" for x in d.get("abstained") or []]
+            items += [
+                f"- not assessed: {md(x.get('rule'))} ({md(x.get('category'))}) needs "
+                f"{md(', '.join(x.get('missing') or []))}"
+                for x in d.get("abstained") or []
+            ]
             items += [f"- {md(x)}" for x in d.get("_plot_notes") or []]
             items += [f"- not assessed: {md(x)}" for x in d.get("not_assessed") or []]
             return "## Warnings and gaps\n\n" + _fold(_n(len(items), "item"), "\n".join(items))
+
         parts.append(("warnings", warn_md))
     if d.get("facts"):
+
         def facts_md(n):
             rows = [[md_code(k) if "`" not in k else md(k), _val(v)] for k, v in list(d["facts"].items())[:n]]
-            return "## Facts the rules read\n\n" + _fold(_n(len(d['facts']), "fact"), _table(["fact", "value"], rows))
+            return "## Facts the rules read\n\n" + _fold(_n(len(d["facts"]), "fact"), _table(["fact", "value"], rows))
+
         parts.append(("facts", facts_md))
     return parts
 
@@ -300,11 +383,13 @@ def render_markdown(d: dict, plots: list[tuple[str, str]] | None = None) -> str:
         if s:
             out.append(s)
             used += len(s) + 2
-    footer = (f"---\n*ddpdoctor {md(d.get('ddpdoctor_version', ''))}, schema {md(d.get('schema', ''))}; "
-              f"inputs: {md(', '.join(map(str, d.get('inputs') or [])))[:500]}*")
+    footer = (
+        f"---\n*ddpdoctor {md(d.get('ddpdoctor_version', ''))}, schema {md(d.get('schema', ''))}; "
+        f"inputs: {md(', '.join(map(str, d.get('inputs') or [])))[:500]}*"
+    )
     if cut:
         footer = f"*Left out to fit one GitHub comment: {', '.join(cut)} (see report.json).*\n\n" + footer
     text = "\n\n".join(out + [footer]) + "\n"
-    if len(text) > MAX_CHARS:         # last resort; cannot happen with the budgets above unless a finding is huge
-        text = text[:MAX_CHARS - 200] + "\n\n*… truncated to fit one GitHub comment; see report.json.*\n"
+    if len(text) > MAX_CHARS:  # last resort; cannot happen with the budgets above unless a finding is huge
+        text = text[: MAX_CHARS - 200] + "\n\n*… truncated to fit one GitHub comment; see report.json.*\n"
     return text

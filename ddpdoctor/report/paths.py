@@ -50,4 +50,5 @@ def localize_doc(d: dict) -> dict:
         if isinstance(x, list):
             return [walk(v) for v in x]
         return x
+
     return walk(d)

@@ -15,10 +15,19 @@ import io
 from . import view
 
 DPI = 100
-EVENT_STYLE = {"oom": ("#d00000", "X"), "nccl_timeout": ("#9d0208", "s"), "gloo_timeout": ("#9d0208", "s"),
-               "exception": ("#e85d04", "D"), "crash": ("#6a040f", "X"), "killed": ("#370617", "v"),
-               "exit": ("#495057", "v"), "mismatch": ("#7209b7", "P"), "peer_error": ("#f48c06", "o"),
-               "torchrun_root": ("#000000", "*"), "progress": ("#adb5bd", ".")}
+EVENT_STYLE = {
+    "oom": ("#d00000", "X"),
+    "nccl_timeout": ("#9d0208", "s"),
+    "gloo_timeout": ("#9d0208", "s"),
+    "exception": ("#e85d04", "D"),
+    "crash": ("#6a040f", "X"),
+    "killed": ("#370617", "v"),
+    "exit": ("#495057", "v"),
+    "mismatch": ("#7209b7", "P"),
+    "peer_error": ("#f48c06", "o"),
+    "torchrun_root": ("#000000", "*"),
+    "progress": ("#adb5bd", "."),
+}
 
 
 def _fig(w: float, h: float, ncols: int = 1, width_ratios=None):
@@ -59,14 +68,19 @@ def breakdown(d: dict) -> bytes | None:
     ax.set_xlabel("rank" + (" (* straggler)" if strag & set(ranks) else ""))
     ax.set_ylabel("ms per step (mean)")
     ax.set_title("Where each rank's step time goes" + (f"\n({note})" if many else ""), fontsize=9 if many else 11)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14 if len(ranks) <= 12 else -0.24),
-              ncol=3, frameon=False)
+    ax.legend(
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14 if len(ranks) <= 12 else -0.24),
+        ncol=3,
+        frameon=False,
+    )
     if many:
         ax2 = axes[1]
         data = [[(view.segment(r, c) or 0.0) / 1000 for r in a["ranks"].values()] for c in cats]
         try:
             ax2.boxplot(data, orientation="horizontal", whis=(5, 95), widths=0.6)
-        except TypeError:      # matplotlib < 3.10
+        except TypeError:  # matplotlib < 3.10
             ax2.boxplot(data, vert=False, whis=(5, 95), widths=0.6)
         ax2.set_yticks(range(1, len(cats) + 1), [view.LABEL[c] for c in cats], fontsize=8)
         ax2.set_xlabel("ms per step")
@@ -91,8 +105,7 @@ def timeline(d: dict, max_ranks: int = 8) -> bytes | None:
         for c in view.partition(d):
             segs = [(s / 1000, (e - s) / 1000) for s, e in (t.get("segments") or {}).get(c) or []]
             if segs:
-                ax.broken_barh(segs, (i - 0.35, 0.7), color=view.COLOR[c],
-                               label=None if c in seen else view.LABEL[c])
+                ax.broken_barh(segs, (i - 0.35, 0.7), color=view.COLOR[c], label=None if c in seen else view.LABEL[c])
                 seen.add(c)
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
     ax.invert_yaxis()
@@ -113,14 +126,18 @@ def skew(d: dict) -> bytes | None:
 
     fig, axes = _fig(9, 3.4, 2)
     for ax, vals, title in (
-            (axes[0], [(late.get(r) or 0.0) / 1000 for r in ids], "Late arrival (wait-weighted)"),
-            (axes[1], [((a["ranks"][r].get("mean_us") or {}).get("compute") or 0.0) / 1000 for r in ids],
-             "Compute per rank")):
+        (axes[0], [(late.get(r) or 0.0) / 1000 for r in ids], "Late arrival (wait-weighted)"),
+        (
+            axes[1],
+            [((a["ranks"][r].get("mean_us") or {}).get("compute") or 0.0) / 1000 for r in ids],
+            "Compute per rank",
+        ),
+    ):
         x = [int(r) for r in ids]
         colors = ["#d00000" if r in strag else "#457b9d" for r in ids]
         if len(ids) <= 32:
             ax.bar(x, vals, color=colors)
-            ax.set_xticks(x, [str(r) for r in x], fontsize=8 if len(x) <= 16 else 6)   # ranks are integers
+            ax.set_xticks(x, [str(r) for r in x], fontsize=8 if len(x) <= 16 else 6)  # ranks are integers
         else:
             ax.scatter(x, vals, c=colors, s=8)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -153,7 +170,7 @@ def failure(d: dict) -> bytes | None:
             seen[k] = seen.get(k, 0) + 1
             pts.append((seen[k], e))
         xlabel = "event number within each rank's log (no timestamps: not comparable across ranks)"
-    if len(pts) > 400:           # keep every failure event, thin out the progress lines
+    if len(pts) > 400:  # keep every failure event, thin out the progress lines
         key = [p for p in pts if p[1]["kind"] != "progress"]
         rest = [p for p in pts if p[1]["kind"] == "progress"]
         pts = key + rest[:: max(1, len(rest) // max(1, 400 - len(key)))]
@@ -166,8 +183,15 @@ def failure(d: dict) -> bytes | None:
         by_kind.setdefault(e["kind"], []).append((x, row.get(e.get("rank"), unknown)))
     for kind, xy in sorted(by_kind.items(), key=lambda kv: kv[0] == "progress", reverse=True):
         color, marker = EVENT_STYLE.get(kind, ("#1d3557", "o"))
-        ax.scatter([p[0] for p in xy], [p[1] for p in xy], c=color, marker=marker, s=14 if kind == "progress" else 46,
-                   label=view.event_kind(kind), zorder=1 if kind == "progress" else 3)
+        ax.scatter(
+            [p[0] for p in xy],
+            [p[1] for p in xy],
+            c=color,
+            marker=marker,
+            s=14 if kind == "progress" else 46,
+            label=view.event_kind(kind),
+            zorder=1 if kind == "progress" else 3,
+        )
     labels = [f"rank {r}" for r in ranks] + (["rank ?"] if any(e.get("rank") is None for _, e in pts) else [])
     if len(labels) <= 24:
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
@@ -179,10 +203,12 @@ def failure(d: dict) -> bytes | None:
     return _png(fig)
 
 
-PLOTS = (("failure_events", "Log events per rank", failure),
-         ("breakdown", "Step-time breakdown per rank", breakdown),
-         ("timeline", "One representative step per rank", timeline),
-         ("skew", "Cross-rank skew", skew))
+PLOTS = (
+    ("failure_events", "Log events per rank", failure),
+    ("breakdown", "Step-time breakdown per rank", breakdown),
+    ("timeline", "One representative step per rank", timeline),
+    ("skew", "Cross-rank skew", skew),
+)
 
 
 def make_plots(d: dict) -> list[tuple[str, str, bytes]]:

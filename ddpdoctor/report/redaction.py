@@ -39,7 +39,7 @@ def redact_secrets(obj, _key: str | None = None, lenient: bool = False):
     (and everything under it) is replaced, every other string is scanned (``lenient``: for
     known credential formats only, as for kernel names and paths from traces)."""
     if _key is not None and secret_name(_key) and obj not in (None, "", [], {}):
-        if isinstance(obj, str):          # numbers under such names (token counts) are not secrets
+        if isinstance(obj, str):  # numbers under such names (token counts) are not secrets
             return REDACTED
         if isinstance(obj, list) and all(isinstance(x, str) for x in obj):
             return [REDACTED for _ in obj]
@@ -47,10 +47,12 @@ def redact_secrets(obj, _key: str | None = None, lenient: bool = False):
         obj = strip_terminal(obj)
         return redact_known_formats(obj) if lenient else redact_string(obj)
     if isinstance(obj, dict):
-        return {(redact_known_formats(strip_terminal(k)) if isinstance(k, str) else k): redact_secrets(v, str(k), lenient)
-                for k, v in obj.items()}
+        return {
+            (redact_known_formats(strip_terminal(k)) if isinstance(k, str) else k): redact_secrets(v, str(k), lenient)
+            for k, v in obj.items()
+        }
     if isinstance(obj, (list, tuple)):
-        if not lenient and obj and all(isinstance(x, str) for x in obj):      # an argv: `--hf-token`, `X`
+        if not lenient and obj and all(isinstance(x, str) for x in obj):  # an argv: `--hf-token`, `X`
             return _redact_argv_list(list(obj))
         return [redact_secrets(v, None, lenient) for v in obj]
     return obj
@@ -89,7 +91,9 @@ class HostRedactor:
         self.add_hosts(hosts)
 
     def add_hosts(self, names) -> None:
-        new = sorted({str(n).strip() for n in names if n and str(n).strip().lower() not in _NOT_HOSTS} - set(self.hosts))
+        new = sorted(
+            {str(n).strip() for n in names if n and str(n).strip().lower() not in _NOT_HOSTS} - set(self.hosts)
+        )
         for n in new:
             self._n += 1
             self.hosts[n] = f"host-{self._n}"
@@ -123,8 +127,11 @@ class HostRedactor:
         out = _IPV4.sub(self._ip, text)
         out = _IPV6.sub(lambda m: self._ip(m) if _v6(m.group(0)) else m.group(0), out)
         if self.hosts:
-            pat = re.compile(r"(?<![\w\-.])(" + "|".join(re.escape(h) for h in sorted(self.hosts, key=len, reverse=True))
-                             + r")(?![\w\-])")
+            pat = re.compile(
+                r"(?<![\w\-.])("
+                + "|".join(re.escape(h) for h in sorted(self.hosts, key=len, reverse=True))
+                + r")(?![\w\-])"
+            )
             out = pat.sub(lambda m: self.hosts[m.group(1)], out)
         return out
 
@@ -144,8 +151,14 @@ def redact_report(d: dict, redact_hosts: bool = False, hosts: HostRedactor | Non
     credential formats only; everything else with every pattern.  The input is not modified.
     Values under secret names anywhere in ``d`` are hidden wherever else they appear."""
     collect_secrets(d)
-    out = {k: (redact_secrets(copy.deepcopy(v), k, lenient=True) if k == "analysis" else
-               redact_secrets(copy.deepcopy(v), k)) for k, v in d.items()}
+    out = {
+        k: (
+            redact_secrets(copy.deepcopy(v), k, lenient=True)
+            if k == "analysis"
+            else redact_secrets(copy.deepcopy(v), k)
+        )
+        for k, v in d.items()
+    }
     if redact_hosts or hosts is not None:
         h = hosts or HostRedactor()
         h.collect(out)

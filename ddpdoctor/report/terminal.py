@@ -11,8 +11,15 @@ from .view import analysis, evidence_value, findings, rank_ids, select_ranks
 
 PERFORMANCE = ("dataloader", "communication", "compute", "imbalance", "config")
 # table columns: (key, header); "transfer" is exposed communication minus the wait for late peers
-TABLE = (("compute", "compute"), ("transfer", "comm"), ("comm_sync_wait", "sync wait"),
-         ("dataloader_wait", "loader"), ("memcpy", "memcpy"), ("host_idle", "host idle"), ("other", "other"))
+TABLE = (
+    ("compute", "compute"),
+    ("transfer", "comm"),
+    ("comm_sync_wait", "sync wait"),
+    ("dataloader_wait", "loader"),
+    ("memcpy", "memcpy"),
+    ("host_idle", "host idle"),
+    ("other", "other"),
+)
 
 
 def _pct(v) -> str:
@@ -24,15 +31,26 @@ def render_full(d: dict, width: int = WIDTH, report_dir: str | None = None) -> l
     lines += ["", "─" * min(width, 40), "Every finding", ""]
     for i, f in enumerate(findings(d), 1):
         ranks = f.get("ranks") or []
-        on = (f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:12]))}"
-              + (f", … {len(ranks)} in all" if len(ranks) > 12 else "") + ")") if ranks else ""
+        on = (
+            (
+                f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:12]))}"
+                + (f", … {len(ranks)} in all" if len(ranks) > 12 else "")
+                + ")"
+            )
+            if ranks
+            else ""
+        )
         cost = f" — {100 * f['cost']:.0f} % of the step" if f.get("cost") is not None else ""
         lines += wrap(f"[{f.get('rule')}] {f.get('title')}{on}{cost}", width, f"{i}. ", "   ")
         lines += wrap(f.get("summary") or "", width, "   ")
         ev = f.get("evidence") or {}
         if ev:
-            lines += wrap("; ".join(f"{k.replace('_', ' ')} {evidence_value(v, 80)}" for k, v in ev.items()),
-                          width, "   measured: ", "   ")
+            lines += wrap(
+                "; ".join(f"{k.replace('_', ' ')} {evidence_value(v, 80)}" for k, v in ev.items()),
+                width,
+                "   measured: ",
+                "   ",
+            )
         for fx in f.get("fixes") or []:
             lines += wrap(fx.get("title") or "", width, "   fix: ", "        ")
             lines += block(fx.get("change") or "", width, "      ")
@@ -57,8 +75,12 @@ def _not_assessed(d: dict, width: int) -> list[str]:
         cats.setdefault(a["category"], []).append(a)
     for c, lst in sorted(cats.items()):
         missing = sorted({m for a in lst for m in a.get("missing") or []})
-        out += wrap(f"{c} ({', '.join(a['rule'] for a in lst)}): needs {', '.join(missing)}", width,
-                    "Not assessed, evidence missing: ", "  ")
+        out += wrap(
+            f"{c} ({', '.join(a['rule'] for a in lst)}): needs {', '.join(missing)}",
+            width,
+            "Not assessed, evidence missing: ",
+            "  ",
+        )
     for line in d.get("not_assessed") or []:
         out += wrap(line, width, "Not assessed: ", "  ")
     return out
@@ -75,9 +97,16 @@ def _table(d: dict, width: int) -> list[str]:
     kinds = sorted({(r.get("device_kind") or "?").upper() for r in ranks.values()})
     backends = sorted({r.get("backend") for r in ranks.values() if r.get("backend")})
     out = [""]
-    out += wrap(f"{plural(len(ranks), 'rank')}" + (f" of world size {a['world_size']}" if a.get("world_size") else "")
-                + f", {'/'.join(kinds)} trace" + (f" ({', '.join(backends)})" if backends else "")
-                + f", steps from {first.get('step_source')}", width, "Per rank: ", "  ")
+    out += wrap(
+        f"{plural(len(ranks), 'rank')}"
+        + (f" of world size {a['world_size']}" if a.get("world_size") else "")
+        + f", {'/'.join(kinds)} trace"
+        + (f" ({', '.join(backends)})" if backends else "")
+        + f", steps from {first.get('step_source')}",
+        width,
+        "Per rank: ",
+        "  ",
+    )
     out += wrap(" ".join(partial_reasons(d)), width, "  partial: ", "  ") if d.get("partial") else []
     out += _hosts(a, width)
     out += _decoders(ranks, width)
@@ -87,16 +116,23 @@ def _table(d: dict, width: int) -> list[str]:
     for r in shown:
         row = ranks[r]
         step = (row.get("mean_us") or {}).get("step_time")
-        out.append(cut(f"{r:>5} {row.get('steps', 0):>5} {'–' if step is None else f'{step / 1000:.2f}':>8}"
-                       + "".join(f" {_pct(_share(row, k)):>9}" for k, _ in cols), width))
+        out.append(
+            cut(
+                f"{r:>5} {row.get('steps', 0):>5} {'–' if step is None else f'{step / 1000:.2f}':>8}"
+                + "".join(f" {_pct(_share(row, k)):>9}" for k, _ in cols),
+                width,
+            )
+        )
     if note:
         out += wrap(note, width, "  (", "   ")
         out[-1] += ")"
-    out += wrap("comm: communication that compute does not hide, without the wait for late peers (sync wait)",
-                width, "  ", "  ")
+    out += wrap(
+        "comm: communication that compute does not hide, without the wait for late peers (sync wait)", width, "  ", "  "
+    )
     out += _costs(d, width) + _cross(d, a, width)
-    notes = sorted({n for r in ranks.values() for n in r.get("notes") or []}
-                   | set((a.get("cross_rank") or {}).get("notes") or []))
+    notes = sorted(
+        {n for r in ranks.values() for n in r.get("notes") or []} | set((a.get("cross_rank") or {}).get("notes") or [])
+    )
     for n in notes:
         out += wrap(n, width, "note: ", "  ")
     out += _hta(a, width)
@@ -105,16 +141,18 @@ def _table(d: dict, width: int) -> list[str]:
 
 def _hosts(a: dict, width: int) -> list[str]:
     """Which host recorded which ranks, and how the host was known (bundle/hosts.py)."""
-    by = ((a.get("hosts") or {}).get("by_rank") or {})
+    by = (a.get("hosts") or {}).get("by_rank") or {}
     if not by:
         return []
     groups: dict[tuple, list[int]] = {}
     for r, x in by.items():
         groups.setdefault((str(x.get("host")), str(x.get("source"))), []).append(int(r))
     sources = {src for _, src in groups}
-    parts = [f"{host} (rank{'s' if len(rs) > 1 else ''} {compact_ranks(sorted(rs))}"
-             + (f", from the {_SOURCE.get(src, src)})" if len(sources) > 1 else ")") for (host, src), rs in
-             sorted(groups.items(), key=lambda kv: min(kv[1]))]
+    parts = [
+        f"{host} (rank{'s' if len(rs) > 1 else ''} {compact_ranks(sorted(rs))}"
+        + (f", from the {_SOURCE.get(src, src)})" if len(sources) > 1 else ")")
+        for (host, src), rs in sorted(groups.items(), key=lambda kv: min(kv[1]))
+    ]
     tail = f"; from the {_SOURCE.get(next(iter(sources)), next(iter(sources)))}" if len(sources) == 1 else ""
     return wrap(", ".join(parts) + tail, width, "  hosts: ", "  ")
 
@@ -127,13 +165,18 @@ def _decoders(ranks: dict, width: int) -> list[str]:
             groups.setdefault(row["decoder"], []).append(int(r))
     if len(groups) == 1:
         return wrap(next(iter(groups)), width, "  decoded by: ", "  ")
-    parts = [f"{dec} (rank{'s' if len(rs) > 1 else ''} {compact_ranks(sorted(rs))})"
-             for dec, rs in sorted(groups.items(), key=lambda kv: min(kv[1]))]
+    parts = [
+        f"{dec} (rank{'s' if len(rs) > 1 else ''} {compact_ranks(sorted(rs))})"
+        for dec, rs in sorted(groups.items(), key=lambda kv: min(kv[1]))
+    ]
     return wrap("; ".join(parts), width, "  decoded by: ", "  ") if parts else []
 
 
-_SOURCE = {"trace": "traces' host_name", "file name": "trace handler's file names ({host}_{pid}.…)",
-           "folder": "folder each trace was given in"}
+_SOURCE = {
+    "trace": "traces' host_name",
+    "file name": "trace handler's file names ({host}_{pid}.…)",
+    "folder": "folder each trace was given in",
+}
 
 
 def _share(row: dict, key: str):
@@ -150,9 +193,11 @@ def _costs(d: dict, width: int) -> list[str]:
     costs = d.get("costs") or []
     if not costs:
         return []
-    parts = [f"{c.get('label')} {_pct(c.get('cost'))} [{c.get('rule')}]"
-             + ("" if c.get("material") and c.get("eligible") else f" (not decisive: {c.get('why_not') or 'small'})")
-             for c in costs[:5]]
+    parts = [
+        f"{c.get('label')} {_pct(c.get('cost'))} [{c.get('rule')}]"
+        + ("" if c.get("material") and c.get("eligible") else f" (not decisive: {c.get('why_not') or 'small'})")
+        for c in costs[:5]
+    ]
     return wrap("; ".join(parts), width, "Costs, ranked: ", "  ")
 
 
@@ -161,15 +206,24 @@ def _cross(d: dict, a: dict, width: int) -> list[str]:
     out = []
     if cr.get("step_time_spread_us") is not None:
         score = cr.get("imbalance_score")
-        out += wrap(f"step-time spread {cr['step_time_spread_us'] / 1000:.2f} ms "
-                    f"({_pct(cr.get('step_time_spread_share'))} of the median step); imbalance score "
-                    f"{'–' if score is None else f'{score:.2f}'} (0 = balanced); "
-                    f"{plural(cr.get('matched_collectives') or 0, 'collective')} matched", width,
-                    "Across ranks: ", "  ")
+        out += wrap(
+            f"step-time spread {cr['step_time_spread_us'] / 1000:.2f} ms "
+            f"({_pct(cr.get('step_time_spread_share'))} of the median step); imbalance score "
+            f"{'–' if score is None else f'{score:.2f}'} (0 = balanced); "
+            f"{plural(cr.get('matched_collectives') or 0, 'collective')} matched",
+            width,
+            "Across ranks: ",
+            "  ",
+        )
     for st in (cr.get("stragglers") or [])[:5]:
-        out += wrap(f"rank {st['rank']} reaches the step's collectives {st['late_us'] / 1000:.2f} ms after the "
-                    f"median of the other ranks ({_pct(st.get('late_share'))} of a step; last to arrive in "
-                    f"{st.get('steps_late')} of {plural(st.get('steps') or 0, 'step')})", width, "Straggler: ", "  ")
+        out += wrap(
+            f"rank {st['rank']} reaches the step's collectives {st['late_us'] / 1000:.2f} ms after the "
+            f"median of the other ranks ({_pct(st.get('late_share'))} of a step; last to arrive in "
+            f"{st.get('steps_late')} of {plural(st.get('steps') or 0, 'step')})",
+            width,
+            "Straggler: ",
+            "  ",
+        )
     shapes = cr.get("input_shapes_by_rank") or {}
     if len({str(v) for v in shapes.values()}) > 1:
         out += wrap("; ".join(f"rank {r} {x}" for r, x in sorted(shapes.items())), width, "Input shapes: ", "  ")
@@ -184,8 +238,12 @@ def _hta(a: dict, width: int) -> list[str]:
         return wrap(f"unavailable: {hta['error']}", width, "HTA cross-check ", "  ")
     out = []
     for r, h in list((hta.get("ranks") or {}).items())[:2]:
-        out += wrap(f"compute {_pct(h.get('compute_share'))}, GPU idle {_pct(h.get('idle_share'))}, comm overlapped by "
-                    f"compute {_pct(h.get('comm_comp_overlap'))}; idle causes: host wait "
-                    f"{_pct(h.get('idle_host_wait'))}, kernel wait {_pct(h.get('idle_kernel_wait'))}",
-                    width, f"HTA cross-check, rank {r} (whole trace): ", "  ")
+        out += wrap(
+            f"compute {_pct(h.get('compute_share'))}, GPU idle {_pct(h.get('idle_share'))}, comm overlapped by "
+            f"compute {_pct(h.get('comm_comp_overlap'))}; idle causes: host wait "
+            f"{_pct(h.get('idle_host_wait'))}, kernel wait {_pct(h.get('idle_kernel_wait'))}",
+            width,
+            f"HTA cross-check, rank {r} (whole trace): ",
+            "  ",
+        )
     return out

@@ -40,7 +40,9 @@ def headline(d: dict) -> str:
         if v.get("confidence") is not None:
             perf += f" (confidence {v.get('confidence_label')}, {v['confidence']:.2f})"
     if v.get("failed"):
-        first = next((f for f in d.get("findings") or [] if f.get("category") in ("failure", "network", "memory")), None)
+        first = next(
+            (f for f in d.get("findings") or [] if f.get("category") in ("failure", "network", "memory")), None
+        )
         head = "the run failed" + (f": {first['title']}" if first and first.get("title") else "")
         return head + (f" (recorded steps: {perf})" if perf else "")
     return perf or "no performance verdict"
@@ -51,7 +53,7 @@ def verdict_summary(d: dict) -> str:
     s = v.get("summary") or ""
     label = v.get("label")
     if label and s.startswith(label + ": "):
-        s = s[len(label) + 2:]
+        s = s[len(label) + 2 :]
     return s
 
 
@@ -66,8 +68,9 @@ def partition(d: dict) -> list[str]:
     a = analysis(d) or {}
     kinds = {r.get("device_kind") for r in (a.get("ranks") or {}).values()}
     part = list((a.get("partition") or {}).get("gpu" if "gpu" in kinds else "cpu") or [c for c, _, _ in CATEGORIES])
-    if "comm_exposed" in part and any(((r.get("mean_us") or {}).get("comm_sync_wait") or 0) > 0
-                                      for r in (a.get("ranks") or {}).values()):
+    if "comm_exposed" in part and any(
+        ((r.get("mean_us") or {}).get("comm_sync_wait") or 0) > 0 for r in (a.get("ranks") or {}).values()
+    ):
         part.append("comm_sync_wait")
     return [c for c, _, _ in CATEGORIES if c in part]
 
@@ -106,10 +109,11 @@ def select_ranks(d: dict, limit: int = MAX_RANKS_SHOWN) -> tuple[list[str], str 
         return ids, None
     by = sorted(ids, key=lambda r: (step_ms(d, r) or 0.0, int(r)))
     keep = {by[0], by[1], by[len(by) // 2], by[len(by) // 2 - 1], by[-2], by[-1]}
-    keep |= {str(s["rank"]) for s in stragglers(d)[:limit - len(keep)]}
+    keep |= {str(s["rank"]) for s in stragglers(d)[: limit - len(keep)]}
     chosen = [r for r in ids if r in keep]
-    return chosen, (f"showing {len(chosen)} of {len(ids)} ranks: the fastest, median and slowest by step time, "
-                    "and the stragglers")
+    return chosen, (
+        f"showing {len(chosen)} of {len(ids)} ranks: the fastest, median and slowest by step time, and the stragglers"
+    )
 
 
 def spread(d: dict, col: str) -> dict | None:
@@ -143,11 +147,20 @@ def findings(d: dict) -> list[dict]:
 
 
 # A log event's kind (logs.model.KINDS) in the words a ticket reader knows.
-EVENT_WORDS = {"oom": "out of memory", "nccl_timeout": "NCCL timeout", "work_state": "NCCL work state",
-               "dump_signal": "Flight Recorder dump", "gloo_timeout": "gloo timeout", "nccl_warn": "NCCL warning",
-               "nccl_error": "NCCL error", "torchrun_root": "torchrun's root cause",
-               "torchrun_failure": "torchrun failure", "mismatch": "collective mismatch", "network": "network fault",
-               "net_setting": "network setting"}
+EVENT_WORDS = {
+    "oom": "out of memory",
+    "nccl_timeout": "NCCL timeout",
+    "work_state": "NCCL work state",
+    "dump_signal": "Flight Recorder dump",
+    "gloo_timeout": "gloo timeout",
+    "nccl_warn": "NCCL warning",
+    "nccl_error": "NCCL error",
+    "torchrun_root": "torchrun's root cause",
+    "torchrun_failure": "torchrun failure",
+    "mismatch": "collective mismatch",
+    "network": "network fault",
+    "net_setting": "network setting",
+}
 
 
 def event_kind(kind) -> str:
@@ -164,8 +177,11 @@ def plain(text) -> str:
     import unicodedata
 
     s = "" if text is None else str(text)
-    return "".join(ch for ch in s if not (ord(ch) > 0x2100 and unicodedata.category(ch) in ("So", "Sk", "Cs"))
-                   and ch not in "\ufe0e\ufe0f\u200d").rstrip()
+    return "".join(
+        ch
+        for ch in s
+        if not (ord(ch) > 0x2100 and unicodedata.category(ch) in ("So", "Sk", "Cs")) and ch not in "\ufe0e\ufe0f\u200d"
+    ).rstrip()
 
 
 def timed_events(d: dict) -> tuple[list[tuple[float, dict]], bool]:
@@ -206,7 +222,7 @@ def _evidence_key(k: str) -> tuple[str, str]:
     """(words, unit) of an evidence key: ``extra_us`` → ("extra", "us"), ``wait_share`` → ("wait", "share")."""
     for unit in ("us", "share", "mb", "bytes"):
         if k.endswith("_" + unit):
-            return k[:-len(unit) - 1].replace("_", " "), unit
+            return k[: -len(unit) - 1].replace("_", " "), unit
     return k.replace("_", " "), ""
 
 
@@ -256,4 +272,6 @@ def ordered_events(d: dict) -> list[dict]:
     if complete and timed:
         ids = {id(e) for e in key}
         return [e for _, e in timed if id(e) in ids]
-    return sorted(key, key=lambda e: (e.get("rank") is None, e.get("rank") or 0, str(e.get("file")), e.get("line_no") or 0))
+    return sorted(
+        key, key=lambda e: (e.get("rank") is None, e.get("rank") or 0, str(e.get("file")), e.get("line_no") or 0)
+    )

@@ -15,10 +15,9 @@ and the source and the values set over the run's in the file's header.
 from __future__ import annotations
 
 import json
+import tomllib
 from functools import lru_cache
 from pathlib import Path
-
-import tomllib
 
 from ..fact_catalogue import default_catalogue
 from .model import Rule, RuleError, key_line
@@ -40,14 +39,16 @@ def load_base_facts(folder: Path) -> dict:
         raise RuleError(f"{path}: cannot read base facts ({exc})") from None
     nulls = tomllib.loads(text).get("null", [])
     if not isinstance(facts, dict) or not isinstance(nulls, list):
-        raise RuleError(f"{path}:1: base facts are null = [names recorded as null] and a [facts] table of "
-                        "\"dotted.name\" = value")
+        raise RuleError(
+            f'{path}:1: base facts are null = [names recorded as null] and a [facts] table of "dotted.name" = value'
+        )
     facts = {**{n: None for n in nulls}, **facts}
     catalogue = default_catalogue()
     for name in facts:
         if name not in catalogue:
-            raise RuleError(f"{path}:{key_line(text, name)}: unknown fact {name!r} "
-                            "(not in the fact catalogue rules/facts.toml)")
+            raise RuleError(
+                f"{path}:{key_line(text, name)}: unknown fact {name!r} (not in the fact catalogue rules/facts.toml)"
+            )
     return dict(facts)
 
 
@@ -96,8 +97,10 @@ def _has_null(value) -> bool:
 
 def base_text(facts: dict, names: set[str], source: str, overrides: dict) -> str:
     ranks = [int(r) for r in facts.get("run.ranks") or []]
-    lines = [f"# Base facts of the [[test]] cases of this folder's rules: written by `{source}`",
-             "# (docs/RULES.md, Testing rules). Regenerate rather than edit; a case states what differs."]
+    lines = [
+        f"# Base facts of the [[test]] cases of this folder's rules: written by `{source}`",
+        "# (docs/RULES.md, Testing rules). Regenerate rather than edit; a case states what differs.",
+    ]
     if overrides:
         shown = ", ".join(f"{k} = {_toml_value(v)}" for k, v in overrides.items())
         lines.append(f"# Set over the run's values: {shown}")
@@ -109,6 +112,11 @@ def base_text(facts: dict, names: set[str], source: str, overrides: dict) -> str
             nulls.append(name)
         elif (name in facts or name in overrides) and not _has_null(value):
             table.append(f"{json.dumps(name)} = {_toml_value(value)}")
-    lines += ["# recorded as null (TOML has no null): by the run, or set so by the source's null list or --null",
-              f"null = {_toml_value(nulls)}", "", "[facts]", *table]
+    lines += [
+        "# recorded as null (TOML has no null): by the run, or set so by the source's null list or --null",
+        f"null = {_toml_value(nulls)}",
+        "",
+        "[facts]",
+        *table,
+    ]
     return "\n".join(lines) + "\n"

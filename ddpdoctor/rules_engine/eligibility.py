@@ -11,8 +11,12 @@ def is_sporadic(f: Finding, facts: dict, t: dict) -> bool:
     """A cost that shows on some ranks only and in few of their steps. Every rank runs the same
     training code, so the workload's own cost shows on every rank, step after step."""
     analyzed = facts.get("run.ranks_analyzed")
-    return (isinstance(analyzed, int) and 0 < len(f.ranks or []) < analyzed
-            and f.agreement is not None and f.agreement < t["sporadic_max_agreement"])
+    return (
+        isinstance(analyzed, int)
+        and 0 < len(f.ranks or []) < analyzed
+        and f.agreement is not None
+        and f.agreement < t["sporadic_max_agreement"]
+    )
 
 
 def late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict) -> Finding | None:
@@ -27,8 +31,12 @@ def late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict) -> Find
     materiality = t.get("materiality", {})
     for f in findings:
         cols = t.get("own_variation_columns", {}).get(f.category, ())
-        if (column in cols and f.cost is not None and f.cost >= materiality.get(f.category, 0.0)
-                and len(set(f.ranks or [])) >= analyzed):
+        if (
+            column in cols
+            and f.cost is not None
+            and f.cost >= materiality.get(f.category, 0.0)
+            and len(set(f.ranks or [])) >= analyzed
+        ):
             return f
     return None
 
@@ -66,5 +74,9 @@ def unexplained_straggler(facts: dict, t: dict) -> bool:
     if facts.get("straggler.extra_column") in cols:
         return True
     extra, late = facts.get("straggler.extra_us"), facts.get("straggler.late_us")
-    return (isinstance(extra, (int, float)) and isinstance(late, (int, float)) and late > 0
-            and extra < t["attributed_min_share"] * late)
+    return (
+        isinstance(extra, (int, float))
+        and isinstance(late, (int, float))
+        and late > 0
+        and extra < t["attributed_min_share"] * late
+    )

@@ -25,10 +25,10 @@ class FixOut:
     title: str
     change: str
     kind: str
-    not_recorded: list[str] = field(default_factory=list)   # values the fix needed but the run did not record
-    knob: str | None = None        # the setting the fix changes (see model.Fix)
-    value: str | None = None       # its new value, rendered
-    framework: str | None = None   # set when `change` is phrased in that framework's settings (frameworks.py)
+    not_recorded: list[str] = field(default_factory=list)  # values the fix needed but the run did not record
+    knob: str | None = None  # the setting the fix changes (see model.Fix)
+    value: str | None = None  # its new value, rendered
+    framework: str | None = None  # set when `change` is phrased in that framework's settings (frameworks.py)
 
 
 @dataclass
@@ -44,19 +44,19 @@ class Finding:
     fixes: list[FixOut]
     why: str = ""
     references: list[str] = field(default_factory=list)
-    cost: float | None = None                 # share of step time (0..1)
-    expected_speedup: float | None = None     # upper bound if the cost were removed
+    cost: float | None = None  # share of step time (0..1)
+    expected_speedup: float | None = None  # upper bound if the cost were removed
     agreement: float | None = None
     confidence: float | None = None
     not_recorded: list[str] = field(default_factory=list)
     label: str = ""
-    order: str = "cost"                       # its class in rules/metrics.toml [order] (model.order_class)
+    order: str = "cost"  # its class in rules/metrics.toml [order] (model.order_class)
 
 
 @dataclass
 class Outcome:
     rule: str
-    status: str                  # "fire", "quiet", "abstain" or "error"
+    status: str  # "fire", "quiet", "abstain" or "error"
     finding: Finding | None = None
     missing: list[str] = field(default_factory=list)
     error: str | None = None
@@ -65,8 +65,11 @@ class Outcome:
 def plain(v):
     """A JSON-able version of an evaluated value."""
     if isinstance(v, Vec):
-        return {int(r): plain(x) for r, x in zip(v.ranks, v.values)} if len(set(v.ranks.tolist())) == len(v) \
+        return (
+            {int(r): plain(x) for r, x in zip(v.ranks, v.values)}
+            if len(set(v.ranks.tolist())) == len(v)
             else [plain(x) for x in v.values]
+        )
     if isinstance(v, (np.floating, np.integer, np.bool_)):
         v = v.item()
     if isinstance(v, float):
@@ -168,10 +171,12 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         if fx.applies_if is not None:
             ok = _single(fx.applies_if(look), "applies_if")
             if isinstance(ok, Missing):
-                assumed |= set(ok.names)       # cannot tell: keep the fix and say what was not known
+                assumed |= set(ok.names)  # cannot tell: keep the fix and say what was not known
             elif not ok:
                 continue
-        place.append(0 if _holds(fx.leads_if, look, "leads_if") else 2 if _holds(fx.trails_if, look, "trails_if") else 1)
+        place.append(
+            0 if _holds(fx.leads_if, look, "leads_if") else 2 if _holds(fx.trails_if, look, "trails_if") else 1
+        )
         title, m1 = fx.title.render(look)
         change, m2 = fx.change.render(look)
         value, m3 = fx.value.render(look) if fx.value is not None else (None, set())
@@ -180,15 +185,37 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         in_framework = phrase(look("run.framework"), fx.knob, value)
         if in_framework is not None:
             change = phrased_change(in_framework, change)
-        fixes.append(FixOut(title.strip(), change, fx.kind, sorted(assumed | m1 | m2 | m3),
-                            knob=fx.knob, value=value, framework=in_framework.framework if in_framework else None))
+        fixes.append(
+            FixOut(
+                title.strip(),
+                change,
+                fx.kind,
+                sorted(assumed | m1 | m2 | m3),
+                knob=fx.knob,
+                value=value,
+                framework=in_framework.framework if in_framework else None,
+            )
+        )
     # the fix the evidence selects first (`leads_if`), the others as written (sorted() is stable)
     fixes = [fx for _p, fx in sorted(zip(place, fixes), key=lambda pf: pf[0])]
     evidence = {k: plain(v) for k, v in look.values.items() if not isinstance(v, Missing)}
     return Finding(
-        rule=rule.id, name=rule.name, category=rule.category, severity=rule.severity, title=rule.title,
-        summary=re.sub(r"\s+", " ", summary).strip(), ranks=ranks, evidence=evidence, fixes=fixes,
-        why=rule.why, references=rule.references, cost=cost,
+        rule=rule.id,
+        name=rule.name,
+        category=rule.category,
+        severity=rule.severity,
+        title=rule.title,
+        summary=re.sub(r"\s+", " ", summary).strip(),
+        ranks=ranks,
+        evidence=evidence,
+        fixes=fixes,
+        why=rule.why,
+        references=rule.references,
+        cost=cost,
         expected_speedup=_speedup(cost) if cost is not None else None,
-        agreement=agreement, confidence=confidence, not_recorded=sorted(missing),
-        label=rule.label or f"{rule.category}-bound", order=order_class(rule.order, rule.category, rule.severity))
+        agreement=agreement,
+        confidence=confidence,
+        not_recorded=sorted(missing),
+        label=rule.label or f"{rule.category}-bound",
+        order=order_class(rule.order, rule.category, rule.severity),
+    )

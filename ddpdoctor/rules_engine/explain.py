@@ -10,8 +10,14 @@ from .model import Rule
 
 def _code(text: str, width: int, indent: str) -> list[str]:
     """An expression or fact name wrapped at spaces (never inside a word), each line indented."""
-    return textwrap.wrap(" ".join(text.split()), width=max(20, width), initial_indent=indent,
-                         subsequent_indent=indent + "  ", break_long_words=False, break_on_hyphens=False) or [indent]
+    return textwrap.wrap(
+        " ".join(text.split()),
+        width=max(20, width),
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [indent]
 
 
 def _shown_path(path) -> str:
@@ -39,10 +45,16 @@ def _fit(lines: list[str], width: int) -> list[str]:
             out.append(line)
             continue
         body = line.lstrip()
-        lead = line[:len(line) - len(body)]
+        lead = line[: len(line) - len(body)]
         more = lead + ("# " if body.startswith("# ") else "    ")
-        out += textwrap.wrap(body, width=max(20, width), initial_indent=lead, subsequent_indent=more,
-                             break_long_words=False, break_on_hyphens=False) or [line]
+        out += textwrap.wrap(
+            body,
+            width=max(20, width),
+            initial_indent=lead,
+            subsequent_indent=more,
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [line]
     return out
 
 
@@ -62,7 +74,9 @@ def explain(rule: Rule, overrides: dict | None = None, width: int = WIDTH) -> st
             now = f"  (set to {overrides[p.name]})" if overrides and p.name in overrides else ""
             out += wrap(f"{p.name} = {p.default!r}{now}" + (f" — {p.help}" if p.help else ""), width, "  ", "    ")
     if rule.evidence:
-        out += ["", "Evidence:"] + [ln for k, e in rule.evidence.items() for ln in _code(f"{k} = {e.source}", width, "  ")]
+        out += ["", "Evidence:"] + [
+            ln for k, e in rule.evidence.items() for ln in _code(f"{k} = {e.source}", width, "  ")
+        ]
     if rule.fixes:
         out += [""] + wrap("Fixes (<name>: filled in with the run's own value when the rule fires):", width)
         for fx in rule.fixes:

@@ -12,9 +12,9 @@ from statistics import median
 
 import numpy as np
 
+from ..expr import Vec
 from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
 from ..resources import metric_params
-from ..expr import Vec
 
 # derived columns: the exposed communication split into waiting for peers and transfer
 DERIVED = ("comm_wait_exposed", "comm_transfer_exposed")
@@ -51,8 +51,12 @@ def trace_facts(analysis) -> dict:
             facts[f"step.share.{c}"] = Vec(np.where(step_time > 0, v / step_time, np.nan), row_ranks)
     ranks = np.asarray([s.rank for s in analysis.summaries], dtype=int)
     for c in rows:
-        totals = np.asarray([np.nansum(rows[c][row_ranks == r]) if not np.all(np.isnan(rows[c][row_ranks == r]))
-                             else np.nan for r in ranks])
+        totals = np.asarray(
+            [
+                np.nansum(rows[c][row_ranks == r]) if not np.all(np.isnan(rows[c][row_ranks == r])) else np.nan
+                for r in ranks
+            ]
+        )
         n = np.asarray([max(1, int(np.sum(row_ranks == r))) for r in ranks])
         st = np.asarray([np.nansum(step_time[row_ranks == r]) for r in ranks])
         facts[f"rank.{c}"] = Vec(totals / n, ranks)
@@ -84,10 +88,17 @@ def trace_facts(analysis) -> dict:
         facts["run.gpu_model"] = devices[0]
     facts["trace.comm_source"] = analysis.summaries[0].comm_source if analysis.summaries else "none"
     # the biggest avoidable cost per (rank, step) row, for agreement across steps
-    shares = np.vstack([np.nan_to_num(rows[c] / np.where(step_time > 0, step_time, np.nan)) for c in avoidable]) \
-        if step_time.size else np.zeros((len(avoidable), 0))
-    facts["step.top_avoidable"] = Vec(np.asarray(avoidable, dtype=object)[np.argmax(shares, axis=0)]
-                                      if step_time.size else np.asarray([], dtype=object), row_ranks)
+    shares = (
+        np.vstack([np.nan_to_num(rows[c] / np.where(step_time > 0, step_time, np.nan)) for c in avoidable])
+        if step_time.size
+        else np.zeros((len(avoidable), 0))
+    )
+    facts["step.top_avoidable"] = Vec(
+        np.asarray(avoidable, dtype=object)[np.argmax(shares, axis=0)]
+        if step_time.size
+        else np.asarray([], dtype=object),
+        row_ranks,
+    )
     _cross_facts(analysis, facts, ranks)
     _input_facts(analysis, facts)
     return facts
@@ -103,16 +114,17 @@ def _input_facts(analysis, facts: dict) -> None:
     facts["cross.input_shapes"] = "constant" if len(distinct) == 1 else "varying"
     facts["cross.input_shape_count"] = len(distinct)
     facts["cross.input_shape_examples"] = [x if len(x) <= 80 else x[:77] + "..." for x in distinct[:3]]
-    by_rank = getattr(analysis.cross, "input_shapes_by_rank", {})      # frameworks branch: who holds which shapes
+    by_rank = getattr(analysis.cross, "input_shapes_by_rank", {})  # frameworks branch: who holds which shapes
     if len(set(by_rank.values())) > 1:
-        facts["cross.input_shapes_by_rank"] = "; ".join(f"rank {r}: {x if len(x) <= 80 else x[:77] + '...'}"
-                                                        for r, x in sorted(by_rank.items()))
+        facts["cross.input_shapes_by_rank"] = "; ".join(
+            f"rank {r}: {x if len(x) <= 80 else x[:77] + '...'}" for r, x in sorted(by_rank.items())
+        )
 
 
 def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
     cr = analysis.cross
     if len(ranks) < 2:
-        return                                  # cross-rank facts stay Missing: imbalance rules abstain
+        return  # cross-rank facts stay Missing: imbalance rules abstain
     facts["cross.imbalance_score"] = cr.imbalance_score
     facts["cross.step_spread_us"] = cr.step_time_spread_us
     facts["cross.step_spread_share"] = cr.step_time_spread_share
@@ -124,9 +136,15 @@ def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
     if not cr.stragglers:
         return
     worst = max(cr.stragglers, key=lambda s: s.late_us)
-    facts.update({"straggler.rank": worst.rank, "straggler.late_us": worst.late_us,
-                  "straggler.late_share": worst.late_share, "straggler.steps_late": worst.steps_late,
-                  "straggler.steps": worst.steps})
+    facts.update(
+        {
+            "straggler.rank": worst.rank,
+            "straggler.late_us": worst.late_us,
+            "straggler.late_share": worst.late_share,
+            "straggler.steps_late": worst.steps_late,
+            "straggler.steps": worst.steps,
+        }
+    )
     # where the straggler's extra time goes: its mean per column minus the median of the others
     by_rank = {s.rank: s for s in analysis.summaries}
     me = by_rank[worst.rank]
@@ -136,8 +154,11 @@ def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
     extra = {}
     for c in cols:
         mine = [v for v in me.values[c] if v is not None]
-        theirs = [float(np.mean([v for v in o.values[c] if v is not None])) for o in others
-                  if any(v is not None for v in o.values[c])]
+        theirs = [
+            float(np.mean([v for v in o.values[c] if v is not None]))
+            for o in others
+            if any(v is not None for v in o.values[c])
+        ]
         if mine and theirs:
             extra[c] = float(np.mean(mine)) - median(theirs)
     if extra:

@@ -16,9 +16,9 @@ RAW = "pytorch"
 
 @dataclass(frozen=True)
 class Phrasing:
-    framework: str          # "hf_trainer" | "accelerate" | "lightning"
-    name: str               # "Hugging Face Trainer"
-    setting: str            # "TrainingArguments(..., ddp_find_unused_parameters=False)"
+    framework: str  # "hf_trainer" | "accelerate" | "lightning"
+    name: str  # "Hugging Face Trainer"
+    setting: str  # "TrainingArguments(..., ddp_find_unused_parameters=False)"
 
 
 @lru_cache(maxsize=1)

@@ -10,11 +10,10 @@ that prefix's category. Moving a category's rules to another folder is one line 
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-
-import tomllib
 
 from .model import CATEGORIES, Rule, RuleError, key_line
 
@@ -57,7 +56,7 @@ def load_layout(rules_root: Path) -> Layout:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise RuleError(f"{path}: cannot read the layout of the rules ({exc})") from None
     if not isinstance(table, dict) or not table:
-        raise RuleError(f"{path}:1: needs a [categories] table: category = {{ prefix = \"…\", folder = \"…\" }}")
+        raise RuleError(f'{path}:1: needs a [categories] table: category = {{ prefix = "…", folder = "…" }}')
     places = []
     for category, spec in table.items():
         where = f"{path}:{key_line(text, category)}"
@@ -82,20 +81,31 @@ def check_rule(layout: Layout, rule: Rule, rules_root: Path | None) -> None:
     prefix = id_prefix(rule.id)
     by_prefix = layout.of_prefix(prefix)
     if by_prefix is not None and by_prefix.category != rule.category:
-        raise RuleError(f"{rule.path}:{key_line(text, 'category')}: rule {rule.id} has category {rule.category}, "
-                        f"but ids starting with {prefix} are {by_prefix.category} rules ({layout.path})")
+        raise RuleError(
+            f"{rule.path}:{key_line(text, 'category')}: rule {rule.id} has category {rule.category}, "
+            f"but ids starting with {prefix} are {by_prefix.category} rules ({layout.path})"
+        )
     if rules_root is None:
         return
     place = layout.of_category(rule.category)
     if place is None:
-        raise RuleError(f"{rule.path}:{key_line(text, 'category')}: category {rule.category} has no line in "
-                        f"{layout.path} (its id prefix and folder)")
+        raise RuleError(
+            f"{rule.path}:{key_line(text, 'category')}: category {rule.category} has no line in "
+            f"{layout.path} (its id prefix and folder)"
+        )
     if prefix != place.prefix:
-        raise RuleError(f"{rule.path}:{key_line(text, 'id')}: the id of a {rule.category} rule starts with "
-                        f"{place.prefix}, not {rule.id} ({layout.path})")
+        raise RuleError(
+            f"{rule.path}:{key_line(text, 'id')}: the id of a {rule.category} rule starts with "
+            f"{place.prefix}, not {rule.id} ({layout.path})"
+        )
     folder = Path(rule.path).resolve().parent
     if folder != (Path(rules_root) / place.folder).resolve():
-        here = folder.relative_to(Path(rules_root).resolve()) if folder.is_relative_to(Path(rules_root).resolve()) \
+        here = (
+            folder.relative_to(Path(rules_root).resolve())
+            if folder.is_relative_to(Path(rules_root).resolve())
             else folder
-        raise RuleError(f"{rule.path}:1: a {rule.category} rule belongs in rules/{place.folder}/, "
-                        f"not in rules/{here}/ ({layout.path})")
+        )
+        raise RuleError(
+            f"{rule.path}:1: a {rule.category} rule belongs in rules/{place.folder}/, "
+            f"not in rules/{here}/ ({layout.path})"
+        )

@@ -17,8 +17,10 @@ from pathlib import Path
 
 from .basefacts import BASE_FILE, base_text, rule_fact_names
 
-USAGE = "usage: python -m ddpdoctor.rules_engine.make_base_facts BASE_RUN_OR_DIAGNOSIS.json [--set name=VALUE …] " \
-        "[--null name …]"
+USAGE = (
+    "usage: python -m ddpdoctor.rules_engine.make_base_facts BASE_RUN_OR_DIAGNOSIS.json [--set name=VALUE …] "
+    "[--null name …]"
+)
 
 
 def _options(args: list[str], overrides: dict, nulls: list) -> str | None:

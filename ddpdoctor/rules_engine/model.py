@@ -8,19 +8,17 @@ rules/rule.schema.json.  Every problem in a rule file is reported as
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomllib
-
 from ..errors import InputError
+from ..expr import Expr, ExprError, compile_expr
 from ..fact_catalogue import default_catalogue
 from ..resources import metric_params
-from ..expr import Expr, ExprError, compile_expr
 from ..template import Template, Variant, VariantTemplate, compile_template
 
-CATEGORIES = ("failure", "network", "dataloader", "communication", "compute", "imbalance",
-              "config", "memory", "info")
+CATEGORIES = ("failure", "network", "dataloader", "communication", "compute", "imbalance", "config", "memory", "info")
 VERDICT_CATEGORIES = ("dataloader", "communication", "compute", "imbalance")
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 FIX_KINDS = ("code", "setting", "env", "command")
@@ -28,8 +26,28 @@ ID_PATTERN = re.compile(r"^[A-Z]{2,4}[0-9]{3}$")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
 # what a rule's [log] patterns give it (engine.py, selftest.py)
 MATCH_NAMES = ("count", "ranks", "first_rank", "first_time", "first_line", "first_file")
-TOP_KEYS = {"id", "name", "category", "severity", "order", "title", "label", "why", "references", "when", "cost",
-            "agreement", "confidence", "ranks", "summary", "params", "evidence", "log", "fix", "test"}
+TOP_KEYS = {
+    "id",
+    "name",
+    "category",
+    "severity",
+    "order",
+    "title",
+    "label",
+    "why",
+    "references",
+    "when",
+    "cost",
+    "agreement",
+    "confidence",
+    "ranks",
+    "summary",
+    "params",
+    "evidence",
+    "log",
+    "fix",
+    "test",
+}
 
 
 class RuleError(InputError):
@@ -71,17 +89,17 @@ PREDICT_MODELS = ("collective_count", "halved_bytes")
 @dataclass
 class RuleCase:
     name: str
-    expect: str                  # "fire", "quiet" or "abstain"
+    expect: str  # "fire", "quiet" or "abstain"
     facts: dict
     params: dict = field(default_factory=dict)
     log: list[dict] = field(default_factory=list)
     summary_contains: list[str] = field(default_factory=list)
     ranks: list[int] | None = None
-    fixes_contain: list[str] = field(default_factory=list)     # each must appear in some fix
-    fixes_exclude: list[str] = field(default_factory=list)     # none may appear in any fix
-    first_fix: str | None = None                                # must appear in the first fix's title
-    unset: list[str] = field(default_factory=list)              # base facts this case does not have
-    base: dict = field(default_factory=dict)   # the base facts of the rule's folder (basefacts.py; set at load)
+    fixes_contain: list[str] = field(default_factory=list)  # each must appear in some fix
+    fixes_exclude: list[str] = field(default_factory=list)  # none may appear in any fix
+    first_fix: str | None = None  # must appear in the first fix's title
+    unset: list[str] = field(default_factory=list)  # base facts this case does not have
+    base: dict = field(default_factory=dict)  # the base facts of the rule's folder (basefacts.py; set at load)
 
     def all_facts(self) -> dict:
         """The case's facts as stored: its folder's base facts, without ``unset``, updated by its own."""
@@ -103,17 +121,17 @@ class Rule:
     evidence: dict[str, Expr]
     when: Expr
     summary: Template | VariantTemplate
-    cost: Expr | None = None          # share of step time this finding costs (0..1)
-    agreement: Expr | None = None     # share of ranks/steps that agree (0..1)
-    confidence: Expr | None = None    # overrides the engine's confidence (0..1)
+    cost: Expr | None = None  # share of step time this finding costs (0..1)
+    agreement: Expr | None = None  # share of ranks/steps that agree (0..1)
+    confidence: Expr | None = None  # overrides the engine's confidence (0..1)
     ranks: Expr | None = None
     fixes: list[Fix] = field(default_factory=list)
     tests: list[RuleCase] = field(default_factory=list)
     log_patterns: list[str] = field(default_factory=list)
     path: str = ""
-    origin: str = "built-in"          # "built-in" or "user"
-    label: str = ""                   # how the verdict names this bottleneck (default: "<category>-bound")
-    order: str = ""                   # the finding's class in rules/metrics.toml [order] (default: see order_class)
+    origin: str = "built-in"  # "built-in" or "user"
+    label: str = ""  # how the verdict names this bottleneck (default: "<category>-bound")
+    order: str = ""  # the finding's class in rules/metrics.toml [order] (default: see order_class)
 
     def param_values(self, overrides: dict | None = None) -> dict:
         vals = {k: p.default for k, p in self.params.items()}
@@ -127,9 +145,10 @@ DERIVED_CLASSES = ("verdict",)
 
 def _message_patterns(c, ids) -> list[str]:
     """The patterns of catalogue entries (rules/messages/) a rule's [log] names by id."""
-    from ..logs.catalogue import message_by_id    # (the catalogue loads rules' templates: imported when used)
+    from ..logs.catalogue import message_by_id  # (the catalogue loads rules' templates: imported when used)
+
     if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
-        c.fail("messages", "[log] messages = [\"catalogue.id\", …]")
+        c.fail("messages", '[log] messages = ["catalogue.id", …]')
     out = []
     for mid in ids:
         msg = message_by_id(mid)
@@ -149,7 +168,7 @@ def order_class(rule_order: str, category: str, severity: str) -> str:
     return "cost"
 
 
-KNOB_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_]+)+$")   # env.NCCL_SOCKET_IFNAME keeps its case
+KNOB_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_]+)+$")  # env.NCCL_SOCKET_IFNAME keeps its case
 
 
 def _knob(c, fx: dict, after: int) -> str | None:
@@ -173,8 +192,11 @@ def _tune_keys(c, fx: dict, after: int) -> tuple[str | None, bool]:
     if not isinstance(numerics, bool):
         c.fail("changes_numerics", "changes_numerics is true or false", after)
     if (model is not None or numerics) and fx.get("knob") is None:
-        c.fail("predict" if model is not None else "changes_numerics",
-               "'predict' and 'changes_numerics' describe a setting: the fix needs a 'knob'", after)
+        c.fail(
+            "predict" if model is not None else "changes_numerics",
+            "'predict' and 'changes_numerics' describe a setting: the fix needs a 'knob'",
+            after,
+        )
     return model, numerics
 
 
@@ -210,8 +232,11 @@ def unknown_name(name: str, allow: set[str], has_log: bool) -> str | None:
     if name.startswith("match."):
         if has_log and name[6:] in MATCH_NAMES:
             return None
-        return (f"unknown name {name!r} (match.{{{','.join(MATCH_NAMES)}}} come with a [log] table)"
-                if not has_log else f"unknown name {name!r} (a [log] table gives match.{', match.'.join(MATCH_NAMES)})")
+        return (
+            f"unknown name {name!r} (match.{{{','.join(MATCH_NAMES)}}} come with a [log] table)"
+            if not has_log
+            else f"unknown name {name!r} (a [log] table gives match.{', match.'.join(MATCH_NAMES)})"
+        )
     if name.startswith("metrics."):
         try:
             metric_value(name)
@@ -247,16 +272,20 @@ class _Ctx:
             return self._compile(compile_template, key, source, allow_names, after)
         if not isinstance(source, list) or not source or not all(isinstance(p, dict) for p in source):
             self.fail(key, f"{key}: a template is a string or [[{key}]] parts (text, when, variant)", after)
-        heads = [n for n, line in enumerate(self.text.splitlines())
-                 if re.match(rf"^\s*\[\[(fix\.)?{re.escape(key)}\]\]", line) and n >= after]
+        heads = [
+            n
+            for n, line in enumerate(self.text.splitlines())
+            if re.match(rf"^\s*\[\[(fix\.)?{re.escape(key)}\]\]", line) and n >= after
+        ]
         parts = []
         for i, raw in enumerate(source):
             at = heads[i] if i < len(heads) else after
             variants = raw.get("variant") if "variant" in raw else [raw]
             extra = set(raw) - ({"variant"} if "variant" in raw else {"text", "when"})
             if extra or not isinstance(variants, list) or not variants:
-                self.fail(key, f"{key}: part #{i + 1} takes text and when, or variant = [{{when, text}}, …]",
-                          at, at + 1)
+                self.fail(
+                    key, f"{key}: part #{i + 1} takes text and when, or variant = [{{when, text}}, …]", at, at + 1
+                )
             part = []
             for v in variants:
                 if not isinstance(v, dict) or not isinstance(v.get("text"), str) or set(v) - {"text", "when"}:
@@ -266,13 +295,17 @@ class _Ctx:
                     line = self._line_with(str(v["when"]), at)
                     when = self._compile(compile_expr, "when", v["when"], allow_names, at, line, f"{key}: when")
                 line = self._line_with(v["text"].split("\n", 1)[0], at)
-                part.append(Variant(when, self._compile(compile_template, "text", v["text"], allow_names, at,
-                                                        line, f"{key}: text")))
+                part.append(
+                    Variant(
+                        when, self._compile(compile_template, "text", v["text"], allow_names, at, line, f"{key}: text")
+                    )
+                )
             parts.append(part)
         return VariantTemplate(parts)
 
-    def _compile(self, compiler, key: str, source, allow: set[str], after: int, line: int | None = None,
-                 label: str | None = None):
+    def _compile(
+        self, compiler, key: str, source, allow: set[str], after: int, line: int | None = None, label: str | None = None
+    ):
         """Compile an expression or template; any problem names the file and the key's line
         (at or after line ``after``: the right [[fix]] table for a fix's keys; or ``line``)."""
         label = label or key
@@ -310,7 +343,7 @@ def _log_patterns(c, log) -> list[str]:
     if "messages" in log:
         pats = _message_patterns(c, log["messages"]) + list(pats or [])
     if not isinstance(pats, list) or not pats or not all(isinstance(p, str) for p in pats):
-        c.fail("log", "[log] needs messages = [\"catalogue.id\", …] or patterns = [\"regex\", …]")
+        c.fail("log", '[log] needs messages = ["catalogue.id", …] or patterns = ["regex", …]')
     for p in pats:
         try:
             re.compile(p)
@@ -326,7 +359,7 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
             c.fail(key, f"unknown key {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})")
     for key in ("id", "name", "category", "severity", "title", "when", "summary"):
         if key == "summary" and isinstance(data.get(key), list) and data[key]:
-            continue                                # [[summary]] parts (variants)
+            continue  # [[summary]] parts (variants)
         if not isinstance(data.get(key), str) or not data[key].strip():
             c.fail(key if key in data else "id", f"missing or empty required key {key!r}")
     rid = data["id"]
@@ -340,8 +373,11 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         c.fail("severity", f"severity {data['severity']!r} is not one of {', '.join(SEVERITIES)}")
     classes = metric_params().get("order", {}).get("classes", [])
     if "order" in data and (data["order"] not in classes or data["order"] in DERIVED_CLASSES):
-        c.fail("order", f"order {data['order']!r} is not one of "
-                        f"{', '.join(x for x in classes if x not in DERIVED_CLASSES)} (rules/metrics.toml [order])")
+        c.fail(
+            "order",
+            f"order {data['order']!r} is not one of "
+            f"{', '.join(x for x in classes if x not in DERIVED_CLASSES)} (rules/metrics.toml [order])",
+        )
 
     params: dict[str, Param] = {}
     raw_params = data.get("params", {})
@@ -361,7 +397,7 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
     evidence: dict[str, Expr] = {}
     raw_ev = data.get("evidence", {})
     if not isinstance(raw_ev, dict):
-        c.fail("evidence", "[evidence] must be a table of name = \"expression\"")
+        c.fail("evidence", '[evidence] must be a table of name = "expression"')
     for name, src in raw_ev.items():
         if name in params:
             c.fail(name, f"evidence {name!r} has the name of a param")
@@ -374,13 +410,26 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         return c.expr(key, data[key], allow) if key in data else None
 
     rule = Rule(
-        id=rid, name=data["name"], category=data["category"], severity=data["severity"],
-        title=data["title"].strip(), why=str(data.get("why", "")).strip(),
-        references=list(data.get("references", [])), params=params, evidence=evidence,
-        when=c.expr("when", data["when"], allow), summary=c.template("summary", data["summary"], allow),
-        cost=opt_expr("cost"), agreement=opt_expr("agreement"), confidence=opt_expr("confidence"),
-        ranks=opt_expr("ranks"), log_patterns=log_patterns, path=str(path), origin=origin,
-        label=str(data.get("label", "")).strip(), order=str(data.get("order", "")),
+        id=rid,
+        name=data["name"],
+        category=data["category"],
+        severity=data["severity"],
+        title=data["title"].strip(),
+        why=str(data.get("why", "")).strip(),
+        references=list(data.get("references", [])),
+        params=params,
+        evidence=evidence,
+        when=c.expr("when", data["when"], allow),
+        summary=c.template("summary", data["summary"], allow),
+        cost=opt_expr("cost"),
+        agreement=opt_expr("agreement"),
+        confidence=opt_expr("confidence"),
+        ranks=opt_expr("ranks"),
+        log_patterns=log_patterns,
+        path=str(path),
+        origin=origin,
+        label=str(data.get("label", "")).strip(),
+        order=str(data.get("order", "")),
     )
     fixes = data.get("fix", [])
     if not isinstance(fixes, list):
@@ -395,35 +444,54 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         kind = fx.get("kind", "code")
         if kind not in FIX_KINDS:
             c.fail("kind", f"fix kind {kind!r} is not one of {', '.join(FIX_KINDS)}", after)
-        rule.fixes.append(Fix(
-            title=c.template("title", fx["title"], allow, after),
-            change=c.template("change", fx["change"], allow, after),
-            kind=kind, applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None,
-            knob=_knob(c, fx, after), value=c.template("value", fx["value"], allow, after) if "value" in fx else None,
-            leads_if=c.expr("leads_if", fx["leads_if"], allow, after) if "leads_if" in fx else None,
-            trails_if=c.expr("trails_if", fx["trails_if"], allow, after) if "trails_if" in fx else None,
-            predict=model, changes_numerics=numerics))
+        rule.fixes.append(
+            Fix(
+                title=c.template("title", fx["title"], allow, after),
+                change=c.template("change", fx["change"], allow, after),
+                kind=kind,
+                applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None,
+                knob=_knob(c, fx, after),
+                value=c.template("value", fx["value"], allow, after) if "value" in fx else None,
+                leads_if=c.expr("leads_if", fx["leads_if"], allow, after) if "leads_if" in fx else None,
+                trails_if=c.expr("trails_if", fx["trails_if"], allow, after) if "trails_if" in fx else None,
+                predict=model,
+                changes_numerics=numerics,
+            )
+        )
     test_lines = [n for n, line in enumerate(text.splitlines()) if line.strip() == "[[test]]"]
     for i, tc in enumerate(data.get("test", [])):
         if tc.get("expect") not in ("fire", "quiet", "abstain"):
-            c.fail("test", f"test #{i + 1} needs expect = \"fire\", \"quiet\" or \"abstain\"")
+            c.fail("test", f'test #{i + 1} needs expect = "fire", "quiet" or "abstain"')
         unset = tc.get("unset", [])
         if not isinstance(unset, list) or not all(isinstance(n, str) for n in unset):
-            c.fail("unset", f"test #{i + 1}: unset is a list of fact names",
-                   test_lines[i] if i < len(test_lines) else 0)
+            c.fail(
+                "unset", f"test #{i + 1}: unset is a list of fact names", test_lines[i] if i < len(test_lines) else 0
+            )
         for name in [*(tc.get("facts", {}) if isinstance(tc.get("facts"), dict) else ()), *unset]:
             problem = None if "." not in name else unknown_name(name, set(), False)
             if problem or "." not in name:
-                c.fail(name, f"test #{i + 1} ({tc.get('name', 'unnamed')}): "
-                             f"{problem or f'fact {name!r} is not a dotted fact name'}",
-                       test_lines[i] if i < len(test_lines) else 0)
+                c.fail(
+                    name,
+                    f"test #{i + 1} ({tc.get('name', 'unnamed')}): "
+                    f"{problem or f'fact {name!r} is not a dotted fact name'}",
+                    test_lines[i] if i < len(test_lines) else 0,
+                )
         unknown_params = set(tc.get("params", {})) - set(params)
         if unknown_params:
             c.fail("test", f"test #{i + 1} sets unknown params {sorted(unknown_params)}")
-        rule.tests.append(RuleCase(
-            name=str(tc.get("name", f"case {i + 1}")), expect=tc["expect"], facts=dict(tc.get("facts", {})),
-            params=dict(tc.get("params", {})), log=list(tc.get("log", [])),
-            summary_contains=list(tc.get("summary_contains", [])), ranks=tc.get("ranks"),
-            fixes_contain=list(tc.get("fixes_contain", [])), fixes_exclude=list(tc.get("fixes_exclude", [])),
-            first_fix=tc.get("first_fix"), unset=list(unset)))
+        rule.tests.append(
+            RuleCase(
+                name=str(tc.get("name", f"case {i + 1}")),
+                expect=tc["expect"],
+                facts=dict(tc.get("facts", {})),
+                params=dict(tc.get("params", {})),
+                log=list(tc.get("log", [])),
+                summary_contains=list(tc.get("summary_contains", [])),
+                ranks=tc.get("ranks"),
+                fixes_contain=list(tc.get("fixes_contain", [])),
+                fixes_exclude=list(tc.get("fixes_exclude", [])),
+                first_fix=tc.get("first_fix"),
+                unset=list(unset),
+            )
+        )
     return rule

@@ -10,10 +10,9 @@ A user rule with the id of a built-in rule replaces it.
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import tomllib
 
 from ..errors import InputError
 from ..resources import metric_defaults, rules_dir
@@ -21,7 +20,7 @@ from .basefacts import BASE_FILE, load_base_facts
 from .layout import LAYOUT_FILE, check_rule, load_layout
 from .model import Rule, RuleError, load_rule_file
 
-MESSAGES_DIR = "messages"      # rules/messages/*.toml: the message catalogue (logs/catalogue.py), not rules
+MESSAGES_DIR = "messages"  # rules/messages/*.toml: the message catalogue (logs/catalogue.py), not rules
 # frameworks.toml: fix phrasing per framework; facts.toml: the fact catalogue; layout.toml: folder = category =
 # id prefix (layout.py); base_facts.toml: a folder's base facts for its rules' [[test]] cases (basefacts.py)
 NOT_RULES = {"metrics.toml", "frameworks.toml", "facts.toml", LAYOUT_FILE, BASE_FILE}
@@ -30,11 +29,11 @@ NOT_RULES = {"metrics.toml", "frameworks.toml", "facts.toml", LAYOUT_FILE, BASE_
 @dataclass
 class RuleSet:
     rules: dict[str, Rule]
-    params: dict[str, dict] = field(default_factory=dict)      # rule id -> param overrides
+    params: dict[str, dict] = field(default_factory=dict)  # rule id -> param overrides
     disabled: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     config_files: list[str] = field(default_factory=list)
-    metrics: dict[str, object] = field(default_factory=dict)   # "section.name" -> value (rules/metrics.toml)
+    metrics: dict[str, object] = field(default_factory=dict)  # "section.name" -> value (rules/metrics.toml)
 
     def active(self) -> list[Rule]:
         return [r for rid, r in sorted(self.rules.items()) if rid not in self.disabled]
@@ -50,8 +49,13 @@ class RuleSet:
 
 
 def _rule_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*.toml") if p.name not in NOT_RULES and not p.name.startswith(".")
-                  and MESSAGES_DIR not in p.relative_to(folder).parts[:-1])
+    return sorted(
+        p
+        for p in folder.rglob("*.toml")
+        if p.name not in NOT_RULES
+        and not p.name.startswith(".")
+        and MESSAGES_DIR not in p.relative_to(folder).parts[:-1]
+    )
 
 
 def _load_folder(folder: Path, origin: str) -> dict[str, Rule]:
@@ -74,7 +78,7 @@ def _load_folder(folder: Path, origin: str) -> dict[str, Rule]:
 def load_rules(user_dirs: list[str] | None = None) -> RuleSet:
     from ..logs.catalogue import default_messages
 
-    default_messages()              # the message catalogue is checked with the rules (exit 2 on a bad entry)
+    default_messages()  # the message catalogue is checked with the rules (exit 2 on a bad entry)
     rules = _load_folder(rules_dir(), "built-in")
     notes = []
     for d in user_dirs or []:
@@ -110,11 +114,15 @@ def _apply_param(rs: RuleSet, key: str, value, source: str) -> None:
         raise InputError(f"{source}: {key!r} must be RULE.param, e.g. {_example_param(rs)}")
     rule = rs.get(rid)
     if pname not in rule.params:
-        raise InputError(f"{source}: rule {rule.id} has no param {pname!r} "
-                         f"(it has: {', '.join(rule.params) or 'none'})")
+        raise InputError(
+            f"{source}: rule {rule.id} has no param {pname!r} (it has: {', '.join(rule.params) or 'none'})"
+        )
     default = rule.params[pname].default
-    if isinstance(default, (int, float)) and not isinstance(default, bool) and \
-            (isinstance(value, bool) or not isinstance(value, (int, float))):
+    if (
+        isinstance(default, (int, float))
+        and not isinstance(default, bool)
+        and (isinstance(value, bool) or not isinstance(value, (int, float)))
+    ):
         raise InputError(f"{source}: {key} must be a number (default {default}), not {value!r}")
     rs.params.setdefault(rule.id, {})[pname] = value
 
@@ -140,8 +148,9 @@ def _apply_metric(rs: RuleSet, key: str, value, source: str) -> None:
     if isinstance(node, dict):
         raise InputError(f"{source}: metrics.{key} is a table; name one of its values ({', '.join(sorted(node))})")
     if not _same_kind(node, value):
-        raise InputError(f"{source}: metrics.{key} must be a {type(node).__name__} like its default {node!r}, "
-                         f"not {value!r}")
+        raise InputError(
+            f"{source}: metrics.{key} must be a {type(node).__name__} like its default {node!r}, not {value!r}"
+        )
     rs.metrics[key] = value
 
 
@@ -158,15 +167,15 @@ def _flatten(table: dict, prefix: str = "") -> dict:
 def _apply_table(rs: RuleSet, table: dict, source: str) -> None:
     params = table.get("params", {})
     for key, value in params.items():
-        if isinstance(value, dict):            # [tool.ddpdoctor.params.RULE] param = 0.1
+        if isinstance(value, dict):  # [tool.ddpdoctor.params.RULE] param = 0.1
             for pname, v in value.items():
                 _apply_param(rs, f"{key}.{pname}", v, source)
-        else:                                   # "RULE.param" = 0.1
+        else:  # "RULE.param" = 0.1
             _apply_param(rs, key, value, source)
     metrics = table.get("metrics", {})
     if not isinstance(metrics, dict):
         raise InputError(f"{source}: metrics must be a table, e.g. [metrics.straggler] min_late_share = 0.1")
-    for key, value in _flatten(metrics).items():      # [metrics.straggler] x = 1 or "straggler.x" = 1
+    for key, value in _flatten(metrics).items():  # [metrics.straggler] x = 1 or "straggler.x" = 1
         _apply_metric(rs, key, value, source)
     for rid in table.get("disable", []):
         rs.disabled.add(rs.get(rid).id)
@@ -196,14 +205,18 @@ def find_config(start: Path | None = None) -> list[tuple[Path, dict]]:
     return found
 
 
-def build_ruleset(user_dirs: list[str] | None = None, sets: list[str] | None = None,
-                  config_start: Path | None = None, use_config: bool = True) -> RuleSet:
+def build_ruleset(
+    user_dirs: list[str] | None = None,
+    sets: list[str] | None = None,
+    config_start: Path | None = None,
+    use_config: bool = True,
+) -> RuleSet:
     config = find_config(config_start) if use_config else []
     dirs = list(user_dirs or [])
     for f, table in config:
         extra = table.get("rules")
         if extra:
-            for d in ([extra] if isinstance(extra, str) else extra):
+            for d in [extra] if isinstance(extra, str) else extra:
                 dirs.append(str((f.parent / d)))
     rs = load_rules(dirs)
     for f, table in config:
@@ -212,11 +225,12 @@ def build_ruleset(user_dirs: list[str] | None = None, sets: list[str] | None = N
     for item in sets or []:
         key, eq, value = item.partition("=")
         if not eq:
-            raise InputError(f"--set {item!r} must be RULE.param=value or metrics.section.name=value, "
-                             f"e.g. {_example_param(rs)}=0.1")
+            raise InputError(
+                f"--set {item!r} must be RULE.param=value or metrics.section.name=value, e.g. {_example_param(rs)}=0.1"
+            )
         key = key.strip()
         if key.startswith("metrics."):
-            _apply_metric(rs, key[len("metrics."):], parse_value(value.strip()), f"--set {item}")
+            _apply_metric(rs, key[len("metrics.") :], parse_value(value.strip()), f"--set {item}")
         else:
             _apply_param(rs, key, parse_value(value.strip()), f"--set {item}")
     return rs

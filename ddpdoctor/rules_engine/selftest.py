@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .engine import Outcome, evaluate
 from ..expr import Vec
-from .model import Rule, RuleCase
 from ..template import NOT_RECORDED
+from .engine import Outcome, evaluate
+from .model import Rule, RuleCase
 
 VECTOR_ROOTS = ("rank.", "step.")
 # a firing case must read as a sentence a user could act on: no value left unrecorded, no clause
@@ -22,9 +22,9 @@ VECTOR_ROOTS = ("rank.", "step.")
 DEGENERATE = re.compile(re.escape(NOT_RECORDED) + r"|: \.|\s\.$")
 
 # exit codes of `ddpdoctor rules test`
-EXIT_PASSED = 0      # every case as expected and equal to its snapshot (or the snapshots were updated)
-EXIT_FAILED = 1      # a case failed its expect or checks, or a snapshot differs, is left over, or is missing
-                     # (a user rule without any snapshot is only noted: its cases are checked by expect)
+EXIT_PASSED = 0  # every case as expected and equal to its snapshot (or the snapshots were updated)
+EXIT_FAILED = 1  # a case failed its expect or checks, or a snapshot differs, is left over, or is missing
+# (a user rule without any snapshot is only noted: its cases are checked by expect)
 # 2: a rule file, a base_facts.toml or rules/layout.toml is malformed (raised as a RuleError when loading)
 
 
@@ -49,9 +49,15 @@ def log_search(case: RuleCase):
     def search(patterns):
         hits = [e for e in case.log if any(re.search(p, str(e.get("line", ""))) for p in patterns)]
         first = hits[0] if hits else {}
-        return {"count": len(hits), "ranks": sorted({int(e["rank"]) for e in hits if "rank" in e}),
-                "first_rank": first.get("rank"), "first_time": first.get("time"),
-                "first_line": first.get("line"), "first_file": first.get("file")}
+        return {
+            "count": len(hits),
+            "ranks": sorted({int(e["rank"]) for e in hits if "rank" in e}),
+            "first_rank": first.get("rank"),
+            "first_time": first.get("time"),
+            "first_line": first.get("line"),
+            "first_file": first.get("file"),
+        }
+
     return search
 
 
@@ -75,9 +81,10 @@ def check_outcome(case: RuleCase, out: Outcome, strict: bool = True) -> list[str
     for where, text in texts if strict else ():
         m = DEGENERATE.search(text)
         if m:
-            near = text[max(0, m.start() - 40):m.end() + 20]
-            problems.append(f"the {where} is not a sentence a user could act on (…{near}…): "
-                            "give the case the facts a real run has")
+            near = text[max(0, m.start() - 40) : m.end() + 20]
+            problems.append(
+                f"the {where} is not a sentence a user could act on (…{near}…): give the case the facts a real run has"
+            )
     for text in case.summary_contains:
         if text not in f.summary:
             problems.append(f"summary lacks {text!r}: {f.summary!r}")
@@ -112,8 +119,9 @@ def run_rule(rule: Rule) -> tuple[list[tuple[str, list[str]]], str]:
     return problems, render(rule, outcomes)
 
 
-def run_all(rules: list[Rule], roots: list[Path], update: bool, echo: Callable[[str], None],
-            disabled: list[Rule] = ()) -> int:
+def run_all(
+    rules: list[Rule], roots: list[Path], update: bool, echo: Callable[[str], None], disabled: list[Rule] = ()
+) -> int:
     """`ddpdoctor rules test`: every case of every rule, against its snapshot (written with ``update``);
     the snapshots of ``disabled`` rules are left alone. Returns the exit code (EXIT_PASSED or EXIT_FAILED)."""
     from . import snapshot
@@ -155,8 +163,12 @@ def run_all(rules: list[Rule], roots: list[Path], update: bool, echo: Callable[[
     for c in changed:
         echo(f"updated {c}")
     if unsnapped:
-        echo(f"note: {unsnapped} user rule{'s' if unsnapped > 1 else ''} without a snapshot: checked by expect only "
-             "(`ddpdoctor rules test --update` writes snapshots/<id>.snap beside each rule)")
-    echo(f"{total - bad_cases} of {total} rule test cases passed"
-         + (f"; {len(changed)} snapshot files written" if update else ""))
+        echo(
+            f"note: {unsnapped} user rule{'s' if unsnapped > 1 else ''} without a snapshot: checked by expect only "
+            "(`ddpdoctor rules test --update` writes snapshots/<id>.snap beside each rule)"
+        )
+    echo(
+        f"{total - bad_cases} of {total} rule test cases passed"
+        + (f"; {len(changed)} snapshot files written" if update else "")
+    )
     return EXIT_FAILED if failed else EXIT_PASSED

@@ -44,8 +44,10 @@ def render_case(name: str, out: Outcome) -> list[str]:
 
 
 def render(rule: Rule, outcomes: list[tuple[str, Outcome]]) -> str:
-    head = [f"# {rule.id} {rule.name}: the outcome of each [[test]] case of {Path(rule.path).name}.",
-            "# Written by `ddpdoctor rules test --update`; review its diff before committing."]
+    head = [
+        f"# {rule.id} {rule.name}: the outcome of each [[test]] case of {Path(rule.path).name}.",
+        "# Written by `ddpdoctor rules test --update`; review its diff before committing.",
+    ]
     body: list[str] = []
     for name, out in outcomes:
         body += ["", *render_case(name, out)]
@@ -62,8 +64,12 @@ def diff(rule: Rule, text: str) -> list[str]:
         return [head] + [f"+{line}" for line in text.splitlines()]
     if stored == text:
         return []
-    return [line.rstrip("\n") for line in difflib.unified_diff(
-        stored.splitlines(), text.splitlines(), f"{path} (stored)", f"{path} (now)", lineterm="")]
+    return [
+        line.rstrip("\n")
+        for line in difflib.unified_diff(
+            stored.splitlines(), text.splitlines(), f"{path} (stored)", f"{path} (now)", lineterm=""
+        )
+    ]
 
 
 def write(rule: Rule, text: str) -> bool:

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..expr import Vec
 from ..resources import metric_params
 from .eligibility import is_sporadic, late_in_a_shared_cost, straggler_explained, unexplained_straggler
 from .engine import Finding, Outcome, evaluate
-from ..expr import Vec
 from .model import VERDICT_CATEGORIES
 from .registry import RuleSet
 
@@ -32,15 +32,15 @@ FIRST = ("failure", "network")
 
 @dataclass
 class Verdict:
-    bottleneck: str | None            # dataloader | communication | compute | imbalance | None
+    bottleneck: str | None  # dataloader | communication | compute | imbalance | None
     confidence: float | None
-    confidence_label: str | None      # high | medium | low
+    confidence_label: str | None  # high | medium | low
     expected_speedup: float | None
     summary: str
     rule: str | None = None
-    failed: bool = False              # a failure finding was made (it comes first in every output)
-    label: str | None = None          # e.g. "dataloader-bound", "host-bound (the GPU waits for the CPU)"
-    confidence_hints: list[str] = field(default_factory=list)   # what to record to raise the confidence
+    failed: bool = False  # a failure finding was made (it comes first in every output)
+    label: str | None = None  # e.g. "dataloader-bound", "host-bound (the GPU waits for the CPU)"
+    confidence_hints: list[str] = field(default_factory=list)  # what to record to raise the confidence
 
 
 # the words every "set aside as machine noise" reason of a Cost contains (the summary looks for them)
@@ -50,12 +50,13 @@ NOISE = "machine noise, not the workload"
 @dataclass
 class Cost:
     """One entry of the ranked list of costs every output reads."""
+
     rule: str
     category: str
     label: str
     cost: float
-    material: bool                    # reaches its category's materiality
-    eligible: bool = True             # may decide the verdict (False: noise, see `why_not`)
+    material: bool  # reaches its category's materiality
+    eligible: bool = True  # may decide the verdict (False: noise, see `why_not`)
     why_not: str | None = None
 
 
@@ -63,20 +64,26 @@ class Cost:
 class Diagnosis:
     verdict: Verdict
     findings: list[Finding]
-    abstained: list[dict] = field(default_factory=list)    # {rule, category, missing}
+    abstained: list[dict] = field(default_factory=list)  # {rule, category, missing}
     errors: list[str] = field(default_factory=list)
     rules_evaluated: int = 0
     notes: list[str] = field(default_factory=list)
-    not_assessed: list[str] = field(default_factory=list)   # whole categories without any evidence
-    costs: list[Cost] = field(default_factory=list)          # ranked, biggest first; the verdict reads it
+    not_assessed: list[str] = field(default_factory=list)  # whole categories without any evidence
+    costs: list[Cost] = field(default_factory=list)  # ranked, biggest first; the verdict reads it
 
 
 # categories whose evidence comes from one source: without that source, say so once
 NO_SOURCE = (
-    (("failure", "network"), "logs.present",
-     "failures: no logs found (pass the folder with the ranks' logs, or capture with `ddpdoctor run`)"),
-    (("config",), "run.captured",
-     "configuration checks (sampler, set_epoch, find_unused_parameters): need the settings a `ddpdoctor run` bundle records"),
+    (
+        ("failure", "network"),
+        "logs.present",
+        "failures: no logs found (pass the folder with the ranks' logs, or capture with `ddpdoctor run`)",
+    ),
+    (
+        ("config",),
+        "run.captured",
+        "configuration checks (sampler, set_epoch, find_unused_parameters): need the settings a `ddpdoctor run` bundle records",
+    ),
     (VERDICT_CATEGORIES, "trace.present", "performance: no profiler traces"),
 )
 
@@ -101,8 +108,12 @@ def _order(f: Finding, verdict_rule: str | None) -> tuple:
     spec = metric_params().get("order", {})
     classes = list(spec.get("classes", ["failure", "verdict", "cost"]))
     cls = f.order if f.order in classes else "cost"
-    if f.rule == verdict_rule and cls not in spec.get("keep_own_class", []) and "verdict" in classes \
-            and classes.index("verdict") < classes.index(cls):
+    if (
+        f.rule == verdict_rule
+        and cls not in spec.get("keep_own_class", [])
+        and "verdict" in classes
+        and classes.index("verdict") < classes.index(cls)
+    ):
         cls = "verdict"
     within = (0, -f.cost, 0) if f.cost is not None else (1, 0.0, SEVERITY_ORDER[f.severity])
     return (classes.index(cls), *within, f.rule)
@@ -117,15 +128,19 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
     contended = any(f.rule in t.get("contention_rules", []) for f in findings)
     explained, arrival = straggler_explained(facts, t), set(t.get("arrival_straggler_rules", []))
     out, sporadic = [], []
-    for f in sorted((f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
-                    key=lambda f: (-f.cost, f.rule)):
-        c = Cost(f.rule, f.category, f.label, round(float(f.cost), 6),
-                 material=f.cost >= materiality.get(f.category, 0.0))
+    for f in sorted(
+        (f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
+        key=lambda f: (-f.cost, f.rule),
+    ):
+        c = Cost(
+            f.rule, f.category, f.label, round(float(f.cost), 6), material=f.cost >= materiality.get(f.category, 0.0)
+        )
         if not c.material:
             c.why_not = f"below the {f.category} materiality of {materiality.get(f.category, 0.0):.0%} of the step"
         alternating = f.category == "imbalance" and (
-            f.rule in t.get("alternating_rules", []) or
-            (f.agreement is not None and f.agreement < t["alternating_max_agreement"]))
+            f.rule in t.get("alternating_rules", [])
+            or (f.agreement is not None and f.agreement < t["alternating_max_agreement"])
+        )
         if contended and alternating and not (f.rule in arrival and explained):
             c.eligible = False
             c.why_not = f"the ranks take turns being late on a contended host: {NOISE}"
@@ -133,21 +148,29 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
             # no other process measured, but the lateness moves between ranks and the late rank does nothing of
             # its own: a rank with more work is late every step; one the scheduler delays is late in some
             c.eligible = False
-            c.why_not = (f"the ranks take turns being late (the straggler is last in {f.agreement:.0%} of the steps) "
-                         f"and nothing the late rank does differs: {NOISE}")
+            c.why_not = (
+                f"the ranks take turns being late (the straggler is last in {f.agreement:.0%} of the steps) "
+                f"and nothing the late rank does differs: {NOISE}"
+            )
         elif contended and f.rule in arrival and unexplained_straggler(facts, t):
             c.eligible = False
-            c.why_not = ("the late rank computes the same inputs longer on a contended host and nothing it does "
-                         f"differs (no uneven inputs, no extra work seen): {NOISE}")
+            c.why_not = (
+                "the late rank computes the same inputs longer on a contended host and nothing it does "
+                f"differs (no uneven inputs, no extra work seen): {NOISE}"
+            )
         elif contended and f.rule in arrival and (shared := late_in_a_shared_cost(findings, facts, t)):
             c.eligible = False
-            c.why_not = (f"the late rank is late in the {shared.category} cost every rank pays "
-                         f"({shared.rule}), which lands harder on one rank of a contended host: {NOISE}")
+            c.why_not = (
+                f"the late rank is late in the {shared.category} cost every rank pays "
+                f"({shared.rule}), which lands harder on one rank of a contended host: {NOISE}"
+            )
         elif contended and f.category != "imbalance" and is_sporadic(f, facts, t):
             c.eligible = False
             on = f"rank {f.ranks[0]}" if len(f.ranks) == 1 else f"ranks {', '.join(map(str, f.ranks))}"
-            c.why_not = (f"seen on {on} only, in {f.agreement:.0%} of the rank-steps, "
-                         f"on a contended host: {NOISE} (which runs the same code on every rank)")
+            c.why_not = (
+                f"seen on {on} only, in {f.agreement:.0%} of the rank-steps, "
+                f"on a contended host: {NOISE} (which runs the same code on every rank)"
+            )
             sporadic.append(c)
         out.append(c)
     if sporadic and reevaluate is not None:
@@ -163,8 +186,7 @@ def _judge_net_of_wait(costs: list[Cost], sporadic: list[Cost], facts: dict, t: 
     rank's step net of its wait for peers (the rule run again on those shares); if it then shows on
     every rank, step after step, it is the workload's, not noise. Its cost stays as measured."""
     late_rules = t.get("late_rank_rules", [])
-    if not any(c.rule in late_rules and c.material and not c.eligible and NOISE in (c.why_not or "")
-               for c in costs):
+    if not any(c.rule in late_rules and c.material and not c.eligible and NOISE in (c.why_not or "") for c in costs):
         return
     net = net_of_peer_wait(facts)
     if net is None:
@@ -189,8 +211,13 @@ def net_of_peer_wait(facts: dict) -> dict | None:
             keep = np.where(keep > 0, keep, np.nan)
             prefix = f"{level}.share."
             for k, v in facts.items():
-                if k.startswith(prefix) and isinstance(v, Vec) and v.values.dtype.kind in "fiu" and \
-                        len(v.values) == len(keep) and np.array_equal(np.asarray(v.ranks), np.asarray(wait.ranks)):
+                if (
+                    k.startswith(prefix)
+                    and isinstance(v, Vec)
+                    and v.values.dtype.kind in "fiu"
+                    and len(v.values) == len(keep)
+                    and np.array_equal(np.asarray(v.ranks), np.asarray(wait.ranks))
+                ):
                     out[k] = Vec(v.values.astype(float) / keep, v.ranks)
         out[f"{level}.share.comm_wait_exposed"] = Vec(np.zeros(len(keep)), wait.ranks)
     return out
@@ -211,8 +238,10 @@ def _fold_late_rank_costs(costs: list[Cost], by_rule: dict[str, Finding], facts:
         if c.category != "imbalance" and c.eligible and ranks and ranks <= late and len(ranks) < analyzed:
             c.eligible = False
             on = f"rank {min(ranks)}" if len(ranks) == 1 else f"ranks {', '.join(map(str, sorted(ranks)))}"
-            c.why_not = (f"paid only on the late {on}: the others wait for "
-                         f"it, so it is counted in the imbalance ({straggler.rule})")
+            c.why_not = (
+                f"paid only on the late {on}: the others wait for "
+                f"it, so it is counted in the imbalance ({straggler.rule})"
+            )
 
 
 def _step_cv(facts: dict) -> float | None:
@@ -245,7 +274,7 @@ def _unexplained_cv(facts: dict, columns: tuple[str, ...]) -> float | None:
     grid = lambda x: np.vstack([x[ranks == r] for r in names]).astype(float)  # noqa: E731 - rank x step
     times = grid(v.values)
     if not np.isfinite(times).any(axis=0).all():
-        return None                 # a step no rank timed
+        return None  # a step no rank timed
     job = np.nanmax(times, axis=0)
     explained = np.zeros(n)
     for col in columns:
@@ -268,19 +297,24 @@ def calibrate(evidence: float, rule: str, facts: dict, category: str | None = No
         conf *= t["ranks_floor"] + (1 - t["ranks_floor"]) * cov
         conf = min(conf, t["partial_ranks_max"])
         chosen = facts.get("run.ranks_chosen")
-        hints.append(f"only {analyzed} of {world} ranks were analyzed, chosen with --ranks {chosen}: drop --ranks "
-                     "to compare every rank" if chosen else
-                     f"only {analyzed} of {world} ranks were analyzed: record every rank "
-                     f"(ddpdoctor run records them all) to compare ranks")
+        hints.append(
+            f"only {analyzed} of {world} ranks were analyzed, chosen with --ranks {chosen}: drop --ranks "
+            "to compare every rank"
+            if chosen
+            else f"only {analyzed} of {world} ranks were analyzed: record every rank "
+            f"(ddpdoctor run records them all) to compare ranks"
+        )
     steps = facts.get("run.steps")
     if isinstance(steps, int) and 0 < steps < t["full_steps"]:
         conf *= steps / t["full_steps"]
-        hints.append(f"{steps} step{'' if steps == 1 else 's'} recorded: record at least {t['full_steps']} (ddpdoctor run --active 5)")
+        hints.append(
+            f"{steps} step{'' if steps == 1 else 's'} recorded: record at least {t['full_steps']} (ddpdoctor run --active 5)"
+        )
     cv = _step_cv(facts)
     own = tuple(t.get("own_variation_columns", {}).get(category or "", ()))
     rest = _unexplained_cv(facts, own) if cv is not None and cv > t["cv_ok"] and own else None
     if rest is not None:
-        cv = rest                   # the variation the verdict's own mechanism explains is not noise
+        cv = rest  # the variation the verdict's own mechanism explains is not noise
     if cv is not None and cv > t["cv_ok"]:
         bad = min(1.0, (cv - t["cv_ok"]) / (t["cv_bad"] - t["cv_ok"]))
         conf *= 1 - t["noise_penalty"] * bad
@@ -298,12 +332,14 @@ def decide(findings: list[Finding], facts: dict, costs: list[Cost] | None = None
     failures = sorted((f for f in findings if _is_failure(f)), key=lambda f: (SEVERITY_ORDER[f.severity], f.rule))
     if failures and v.bottleneck:
         # the recorded steps end in (or lead to) the failure: their numbers are not a steady state
-        v.summary = (f"The run failed: {failures[0].summary} Performance of the recorded steps, which the "
-                     f"failure may distort: {v.summary}")
+        v.summary = (
+            f"The run failed: {failures[0].summary} Performance of the recorded steps, which the "
+            f"failure may distort: {v.summary}"
+        )
         if v.confidence is not None:
             v.confidence = min(v.confidence, metric_params()["verdict"]["failed_run_max_confidence"])
             v.confidence_label = _label(v.confidence)
-        v.expected_speedup = None          # no steady state to speed up: fix the failure first
+        v.expected_speedup = None  # no steady state to speed up: fix the failure first
     elif v.expected_speedup:
         v.summary += f" Removing it: up to {v.expected_speedup:.2f}x faster steps."
     return v
@@ -329,31 +365,37 @@ def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
         conf, hints = calibrate(top.confidence, top.rule, facts, top.category)
         top.confidence = conf
         summary = f"{top.label}: {top.summary}"
-        return Verdict(top.category, conf, _label(conf), top.expected_speedup,
-                       summary, top.rule, failed, top.label, hints)
+        return Verdict(
+            top.category, conf, _label(conf), top.expected_speedup, summary, top.rule, failed, top.label, hints
+        )
     compute = [f for f in findings if f.category == "compute" and f.cost is None]
     if compute:
         top = compute[0]
-        evidence = top.confidence if top.confidence is not None else (
-            top.agreement if top.agreement is not None else 0.5)
+        evidence = (
+            top.confidence if top.confidence is not None else (top.agreement if top.agreement is not None else 0.5)
+        )
         conf, hints = calibrate(evidence, top.rule, facts, top.category)
         top.confidence = conf
-        return Verdict("compute", conf, _label(conf), None,
-                       f"{top.label}: {top.summary}", top.rule, failed, top.label, hints)
+        return Verdict(
+            "compute", conf, _label(conf), None, f"{top.label}: {top.summary}", top.rule, failed, top.label, hints
+        )
     if not facts.get("trace.present"):
         failures = [f for f in findings if f.category in FIRST]
-        summary = (failures[0].summary if failures else "no traces: only logs were analyzed, and they show no failure")
+        summary = failures[0].summary if failures else "no traces: only logs were analyzed, and they show no failure"
         return Verdict(None, None, None, None, summary, failures[0].rule if failures else None, failed)
     if costs:
-        return Verdict(None, None, None, None, _no_dominant_summary(costs, findings), None, failed,
-                       "no dominant avoidable cost")
-    return Verdict(None, None, None, None,
-                   "undetermined: no rule could classify this run (see the abstentions)", None, failed)
+        return Verdict(
+            None, None, None, None, _no_dominant_summary(costs, findings), None, failed, "no dominant avoidable cost"
+        )
+    return Verdict(
+        None, None, None, None, "undetermined: no rule could classify this run (see the abstentions)", None, failed
+    )
 
 
 def _no_dominant_summary(costs: list[Cost], findings: list[Finding]) -> str:
     """Why no cost decides the run: each one is small, or was set aside as machine noise (the two are
     said apart: a 21 % straggler on a contended host is not "small")."""
+
     def listed(cs: list[Cost]) -> str:
         return ", ".join(f"{c.label} {c.cost:.1%}" for c in cs[:3])
 
@@ -361,9 +403,13 @@ def _no_dominant_summary(costs: list[Cost], findings: list[Finding]) -> str:
     rest = [c for c in costs if c not in noise]
     parts = []
     if noise:
-        contention = sorted({f.rule for f in findings if f.rule in metric_params()["verdict"].get("contention_rules", [])})
-        parts.append(f"what the rules found was set aside as machine noise on a contended host ({listed(noise)}; "
-                     f"see {', '.join(contention) or 'the contention finding'}: re-record on an idle host to tell)")
+        contention = sorted(
+            {f.rule for f in findings if f.rule in metric_params()["verdict"].get("contention_rules", [])}
+        )
+        parts.append(
+            f"what the rules found was set aside as machine noise on a contended host ({listed(noise)}; "
+            f"see {', '.join(contention) or 'the contention finding'}: re-record on an idle host to tell)"
+        )
     if rest:
         parts.append(f"what {'else ' if noise else ''}the rules found stays small ({listed(rest)})")
     return f"no dominant avoidable cost: {'; '.join(parts)}; no single change promises a large gain"
@@ -396,6 +442,13 @@ def diagnose(facts: dict, ruleset: RuleSet, log_search=None) -> Diagnosis:
             continue
         abstained.append({"rule": rule.id, "category": rule.category, "missing": o.missing})
     errors = [o.error for o in outcomes if o.error]
-    return Diagnosis(verdict=verdict, findings=findings, abstained=abstained, errors=errors,
-                     rules_evaluated=len(outcomes), notes=list(ruleset.notes), not_assessed=not_assessed,
-                     costs=costs)
+    return Diagnosis(
+        verdict=verdict,
+        findings=findings,
+        abstained=abstained,
+        errors=errors,
+        rules_evaluated=len(outcomes),
+        notes=list(ruleset.notes),
+        not_assessed=not_assessed,
+        costs=costs,
+    )

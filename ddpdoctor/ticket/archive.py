@@ -41,7 +41,8 @@ RECORD_NAMES = ("manifest.json", "settings.json")
 SECRET_FILE = re.compile(
     r"(?i)^(\.env(\..*)?|.*\.env|\.netrc|_netrc|\.pgpass|\.pypirc|\.npmrc|\.git-credentials|\.htpasswd|"
     r"id_(rsa|dsa|ecdsa|ed25519)(\.pub)?|.*\.(pem|key|p12|pfx|jks|keystore|kdbx|keytab|gpg|asc|ppk)|"
-    r"kubeconfig|(.*[._-])?(credentials?|secrets?|tokens?|passw(or)?ds?|api[_-]?keys?|auth)([._-].*)?)$")
+    r"kubeconfig|(.*[._-])?(credentials?|secrets?|tokens?|passw(or)?ds?|api[_-]?keys?|auth)([._-].*)?)$"
+)
 HIDDEN_OK = {".ddpdoctor"}
 MAX_LOG_KEEP_LINES = 4000
 
@@ -53,7 +54,7 @@ class Member:
     kind: str
 
     @property
-    def cost(self) -> int:        # compressed size estimate inside the tar.gz
+    def cost(self) -> int:  # compressed size estimate inside the tar.gz
         if self.data[:2] == b"\x1f\x8b" or self.name.endswith(".png"):
             return len(self.data) + 512
         return len(zlib.compress(self.data, 6)) + 512
@@ -137,15 +138,19 @@ def trim_trace(data: bytes, keep_steps: int | None = None) -> bytes | None:
     evs = obj.get("traceEvents") if isinstance(obj, dict) else None
     if not isinstance(evs, list):
         return None
-    steps = sorted((e["ts"], e["ts"] + (e.get("dur") or 0)) for e in evs
-                   if isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#")
-                   and isinstance(e.get("ts"), (int, float)))
+    steps = sorted(
+        (e["ts"], e["ts"] + (e.get("dur") or 0))
+        for e in evs
+        if isinstance(e, dict)
+        and str(e.get("name", "")).startswith("ProfilerStep#")
+        and isinstance(e.get("ts"), (int, float))
+    )
     if not steps:
         return None
     if keep_steps:
         steps = steps[-keep_steps:]
     lo, hi = steps[0][0], max(e for _, e in steps)
-    hi_gpu = hi + 0.5 * (hi - lo) / len(steps)          # GPU work launched in the last step ends later
+    hi_gpu = hi + 0.5 * (hi - lo) / len(steps)  # GPU work launched in the last step ends later
 
     def keep(e) -> bool:
         if not isinstance(e, dict) or e.get("ph") == "M" or not isinstance(e.get("ts"), (int, float)):
@@ -170,7 +175,7 @@ def _redact_json_file(data: bytes, hosts: HostRedactor | None) -> bytes:
 
 def _redact_text_file(data: bytes, hosts: HostRedactor | None) -> bytes:
     text = data.decode("utf-8", errors="replace")
-    out = redact_string(text)          # whole text: a PEM block spans lines
+    out = redact_string(text)  # whole text: a PEM block spans lines
     return (hosts.sub(out) if hosts is not None else out).encode("utf-8")
 
 
@@ -179,8 +184,11 @@ def _head_tail(data: bytes, keep: int) -> bytes:
     if len(lines) <= keep:
         return data
     half = keep // 2
-    return b"".join(lines[:half] + [f"\n… {len(lines) - keep} lines left out by ddpdoctor bundle (size budget) …\n\n"
-                                    .encode()] + lines[-half:])
+    return b"".join(
+        lines[:half]
+        + [f"\n… {len(lines) - keep} lines left out by ddpdoctor bundle (size budget) …\n\n".encode()]
+        + lines[-half:]
+    )
 
 
 def hosts_from_records(files: list[Path], hosts: HostRedactor) -> None:
@@ -210,8 +218,15 @@ def _trace_order(d: dict, traces: list[Path]) -> list[Path]:
     return sorted(traces, key=key)
 
 
-def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0, with_traces: bool = True,
-                 trim_traces: bool = False, hosts: HostRedactor | None = None) -> BundleResult:
+def build_bundle(
+    src: str | Path,
+    out: str | Path,
+    d: dict,
+    max_mb: float = 25.0,
+    with_traces: bool = True,
+    trim_traces: bool = False,
+    hosts: HostRedactor | None = None,
+) -> BundleResult:
     """Write the archive; ``d`` is the (already redacted) diagnosis dict of the run."""
     from ..report.files import dumps_json
     from ..report.html import render_html
@@ -227,17 +242,19 @@ def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0
         hosts_from_records(files, hosts)
     _collect_file_secrets(files)
     plots = make_plots(d)
-    members = [Member("report.md", render_markdown(d, [(f"plots/{n}.png", t) for n, t, _ in plots]).encode(), "report"),
-               Member("report.html", render_html(d, plots).encode(), "report"),
-               Member("report.json", dumps_json(d).encode(), "report"),
-               Member("facts.json", (json.dumps(d.get("facts") or {}, indent=1, default=str) + "\n").encode(), "report")]
+    members = [
+        Member("report.md", render_markdown(d, [(f"plots/{n}.png", t) for n, t, _ in plots]).encode(), "report"),
+        Member("report.html", render_html(d, plots).encode(), "report"),
+        Member("report.json", dumps_json(d).encode(), "report"),
+        Member("facts.json", (json.dumps(d.get("facts") or {}, indent=1, default=str) + "\n").encode(), "report"),
+    ]
     members += [Member(f"plots/{n}.png", png, "report") for n, _, png in plots]
     used = sum(m.cost for m in members)
     chosen = list(members)
 
     def rel(p: Path) -> str:
         r = p.relative_to(src).as_posix() if src.is_dir() else p.name
-        r = redact_known_formats(strip_terminal(f"run/{r}"))     # secrets in file names too
+        r = redact_known_formats(strip_terminal(f"run/{r}"))  # secrets in file names too
         return hosts.sub(r) if hosts is not None else r
 
     def add(m: Member) -> bool:
@@ -305,8 +322,11 @@ def build_bundle(src: str | Path, out: str | Path, d: dict, max_mb: float = 25.0
                     break
                 tried.append(steps)
             if not ok:
-                res.left_out.append(f"{name}: dropped, over the size budget even trimmed" if tried
-                                    else f"{name}: dropped, over the size budget (no steps to trim it to)")
+                res.left_out.append(
+                    f"{name}: dropped, over the size budget even trimmed"
+                    if tried
+                    else f"{name}: dropped, over the size budget (no steps to trim it to)"
+                )
     res.members = [m.name for m in chosen]
     index = _index(res, d, budget, hosts is not None)
     chosen.insert(0, Member("BUNDLE.md", index.encode(), "index"))
@@ -360,7 +380,9 @@ def _host_trace(data: bytes, hosts: HostRedactor | None) -> bytes:
     if hosts is None:
         return data
     gz = data[:2] == b"\x1f\x8b"
-    text = (safe_io.gunzip_capped(data, "trace", safe_io.max_trace_bytes()) if gz else data).decode("utf-8", errors="replace")
+    text = (safe_io.gunzip_capped(data, "trace", safe_io.max_trace_bytes()) if gz else data).decode(
+        "utf-8", errors="replace"
+    )
     out = hosts.sub(text).encode("utf-8")
     return gzip.compress(out, 6, mtime=0) if gz else out
 
@@ -369,9 +391,17 @@ def _index(res: BundleResult, d: dict, budget: int, hosts: bool) -> str:
     from ..report import view
     from ..report.escape import md
 
-    lines = ["# ddpdoctor bundle", "", f"Verdict: {md(view.headline(d))}", "",
-             f"Size budget: {budget / 1024 / 1024:.1f} MiB. Secrets redacted"
-             + ("; host names and IP addresses replaced by placeholders." if hosts else "."), "", "## Contents", ""]
+    lines = [
+        "# ddpdoctor bundle",
+        "",
+        f"Verdict: {md(view.headline(d))}",
+        "",
+        f"Size budget: {budget / 1024 / 1024:.1f} MiB. Secrets redacted"
+        + ("; host names and IP addresses replaced by placeholders." if hosts else "."),
+        "",
+        "## Contents",
+        "",
+    ]
     lines += [f"- {md(m)}" for m in res.members]
     if res.left_out:
         lines += ["", "## Left out or cut", ""] + [f"- {md(x)}" for x in res.left_out]

@@ -14,8 +14,18 @@ from ..report.escape import md
 
 # the categories of the reports (report/view.py), in their order: exposed communication is split into its
 # transfer and the wait for a late peer, so a waiting rank's time does not read as a slow network
-ROWS = ("step_time", "compute", "comm_exposed", "comm_sync_wait", "memcpy", "dataloader_wait", "host_idle", "other",
-        "comm", "gpu_busy")
+ROWS = (
+    "step_time",
+    "compute",
+    "comm_exposed",
+    "comm_sync_wait",
+    "memcpy",
+    "dataloader_wait",
+    "host_idle",
+    "other",
+    "comm",
+    "gpu_busy",
+)
 NAMES = {**view.LABEL, "step_time": "step time (median)", "comm": "communication (total)", "gpu_busy": "GPU busy"}
 
 
@@ -46,9 +56,16 @@ def compare(before: dict, after: dict, max_regression: float | None = None) -> d
         if b is None and a is None:
             continue
         delta = None if a is None or b is None else a - b
-        rows.append({"column": col, "name": NAMES.get(col, col), "before_ms": None if b is None else b / 1000,
-                     "after_ms": None if a is None else a / 1000, "delta_ms": None if delta is None else delta / 1000,
-                     "delta_pct": None if delta is None or not b else 100 * delta / b})
+        rows.append(
+            {
+                "column": col,
+                "name": NAMES.get(col, col),
+                "before_ms": None if b is None else b / 1000,
+                "after_ms": None if a is None else a / 1000,
+                "delta_ms": None if delta is None else delta / 1000,
+                "delta_pct": None if delta is None or not b else 100 * delta / b,
+            }
+        )
     step = next((r for r in rows if r["column"] == "step_time"), None)
     change = step["delta_pct"] if step else None
     vb, va = before.get("verdict") or {}, after.get("verdict") or {}
@@ -58,14 +75,18 @@ def compare(before: dict, after: dict, max_regression: float | None = None) -> d
         "rows": rows,
         "step_time_change_pct": change,
         "speedup": (step["before_ms"] / step["after_ms"]) if step and step["after_ms"] and step["before_ms"] else None,
-        "verdict_before": view.headline(before), "verdict_after": view.headline(after),
-        "bottleneck_before": vb.get("bottleneck"), "bottleneck_after": va.get("bottleneck"),
+        "verdict_before": view.headline(before),
+        "verdict_after": view.headline(after),
+        "bottleneck_before": vb.get("bottleneck"),
+        "bottleneck_after": va.get("bottleneck"),
         "verdict_moved": (vb.get("label") or vb.get("bottleneck")) != (va.get("label") or va.get("bottleneck"))
         or bool(vb.get("failed")) != bool(va.get("failed")),
-        "failed_before": bool(vb.get("failed")), "failed_after": bool(va.get("failed")),
+        "failed_before": bool(vb.get("failed")),
+        "failed_after": bool(va.get("failed")),
         "findings_before": [f.get("rule") for f in before.get("findings") or []],
         "findings_after": [f.get("rule") for f in after.get("findings") or []],
-        "max_regression_pct": max_regression, "regressed": regressed,
+        "max_regression_pct": max_regression,
+        "regressed": regressed,
     }
 
 
@@ -75,8 +96,16 @@ def _f(x, fmt: str) -> str:
 
 def _lines(c: dict) -> tuple[list[str], list[list[str]], list[str]]:
     head = ["", "before ms", "after ms", "change ms", "change %"]
-    body = [[r["name"], _f(r["before_ms"], ".2f"), _f(r["after_ms"], ".2f"), _f(r["delta_ms"], "+.2f"),
-             _f(r["delta_pct"], "+.1f")] for r in c["rows"]]
+    body = [
+        [
+            r["name"],
+            _f(r["before_ms"], ".2f"),
+            _f(r["after_ms"], ".2f"),
+            _f(r["delta_ms"], "+.2f"),
+            _f(r["delta_pct"], "+.1f"),
+        ]
+        for r in c["rows"]
+    ]
     notes = []
     ch = c["step_time_change_pct"]
     if ch is None:
@@ -87,8 +116,10 @@ def _lines(c: dict) -> tuple[list[str], list[list[str]], list[str]]:
         notes.append(f"Steps are {ch:.1f} % longer: a regression ({c['speedup']:.2f}x).")
     else:
         notes.append("Step time unchanged.")
-    notes.append(f"Verdict: {c['verdict_before']} → {c['verdict_after']}"
-                 + (" (moved)" if c["verdict_moved"] else " (unchanged)"))
+    notes.append(
+        f"Verdict: {c['verdict_before']} → {c['verdict_after']}"
+        + (" (moved)" if c["verdict_moved"] else " (unchanged)")
+    )
     gone = [r for r in c["findings_before"] if r not in c["findings_after"]]
     new = [r for r in c["findings_after"] if r not in c["findings_before"]]
     if gone:

@@ -11,18 +11,26 @@ from functools import lru_cache
 
 # Flags for host-side event names.
 MARKER, DATALOADER, FORWARD, BACKWARD, OPTIMIZER, COLLECTIVE = 1, 2, 4, 8, 16, 32
-RT_ALLOC, RT_SYNC = 64, 128          # runtime calls: device malloc/free, blocking synchronize
+RT_ALLOC, RT_SYNC = 64, 128  # runtime calls: device malloc/free, blocking synchronize
 
 # Communication kernels recognized by name.  Vendor libraries: NCCL (ncclKernel_*,
 # ncclDevKernel_*), RCCL (same names on ROCm, plus rccl*), DeepEP (dpsk::ep::, deep_ep::),
 # NVSHMEM-based kernels, and custom all-reduce kernels that say so in their name.
 DEFAULT_COMM_KERNEL_PATTERNS = (
-    r"nccl", r"rccl", r"\bdpsk::ep::", r"\bdeep_ep::", r"nvshmem", r"cross_device_reduce",
-    r"custom_?all_?reduce", r"\bmscclpp",
+    r"nccl",
+    r"rccl",
+    r"\bdpsk::ep::",
+    r"\bdeep_ep::",
+    r"nvshmem",
+    r"cross_device_reduce",
+    r"custom_?all_?reduce",
+    r"\bmscclpp",
 )
 
-_FORWARD = re.compile(r"^(DistributedDataParallel|DataParallel|FullyShardedDataParallel)\.forward$"
-                      r"|^##\s*forward\s*##$")
+_FORWARD = re.compile(
+    r"^(DistributedDataParallel|DataParallel|FullyShardedDataParallel)\.forward$"
+    r"|^##\s*forward\s*##$"
+)
 _BACKWARD = re.compile(r"^autograd::engine::evaluate_function: |^##\s*backward\s*##$")
 _OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)#|^##\s*optimizer\s*##$")
 
@@ -30,13 +38,24 @@ _OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)#|^##\s*optimizer\s*##$")
 _HOST_COLL = re.compile(r"^(nccl|gloo|mpi|ucc|xccl|c10d)(:|::)(?P<op>[A-Za-z_]+?)_?$")
 
 _KIND_WORDS = (
-    ("reducescatter", "reduce_scatter"), ("reduce_scatter", "reduce_scatter"),
-    ("allreduce", "all_reduce"), ("all_reduce", "all_reduce"),
-    ("allgather", "all_gather"), ("all_gather", "all_gather"),
-    ("alltoall", "all_to_all"), ("all_to_all", "all_to_all"),
-    ("sendrecv", "send_recv"), ("broadcast", "broadcast"), ("barrier", "barrier"),
-    ("reduce", "reduce"), ("send", "send"), ("recv", "recv"), ("gather", "gather"), ("scatter", "scatter"),
-    ("dispatch", "ep_dispatch"), ("combine", "ep_combine"),
+    ("reducescatter", "reduce_scatter"),
+    ("reduce_scatter", "reduce_scatter"),
+    ("allreduce", "all_reduce"),
+    ("all_reduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("all_gather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("all_to_all", "all_to_all"),
+    ("sendrecv", "send_recv"),
+    ("broadcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("reduce", "reduce"),
+    ("send", "send"),
+    ("recv", "recv"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("dispatch", "ep_dispatch"),
+    ("combine", "ep_combine"),
 )
 
 
@@ -54,8 +73,9 @@ def is_dataloader(name: str) -> bool:
     """The profiler's ``enumerate(DataLoader)#…__next__`` spans (waiting for a batch), and the span
     `ddpdoctor run` puts around ``iter(loader)`` (``enumerate(DataLoader)#DataLoader.__iter__``: a new
     epoch shuts the old workers down and starts new ones)."""
-    return (name.startswith("enumerate(DataLoader)#") and name.endswith(("__next__", "__iter__"))) \
-        or name.startswith("enumerate(DataPipe)#")
+    return (name.startswith("enumerate(DataLoader)#") and name.endswith(("__next__", "__iter__"))) or name.startswith(
+        "enumerate(DataPipe)#"
+    )
 
 
 def host_collective_kind(name: str) -> str | None:
@@ -138,6 +158,7 @@ def cached_by_name(fn):
         if v is None:
             v = cache[name] = fn(name)
         return v
+
     return get
 
 

@@ -52,12 +52,12 @@ class Columns:
     ids into ``strings`` where ``flags`` says so (a string id, or an int beyond int64)."""
 
     n: int
-    ts: np.ndarray            # float64
-    dur: np.ndarray           # float64
-    cat: np.ndarray           # int32 ids
-    name: np.ndarray          # int32 ids
-    pid: np.ndarray           # int64
-    tid: np.ndarray           # int64
-    flags: np.ndarray         # uint8: PID_STR, TID_STR (the compiled reader sets HAS_CORR, HAS_EXT too)
+    ts: np.ndarray  # float64
+    dur: np.ndarray  # float64
+    cat: np.ndarray  # int32 ids
+    name: np.ndarray  # int32 ids
+    pid: np.ndarray  # int64
+    tid: np.ndarray  # int64
+    flags: np.ndarray  # uint8: PID_STR, TID_STR (the compiled reader sets HAS_CORR, HAS_EXT too)
     strings: list
     args: ArgColumns

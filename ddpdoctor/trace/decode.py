@@ -42,9 +42,10 @@ def _read_local(path: Path, cap: int) -> bytes | bytearray:
     with safe_io.open_regular(path) as fh:
         size = os.fstat(fh.fileno()).st_size
         if size > cap:
-            raise InputError(f"{path}: trace larger than the limit of {cap} bytes "
-                             "(raise it with DDPDOCTOR_MAX_TRACE_BYTES)")
-        buf = bytearray(size + 1)          # one byte more: a file that grew is noticed
+            raise InputError(
+                f"{path}: trace larger than the limit of {cap} bytes (raise it with DDPDOCTOR_MAX_TRACE_BYTES)"
+            )
+        buf = bytearray(size + 1)  # one byte more: a file that grew is noticed
         got = 0
         with memoryview(buf) as view:
             try:
@@ -55,7 +56,7 @@ def _read_local(path: Path, cap: int) -> bytes | bytearray:
                     got += k
             except OSError as exc:
                 raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if got > size:                         # written to while we read: the general path
+    if got > size:  # written to while we read: the general path
         return safe_io.read_capped(path, cap, "trace")
     del buf[got:]
     return buf
@@ -97,11 +98,18 @@ def _decode_lenient(path: Path, raw: bytes) -> Trace:
             out.append(msgspec.convert(e, Event, strict=False))
         except msgspec.ValidationError:
             a = e.get("args") if isinstance(e.get("args"), dict) else {}
-            out.append(Event(ph=str(e.get("ph", "")), cat=str(e.get("cat", "")), name=str(e.get("name", "")),
-                             pid=_as_id(e.get("pid")), tid=_as_id(e.get("tid")),
-                             ts=_as_float(e.get("ts")), dur=_as_float(e.get("dur")),
-                             args=Args(correlation=_as_id(a.get("correlation")),
-                                       external_id=_as_id(a.get("External id")))))
+            out.append(
+                Event(
+                    ph=str(e.get("ph", "")),
+                    cat=str(e.get("cat", "")),
+                    name=str(e.get("name", "")),
+                    pid=_as_id(e.get("pid")),
+                    tid=_as_id(e.get("tid")),
+                    ts=_as_float(e.get("ts")),
+                    dur=_as_float(e.get("dur")),
+                    args=Args(correlation=_as_id(a.get("correlation")), external_id=_as_id(a.get("External id"))),
+                )
+            )
     top = obj if isinstance(obj, dict) else {}
     trace = Trace(traceEvents=out)
     for key, typ in (("distributedInfo", DistributedInfo), ("deviceProperties", list[DeviceProperties])):
@@ -123,8 +131,9 @@ def _as_float(v) -> float:
         return 0.0
 
 
-def load_rank_trace(path: Path, rank_hint: int | None = None, rank_hint_source: str = "file name",
-                    comm_patterns: tuple[str, ...] = ()) -> RankTrace:
+def load_rank_trace(
+    path: Path, rank_hint: int | None = None, rank_hint_source: str = "file name", comm_patterns: tuple[str, ...] = ()
+) -> RankTrace:
     """The compiled reader on the file mapped in memory, else on its bytes; else msgspec."""
     tried, fast = (False, None) if isinstance(path, sources.RemoteFile) else fastscan.scan_file(Path(path))
     if fast is None or not fast[0].n:

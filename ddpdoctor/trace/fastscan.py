@@ -31,21 +31,62 @@ _P = ctypes.c_void_p
 
 
 class _KScan(ctypes.Structure):
-    _fields_ = [("cap", ctypes.c_int64), ("n", ctypes.c_int64),
-                *((f, _P) for f in ("ts", "dur", "cat", "name", "coll", "pid", "tid", "corr", "ext",
-                                    "dims_off", "dims_len", "flags", "msg_off", "msg_len", "dtype")),
-                ("strcap", ctypes.c_int32), ("nstr", ctypes.c_int32),
-                ("str_off", _P), ("str_len", _P), ("str_esc", _P), ("htab", _P), ("hsize", ctypes.c_int64),
-                ("events_start", ctypes.c_int64), ("events_end", ctypes.c_int64), ("fail_at", ctypes.c_int64)]
+    _fields_ = [
+        ("cap", ctypes.c_int64),
+        ("n", ctypes.c_int64),
+        *(
+            (f, _P)
+            for f in (
+                "ts",
+                "dur",
+                "cat",
+                "name",
+                "coll",
+                "pid",
+                "tid",
+                "corr",
+                "ext",
+                "dims_off",
+                "dims_len",
+                "flags",
+                "msg_off",
+                "msg_len",
+                "dtype",
+            )
+        ),
+        ("strcap", ctypes.c_int32),
+        ("nstr", ctypes.c_int32),
+        ("str_off", _P),
+        ("str_len", _P),
+        ("str_esc", _P),
+        ("htab", _P),
+        ("hsize", ctypes.c_int64),
+        ("events_start", ctypes.c_int64),
+        ("events_end", ctypes.c_int64),
+        ("fail_at", ctypes.c_int64),
+    ]
 
 
-_ROW = (("ts", np.float64), ("dur", np.float64), ("cat", np.int32), ("name", np.int32), ("coll", np.int32),
-        ("pid", np.int64), ("tid", np.int64), ("corr", np.int64), ("ext", np.int64),
-        ("dims_off", np.int64), ("dims_len", np.int32), ("flags", np.uint8),
-        ("msg_off", np.int64), ("msg_len", np.int32), ("dtype", np.int32))
+_ROW = (
+    ("ts", np.float64),
+    ("dur", np.float64),
+    ("cat", np.int32),
+    ("name", np.int32),
+    ("coll", np.int32),
+    ("pid", np.int64),
+    ("tid", np.int64),
+    ("corr", np.int64),
+    ("ext", np.int64),
+    ("dims_off", np.int64),
+    ("dims_len", np.int32),
+    ("flags", np.uint8),
+    ("msg_off", np.int64),
+    ("msg_len", np.int32),
+    ("dtype", np.int32),
+)
 _NELEMS = msgspec.json.Decoder(int | float | str | None)
-_lib_cache: list = []        # [the library, or None]
-_why_not: list[str] = [""]   # why the library is not used
+_lib_cache: list = []  # [the library, or None]
+_why_not: list[str] = [""]  # why the library is not used
 
 
 def _candidates() -> list[Path]:
@@ -130,16 +171,16 @@ class RawArgs:
     two args read for a few rows only."""
 
     raw: bytes | bytearray | mmap.mmap
-    corr_col: np.ndarray      # -1 where absent
+    corr_col: np.ndarray  # -1 where absent
     ext_col: np.ndarray
     has_ext: np.ndarray
-    coll_ids: np.ndarray      # -1: none
-    dtype_ids: np.ndarray     # -1: none
+    coll_ids: np.ndarray  # -1: none
+    dtype_ids: np.ndarray  # -1: none
     dims_off: np.ndarray
-    dims_len: np.ndarray      # -1: no "Input Dims"
+    dims_len: np.ndarray  # -1: no "Input Dims"
     msg_off: np.ndarray
-    msg_len: np.ndarray       # -1: no "In msg nelems" (or null)
-    strings_or_none: np.ndarray   # the strings as an object array, None last: id -1 reads None
+    msg_len: np.ndarray  # -1: no "In msg nelems" (or null)
+    strings_or_none: np.ndarray  # the strings as an object array, None last: id -1 reads None
 
     def corr(self, rows: np.ndarray) -> np.ndarray:
         return self.corr_col[rows]
@@ -164,11 +205,11 @@ class RawArgs:
         if self.msg_len[i] < 0:
             return None
         o = int(self.msg_off[i])
-        return _NELEMS.decode(bytes(self.raw[o:o + int(self.msg_len[i])]))
+        return _NELEMS.decode(bytes(self.raw[o : o + int(self.msg_len[i])]))
 
     def input_dims(self, i: int) -> str:
         o = int(self.dims_off[i])
-        return bytes(self.raw[o:o + int(self.dims_len[i])]).decode("utf-8", "replace")
+        return bytes(self.raw[o : o + int(self.dims_len[i])]).decode("utf-8", "replace")
 
 
 def scan_file(path: Path) -> tuple[bool, tuple[Columns, Trace] | None]:
@@ -201,22 +242,27 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
     if isinstance(raw, bytes):
         cbuf = ctypes.c_char_p(raw)
         ptr = ctypes.cast(cbuf, _P).value
-    else:                                   # bytearray, a writable (copy-on-write) mmap
+    else:  # bytearray, a writable (copy-on-write) mmap
         cbuf = (ctypes.c_char * size).from_buffer(raw)
         ptr = ctypes.addressof(cbuf)
     cap, strcap = max(1024, size // 150), 1 << 16
     try:
         for _ in range(4):
             cols = {f: np.empty(cap, dtype=t) for f, t in _ROW}
-            strs = {"str_off": np.empty(strcap, np.int64), "str_len": np.empty(strcap, np.int32),
-                    "str_esc": np.empty(strcap, np.uint8), "htab": np.full(2 * strcap, -1, np.int32)}
-            k = _KScan(cap=cap, strcap=strcap, hsize=2 * strcap,
-                       **{f: a.ctypes.data for f, a in {**cols, **strs}.items()})
+            strs = {
+                "str_off": np.empty(strcap, np.int64),
+                "str_len": np.empty(strcap, np.int32),
+                "str_esc": np.empty(strcap, np.uint8),
+                "htab": np.full(2 * strcap, -1, np.int32),
+            }
+            k = _KScan(
+                cap=cap, strcap=strcap, hsize=2 * strcap, **{f: a.ctypes.data for f, a in {**cols, **strs}.items()}
+            )
             rc = (lib.ks_scan_mapped if mapped else lib.ks_scan)(ptr, size, ctypes.byref(k))
             if rc != FULL:
                 break
             if k.n >= cap:
-                cap = raw.count(b'"X"') + 1          # every complete event spells "X"
+                cap = raw.count(b'"X"') + 1  # every complete event spells "X"
             elif strcap < (1 << 24):
                 strcap *= 16
             else:
@@ -229,7 +275,7 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
     try:
         strings = _strings(raw, strs["str_off"][:nstr], strs["str_len"][:nstr], strs["str_esc"][:nstr])
         meta = TRACE_DECODER.decode(bytes(raw[:ev0]) + b"[]" + bytes(raw[ev1:]))
-    except (msgspec.DecodeError, UnicodeDecodeError):        # ValidationError is a DecodeError
+    except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError is a DecodeError
         return None
     # one id per distinct string: escaped spellings of the same text share it
     canon: dict[str, int] = {}
@@ -248,11 +294,18 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
             c[f] = c[f].copy()
     c["corr"] = np.where((c["flags"] & HAS_CORR) != 0, c["corr"], -1)
     for f in ("ts", "dur", "ext", "dims_off", "dims_len", "flags", "msg_off", "msg_len"):
-        c[f] = c[f].copy()                  # compact: the capacity beyond n is released
+        c[f] = c[f].copy()  # compact: the capacity beyond n is released
     strings = list(canon)
-    args = RawArgs(raw, c.pop("corr"), c.pop("ext"), (c["flags"] & HAS_EXT) != 0, c.pop("coll"), c.pop("dtype"),
-                   *(c.pop(f) for f in ("dims_off", "dims_len", "msg_off", "msg_len")),
-                   strings_or_none=np.array([*strings, None], dtype=object))
+    args = RawArgs(
+        raw,
+        c.pop("corr"),
+        c.pop("ext"),
+        (c["flags"] & HAS_EXT) != 0,
+        c.pop("coll"),
+        c.pop("dtype"),
+        *(c.pop(f) for f in ("dims_off", "dims_len", "msg_off", "msg_len")),
+        strings_or_none=np.array([*strings, None], dtype=object),
+    )
     return Columns(n=n, strings=strings, args=args, **c), meta
 
 
@@ -260,7 +313,7 @@ def _strings(raw, off: np.ndarray, ln: np.ndarray, esc: np.ndarray) -> list[str]
     mv = memoryview(raw)
     out = []
     for o, k, e in zip(off.tolist(), ln.tolist(), esc.tolist()):
-        b = bytes(mv[o:o + k])
+        b = bytes(mv[o : o + k])
         out.append(msgspec.json.decode(b'"' + b + b'"') if e else b.decode("utf-8"))
     mv.release()
     return out

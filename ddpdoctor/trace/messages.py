@@ -18,7 +18,7 @@ class CollMessages:
     start: np.ndarray
     nbytes: np.ndarray
     kind: list[str]
-    elem_bytes: np.ndarray            # bytes per element of each message's dtype (2: already 16-bit)
+    elem_bytes: np.ndarray  # bytes per element of each message's dtype (2: already 16-bit)
 
     def __len__(self) -> int:
         return int(self.start.size)
@@ -29,9 +29,25 @@ def no_messages() -> CollMessages:
 
 
 # bytes per element of the dtype names collective records carry (c10d's ScalarType names)
-DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
-               "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "ComplexHalf": 4,
-               "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1}
+DTYPE_BYTES = {
+    "Float": 4,
+    "Double": 8,
+    "Half": 2,
+    "BFloat16": 2,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "ComplexHalf": 4,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fnuz": 1,
+    "Float8_e5m2fnuz": 1,
+}
 
 
 def message_bytes(nelems, dtype) -> float | None:
@@ -59,5 +75,9 @@ def coll_messages(records) -> CollMessages:
             elem.append(DTYPE_BYTES[dtype])
     if not start:
         return no_messages()
-    return CollMessages(np.asarray(start, dtype=np.float64), np.asarray(nbytes, dtype=np.float64), kind,
-                        np.asarray(elem, dtype=np.float64))
+    return CollMessages(
+        np.asarray(start, dtype=np.float64),
+        np.asarray(nbytes, dtype=np.float64),
+        kind,
+        np.asarray(elem, dtype=np.float64),
+    )

@@ -18,8 +18,9 @@ from .columns import PID_STR, TID_STR, Columns
 from .schema import Args, Trace
 
 PH, CAT, NAME, PID, TID, TS, DUR, ARGS = map(attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
-CORR, EXT, EXT_2021, COLL, DTYPE, NELEMS, DIMS = map(attrgetter, (
-    "correlation", "external_id", "external_id_2021", "collective", "dtype", "in_nelems", "input_dims"))
+CORR, EXT, EXT_2021, COLL, DTYPE, NELEMS, DIMS = map(
+    attrgetter, ("correlation", "external_id", "external_id_2021", "collective", "dtype", "in_nelems", "input_dims")
+)
 _NO_ARGS = Args()
 _I64 = (-(1 << 63), 1 << 63)
 
@@ -59,7 +60,7 @@ class StructArgs:
     def ext(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         args = self._take(rows)
         values = list(map(EXT, args))
-        if None in values:              # 2021 traces spell it "external id"
+        if None in values:  # 2021 traces spell it "external id"
             values = [a if a is not None else b for a, b in zip(values, map(EXT_2021, args))]
         present = ~_is_none(values)
         if set(map(type, values)) <= {int}:
@@ -104,8 +105,18 @@ def columns(trace: Trace) -> Columns:
     pid, pid_obj = _id_column(list(map(PID, evs)), table)
     tid, tid_obj = _id_column(list(map(TID, evs)), table)
     flags = (pid_obj * PID_STR + tid_obj * TID_STR).astype(np.uint8)
-    return Columns(n=n, ts=ts, dur=dur, cat=cat, name=name, pid=pid, tid=tid, flags=flags, strings=table.values,
-                   args=StructArgs(list(map(ARGS, evs))))
+    return Columns(
+        n=n,
+        ts=ts,
+        dur=dur,
+        cat=cat,
+        name=name,
+        pid=pid,
+        tid=tid,
+        flags=flags,
+        strings=table.values,
+        args=StructArgs(list(map(ARGS, evs))),
+    )
 
 
 def _objects(values: list) -> np.ndarray:
@@ -122,7 +133,7 @@ def _id_column(values: list, table: _Table) -> tuple[np.ndarray, np.ndarray]:
     """An int-or-string id column: (int64 values, bool "is an id into the table"); strings and ints
     beyond int64 go into the table."""
     n = len(values)
-    if set(map(type, values)) <= {int}:        # numpy would read a string of digits as its number
+    if set(map(type, values)) <= {int}:  # numpy would read a string of digits as its number
         try:
             return np.fromiter(values, dtype=np.int64, count=n), np.zeros(n, dtype=bool)
         except OverflowError:
@@ -133,7 +144,7 @@ def _id_column(values: list, table: _Table) -> tuple[np.ndarray, np.ndarray]:
         ids[i] = table[values[i]]
     try:
         return np.fromiter(ids, dtype=np.int64, count=n), is_str
-    except OverflowError:                      # an int beyond int64: an id of its own, as a string is
+    except OverflowError:  # an int beyond int64: an id of its own, as a string is
         big = np.fromiter((type(v) is int and not _I64[0] <= v < _I64[1] for v in values), dtype=bool, count=n)
         for i in np.flatnonzero(big).tolist():
             ids[i] = table[values[i]]

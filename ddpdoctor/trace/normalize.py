@@ -21,11 +21,22 @@ from .model import GpuOps, RankTrace, Spans, rank_trace
 from .schema import Trace
 
 # category (lower case) -> code: 1 kernel, 2 memcpy, 3 memset, 4 runtime, 5 operator, 6 annotation
-CATEGORY_CODES = {"kernel": 1, "gpu_memcpy": 2, "memcpy": 2, "gpu_memset": 3, "memset": 3,
-                  "cuda_runtime": 4, "runtime": 4, "cuda_driver": 4, "hip_runtime": 4,
-                  "cpu_op": 5, "operator": 5, "user_annotation": 6}
+CATEGORY_CODES = {
+    "kernel": 1,
+    "gpu_memcpy": 2,
+    "memcpy": 2,
+    "gpu_memset": 3,
+    "memset": 3,
+    "cuda_runtime": 4,
+    "runtime": 4,
+    "cuda_driver": 4,
+    "hip_runtime": 4,
+    "cpu_op": 5,
+    "operator": 5,
+    "user_annotation": 6,
+}
 LEGACY_CATS = ("Kernel", "Runtime", "Operator", "Memcpy", "Memset")
-STEP = 1 << 16    # beside classify's name flags: a ProfilerStep#N span
+STEP = 1 << 16  # beside classify's name flags: a ProfilerStep#N span
 
 
 def category_code(cat: str) -> int:
@@ -37,7 +48,7 @@ class _Strings:
 
     def __init__(self, strings: list[str]):
         self.strings = strings
-        self.obj = np.array(strings + [""], dtype=object)[:-1]    # a 1-d object array, even of tuples
+        self.obj = np.array(strings + [""], dtype=object)[:-1]  # a 1-d object array, even of tuples
 
     def table(self, fn, ids: np.ndarray, dtype) -> np.ndarray:
         """``fn(string)`` for the strings at ``ids`` (others 0), as an array indexed by id."""
@@ -66,7 +77,7 @@ def _ids(col: np.ndarray, flags: np.ndarray, bit: int, strings: list):
     def equals(value) -> np.ndarray:
         if isinstance(value, int) and -(1 << 63) <= value < (1 << 63):
             return ~is_str & (col == value) if any_str else col == value
-        sid = strings.index(value) if value in strings else -1      # a string, a big int (or None: no row)
+        sid = strings.index(value) if value in strings else -1  # a string, a big int (or None: no row)
         return is_str & (col == sid)
 
     def tolist() -> list:
@@ -75,8 +86,14 @@ def _ids(col: np.ndarray, flags: np.ndarray, bit: int, strings: list):
     return at, equals, tolist
 
 
-def normalize(path: str, cols: Columns, meta: Trace, rank_hint: int | None, rank_hint_source: str,
-                      comm_patterns: tuple[str, ...] = ()) -> RankTrace:
+def normalize(
+    path: str,
+    cols: Columns,
+    meta: Trace,
+    rank_hint: int | None,
+    rank_hint_source: str,
+    comm_patterns: tuple[str, ...] = (),
+) -> RankTrace:
     is_comm_name = classify.comm_kernel_matcher(comm_patterns)
     S = _Strings(cols.strings)
     n = cols.n
@@ -97,25 +114,32 @@ def normalize(path: str, cols: Columns, meta: Trace, rank_hint: int | None, rank
     op_flags = cols.flags[op_idx]
     tid_at, tid_eq, tid_list = _ids(cols.tid[op_idx], op_flags, TID_STR, cols.strings)
     pid_at, pid_eq, pid_list = _ids(cols.pid[op_idx], op_flags, PID_STR, cols.strings)
-    op_ann = np.where(op_code == 4, 2, op_code - 5).astype(np.int8)   # 0 op, 1 annotation, 2 runtime
+    op_ann = np.where(op_code == 4, 2, op_code - 5).astype(np.int8)  # 0 op, 1 annotation, 2 runtime
     rt_mask = op_code == 4
     F = classify
-    flags = S.table(lambda nm: F.name_flags(nm) | (STEP if nm.startswith("ProfilerStep#") else 0),
-                    op_name, np.int32)[op_name]
+    flags = S.table(lambda nm: F.name_flags(nm) | (STEP if nm.startswith("ProfilerStep#") else 0), op_name, np.int32)[
+        op_name
+    ]
     steps_idx = np.flatnonzero(~rt_mask & ((flags & STEP) != 0)).tolist()
     if steps_idx:
         main_tid, main_pid = tid_at(steps_idx[0]), pid_at(steps_idx[0])
     else:
-        main_tid, main_pid = classify.busiest_thread(op_s.tolist(), op_e.tolist(), tid_list(), pid_list(),
-                                                     op_ann.tolist())
+        main_tid, main_pid = classify.busiest_thread(
+            op_s.tolist(), op_e.tolist(), tid_list(), pid_list(), op_ann.tolist()
+        )
     in_pid, on_main = pid_eq(main_pid), tid_eq(main_tid)
-    steps = sorted(((cols.strings[op_name[i]], float(op_s[i]), float(op_e[i])) for i in steps_idx
-                    if on_main[i] and in_pid[i]), key=lambda x: x[1])
+    steps = sorted(
+        ((cols.strings[op_name[i]], float(op_s[i]), float(op_e[i])) for i in steps_idx if on_main[i] and in_pid[i]),
+        key=lambda x: x[1],
+    )
     buckets = host_buckets(flags, in_pid, on_main, rt_mask, op_ann)
     coll_rows = op_idx[buckets["coll"]]
     present, keys = cols.args.ext(coll_rows)
-    ext_to_coll = {k: classify.host_collective_kind(cols.strings[nm])
-                   for k, nm, has in zip(keys.tolist(), op_name[buckets["coll"]].tolist(), present.tolist()) if has}
+    ext_to_coll = {
+        k: classify.host_collective_kind(cols.strings[nm])
+        for k, nm, has in zip(keys.tolist(), op_name[buckets["coll"]].tolist(), present.tolist())
+        if has
+    }
 
     messages = _collective_messages(coll_rows, op_s[buckets["coll"]], cols)
 
@@ -148,19 +172,37 @@ def normalize(path: str, cols: Columns, meta: Trace, rank_hint: int | None, rank
     rt_keep = rt_corr >= 0
 
     return rank_trace(
-        path, meta, rank_hint, rank_hint_source, main_pid,
-        schema=schema, main_tid=main_tid, steps=steps,
-        dataloader=dataloader, host_ops=host_ops, main_ops=main_ops,
-        forward=forward, backward=backward, optimizer=optimizer, host_collectives=host_coll,
+        path,
+        meta,
+        rank_hint,
+        rank_hint_source,
+        main_pid,
+        schema=schema,
+        main_tid=main_tid,
+        steps=steps,
+        dataloader=dataloader,
+        host_ops=host_ops,
+        main_ops=main_ops,
+        forward=forward,
+        backward=backward,
+        optimizer=optimizer,
+        host_collectives=host_coll,
         runtime_launch=Spans(op_s[rt_idx][rt_keep], op_e[rt_idx][rt_keep]),
         runtime_corr=rt_corr[rt_keep],
-        gpu=gpu, first_ts=float(first) if n else 0.0, last_ts=float(last) if n else 0.0, n_events=n,
-        runtime_alloc=rt_alloc, runtime_sync=rt_sync, forward_inputs=forward_inputs, coll_messages=messages,
+        gpu=gpu,
+        first_ts=float(first) if n else 0.0,
+        last_ts=float(last) if n else 0.0,
+        n_events=n,
+        runtime_alloc=rt_alloc,
+        runtime_sync=rt_sync,
+        forward_inputs=forward_inputs,
+        coll_messages=messages,
     )
 
 
-def host_buckets(flags: np.ndarray, in_pid: np.ndarray, on_main: np.ndarray, rt_mask: np.ndarray,
-                 op_ann: np.ndarray) -> dict[str, np.ndarray]:
+def host_buckets(
+    flags: np.ndarray, in_pid: np.ndarray, on_main: np.ndarray, rt_mask: np.ndarray, op_ann: np.ndarray
+) -> dict[str, np.ndarray]:
     """Indices of the host events of each kind : every op and runtime call of the
     main process but markers, the main thread's ops, DataLoader, forward, backward, optimizer and
     collective ops, allocator and synchronizing runtime calls."""
@@ -172,16 +214,31 @@ def host_buckets(flags: np.ndarray, in_pid: np.ndarray, on_main: np.ndarray, rt_
     def has(flag: int) -> np.ndarray:
         return (flags & flag) != 0
 
-    sel = {"host": host, "main": host_op & (op_ann == 0) & on_main,
-           "dl": host_op & has(F.DATALOADER), "fwd": host_op & has(F.FORWARD),
-           "bwd": host_op & has(F.BACKWARD), "opt": host_op & has(F.OPTIMIZER),
-           "coll": host_op & has(F.COLLECTIVE),
-           "alloc": host_rt & has(F.RT_ALLOC), "sync": host_rt & ~has(F.RT_ALLOC) & has(F.RT_SYNC)}
+    sel = {
+        "host": host,
+        "main": host_op & (op_ann == 0) & on_main,
+        "dl": host_op & has(F.DATALOADER),
+        "fwd": host_op & has(F.FORWARD),
+        "bwd": host_op & has(F.BACKWARD),
+        "opt": host_op & has(F.OPTIMIZER),
+        "coll": host_op & has(F.COLLECTIVE),
+        "alloc": host_rt & has(F.RT_ALLOC),
+        "sync": host_rt & ~has(F.RT_ALLOC) & has(F.RT_SYNC),
+    }
     return {k: np.flatnonzero(m) for k, m in sel.items()}
 
 
-def _kernel_kinds(kern: np.ndarray, rows: np.ndarray, cols: Columns, S: _Strings, ext_to_coll: dict,
-                  is_comm_name, kinds: np.ndarray, traits: np.ndarray, comm_kind: list[str]) -> None:
+def _kernel_kinds(
+    kern: np.ndarray,
+    rows: np.ndarray,
+    cols: Columns,
+    S: _Strings,
+    ext_to_coll: dict,
+    is_comm_name,
+    kinds: np.ndarray,
+    traits: np.ndarray,
+    comm_kind: list[str],
+) -> None:
     """Fill kinds, traits and collective kinds of the kernels (``kern`` indexes the GPU ops, ``rows``
     the same kernels' rows of ``cols``): a kernel is a communication kernel when its args name a
     collective, when it was launched from a host collective (external id), or when its name matches
@@ -222,7 +279,9 @@ def _collective_messages(rows: np.ndarray, starts: np.ndarray, cols: Columns) ->
     coll, has_msg, dtype = cols.args.coll(rows), cols.args.has_msg(rows), cols.args.dtype(rows)
     return coll_messages(
         (s, coll[j], cols.args.in_nelems(r), dtype[j])
-        for j, (r, s) in enumerate(zip(rows.tolist(), starts.tolist())) if coll[j] is not None and has_msg[j])
+        for j, (r, s) in enumerate(zip(rows.tolist(), starts.tolist()))
+        if coll[j] is not None and has_msg[j]
+    )
 
 
 def _forward_inputs(forward: Spans, main_rows: np.ndarray, cols: Columns) -> list[tuple[float, str]]:

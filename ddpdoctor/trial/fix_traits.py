@@ -14,7 +14,7 @@ from functools import lru_cache
 
 @dataclass(frozen=True)
 class FixTraits:
-    predict: str | None = None           # a model of trial/predict.py (rules_engine.model.PREDICT_MODELS)
+    predict: str | None = None  # a model of trial/predict.py (rules_engine.model.PREDICT_MODELS)
     changes_numerics: bool = False
 
 

@@ -42,9 +42,16 @@ def trial_arm(paths: list[str], quiet: bool) -> tuple[list[str], dict | None]:
     if not quiet:
         click.echo(f"ddpdoctor: trial {paths[0]}: {summary_line(t)}", err=True)
         others = ", ".join(Path(a["bundle"]).name for a in arms if a.get("bundle") != base)
-        click.echo(f"ddpdoctor: analyzing the baseline arm {base} (the others, analyzed one at a time: {others})",
-                   err=True)
-    return [base], {"line": summary_line(t), "change": t.get("change"), "measured_speedup": t.get("measured_speedup"),
-                    "ci95": t.get("ci95"), "median_speedup": t.get("median_speedup"),
-                    "predicted_speedup": t.get("predicted_speedup"),
-                    "predicted_by": t.get("predicted_by"), "trial_json": str(Path(paths[0]) / "trial.json")}
+        click.echo(
+            f"ddpdoctor: analyzing the baseline arm {base} (the others, analyzed one at a time: {others})", err=True
+        )
+    return [base], {
+        "line": summary_line(t),
+        "change": t.get("change"),
+        "measured_speedup": t.get("measured_speedup"),
+        "ci95": t.get("ci95"),
+        "median_speedup": t.get("median_speedup"),
+        "predicted_speedup": t.get("predicted_speedup"),
+        "predicted_by": t.get("predicted_by"),
+        "trial_json": str(Path(paths[0]) / "trial.json"),
+    }

@@ -21,11 +21,16 @@ from .fix_traits import traits
 
 # the cost a setting acts on, when no fix of the diagnosis names the setting itself (e.g. on a 2-CPU host
 # the loader finding's first fix is "make each batch cheaper", yet more workers still overlap waits on storage)
-KNOB_CATEGORY = {"dataloader.num_workers": "dataloader", "dataloader.prefetch_factor": "dataloader",
-                 "dataloader.persistent_workers": "dataloader", "ddp.bucket_cap_mb": "communication",
-                 "ddp.comm_hook": "communication",
-                 "ddp.gradient_as_bucket_view": "communication", "ddp.static_graph": "communication",
-                 "env.NCCL_": "communication"}
+KNOB_CATEGORY = {
+    "dataloader.num_workers": "dataloader",
+    "dataloader.prefetch_factor": "dataloader",
+    "dataloader.persistent_workers": "dataloader",
+    "ddp.bucket_cap_mb": "communication",
+    "ddp.comm_hook": "communication",
+    "ddp.gradient_as_bucket_view": "communication",
+    "ddp.static_graph": "communication",
+    "env.NCCL_": "communication",
+}
 
 NONE = {"predicted_speedup": None, "predicted_by": None}
 
@@ -38,8 +43,7 @@ def predict(changes: dict, doc: dict) -> dict:
     best = None
     for named in (True, False):
         for f in findings:
-            hit = (any(fx.get("knob") in keys for fx in f.get("fixes") or []) if named
-                   else f.get("category") in cats)
+            hit = any(fx.get("knob") in keys for fx in f.get("fixes") or []) if named else f.get("category") in cats
             up = f.get("expected_speedup")
             if up and hit and (best is None or up > best["expected_speedup"]):
                 best = f
@@ -51,8 +55,11 @@ def predict(changes: dict, doc: dict) -> dict:
         refined = model(changes, doc)
         if refined is not None:
             return refined
-    return {"predicted_speedup": round(best["expected_speedup"], 3), "predicted_by": best["rule"],
-            "prediction_note": f"{best['rule']} ({best.get('title')}): the upper bound if its cost were removed"}
+    return {
+        "predicted_speedup": round(best["expected_speedup"], 3),
+        "predicted_by": best["rule"],
+        "prediction_note": f"{best['rule']} ({best.get('title')}): the upper bound if its cost were removed",
+    }
 
 
 def _modelled(changes: dict, doc: dict, knob: str, model: str) -> dict | None:
@@ -75,7 +82,7 @@ def _transfer(cm: dict) -> float | None:
     ev = cm.get("evidence") or {}
     share = ev.get("all_transfer_share")
     if not isinstance(share, (int, float)) or share <= 0:
-        share = ev.get("comm_share")          # a document from before the transfer share was recorded
+        share = ev.get("comm_share")  # a document from before the transfer share was recorded
     return float(share) if isinstance(share, (int, float)) and share > 0 else None
 
 
@@ -108,18 +115,31 @@ def bucket_prediction(changes: dict, doc: dict) -> dict | None:
     if n_new >= n_now:
         if not one_core:
             return None
-        return {"predicted_speedup": 1.0, "predicted_by": cm["rule"],
-                "prediction_note": (f"{cm['rule']}: {n_now:.0f} → {n_new} collectives per step; smaller buckets pay off by "
-                                    "overlapping communication with backward, and a CPU backend with "
-                                    f"{cpus:g} CPU per rank has no core to overlap on")}
+        return {
+            "predicted_speedup": 1.0,
+            "predicted_by": cm["rule"],
+            "prediction_note": (
+                f"{cm['rule']}: {n_now:.0f} → {n_new} collectives per step; smaller buckets pay off by "
+                "overlapping communication with backward, and a CPU backend with "
+                f"{cpus:g} CPU per rank has no core to overlap on"
+            ),
+        }
     part = comm if one_core else min(comm, cm.get("cost") or comm)
     saved = part * (1 - n_new / n_now)
-    return {"predicted_speedup": round(1 / (1 - min(saved, 0.95)), 3), "predicted_by": cm["rule"],
-            "prediction_note": (f"{cm['rule']}: {n_now:.0f} → {n_new} collectives per step ({grad_mb:.1f} MB of gradients in "
-                                f"{value:g} MB buckets); up to {saved:.0%} of the step saved, the "
-                                + ("transfer time of the collectives that go away (one core per rank: their "
-                                   "threads take the training thread's CPU)" if one_core else
-                                   "exposed communication of the collectives that go away"))}
+    return {
+        "predicted_speedup": round(1 / (1 - min(saved, 0.95)), 3),
+        "predicted_by": cm["rule"],
+        "prediction_note": (
+            f"{cm['rule']}: {n_now:.0f} → {n_new} collectives per step ({grad_mb:.1f} MB of gradients in "
+            f"{value:g} MB buckets); up to {saved:.0%} of the step saved, the "
+            + (
+                "transfer time of the collectives that go away (one core per rank: their "
+                "threads take the training thread's CPU)"
+                if one_core
+                else "exposed communication of the collectives that go away"
+            )
+        ),
+    }
 
 
 def compression_prediction(changes: dict, doc: dict) -> dict | None:
@@ -134,16 +154,25 @@ def compression_prediction(changes: dict, doc: dict) -> dict | None:
     if comm is None:
         return None
     if (doc.get("facts") or {}).get("run.device") == "cpu":
-        return {"predicted_speedup": 1.0, "predicted_by": cm["rule"],
-                "prediction_note": (f"{cm['rule']}: on a CPU backend the 16-bit casts and gloo's 16-bit sums cost more than "
-                                    "the halved bytes save (comm_heavy, one CPU per rank: 1.38x slower measured)")}
+        return {
+            "predicted_speedup": 1.0,
+            "predicted_by": cm["rule"],
+            "prediction_note": (
+                f"{cm['rule']}: on a CPU backend the 16-bit casts and gloo's 16-bit sums cost more than "
+                "the halved bytes save (comm_heavy, one CPU per rank: 1.38x slower measured)"
+            ),
+        }
     one_core, _cpus = _one_core(doc)
     part = comm if one_core else min(comm, cm.get("cost") or comm)
     saved = part / 2
-    return {"predicted_speedup": round(1 / (1 - min(saved, 0.95)), 3), "predicted_by": cm["rule"],
-            "prediction_note": (f"{cm['rule']}: 16-bit gradients halve the bytes on the wire; up to {saved:.0%} of the step "
-                                "saved, half the " + ("transfer time (one core per rank)" if one_core
-                                                      else "exposed communication"))}
+    return {
+        "predicted_speedup": round(1 / (1 - min(saved, 0.95)), 3),
+        "predicted_by": cm["rule"],
+        "prediction_note": (
+            f"{cm['rule']}: 16-bit gradients halve the bytes on the wire; up to {saved:.0%} of the step "
+            "saved, half the " + ("transfer time (one core per rank)" if one_core else "exposed communication")
+        ),
+    }
 
 
 def fix_prediction(doc: dict, fix: dict | None) -> dict | None:

@@ -29,10 +29,10 @@ SHOW_MEDIAN_APART = 1.15
 class TrialOptions:
     command: list[str]
     out: Path
-    changes: dict | None              # None with rule set: taken from the baseline's diagnosis
-    rule: str | None = None           # `--try RULE`
-    repeat: int | None = None         # per arm; None: chosen from the noise of the first pair
-    baseline: Path | None = None      # an existing bundle as the baseline arm
+    changes: dict | None  # None with rule set: taken from the baseline's diagnosis
+    rule: str | None = None  # `--try RULE`
+    repeat: int | None = None  # per arm; None: chosen from the noise of the first pair
+    baseline: Path | None = None  # an existing bundle as the baseline arm
     warmup: int = 5
     active: int = 5
     force: bool = False
@@ -53,10 +53,19 @@ def _diagnose(bundle: Path):
 def _arm_record(arm: str, n: int, bundle: Path, exit_code: int, status: str, report, interrupted_by=None) -> dict:
     times = stats.job_step_times_us(report.analysis.summaries) if report and report.analysis else []
     v = report.diagnosis.verdict if report else None
-    return {"arm": arm, "repeat": n, "bundle": str(bundle), "exit_code": exit_code, "status": status,
-            "steps": len(times), "step_times_ms": [round(t / 1000, 3) for t in times],
-            "verdict": getattr(v, "bottleneck", None), "label": getattr(v, "label", None),
-            "failed": bool(getattr(v, "failed", False)) or exit_code != 0, "interrupted_by": interrupted_by}
+    return {
+        "arm": arm,
+        "repeat": n,
+        "bundle": str(bundle),
+        "exit_code": exit_code,
+        "status": status,
+        "steps": len(times),
+        "step_times_ms": [round(t / 1000, 3) for t in times],
+        "verdict": getattr(v, "bottleneck", None),
+        "label": getattr(v, "label", None),
+        "failed": bool(getattr(v, "failed", False)) or exit_code != 0,
+        "interrupted_by": interrupted_by,
+    }
 
 
 def change_from_rule(rule: str, report) -> dict:
@@ -73,8 +82,9 @@ def change_from_rule(rule: str, report) -> dict:
             except OverrideError as exc:
                 raise InputError(f"--try {rule}: its first fix ({fx.title}) {exc}") from None
             return {k: v}
-        raise InputError(f"--try {rule}: its first fix ({fx.title}) is a change to the code or the host, "
-                         "not a setting run can apply")
+        raise InputError(
+            f"--try {rule}: its first fix ({fx.title}) is a change to the code or the host, not a setting run can apply"
+        )
     raise InputError(f"--try {rule}: the finding has no fix")
 
 
@@ -86,25 +96,37 @@ def prediction(changes: dict, report) -> dict:
 
 def doc_of(report) -> dict:
     """The fields of the diagnosis document a prediction reads, from a live report."""
+
     def fix(x):
         return {"knob": getattr(x, "knob", None), "value": getattr(x, "value", None), "title": getattr(x, "title", "")}
 
-    findings = [{"rule": f.rule, "title": getattr(f, "title", ""), "category": getattr(f, "category", None),
-                 "expected_speedup": getattr(f, "expected_speedup", None), "cost": getattr(f, "cost", None),
-                 "evidence": getattr(f, "evidence", None) or {}, "fixes": [fix(x) for x in getattr(f, "fixes", [])]}
-                for f in report.diagnosis.findings]
+    findings = [
+        {
+            "rule": f.rule,
+            "title": getattr(f, "title", ""),
+            "category": getattr(f, "category", None),
+            "expected_speedup": getattr(f, "expected_speedup", None),
+            "cost": getattr(f, "cost", None),
+            "evidence": getattr(f, "evidence", None) or {},
+            "fixes": [fix(x) for x in getattr(f, "fixes", [])],
+        }
+        for f in report.diagnosis.findings
+    ]
     return {"findings": findings, "facts": getattr(report, "facts", None) or {}}
 
 
 def capture_arm(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> tuple[dict, object]:
     bundle = opts.out / f"{arm}-{n}"
-    res = run_capture(RunOptions(command=opts.command, out=bundle, force=True, warmup=opts.warmup,
-                                 active=opts.active, changes=changes))
+    res = run_capture(
+        RunOptions(
+            command=opts.command, out=bundle, force=True, warmup=opts.warmup, active=opts.active, changes=changes
+        )
+    )
     report = None
     try:
         report = _diagnose(bundle)
     except InputError:
-        pass                                   # no trace and no log: the record says the arm has no steps
+        pass  # no trace and no log: the record says the arm has no steps
     rec = _arm_record(arm, n, bundle, res.exit_code, res.status, report, res.manifest.get("interrupted_by"))
     if changes:
         rec["applied"] = _applied(bundle)
@@ -144,10 +166,12 @@ def run_trial(opts: TrialOptions, say=print) -> dict:
         for arm in order:
             if arm == "baseline" and (opts.baseline is not None or (opts.reuse_arm is not None and n == 1)):
                 continue
-            if arm == "try" and changes is None:          # `--try RULE`: the change comes from the baseline
+            if arm == "try" and changes is None:  # `--try RULE`: the change comes from the baseline
                 if base_report is None:
-                    raise InputError(f"--try {opts.rule}: the baseline recorded nothing to diagnose "
-                                     f"(see {opts.out / 'baseline-1'}); no change to take from it")
+                    raise InputError(
+                        f"--try {opts.rule}: the baseline recorded nothing to diagnose "
+                        f"(see {opts.out / 'baseline-1'}); no change to take from it"
+                    )
                 changes = change_from_rule(opts.rule, base_report)
             say(f"ddpdoctor: trial {arm} #{n}" + (f" ({_show(changes)})" if arm == "try" else ""))
             rec, report = capture_arm(opts, arm, n, {**(base or {}), **changes} if arm == "try" else base)
@@ -173,29 +197,45 @@ def _show(changes: dict | None) -> str:
 
 def _finish(opts: TrialOptions, arms: list[dict], changes, base_report, failed_arm, repeat=None) -> dict:
     base, treat = _times(arms, "baseline"), _times(arms, "try")
-    out = {"schema": SCHEMA, "command": opts.command, "change": changes, "rule": opts.rule,
-           "base_changes": opts.base_changes or None,
-           "repeats_per_arm": repeat, "window": {"warmup": opts.warmup, "active": opts.active},
-           "failed_arm": failed_arm, "arms": arms,
-           "ci_method": f"bootstrap over each arm's recorded steps ({stats.BOOTSTRAP_SAMPLES} resamples), "
-                        "2.5/97.5 percentiles; measured_speedup: ratio of mean step times (the job's time per "
-                        "step); median_speedup: ratio of median step times (the typical step)"}
+    out = {
+        "schema": SCHEMA,
+        "command": opts.command,
+        "change": changes,
+        "rule": opts.rule,
+        "base_changes": opts.base_changes or None,
+        "repeats_per_arm": repeat,
+        "window": {"warmup": opts.warmup, "active": opts.active},
+        "failed_arm": failed_arm,
+        "arms": arms,
+        "ci_method": f"bootstrap over each arm's recorded steps ({stats.BOOTSTRAP_SAMPLES} resamples), "
+        "2.5/97.5 percentiles; measured_speedup: ratio of mean step times (the job's time per "
+        "step); median_speedup: ratio of median step times (the typical step)",
+    }
     if base and treat:
         ratio, lo, hi = stats.speedup(base, treat)
         mid, mlo, mhi = stats.speedup(base, treat, center="median")
-        out.update(measured_speedup=round(ratio, 3), ci95=[round(lo, 3), round(hi, 3)],
-                   median_speedup=round(mid, 3), median_ci95=[round(mlo, 3), round(mhi, 3)],
-                   baseline_mean_step_ms=round(float(np.mean(base)), 3), try_mean_step_ms=round(float(np.mean(treat)), 3),
-                   baseline_median_step_ms=round(float(np.median(base)), 3),
-                   try_median_step_ms=round(float(np.median(treat)), 3))
+        out.update(
+            measured_speedup=round(ratio, 3),
+            ci95=[round(lo, 3), round(hi, 3)],
+            median_speedup=round(mid, 3),
+            median_ci95=[round(mlo, 3), round(mhi, 3)],
+            baseline_mean_step_ms=round(float(np.mean(base)), 3),
+            try_mean_step_ms=round(float(np.mean(treat)), 3),
+            baseline_median_step_ms=round(float(np.median(base)), 3),
+            try_median_step_ms=round(float(np.median(treat)), 3),
+        )
     else:
         out.update(measured_speedup=None, ci95=None, median_speedup=None, median_ci95=None)
-    out.update(prediction(changes or {}, base_report) if base_report is not None and changes else
-               {"predicted_speedup": None, "predicted_by": None, "prediction_note": "no baseline diagnosis"})
+    out.update(
+        prediction(changes or {}, base_report)
+        if base_report is not None and changes
+        else {"predicted_speedup": None, "predicted_by": None, "prediction_note": "no baseline diagnosis"}
+    )
     verdict = lambda arm: next((a["label"] or a["verdict"] for a in arms if a["arm"] == arm), None)  # noqa: E731
     out["baseline_verdict"], out["try_verdict"] = verdict("baseline"), verdict("try")
-    out["bottleneck_moved"] = (out["baseline_verdict"] != out["try_verdict"]
-                               if out["baseline_verdict"] and out["try_verdict"] else None)
+    out["bottleneck_moved"] = (
+        out["baseline_verdict"] != out["try_verdict"] if out["baseline_verdict"] and out["try_verdict"] else None
+    )
     applied = next((a.get("applied") for a in arms if a["arm"] == "try" and a.get("applied")), None)
     out["applied"] = applied
     (opts.out / "trial.json").write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
@@ -225,9 +265,14 @@ def summary_line(t: dict) -> str:
     else:
         s += "; no prediction (" + (t.get("prediction_note") or "") + ")"
     if t.get("bottleneck_moved") is not None:
-        s += (f"; bottleneck moved: {t['baseline_verdict']} -> {t['try_verdict']}" if t["bottleneck_moved"]
-              else f"; still {t['baseline_verdict']}")
+        s += (
+            f"; bottleneck moved: {t['baseline_verdict']} -> {t['try_verdict']}"
+            if t["bottleneck_moved"]
+            else f"; still {t['baseline_verdict']}"
+        )
     if (t.get("change") or {}).get("ddp.comm_hook") == "skip":
-        s += (" — an ablation, not a fix: without any gradient communication the ranks train apart; "
-              "the gain is what communication costs this job at most")
+        s += (
+            " — an ablation, not a fix: without any gradient communication the ranks train apart; "
+            "the gain is what communication costs this job at most"
+        )
     return s

@@ -20,7 +20,7 @@ from . import predict, runner, stats
 from .fix_traits import traits
 
 SCHEMA = "ddpdoctor.tune/1"
-NOT_SETTINGS = ("failure", "network")       # findings that explain a failed run: tune needs a job that runs
+NOT_SETTINGS = ("failure", "network")  # findings that explain a failed run: tune needs a job that runs
 
 
 @dataclass
@@ -37,11 +37,11 @@ class TuneOptions:
 
 @dataclass
 class Candidate:
-    change: dict                       # {knob: typed value}, as `--try` parses it
-    shown: str                         # "dataloader.num_workers=6"
-    value: str                         # the fix's value as the rule wrote it ("fp16_compress_hook")
+    change: dict  # {knob: typed value}, as `--try` parses it
+    shown: str  # "dataloader.num_workers=6"
+    value: str  # the fix's value as the rule wrote it ("fp16_compress_hook")
     rule: str
-    fix: str                           # the fix's title
+    fix: str  # the fix's title
     predicted_speedup: float | None
     predicted_by: str | None
     prediction_note: str
@@ -50,12 +50,12 @@ class Candidate:
 
 @dataclass
 class State:
-    best: dict = field(default_factory=dict)          # the settings kept so far
-    values: dict = field(default_factory=dict)        # knob -> the fix's value text, for the patch
+    best: dict = field(default_factory=dict)  # the settings kept so far
+    values: dict = field(default_factory=dict)  # knob -> the fix's value text, for the patch
     trials: list = field(default_factory=list)
-    tried: dict = field(default_factory=dict)         # shown -> trial number
+    tried: dict = field(default_factory=dict)  # shown -> trial number
     not_tried: list = field(default_factory=list)
-    arms: list = field(default_factory=list)          # (settings, arm record) of every run, for the cumulative
+    arms: list = field(default_factory=list)  # (settings, arm record) of every run, for the cumulative
     run_seconds: list = field(default_factory=list)
     stopped: str = ""
     exit_code: int = 0
@@ -97,20 +97,33 @@ def candidates(report, best: dict, tried: dict, min_speedup: float) -> tuple[lis
                 left.append({"change": shown, "rule": f.rule, "why": f"tried in trial {tried[shown]}"})
                 continue
             p = predict.predict({knob: value}, doc)
-            c = Candidate({knob: value}, shown, str(fx.value), f.rule, fx.title, p.get("predicted_speedup"),
-                          p.get("predicted_by"), p.get("prediction_note") or "",
-                          traits(f.rule, fx.knob).changes_numerics)
+            c = Candidate(
+                {knob: value},
+                shown,
+                str(fx.value),
+                f.rule,
+                fx.title,
+                p.get("predicted_speedup"),
+                p.get("predicted_by"),
+                p.get("prediction_note") or "",
+                traits(f.rule, fx.knob).changes_numerics,
+            )
             old = by_knob.get(knob)
             if old is None or (c.predicted_speedup or 0) > (old.predicted_speedup or 0):
                 by_knob[knob] = c
     # the best-predicted value of a knob already in force: the diagnosis asks for no other value of it
-    ranked = sorted((c for k, c in by_knob.items() if not (k in best and best[k] == c.change[k])),
-                    key=lambda c: -(c.predicted_speedup or 0))
+    ranked = sorted(
+        (c for k, c in by_knob.items() if not (k in best and best[k] == c.change[k])),
+        key=lambda c: -(c.predicted_speedup or 0),
+    )
     material = [c for c in ranked if (c.predicted_speedup or 0) > min_speedup]
     for c in ranked:
         if c not in material:
-            why = (f"predicted up to {c.predicted_speedup:.2f}x, not above {min_speedup:.2f}x" if c.predicted_speedup
-                   else f"no predicted gain ({c.prediction_note})")
+            why = (
+                f"predicted up to {c.predicted_speedup:.2f}x, not above {min_speedup:.2f}x"
+                if c.predicted_speedup
+                else f"no predicted gain ({c.prediction_note})"
+            )
             left.append({"change": c.shown, "rule": c.rule, "predicted_speedup": c.predicted_speedup, "why": why})
     return material, left
 
@@ -125,8 +138,8 @@ def decide(t: dict, c: Candidate, allow_numerics: bool) -> tuple[bool, str]:
         code = next((a["exit_code"] for a in arms if a["arm"] == t["failed_arm"] and a["exit_code"]), None)
         who = "the run with the change" if t["failed_arm"] == "try" else "the run with the current best settings"
         return False, f"{who} failed" + (f" (exit {code})" if code is not None else "")
-    skipped = ((t.get("applied") or {}).get("skipped") or {})
-    done = ((t.get("applied") or {}).get("applied") or {})
+    skipped = (t.get("applied") or {}).get("skipped") or {}
+    done = (t.get("applied") or {}).get("applied") or {}
     missed = [k for k in c.change if k in skipped and k not in done]
     if missed:
         return False, f"not applied: {missed[0]}: {skipped[missed[0]]}"
@@ -137,7 +150,8 @@ def decide(t: dict, c: Candidate, allow_numerics: bool) -> tuple[bool, str]:
         if c.changes_numerics and not allow_numerics:
             return False, "faster, changes numerics: opt in with --allow-numerics"
         return True, "faster: the 95 % interval lies above 1" + (
-            "; changes numerics (allowed by --allow-numerics)" if c.changes_numerics else "")
+            "; changes numerics (allowed by --allow-numerics)" if c.changes_numerics else ""
+        )
     if hi < 1.0:
         return False, "slower: the 95 % interval lies below 1"
     return False, "no measurable change: the 95 % interval holds 1"
@@ -179,14 +193,19 @@ def cumulative(arms: list[tuple[dict, dict]], final: dict) -> dict:
     if not orig or not best:
         return {"measured": None, "ci95": None, "note": "no steps recorded with the original or the final settings"}
     r, lo, hi = stats.speedup(orig, best)
-    return {"measured": round(r, 3), "ci95": [round(lo, 3), round(hi, 3)], "original_steps": len(orig),
-            "final_steps": len(best),
-            "method": "ratio of mean step times, every recorded step of every run with the original settings "
-                      "against every run with the final ones; bootstrap 95 % interval (trial/stats.py)"}
+    return {
+        "measured": round(r, 3),
+        "ci95": [round(lo, 3), round(hi, 3)],
+        "original_steps": len(orig),
+        "final_steps": len(best),
+        "method": "ratio of mean step times, every recorded step of every run with the original settings "
+        "against every run with the final ones; bootstrap 95 % interval (trial/stats.py)",
+    }
 
 
-def run_tune(opts: TuneOptions, say=print, emit=print, write=None, capture_baseline=None, run_trial=None,
-             clock=time.monotonic) -> tuple[State, object, object]:
+def run_tune(
+    opts: TuneOptions, say=print, emit=print, write=None, capture_baseline=None, run_trial=None, clock=time.monotonic
+) -> tuple[State, object, object]:
     """The loop. ``write(state, base_report, best_report)`` is called after the baseline and after every
     trial (so Ctrl-C keeps what was measured); the capture functions can be replaced by fakes in tests.
     Returns the state and the original and final diagnoses."""
@@ -207,11 +226,15 @@ def run_tune(opts: TuneOptions, say=print, emit=print, write=None, capture_basel
     if rec.get("interrupted_by"):
         st.stopped, st.exit_code = "interrupted by you (Ctrl-C) during the baseline", rec["exit_code"] or 130
     elif rec["exit_code"] != 0:
-        st.stopped, st.exit_code = (f"the job failed without any change (exit {rec['exit_code']}); "
-                                    f"see `ddpdoctor analyze {rec['bundle']}`"), rec["exit_code"]
+        st.stopped, st.exit_code = (
+            (f"the job failed without any change (exit {rec['exit_code']}); see `ddpdoctor analyze {rec['bundle']}`"),
+            rec["exit_code"],
+        )
     elif base_report is None or not rec["steps"]:
-        st.stopped, st.exit_code = (f"the baseline recorded no steps (see {rec['bundle']}); a smaller --warmup "
-                                    "or a longer run is needed"), 2
+        st.stopped, st.exit_code = (
+            (f"the baseline recorded no steps (see {rec['bundle']}); a smaller --warmup or a longer run is needed"),
+            2,
+        )
     write(st, base_report, best_report)
     if st.stopped:
         return st, base_report, best_report
@@ -223,16 +246,32 @@ def run_tune(opts: TuneOptions, say=print, emit=print, write=None, capture_basel
             break
         if len(st.trials) >= opts.max_trials:
             st.stopped = f"--max-trials {opts.max_trials} reached"
-            st.not_tried = [{"change": c.shown, "rule": c.rule, "predicted_speedup": c.predicted_speedup,
-                             "why": "not tried: --max-trials reached"} for c in cands] + st.not_tried
+            st.not_tried = [
+                {
+                    "change": c.shown,
+                    "rule": c.rule,
+                    "predicted_speedup": c.predicted_speedup,
+                    "why": "not tried: --max-trials reached",
+                }
+                for c in cands
+            ] + st.not_tried
             break
         ok, need = fits_budget(clock() - t0, opts.budget_s, st.run_seconds, runs_per_trial(next_repeat(opts, st)))
         if not ok:
             left = max(0.0, opts.budget_s - (clock() - t0))
-            st.stopped = (f"budget: the next trial needs about {need / 60:.1f} min "
-                          f"({runs_per_trial(next_repeat(opts, st))} runs), {left / 60:.1f} min left")
-            st.not_tried = [{"change": c.shown, "rule": c.rule, "predicted_speedup": c.predicted_speedup,
-                             "why": "not tried: the budget"} for c in cands] + st.not_tried
+            st.stopped = (
+                f"budget: the next trial needs about {need / 60:.1f} min "
+                f"({runs_per_trial(next_repeat(opts, st))} runs), {left / 60:.1f} min left"
+            )
+            st.not_tried = [
+                {
+                    "change": c.shown,
+                    "rule": c.rule,
+                    "predicted_speedup": c.predicted_speedup,
+                    "why": "not tried: the budget",
+                }
+                for c in cands
+            ] + st.not_tried
             break
         c = cands[0]
         n = len(st.trials) + 1
@@ -240,10 +279,22 @@ def run_tune(opts: TuneOptions, say=print, emit=print, write=None, capture_basel
         reports: dict = {}
         started = clock()
         try:
-            t = run_trial(runner.TrialOptions(
-                command=opts.command, out=opts.out / f"trial-{n}", changes=c.change, repeat=opts.repeat,
-                warmup=opts.warmup, active=opts.active, force=True, base_changes=dict(st.best), reuse_arm=best_rec,
-                reuse_report=best_report, reports=reports), say=say)
+            t = run_trial(
+                runner.TrialOptions(
+                    command=opts.command,
+                    out=opts.out / f"trial-{n}",
+                    changes=c.change,
+                    repeat=opts.repeat,
+                    warmup=opts.warmup,
+                    active=opts.active,
+                    force=True,
+                    base_changes=dict(st.best),
+                    reuse_arm=best_rec,
+                    reuse_report=best_report,
+                    reports=reports,
+                ),
+                say=say,
+            )
         except KeyboardInterrupt:
             st.stopped, st.exit_code = f"interrupted by you (Ctrl-C) during trial {n}", 130
             break
@@ -276,21 +327,40 @@ def _joined(settings: dict) -> str:
     return ", ".join(setting_text(k, v) for k, v in settings.items())
 
 
-def _trial_record(n: int, c: Candidate, before: dict, t: dict, kept: bool, why: str, seconds: float,
-                  folder: Path) -> dict:
-    return {"trial": n, "change": c.change, "shown": c.shown, "against": dict(before) or None, "rule": c.rule,
-            "fix": c.fix, "predicted_speedup": c.predicted_speedup, "predicted_by": c.predicted_by,
-            "prediction_note": c.prediction_note, "measured_speedup": t.get("measured_speedup"),
-            "ci95": t.get("ci95"), "median_speedup": t.get("median_speedup"), "kept": kept, "why": why,
-            "changes_numerics": c.changes_numerics, "repeats_per_arm": t.get("repeats_per_arm"),
-            "verdict_before": t.get("baseline_verdict"), "verdict_with_change": t.get("try_verdict"),
-            "folder": str(folder), "seconds": round(seconds, 1)}
+def _trial_record(
+    n: int, c: Candidate, before: dict, t: dict, kept: bool, why: str, seconds: float, folder: Path
+) -> dict:
+    return {
+        "trial": n,
+        "change": c.change,
+        "shown": c.shown,
+        "against": dict(before) or None,
+        "rule": c.rule,
+        "fix": c.fix,
+        "predicted_speedup": c.predicted_speedup,
+        "predicted_by": c.predicted_by,
+        "prediction_note": c.prediction_note,
+        "measured_speedup": t.get("measured_speedup"),
+        "ci95": t.get("ci95"),
+        "median_speedup": t.get("median_speedup"),
+        "kept": kept,
+        "why": why,
+        "changes_numerics": c.changes_numerics,
+        "repeats_per_arm": t.get("repeats_per_arm"),
+        "verdict_before": t.get("baseline_verdict"),
+        "verdict_with_change": t.get("try_verdict"),
+        "folder": str(folder),
+        "seconds": round(seconds, 1),
+    }
 
 
 def trial_line(r: dict) -> str:
     """One terminal line per trial."""
-    pred = (f"predicted up to {r['predicted_speedup']:.2f}x ({r['predicted_by']})" if r.get("predicted_speedup")
-            else "no prediction")
+    pred = (
+        f"predicted up to {r['predicted_speedup']:.2f}x ({r['predicted_by']})"
+        if r.get("predicted_speedup")
+        else "no prediction"
+    )
     if r.get("measured_speedup") is not None and r.get("ci95"):
         lo, hi = r["ci95"]
         meas = f"measured {r['measured_speedup']:.2f}x (95 % {lo:.2f}–{hi:.2f})"
@@ -301,6 +371,7 @@ def trial_line(r: dict) -> str:
 
 def _capture_baseline(opts: TuneOptions):
     """The job as it is, captured and diagnosed once (an ordinary `run` bundle under OUT/baseline)."""
-    topts = runner.TrialOptions(command=opts.command, out=opts.out, changes=None, warmup=opts.warmup,
-                                active=opts.active, force=True)
+    topts = runner.TrialOptions(
+        command=opts.command, out=opts.out, changes=None, warmup=opts.warmup, active=opts.active, force=True
+    )
     return runner.capture_arm(topts, "baseline", 0, None)

@@ -51,16 +51,21 @@ def patch(settings: dict, values: dict, framework: str | None) -> dict:
         lines.append(template.replace("{value}", text) if template else f"{knob}={text}")
     lines += [f"export {k}={v}  # in the job's environment, before the launcher" for k, v in env.items()]
     name = framework_table().get(fw, {}).get("name") or FRAMEWORK_NAMES["pytorch"]
-    return {"framework": fw, "framework_name": name, "settings": dict(settings), "environment": env,
-            "lines": lines}
+    return {"framework": fw, "framework_name": name, "settings": dict(settings), "environment": env, "lines": lines}
 
 
 def _verdict(report) -> dict | None:
     if report is None:
         return None
     v = report.diagnosis.verdict
-    return {"bottleneck": v.bottleneck, "label": v.label, "summary": v.summary, "rule": v.rule,
-            "expected_speedup": v.expected_speedup, "failed": v.failed}
+    return {
+        "bottleneck": v.bottleneck,
+        "label": v.label,
+        "summary": v.summary,
+        "rule": v.rule,
+        "expected_speedup": v.expected_speedup,
+        "failed": v.failed,
+    }
 
 
 def code_advice(report) -> str | None:
@@ -68,7 +73,7 @@ def code_advice(report) -> str | None:
     setting helps)."""
     if report is None:
         return None
-    lead = getattr(report.diagnosis.verdict, "rule", None)          # the verdict's finding first
+    lead = getattr(report.diagnosis.verdict, "rule", None)  # the verdict's finding first
     for f in sorted(report.diagnosis.findings, key=lambda f: f.rule != lead):
         for fx in f.fixes:
             if not getattr(fx, "knob", None):
@@ -78,17 +83,28 @@ def code_advice(report) -> str | None:
 
 def document(opts, st: State, base_report, best_report, seconds: float) -> dict:
     framework = (getattr(best_report or base_report, "facts", None) or {}).get("run.framework")
-    faster_numerics = [t["shown"] for t in st.trials if not t["kept"] and t["why"].startswith("faster, changes numerics")]
+    faster_numerics = [
+        t["shown"] for t in st.trials if not t["kept"] and t["why"].startswith("faster, changes numerics")
+    ]
     return {
-        "schema": SCHEMA, "command": opts.command, "window": {"warmup": opts.warmup, "active": opts.active},
-        "limits": {"budget_minutes": round(opts.budget_s / 60, 2) if opts.budget_s else None,
-                   "max_trials": opts.max_trials, "allow_numerics": opts.allow_numerics,
-                   "repeat": opts.repeat},
-        "seconds": round(seconds, 1), "stopped": st.stopped, "exit_code": st.exit_code,
-        "trials": st.trials, "not_tried": st.not_tried,
+        "schema": SCHEMA,
+        "command": opts.command,
+        "window": {"warmup": opts.warmup, "active": opts.active},
+        "limits": {
+            "budget_minutes": round(opts.budget_s / 60, 2) if opts.budget_s else None,
+            "max_trials": opts.max_trials,
+            "allow_numerics": opts.allow_numerics,
+            "repeat": opts.repeat,
+        },
+        "seconds": round(seconds, 1),
+        "stopped": st.stopped,
+        "exit_code": st.exit_code,
+        "trials": st.trials,
+        "not_tried": st.not_tried,
         "cumulative_speedup": cumulative(st.arms, st.best),
         "verdict": {"original": _verdict(base_report), "final": _verdict(best_report)},
-        "settings": dict(st.best), "patch": patch(st.best, st.values, framework),
+        "settings": dict(st.best),
+        "patch": patch(st.best, st.values, framework),
         "faster_but_changes_numerics": faster_numerics,
         "code_change_recommended": code_advice(best_report),
     }
@@ -101,21 +117,25 @@ def write(path: Path, doc: dict) -> None:
 
 
 def final_line(doc: dict) -> str:
-    """"measured X.XXx faster with: …", or a sentence that says why nothing helped and what to do instead."""
+    """ "measured X.XXx faster with: …", or a sentence that says why nothing helped and what to do instead."""
     cum = doc["cumulative_speedup"]
     if doc["settings"] and cum.get("measured") is not None:
         lines = "; ".join(doc["patch"]["lines"])
         ci = cum.get("ci95")
         shown = ", ".join(setting_text(k, v) for k, v in doc["settings"].items())
-        return (f"measured {cum['measured']:.2f}x faster with: {shown} ({lines})"
-                + (f"; 95 % {ci[0]:.2f}–{ci[1]:.2f}, the final settings against the original job" if ci else ""))
+        return f"measured {cum['measured']:.2f}x faster with: {shown} ({lines})" + (
+            f"; 95 % {ci[0]:.2f}–{ci[1]:.2f}, the final settings against the original job" if ci else ""
+        )
     if doc["settings"]:
         return f"kept {', '.join(doc['settings'])}, but {cum.get('note')}"
     if doc.get("exit_code") == 130:
         return "interrupted before any change was kept; what was measured is in tune.json"
     tried = len(doc["trials"])
-    head = (f"no setting made this job measurably faster ({plural(tried, 'setting')} tried)" if tried else
-            f"no setting to try: none of the diagnosis's fixes is a setting `--try` can apply with a predicted "
-            f"gain above {threshold():.2f}x")
+    head = (
+        f"no setting made this job measurably faster ({plural(tried, 'setting')} tried)"
+        if tried
+        else f"no setting to try: none of the diagnosis's fixes is a setting `--try` can apply with a predicted "
+        f"gain above {threshold():.2f}x"
+    )
     advice = doc.get("code_change_recommended")
     return head + (f"; it recommends a code change instead: {advice}" if advice else "")

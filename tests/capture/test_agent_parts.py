@@ -29,6 +29,7 @@ def events(a):
 
 # ---------------------------------------------------------------------------- errors and the event log
 
+
 class Broken:
     def write(self, _line):
         raise OSError(28, "No space left on device")
@@ -41,12 +42,18 @@ def test_a_failing_event_log_is_counted_in_settings(rank):
     rank.log.fh = Broken()
     rank.event("step", step=0)
     rank.event("step", step=1)
-    rank.settings.write(lite=True)         # the signal watcher's copy: no torch needed
+    rank.settings.write(lite=True)  # the signal watcher's copy: no torch needed
     with open(f"{rank.dir}/settings.json", encoding="utf-8") as fh:
         written = json.load(fh)
-    assert written["agent_errors"] == [{"place": "event log", "type": "OSError", "count": 2,
-                                        "first_message": "[Errno 28] No space left on device",
-                                        "first_time": written["agent_errors"][0]["first_time"]}]
+    assert written["agent_errors"] == [
+        {
+            "place": "event log",
+            "type": "OSError",
+            "count": 2,
+            "first_message": "[Errno 28] No space left on device",
+            "first_time": written["agent_errors"][0]["first_time"],
+        }
+    ]
 
 
 def test_a_plain_run_records_no_agent_errors(rank):
@@ -88,13 +95,14 @@ def test_error_places_are_bounded():
 
 def test_a_forked_child_writes_no_event():
     errors = log.ErrorCounter()
-    el = log.EventLog(rank=0, pid=-1, errors=errors)      # opened by another process
+    el = log.EventLog(rank=0, pid=-1, errors=errors)  # opened by another process
     el.fh = io.StringIO()
     el.write("step", {})
     assert el.fh.getvalue() == "" and errors.total() == 0
 
 
 # ---------------------------------------------------------------------------- the wrapper
+
 
 class Loader:
     """Doc of the loader."""
@@ -113,17 +121,22 @@ def test_wrap_runs_hooks_around_the_original_and_keeps_its_face():
     seen, errors = [], []
     orig = Loader.next
     try:
-        w = patches.wrap(Loader, "next", args=lambda o, a, k: (a, {"k": 2}),
-                         before=lambda it, **k: seen.append(("before", it.n, k)),
-                         after=lambda res, it, **k: seen.append(("after", res)),
-                         on_error=lambda place, exc: errors.append(place), place="Loader.next")
+        w = patches.wrap(
+            Loader,
+            "next",
+            args=lambda o, a, k: (a, {"k": 2}),
+            before=lambda it, **k: seen.append(("before", it.n, k)),
+            after=lambda res, it, **k: seen.append(("after", res)),
+            on_error=lambda place, exc: errors.append(place),
+            place="Loader.next",
+        )
         assert w is Loader.next and Loader.next.__wrapped__ is orig and Loader.next.__name__ == "next"
         it = Loader(5)
-        assert it.next() == 3                             # the changed argument reached the original
+        assert it.next() == 3  # the changed argument reached the original
         assert seen == [("before", 5, {"k": 2}), ("after", 3)] and errors == []
-        assert patches.wrap(Loader, "next", on_error=None) is None and Loader.next is w    # not twice
+        assert patches.wrap(Loader, "next", on_error=None) is None and Loader.next is w  # not twice
         it.n = 0
-        with pytest.raises(StopIteration):                # the original's own exceptions pass unchanged
+        with pytest.raises(StopIteration):  # the original's own exceptions pass unchanged
             it.next()
     finally:
         Loader.next = orig
@@ -140,14 +153,24 @@ def test_hook_failures_are_reported_never_raised_but_exit_passes():
         raise SystemExit(0)
 
     try:
-        patches.wrap(Loader, "__init__", args=bad, before=bad, after=bad,
-                     on_error=lambda place, exc: errors.append((place, type(exc).__name__)), place="Loader.__init__")
+        patches.wrap(
+            Loader,
+            "__init__",
+            args=bad,
+            before=bad,
+            after=bad,
+            on_error=lambda place, exc: errors.append((place, type(exc).__name__)),
+            place="Loader.__init__",
+        )
         assert Loader(3).n == 3
-        assert errors == [("Loader.__init__ arguments", "RuntimeError"), ("Loader.__init__ before", "RuntimeError"),
-                          ("Loader.__init__ after", "RuntimeError")]
+        assert errors == [
+            ("Loader.__init__ arguments", "RuntimeError"),
+            ("Loader.__init__ before", "RuntimeError"),
+            ("Loader.__init__ after", "RuntimeError"),
+        ]
         Loader.__init__ = orig
         patches.wrap(Loader, "__init__", before=stop, after=lambda *a: calls.append(a), on_error=None)
-        with pytest.raises(SystemExit):                   # the agent ending the rank after its window
+        with pytest.raises(SystemExit):  # the agent ending the rank after its window
             Loader(3)
         assert calls == []
     finally:
@@ -169,36 +192,43 @@ def test_around_runs_the_call_inside_the_span_even_when_it_raises():
     log, errors = [], []
     orig = Loader.next
     try:
-        patches.wrap(Loader, "next", around=lambda it, **k: Span(log),
-                     after=lambda res, it, **k: log.append(("after", res)),
-                     on_error=lambda place, exc: errors.append(place), place="Loader.next")
+        patches.wrap(
+            Loader,
+            "next",
+            around=lambda it, **k: Span(log),
+            after=lambda res, it, **k: log.append(("after", res)),
+            on_error=lambda place, exc: errors.append(place),
+            place="Loader.next",
+        )
         it = Loader(5)
         assert it.next() == 4 and log == ["enter", "exit", ("after", 4)]
         it.n, log[:] = 0, []
-        with pytest.raises(StopIteration):                # the span is closed, the exception passes unchanged
+        with pytest.raises(StopIteration):  # the span is closed, the exception passes unchanged
             it.next()
         assert log == ["enter", "exit"] and errors == []
         Loader.next = orig
-        patches.wrap(Loader, "next", around=lambda it, **k: None, on_error=None)    # no span (window not recording)
+        patches.wrap(Loader, "next", around=lambda it, **k: None, on_error=None)  # no span (window not recording)
         assert Loader(5).next() == 4
         Loader.next = orig
 
         def broken(*a, **k):
             raise RuntimeError("capture bug")
+
         patches.wrap(Loader, "next", around=broken, on_error=lambda place, exc: errors.append(place), place="L")
-        assert Loader(5).next() == 4 and errors == ["L around"]      # the call goes on outside the span
+        assert Loader(5).next() == 4 and errors == ["L around"]  # the call goes on outside the span
     finally:
         Loader.next = orig
 
 
 def test_the_loader_iter_span_only_while_the_window_records(rank):
-    assert rank.loader_iter_span(object()) is None                 # no profiler running
+    assert rank.loader_iter_span(object()) is None  # no profiler running
     spans = []
     rank.torch = types.SimpleNamespace(profiler=types.SimpleNamespace(record_function=lambda n: spans.append(n) or n))
     rank.profiler.prof = object()
     assert rank.loader_iter_span(object()) == "enumerate(DataLoader)#DataLoader.__iter__"
     from ddpdoctor.trace.classify import is_dataloader
-    assert is_dataloader(spans[0])                                   # analysis counts it as DataLoader wait
+
+    assert is_dataloader(spans[0])  # analysis counts it as DataLoader wait
 
 
 # ---------------------------------------------------------------------------- the table
@@ -217,7 +247,7 @@ def test_every_hook_the_table_names_exists_on_the_agent(rank):
 def test_docs_bundle_lists_every_patch_of_the_table():
     text = (Path(__file__).resolve().parents[2] / "docs" / "BUNDLE.md").read_text()
     start = text.index("- Patches (class level")
-    listed = text[start:text.index("\n- ", start + 1)]
+    listed = text[start : text.index("\n- ", start + 1)]
     for p in patches.PATCHES:
         if p.target:
             assert f"`{p.target}`" in listed or f"`torch.{p.target}`" in listed, p.target
@@ -241,17 +271,21 @@ def test_apply_patches_one_module_from_the_table(rank):
 
 
 def test_optional_targets_missing_from_torch_are_skipped_quietly(rank):
-    fake_torch = types.SimpleNamespace()                   # an old torch: no OutOfMemoryError, no compile
+    fake_torch = types.SimpleNamespace()  # an old torch: no OutOfMemoryError, no compile
     patches.apply(rank, "torch", fake_torch)
     assert rank.torch is fake_torch and rank.errors.total() == 0 and events(rank) == []
 
 
 def test_a_required_target_missing_is_reported_and_the_rest_applied(rank):
-    mod = types.SimpleNamespace(DataLoader=type("DataLoader", (), {"__iter__": lambda self: iter(())}))  # no _BaseDataLoaderIter
+    mod = types.SimpleNamespace(
+        DataLoader=type("DataLoader", (), {"__iter__": lambda self: iter(())})
+    )  # no _BaseDataLoaderIter
     patches.apply(rank, "torch.utils.data.dataloader", mod)
     places = [r["place"] for r in rank.errors.record()]
-    assert places == ["patching torch.utils.data.dataloader _BaseDataLoaderIter.__init__",
-                      "patching torch.utils.data.dataloader _BaseDataLoaderIter.__next__"]
+    assert places == [
+        "patching torch.utils.data.dataloader _BaseDataLoaderIter.__init__",
+        "patching torch.utils.data.dataloader _BaseDataLoaderIter.__next__",
+    ]
     assert [e["kind"] for e in events(rank)] == ["ddpdoctor_error", "ddpdoctor_error"]
 
 
@@ -264,9 +298,14 @@ def test_dataloader_construction_is_patched_only_for_a_dataloader_try(tmp_path):
                 self.num_workers = num_workers
 
         a = agent.Agent(env)
-        patches.apply(a, "torch.utils.data.dataloader", types.SimpleNamespace(
-            DataLoader=DataLoader, _BaseDataLoaderIter=type("It", (), {"__init__": lambda s, l: None,
-                                                                        "__next__": lambda s: 1})))
+        patches.apply(
+            a,
+            "torch.utils.data.dataloader",
+            types.SimpleNamespace(
+                DataLoader=DataLoader,
+                _BaseDataLoaderIter=type("It", (), {"__init__": lambda s, loader: None, "__next__": lambda s: 1}),
+            ),
+        )
         return DataLoader, a
 
     plain, _ = init_of(base)

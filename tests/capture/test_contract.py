@@ -41,6 +41,7 @@ def _with_a_loader_and_an_optimizer(rank):
 
 # ---------------------------------------------------------------------------- the writer
 
+
 def test_the_recorder_writes_every_declared_field_and_no_other(rank):
     d = _with_a_loader_and_an_optimizer(rank).settings.collect()
     assert d["schema"] == contract.SETTINGS_SCHEMA
@@ -51,7 +52,7 @@ def test_the_recorder_writes_every_declared_field_and_no_other(rank):
 
 def test_the_optional_fields_are_written_when_they_apply(rank):
     rank.trial = {"changes": {"dataloader.num_workers": 2}, "skipped": {}, "applied": {}}
-    d = rank.settings.collect(lite=True)          # the signal watcher's copy adds settings_note
+    d = rank.settings.collect(lite=True)  # the signal watcher's copy adds settings_note
     assert {"trial", "settings_note"} <= set(d) and contract.undeclared_settings(d) == []
 
 
@@ -63,7 +64,7 @@ def test_a_field_the_contract_does_not_declare_is_told_once_as_a_capture_error(r
     written = json.loads(Path(rank.dir, "settings.json").read_text())
     told = [e for e in written["agent_errors"] if e["place"] == CONTRACT_PLACE]
     assert len(told) == 1 and told[0]["count"] == 1 and told[0]["first_message"] == "ooms, exit.reason"
-    assert written["ooms"] == 0             # written all the same: the contract reports, it never drops
+    assert written["ooms"] == 0  # written all the same: the contract reports, it never drops
 
 
 def test_the_samples_recorded_by_real_runs_hold_only_declared_fields():
@@ -76,6 +77,7 @@ def test_the_samples_recorded_by_real_runs_hold_only_declared_fields():
 
 # ---------------------------------------------------------------------------- the reader
 
+
 def test_every_field_the_reader_reads_is_declared():
     assert bundle_settings.SETTINGS_SCHEMA == contract.SETTINGS_SCHEMA
     for fact, path in bundle_settings._RANK_FACTS.items():
@@ -84,8 +86,11 @@ def test_every_field_the_reader_reads_is_declared():
             assert path[1] in contract.SETTINGS_RECORDS[path[0]], fact
     # the reads written out in the reader's code: d = one rank's settings.json, dl = its dataloader, mem = memory
     src = Path(bundle_settings.__file__).read_text()
-    for var, keys in (("d", contract.SETTINGS_FIELDS), ("dl", contract.SETTINGS_RECORDS["dataloader"]),
-                      ("mem", contract.SETTINGS_RECORDS["memory"])):
+    for var, keys in (
+        ("d", contract.SETTINGS_FIELDS),
+        ("dl", contract.SETTINGS_RECORDS["dataloader"]),
+        ("mem", contract.SETTINGS_RECORDS["memory"]),
+    ):
         read = set(re.findall(rf"\b{var}(?:\.get\(|\[)\"(\w+)\"", src))
         assert read and read <= set(keys), (var, sorted(read - set(keys)))
 
@@ -105,13 +110,19 @@ def test_a_reader_that_reads_an_undeclared_field_is_caught(monkeypatch):
 
 # ---------------------------------------------------------------------------- events.jsonl
 
+
 def _event_kinds_written() -> set[str]:
     """Every literal kind the agent's modules pass to ``….event("kind", …)``."""
     kinds = set()
     for p in AGENT_DIR.glob("*.py"):
         for node in ast.walk(ast.parse(p.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "event"
-                    and node.args and isinstance(node.args[0], ast.Constant)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "event"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 kinds.add(node.args[0].value)
     return kinds
 
@@ -126,6 +137,7 @@ def test_the_reader_shows_the_declared_problem_kinds():
 
 
 # ---------------------------------------------------------------------------- loadable by path
+
 
 def test_the_contract_imports_nothing_and_loads_by_path():
     tree = ast.parse((AGENT_DIR / "contract.py").read_text())

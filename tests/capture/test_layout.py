@@ -39,9 +39,9 @@ def test_the_agent_imports_only_the_standard_library_torch_and_itself():
 
 def test_capture_imports_nothing_above_the_bottom_layer():
     for p in _sources():
-        depth = len(p.relative_to(CAPTURE).parts)       # 1: capture/x.py, 2: capture/host/x.py
+        depth = len(p.relative_to(CAPTURE).parts)  # 1: capture/x.py, 2: capture/host/x.py
         for level, module, name in _imports(p):
-            if level > depth:                            # reaches ddpdoctor/ itself
+            if level > depth:  # reaches ddpdoctor/ itself
                 target = module.split(".")[0] if module else name
                 assert target in ALLOWED_FROM_DDPDOCTOR, f"{p.relative_to(CAPTURE)}: imports ddpdoctor.{target}"
             assert not module.startswith("ddpdoctor.") or module.startswith("ddpdoctor.capture"), p

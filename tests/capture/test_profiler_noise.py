@@ -12,7 +12,7 @@ USDT2 = b"USDT:2026-11-22 19:06:23 1350:1350 SyncActivityProfilerHandler.cpp:52]
 
 def test_strip_lines():
     assert strip_profiler_noise(STAGE) == b""
-    assert strip_profiler_noise(USDT + USDT2 + b"\n") == b""                    # glued by two ranks
+    assert strip_profiler_noise(USDT + USDT2 + b"\n") == b""  # glued by two ranks
     assert strip_profiler_noise(b"[default1]:" + USDT + b"\n") == b""
     assert strip_profiler_noise(b"epoch 1 loss 0.5" + USDT + b"\n") == b"epoch 1 loss 0.5\n"
     line = b"rank 1: OOM at step 4, skipping this batch\n"
@@ -23,10 +23,10 @@ def test_strip_lines():
 def test_filter_streams_lines_and_lets_progress_bars_through():
     term = io.BytesIO()
     f = _NoiseFilter(term)
-    f.write(b"step 1\n" + USDT[:20])            # a noise line split across two reads
+    f.write(b"step 1\n" + USDT[:20])  # a noise line split across two reads
     assert term.getvalue() == b"step 1\n"
     f.write(USDT[20:] + b"\nstep 2\n 40%|####      | 4/10\r")
-    assert term.getvalue() == b"step 1\nstep 2\n 40%|####      | 4/10\r"          # the bar is not held back
+    assert term.getvalue() == b"step 1\nstep 2\n 40%|####      | 4/10\r"  # the bar is not held back
     f.write(STAGE + b"done")
     f.close()
     assert term.getvalue().endswith(b"4/10\rdone") and b"STAGE" not in term.getvalue()
@@ -35,8 +35,10 @@ def test_filter_streams_lines_and_lets_progress_bars_through():
 def test_failure_timeline_is_cut_at_words_never_mid_word():
     from ddpdoctor.run_timeline import _short
 
-    msg = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB of which "
-           "1.05 GiB is free. Of the allocated memory 75.20 GiB is allocated by PyTorch")
+    msg = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB of which "
+        "1.05 GiB is free. Of the allocated memory 75.20 GiB is allocated by PyTorch"
+    )
     short = _short(msg, 100)
     assert short.endswith(" …") and msg.startswith(short[:-2]) and msg[len(short) - 2] == " "
     assert _short("one line\nsecond line", 100) == "one line" and _short(None, 10) == ""

@@ -47,8 +47,10 @@ def actions(boundaries):
 
 
 def test_loading_the_window_imports_no_torch():
-    code = (f"import importlib.util, sys; s = importlib.util.spec_from_file_location('w', {str(CAPTURE / 'window.py')!r}); "
-            "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); assert 'torch' not in sys.modules")
+    code = (
+        f"import importlib.util, sys; s = importlib.util.spec_from_file_location('w', {str(CAPTURE / 'window.py')!r}); "
+        "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -97,9 +99,9 @@ def test_a_start_not_carried_out_is_asked_again():
 def test_early_exit_inside_the_window_flushes_an_incomplete_window():
     w = win.StepWindow(warmup=2, active=5)
     d = Driver(w)
-    d.optimizer_steps(4)                      # started at the 2nd boundary, 2 steps recorded
+    d.optimizer_steps(4)  # started at the 2nd boundary, 2 steps recorded
     assert w.profiling and w.recorded == 2
-    assert w.exit() is True                   # the agent stops and exports (complete: false)
+    assert w.exit() is True  # the agent stops and exports (complete: false)
     w.stopped()
     assert not w.complete and w.window_done and w.recorded == 2
     assert w.exit() is False
@@ -120,7 +122,7 @@ def test_boundaries_after_the_stop_request_end_the_rank_again():
     bs = d.optimizer_steps(2)
     assert actions(bs) == [START, STOP] and bs[1].then_exit
     assert w.request_stop() is True and w.request_stop() is False
-    b = w.optimizer_step(True, 5.0)           # a `finally` block that steps again
+    b = w.optimizer_step(True, 5.0)  # a `finally` block that steps again
     assert b.action == EXIT
 
 
@@ -129,7 +131,7 @@ def test_the_scripts_own_profiler_stops_the_window_and_prevents_one():
     d = Driver(w)
     d.optimizer_steps(3)
     assert w.profiling
-    assert w.user_profiler_starts() is True   # the agent stops its own profiler (profiling was True)
+    assert w.user_profiler_starts() is True  # the agent stops its own profiler (profiling was True)
     w.stopped()
     assert w.user_profiler_starts() is False
     assert actions(d.optimizer_steps(5, t0=10)) == [NONE] * 5 and not w.complete
@@ -141,7 +143,7 @@ def test_the_scripts_own_profiler_stops_the_window_and_prevents_one():
 def test_only_the_first_optimizer_counts_steps():
     w = win.StepWindow(warmup=10, active=2)
     assert w.optimizer_step(True, 1.0).step == 0
-    assert w.optimizer_step(False, 1.5) is None          # a second optimizer (a GAN's other one)
+    assert w.optimizer_step(False, 1.5) is None  # a second optimizer (a GAN's other one)
     assert w.optimizer_step(True, 2.0).step == 1 and w.steps == 2
 
 
@@ -155,22 +157,22 @@ def test_forward_calls_never_count_once_an_optimizer_stepped():
 def test_forward_fallback_counts_steps_at_ddp_forward_calls():
     w = win.StepWindow(warmup=2, active=2, forward_fallback=4)
     d = Driver(w)
-    assert [w.forward(True, float(i)) for i in range(1, 5)] == [None] * 4     # 4 calls: not more than 4
+    assert [w.forward(True, float(i)) for i in range(1, 5)] == [None] * 4  # 4 calls: not more than 4
     b = d.act(w.forward(True, 5.0))
     assert b.switched and b.step == 0 and w.step_source == "ddp_forward"
     bs = [d.act(w.forward(True, 6.0 + i)) for i in range(4)]
     assert not any(x.switched for x in bs)
     assert actions(bs) == [START, STEP, STOP, NONE]
-    assert w.optimizer_step(True, 20.0) is None and w.step_source == "ddp_forward"   # an optimizer later: ignored
+    assert w.optimizer_step(True, 20.0) is None and w.step_source == "ddp_forward"  # an optimizer later: ignored
 
 
 def test_accumulation_micro_batches_per_optimizer_step():
     w = win.StepWindow(warmup=100, active=1)
     for _ in range(3):
         for i in range(4):
-            w.forward(i == 3, 1.0)               # no_sync() for three micro-batches, sync on the last
+            w.forward(i == 3, 1.0)  # no_sync() for three micro-batches, sync on the last
         w.optimizer_step(True, 2.0)
-    w.micro_batch(True)                          # an FSDP root forward counts the same way
+    w.micro_batch(True)  # an FSDP root forward counts the same way
     w.optimizer_step(True, 3.0)
     assert w.micro_per_step == [4, 4, 4, 1] and w.synced_per_step == [1, 1, 1, 1]
     for _ in range(300):
@@ -181,7 +183,7 @@ def test_accumulation_micro_batches_per_optimizer_step():
 def test_step_durations_idle_and_typical_step():
     w = win.StepWindow(warmup=100, active=1, now=100.0)
     bs = [w.optimizer_step(True, t) for t in (130.0, 131.0, 133.0, 134.0)]
-    assert bs[0].duration is None                # the first includes the script's setup
+    assert bs[0].duration is None  # the first includes the script's setup
     assert [b.duration for b in bs[1:]] == [1.0, 2.0, 1.0]
     assert w.step_times == [30.0, 1.0, 2.0, 1.0] and w.step_time_values() == [1.0, 2.0, 1.0]
     assert w.typical_step_s() == 2.0 and w.idle_s(140.0) == 6.0 and w.last_step_time == 134.0
@@ -189,7 +191,7 @@ def test_step_durations_idle_and_typical_step():
         w.optimizer_step(True, 135.0 + i)
     assert len(w.step_times) == win.KEEP_STEP_TIMES and w.step_time_values() == w.step_times
     assert w.typical_step_s() == 1.0
-    assert win.StepWindow().typical_step_s() == 1.0        # no step yet
+    assert win.StepWindow().typical_step_s() == 1.0  # no step yet
 
 
 @pytest.mark.parametrize("warmup, active, keep_going", [(0, 1, False), (2, 3, True), (5, 5, False), (7, 2, True)])

@@ -12,8 +12,14 @@ Ending = agent._lifecycle.Ending
 def _on_main_thread_inside(filename: str) -> bool:
     """main_in_collective() as seen from another thread while the main thread waits in code from ``filename``."""
     namespace: dict = {}
-    exec(compile("import time\ndef inside(done):\n    while not done.is_set():\n        time.sleep(0.005)\n",
-                 filename, "exec"), namespace)
+    exec(
+        compile(
+            "import time\ndef inside(done):\n    while not done.is_set():\n        time.sleep(0.005)\n",
+            filename,
+            "exec",
+        ),
+        namespace,
+    )
     done, seen = threading.Event(), []
 
     def check():

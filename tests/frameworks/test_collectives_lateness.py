@@ -3,10 +3,10 @@ late rank is judged by the wait it causes (not at the step's first, tiny collect
 collectives that run at once never add up to more wait than the step."""
 
 import pytest
+from tracebuilder import TraceBuilder
 
 from ddpdoctor.analysis import AnalyzeOptions, analyze
 from ddpdoctor.trace.classify import collective_kind, library_kinds_from_api
-from tracebuilder import TraceBuilder
 
 AG = "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 RS = "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
@@ -25,7 +25,9 @@ def fsdp_job(tmp_path, steps=4):
             b.kernel(AG, ag_start, t0 + 160, launch_at=t0 + 90, stream=20, parent="nccl:_allgather_base")
             compute_end = t0 + 600 + (600 if r == 1 else 0)
             b.kernel("gemm", t0 + 170, compute_end, launch_at=t0 + 165)
-            b.kernel(RS, compute_end, t0 + 1300, launch_at=compute_end - 5, stream=20, parent="nccl:_reduce_scatter_base")
+            b.kernel(
+                RS, compute_end, t0 + 1300, launch_at=compute_end - 5, stream=20, parent="nccl:_reduce_scatter_base"
+            )
         b.write(tmp_path / f"rank{r}.json")
     return tmp_path
 
@@ -38,8 +40,11 @@ def test_nccl_kernel_names_give_all_gather_and_reduce_scatter():
 
 def test_gloo_events_take_their_kind_from_the_c10d_call():
     api = ["c10d::_allgather_base_", "c10d::_reduce_scatter_base_", "c10d::allgather_"]
-    assert library_kinds_from_api(api, ["gloo:all_gather", "gloo:all_reduce", "gloo:all_gather"]) == \
-        ["all_gather", "reduce_scatter", "all_gather"]
+    assert library_kinds_from_api(api, ["gloo:all_gather", "gloo:all_reduce", "gloo:all_gather"]) == [
+        "all_gather",
+        "reduce_scatter",
+        "all_gather",
+    ]
     # counts differ (the DDP reducer issues all-reduces from C++): no guessing
     assert library_kinds_from_api(api[:2], ["gloo:all_reduce"] * 3) is None
 

@@ -23,8 +23,14 @@ def _run(out, command, *options):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", *options,
-                          "--", *command], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", *options, "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr[-4000:]
     return res
 
@@ -44,7 +50,10 @@ class Job:
             from ddpdoctor.analysis import AnalyzeOptions
             from ddpdoctor.diagnosis import run_analyze
             from ddpdoctor.rules_engine.registry import build_ruleset
-            self._report = run_analyze([str(self.out)], AnalyzeOptions(jobs=1, hta="off"), build_ruleset(use_config=False))
+
+            self._report = run_analyze(
+                [str(self.out)], AnalyzeOptions(jobs=1, hta="off"), build_ruleset(use_config=False)
+            )
         return self._report
 
     def finding(self, rule):
@@ -61,6 +70,7 @@ def job(tmp_path_factory):
             out = tmp_path_factory.mktemp(name) / "bundle"
             cache[name] = Job(out, _run(out, command, *options))
         return cache[name]
+
     return get
 
 
@@ -76,14 +86,20 @@ def hf_trainer(job):
 
 def accelerate(job):
     pytest.importorskip("accelerate")
-    return job("accelerate", [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-                              str(JOBS / "accelerate_job.py")])
+    return job(
+        "accelerate",
+        [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", str(JOBS / "accelerate_job.py")],
+    )
 
 
-ACCUMULATING = {"lightning": (lightning, "Trainer(strategy=DDPStrategy(find_unused_parameters=False))"),
-                "hf_trainer": (hf_trainer, "TrainingArguments(..., ddp_find_unused_parameters=False)"),
-                "accelerate": (accelerate, "Accelerator(kwargs_handlers=[DistributedDataParallelKwargs("
-                                           "find_unused_parameters=False)])")}
+ACCUMULATING = {
+    "lightning": (lightning, "Trainer(strategy=DDPStrategy(find_unused_parameters=False))"),
+    "hf_trainer": (hf_trainer, "TrainingArguments(..., ddp_find_unused_parameters=False)"),
+    "accelerate": (
+        accelerate,
+        "Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=False)])",
+    ),
+}
 
 
 @pytest.mark.parametrize("framework", sorted(ACCUMULATING))
@@ -95,10 +111,10 @@ def test_every_rank_traced_with_optimizer_steps_under_accumulation(job, framewor
         s = j.settings(r)
         assert s["rank"] == r and s["world_size"] == 2
         assert s["framework"] == framework
-        assert s["step_source"] == "optimizer" and s["steps_completed"] == 10      # 5 warm-up + 5 recorded
+        assert s["step_source"] == "optimizer" and s["steps_completed"] == 10  # 5 warm-up + 5 recorded
         assert s["window"]["complete"] and s["window"]["recorded_steps"] == 5
         assert s["train"]["micro_batches_per_step"] == 4.0
-        assert s["train"]["synced_micro_batches_per_step"] == 1.0              # no_sync on 3 of 4 micro-batches
+        assert s["train"]["synced_micro_batches_per_step"] == 1.0  # no_sync on 3 of 4 micro-batches
         assert s["exit"] == {"code": 0, "reason": "window complete"}
     facts = j.report.facts
     assert facts["run.framework"] == framework and facts["train.micro_batches_per_step"] == 4.0
@@ -108,8 +124,11 @@ def test_every_rank_traced_with_optimizer_steps_under_accumulation(job, framewor
 @pytest.mark.parametrize("framework", sorted(ACCUMULATING))
 def test_sharding_is_recognised_and_no_false_sampler_finding(job, framework):
     j = ACCUMULATING[framework][0](job)
-    expected = {"lightning": "DistributedSampler", "hf_trainer": "BatchSamplerShard",
-                "accelerate": "BatchSamplerShard"}[framework]
+    expected = {
+        "lightning": "DistributedSampler",
+        "hf_trainer": "BatchSamplerShard",
+        "accelerate": "BatchSamplerShard",
+    }[framework]
     assert j.settings(0)["dataloader"]["sharded_by"] == expected
     assert j.finding("CF001") is None
 
@@ -126,8 +145,10 @@ def test_injected_cause_is_found_and_fixed_in_the_frameworks_settings(job, frame
 
 def test_accelerate_cpu_launch_runs_one_process_and_the_bundle_says_so(job):
     pytest.importorskip("accelerate")
-    j = job("accelerate_cpu", [str(BIN / "accelerate"), "launch", "--cpu", "--num_processes", "2",
-                               str(JOBS / "accelerate_job.py")])
+    j = job(
+        "accelerate_cpu",
+        [str(BIN / "accelerate"), "launch", "--cpu", "--num_processes", "2", str(JOBS / "accelerate_job.py")],
+    )
     assert j.manifest["ranks_present"] == [0] and j.manifest["world_size"] == 1
     assert any("asked for 2 processes but 1 rank ran" in n for n in j.manifest["notes"])
     assert "asked for 2 processes" in j.res.stderr
@@ -139,7 +160,7 @@ def test_fsdp_collectives_settings_and_the_late_rank(job, kind):
     j = job(kind, [str(BIN / "torchrun"), "--nproc_per_node", "2", str(JOBS / "fsdp_job.py"), kind])
     assert j.manifest["ranks_present"] == [0, 1] and j.manifest["status"] == "complete"
     s = j.settings(0)
-    assert s["fsdp"]["kind"] == kind and s["fsdp"]["wrapped_modules"] == 3    # two blocks and the root
+    assert s["fsdp"]["kind"] == kind and s["fsdp"]["wrapped_modules"] == 3  # two blocks and the root
     if kind == "fsdp1":
         assert s["fsdp"]["sharding_strategy"] == "FULL_SHARD"
         assert s["fsdp"]["auto_wrap_policy"] == "ModuleWrapPolicy"
@@ -153,6 +174,9 @@ def test_fsdp_collectives_settings_and_the_late_rank(job, kind):
     # rank 1's sequences are 16x longer: it is the late one, not rank 0 (first at the tiny all-gathers)
     assert a.cross.arrival_late_us[1] > 0 > a.cross.arrival_late_us[0]
     assert [st.rank for st in a.cross.stragglers] in ([1], [])
-    trace_events = [json.loads(line) for line in (j.out / "ranks" / "rank0" / "events.jsonl").read_text().splitlines()
-                    if '"kind": "trace"' in line]
+    trace_events = [
+        json.loads(line)
+        for line in (j.out / "ranks" / "rank0" / "events.jsonl").read_text().splitlines()
+        if '"kind": "trace"' in line
+    ]
     assert trace_events and trace_events[0]["compress_s"] < 1.0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tracebuilder import gpu_step_trace
 
-OK, ERR, FAILED_RUN = 0, 2, 3          # FAILED_RUN: analyze found that the run itself failed
+OK, ERR, FAILED_RUN = 0, 2, 3  # FAILED_RUN: analyze found that the run itself failed
 SECRETS = {
     "bearer": "Authorization: Bearer eyzzBearerTok3nValue998877",
     "pem": "-----BEGIN RSA PRIVATE KEY-----\nMIIEpQIBAAKCAQEAzPemBodyLine1xyz\nPemBodyLine2abcdef\n-----END RSA PRIVATE KEY-----",
@@ -38,23 +38,33 @@ SECRETS = {
 }
 # the part of each planted line that must never appear in an output
 SECRET_VALUES = {
-    "bearer": "eyzzBearerTok3nValue998877", "pem": "MIIEpQIBAAKCAQEAzPemBodyLine1xyz",
-    "aws": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws_bare": "wJa1rXUtnFEMI/K7MDENG/bPxRfiCYzzAMPLEKEY",
-    "wandb_env": "0123456789abcdef0123456789abcdef0badc0de", "wandb_login": "0f1e2d3c4b5a69788796a5b4c3d2e1f0aabbccdd",
-    "hf": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123", "openai": "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx0123",
-    "slack": "xoxb-123456789012-abcdefghijklmnop", "github": "ghp_abcdefghijklmnopqrstuvwxyzABCDEF0123",
+    "bearer": "eyzzBearerTok3nValue998877",
+    "pem": "MIIEpQIBAAKCAQEAzPemBodyLine1xyz",
+    "aws": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "aws_bare": "wJa1rXUtnFEMI/K7MDENG/bPxRfiCYzzAMPLEKEY",
+    "wandb_env": "0123456789abcdef0123456789abcdef0badc0de",
+    "wandb_login": "0f1e2d3c4b5a69788796a5b4c3d2e1f0aabbccdd",
+    "hf": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+    "openai": "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx0123",
+    "slack": "xoxb-123456789012-abcdefghijklmnop",
+    "github": "ghp_abcdefghijklmnopqrstuvwxyzABCDEF0123",
     "github_pat": "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
     "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV",
-    "url": "Sup3rS3cretPw", "argv_list": "plainapikey42", "argv_hf": "hfplaintok77",
-    "password_flag": "pa55wordValue", "harmless_env": "harmlessNameTok55aa",
+    "url": "Sup3rS3cretPw",
+    "argv_list": "plainapikey42",
+    "argv_hf": "hfplaintok77",
+    "password_flag": "pa55wordValue",
+    "harmless_env": "harmlessNameTok55aa",
 }
 PEM_LINE2 = "PemBodyLine2abcdef"
 # an OpenSSH-style key body printed line by line (64 base64 characters a line, a short last line)
-KEY_BODY = ["b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
-            "pU3KGCUwux1tEyze1iN7LtkeP3IfyxlxF0SU1kk8nVw0YL4xIB5p/tqg7ui5mX9c",
-            "fCmZ/a/lkyU81lSvTfrXFCegrrP+6SMvivIhH57kkcWxC+y1Vjv8Hm+TQn7LyP4p",
-            "VeXNjkbcjtS3wnZNKlpNdncG+F2GkAJK1r2jQBvpyMvMyTX2zR9hImrhUziuGjQA",
-            "R95jbA6AbJV7poTWQx+16tdCTQk="]
+KEY_BODY = [
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
+    "pU3KGCUwux1tEyze1iN7LtkeP3IfyxlxF0SU1kk8nVw0YL4xIB5p/tqg7ui5mX9c",
+    "fCmZ/a/lkyU81lSvTfrXFCegrrP+6SMvivIhH57kkcWxC+y1Vjv8Hm+TQn7LyP4p",
+    "VeXNjkbcjtS3wnZNKlpNdncG+F2GkAJK1r2jQBvpyMvMyTX2zR9hImrhUziuGjQA",
+    "R95jbA6AbJV7poTWQx+16tdCTQk=",
+]
 
 
 @dataclass
@@ -65,12 +75,12 @@ class Case:
     expect: tuple[int, ...]
     secrets: list[str] = field(default_factory=list)
     env: dict = field(default_factory=dict)
-    outputs: list[str] = field(default_factory=list)    # files/folders the command writes
+    outputs: list[str] = field(default_factory=list)  # files/folders the command writes
     no_escapes: bool = False
-    said: str = ""           # text stdout or stderr must hold (the warning or error the case is about)
+    said: str = ""  # text stdout or stderr must hold (the warning or error the case is about)
     timeout_s: float = 60
-    mem_mb: int = 2500       # address-space headroom over the preloaded runner (RLIMIT_AS)
-    rss_mb: int = 1500       # peak resident memory allowed
+    mem_mb: int = 2500  # address-space headroom over the preloaded runner (RLIMIT_AS)
+    rss_mb: int = 1500  # peak resident memory allowed
 
 
 def trace(folder: Path, rank: int = 0, world: int = 2, name: str | None = None, **kw) -> Path:
@@ -88,9 +98,17 @@ def run_folder(root: Path, name: str, ranks: int = 2) -> Path:
 def _commands(cat: str, cid: str, src: Path, out: Path, expect, **kw) -> list[Case]:
     """analyze (with --report) and bundle on one input."""
     rep, tgz = out / f"{cid}.report", out / f"{cid}.tar.gz"
-    return [Case(cat, f"{cid}/analyze", ["analyze", str(src), "--report", str(rep), "-j", "1"], expect,
-                 outputs=[str(rep)], **kw),
-            Case(cat, f"{cid}/bundle", ["bundle", str(src), "-o", str(tgz)], expect, outputs=[str(tgz)], **kw)]
+    return [
+        Case(
+            cat,
+            f"{cid}/analyze",
+            ["analyze", str(src), "--report", str(rep), "-j", "1"],
+            expect,
+            outputs=[str(rep)],
+            **kw,
+        ),
+        Case(cat, f"{cid}/bundle", ["bundle", str(src), "-o", str(tgz)], expect, outputs=[str(tgz)], **kw),
+    ]
 
 
 def _zero_gzip_members(n_members: int, member_mb: int) -> bytes:
@@ -118,14 +136,20 @@ def build_cases(root: Path) -> list[Case]:
         "devzero_log": lambda d: os.symlink("/dev/zero", d / "stdout.log"),
         "urandom_log": lambda d: os.symlink("/dev/urandom", d / "rank1.log"),
         "devzero_trace": lambda d: os.symlink("/dev/zero", d / "rank1.pt.trace.json"),
-        "fifo_settings": lambda d: (d / "ranks" / "0").mkdir(parents=True) or os.mkfifo(d / "ranks" / "0" / "settings.json"),
+        "fifo_settings": lambda d: (
+            (d / "ranks" / "0").mkdir(parents=True) or os.mkfifo(d / "ranks" / "0" / "settings.json")
+        ),
     }
     for cid, make in specials.items():
         d = run_folder(root, cid, 1)
         make(d)
         cases += _commands("blocking", cid, d, out, (OK, ERR), timeout_s=60)
-    for cid, target in (("direct_fifo", None), ("direct_devnull", "/dev/null"), ("direct_devzero", "/dev/zero"),
-                        ("direct_socket", "sock")):
+    for cid, target in (
+        ("direct_fifo", None),
+        ("direct_devnull", "/dev/null"),
+        ("direct_devzero", "/dev/zero"),
+        ("direct_socket", "sock"),
+    ):
         p = root / f"{cid}.json"
         if target is None:
             os.mkfifo(p)
@@ -138,10 +162,12 @@ def build_cases(root: Path) -> list[Case]:
 
     # ---- links
     d = run_folder(root, "loop_in_folder", 2)
-    os.symlink("b.json", d / "a.json"); os.symlink("a.json", d / "b.json")
+    os.symlink("b.json", d / "a.json")
+    os.symlink("a.json", d / "b.json")
     cases += _commands("links", "loop_in_folder", d, out, (OK,))
     d = run_folder(root, "dangling_in_folder", 2)
-    os.symlink("nowhere.json", d / "rank5.json"); os.symlink("nowhere.log", d / "x.log")
+    os.symlink("nowhere.json", d / "rank5.json")
+    os.symlink("nowhere.log", d / "x.log")
     cases += _commands("links", "dangling_in_folder", d, out, (OK,))
     p = root / "loop_direct.json"
     os.symlink(p.name, p)
@@ -156,24 +182,33 @@ def build_cases(root: Path) -> list[Case]:
 
     # ---- memory
     d = run_folder(root, "gzip_bomb", 1)
-    (d / "rank1.pt.trace.json.gz").write_bytes(_zero_gzip_members(48, 64))        # 3 GiB of zeros, ~3 MB
+    (d / "rank1.pt.trace.json.gz").write_bytes(_zero_gzip_members(48, 64))  # 3 GiB of zeros, ~3 MB
     cases += _commands("memory", "gzip_bomb", d, out, (OK, ERR))
     p = root / "gzip_bomb_direct.json.gz"
     p.write_bytes(_zero_gzip_members(48, 64))
     cases += _commands("memory", "gzip_bomb_direct", p, out, (ERR,))
-    cases.append(Case("memory", "gzip_bomb_small_cap/analyze", ["analyze", str(p), "-j", "1"], (ERR,),
-                      env={"DDPDOCTOR_MAX_TRACE_BYTES": "8M"}))
+    cases.append(
+        Case(
+            "memory",
+            "gzip_bomb_small_cap/analyze",
+            ["analyze", str(p), "-j", "1"],
+            (ERR,),
+            env={"DDPDOCTOR_MAX_TRACE_BYTES": "8M"},
+        )
+    )
     for cid, world in (("world_1e9_trace", 10**9), ("world_1e18_trace", 10**18), ("world_huge_int", 10**40)):
         d = root / cid
         trace(d, 0, world)
         trace(d, 1, world)
         cases += _commands("memory", cid, d, out, (OK, ERR))
     d = run_folder(root, "world_1e9_nccl", 1)
-    (d / "nccl.log").write_text("host1:123:456 [0] NCCL INFO comm 0x55d0 rank 0 nranks 1000000000 cudaDev 0 "
-                                "nvmlDev 0 busId 1000 commId 0x1 - Init COMPLETE\n")
+    (d / "nccl.log").write_text(
+        "host1:123:456 [0] NCCL INFO comm 0x55d0 rank 0 nranks 1000000000 cudaDev 0 "
+        "nvmlDev 0 busId 1000 commId 0x1 - Init COMPLETE\n"
+    )
     cases += _commands("memory", "world_1e9_nccl", d, out, (OK, ERR))
     d = run_folder(root, "sparse_log", 1)
-    with open(d / "train.log", "wb") as fh:                   # 600 MB of NULs, no newline, sparse on disk
+    with open(d / "train.log", "wb") as fh:  # 600 MB of NULs, no newline, sparse on disk
         fh.truncate(600 << 20)
     cases += _commands("memory", "sparse_log", d, out, (OK, ERR), timeout_s=90)
     d = run_folder(root, "long_lines_log", 1)
@@ -191,7 +226,9 @@ def build_cases(root: Path) -> list[Case]:
     # ---- decode
     bad_traces = {
         "ts_1e400": b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1e400,"dur":1}]}',
-        "ts_bigint": b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1' + b"0" * 400 + b',"dur":1}]}',
+        "ts_bigint": b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1'
+        + b"0" * 400
+        + b',"dur":1}]}',
         "nest_100k": b'{"traceEvents":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
         "nest_obj": b'{"traceEvents":[{"args":' + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"}]}",
         "bad_utf8": b'{"traceEvents":[{"ph":"X","name":"\xff\xfe\xc3","ts":1,"dur":1,"pid":0,"tid":0}]}',
@@ -199,10 +236,18 @@ def build_cases(root: Path) -> list[Case]:
         "truncated": b'{"traceEvents":[{"ph":"X","name":"k"',
         "not_json": b"\x89PNG\r\n\x1a\n" + b"\0" * 100,
         "corrupt_gz": b"\x1f\x8b\x08\x00" + b"garbage" * 10,
-        "neg_rank": json.dumps({"distributedInfo": {"rank": -3, "world_size": 2},
-                                "traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 1}]}).encode(),
-        "rank_str": json.dumps({"distributedInfo": {"rank": "zero", "world_size": "x"},
-                                "traceEvents": [{"ph": "X", "name": "k", "ts": "a", "dur": None}]}).encode(),
+        "neg_rank": json.dumps(
+            {
+                "distributedInfo": {"rank": -3, "world_size": 2},
+                "traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 1}],
+            }
+        ).encode(),
+        "rank_str": json.dumps(
+            {
+                "distributedInfo": {"rank": "zero", "world_size": "x"},
+                "traceEvents": [{"ph": "X", "name": "k", "ts": "a", "dur": None}],
+            }
+        ).encode(),
         "nan_ts": b'{"traceEvents":[{"ph":"X","name":"k","ts":NaN,"dur":Infinity,"pid":0,"tid":0}]}',
         "wrong_types": b'{"traceEvents":[1,"x",null,{"ph":5,"ts":[],"dur":{}}]}',
         "events_not_list": b'{"traceEvents":{"a":1}}',
@@ -225,22 +270,47 @@ def build_cases(root: Path) -> list[Case]:
             cases.append(c)
     # torchrun's error.json (attempt_N/<local rank>/) nested too deeply: that record skipped, the rest analyzed
     d = run_folder(root, "error_json_deep", 2)
-    for lr, text in ((0, json.dumps({"message": {"message": "RuntimeError: boom on rank 0",
-                                                  "extraInfo": {"timestamp": "1700000000"}}})),
-                     (1, '{"message": ' + "[" * 100_000 + "]" * 100_000 + "}")):
+    for lr, text in (
+        (
+            0,
+            json.dumps(
+                {"message": {"message": "RuntimeError: boom on rank 0", "extraInfo": {"timestamp": "1700000000"}}}
+            ),
+        ),
+        (1, '{"message": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    ):
         (d / "attempt_0" / str(lr)).mkdir(parents=True)
         (d / "attempt_0" / str(lr) / "error.json").write_text(text)
     rep = out / "error_json_deep.report"
-    cases.append(Case("decode", "error_json_deep/analyze", ["analyze", str(d), "--report", str(rep), "-j", "1"],
-                      (FAILED_RUN,), outputs=[str(rep)], said="nested too deeply"))
-    cases.append(Case("decode", "error_json_deep/bundle", ["bundle", str(d), "-o", str(out / "error_json_deep.tgz")],
-                      (OK,), outputs=[str(out / "error_json_deep.tgz")]))
+    cases.append(
+        Case(
+            "decode",
+            "error_json_deep/analyze",
+            ["analyze", str(d), "--report", str(rep), "-j", "1"],
+            (FAILED_RUN,),
+            outputs=[str(rep)],
+            said="nested too deeply",
+        )
+    )
+    cases.append(
+        Case(
+            "decode",
+            "error_json_deep/bundle",
+            ["bundle", str(d), "-o", str(out / "error_json_deep.tgz")],
+            (OK,),
+            outputs=[str(out / "error_json_deep.tgz")],
+        )
+    )
     d = run_folder(root, "events_jsonl_deep", 2)
     (d / "ranks" / "rank1").mkdir(parents=True)
     (d / "ranks" / "rank1" / "events.jsonl").write_text(
-        '{"kind": "step", "step": 1, "time": 1700000000}\n{"kind": "step", "x": ' + "[" * 20_000 + "]" * 20_000 + "}\n")
-    cases.append(Case("decode", "events_jsonl_deep/analyze", ["analyze", str(d), "-j", "1"], (OK,),
-                      said="JSON nested too deeply"))
+        '{"kind": "step", "step": 1, "time": 1700000000}\n{"kind": "step", "x": ' + "[" * 20_000 + "]" * 20_000 + "}\n"
+    )
+    cases.append(
+        Case(
+            "decode", "events_jsonl_deep/analyze", ["analyze", str(d), "-j", "1"], (OK,), said="JSON nested too deeply"
+        )
+    )
     good = root / "good"
     run_folder(root, "good", 2)
     rep = out / "good.report"
@@ -258,35 +328,51 @@ def build_cases(root: Path) -> list[Case]:
         p.write_bytes(text.encode("utf-8", "surrogateescape"))
         cases.append(Case("decode", f"report_{cid}/report", ["report", str(p)], (ERR,)))
         cases.append(Case("decode", f"report_{cid}/compare", ["compare", str(p), str(p)], (ERR,)))
-    for cid, data in (("garbage", b"not an archive at all" * 50), ("gz_garbage", gzip.compress(b"junk" * 100)),
-                      ("truncated_gz", gzip.compress(b"x" * 10000)[:50]), ("empty", b"")):
+    for cid, data in (
+        ("garbage", b"not an archive at all" * 50),
+        ("gz_garbage", gzip.compress(b"junk" * 100)),
+        ("truncated_gz", gzip.compress(b"x" * 10000)[:50]),
+        ("empty", b""),
+    ):
         p = root / f"archive_{cid}.tar.gz"
         p.write_bytes(data)
         cases.append(Case("decode", f"archive_{cid}/report", ["report", str(p)], (ERR,)))
         cases.append(Case("decode", f"archive_{cid}/compare", ["compare", str(p), str(p)], (ERR,)))
-        cases.append(Case("decode", f"archive_{cid}/bundle", ["bundle", str(p), "-o", str(out / f"a_{cid}.tgz")], (ERR,)))
+        cases.append(
+            Case("decode", f"archive_{cid}/bundle", ["bundle", str(p), "-o", str(out / f"a_{cid}.tgz")], (ERR,))
+        )
 
     # ---- secrets: each planted in a log, in settings/manifest records, in a file name
     for key, line in SECRETS.items():
         d = run_folder(root, f"secret_{key}", 2)
-        (d / "output.log").write_text(f"starting\n{line}\nTraceback (most recent call last):\n  RuntimeError: "
-                                      f"request failed {line}\n")
+        (d / "output.log").write_text(
+            f"starting\n{line}\nTraceback (most recent call last):\n  RuntimeError: request failed {line}\n"
+        )
         secrets = [SECRET_VALUES[key]] + ([PEM_LINE2] if key == "pem" else [])
         cases += _commands("secrets", f"secret_{key}", d, out, (OK,), secrets=secrets)
     d = run_folder(root, "secret_records", 2)
-    (d / "manifest.json").write_text(json.dumps({
-        "argv": ["train.py", "--api-key", "recordApiKey9911", "--hf-token=recordHfTok3344"],
-        "env": {"HF_TOKEN": "envHfTokenValue5566", "HARMLESS": "Bearer envBearerInHarmless77"}}))
-    (d / "stdout.log").write_text("echo argv: ['train.py', '--api-key', 'recordApiKey9911']\n"
-                                  "token is envHfTokenValue5566 again\n")
+    (d / "manifest.json").write_text(
+        json.dumps(
+            {
+                "argv": ["train.py", "--api-key", "recordApiKey9911", "--hf-token=recordHfTok3344"],
+                "env": {"HF_TOKEN": "envHfTokenValue5566", "HARMLESS": "Bearer envBearerInHarmless77"},
+            }
+        )
+    )
+    (d / "stdout.log").write_text(
+        "echo argv: ['train.py', '--api-key', 'recordApiKey9911']\ntoken is envHfTokenValue5566 again\n"
+    )
     rs = ["recordApiKey9911", "recordHfTok3344", "envHfTokenValue5566", "envBearerInHarmless77"]
     cases += _commands("secrets", "secret_records", d, out, (OK,), secrets=rs)
     # a key printed across lines: BEGIN in stdout's log, the body and END in stderr's
     d = run_folder(root, "pem_split_files", 2)
-    (d / "output.log").write_text("starting\nloading deploy key\n-----BEGIN OPENSSH PRIVATE KEY-----\n"
-                                  + "\n".join(KEY_BODY[:2]) + "\n")
-    (d / "stderr.log").write_text("\n".join(KEY_BODY[2:]) + "\n-----END OPENSSH PRIVATE KEY-----\n"
-                                  "Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: bad key\n")
+    (d / "output.log").write_text(
+        "starting\nloading deploy key\n-----BEGIN OPENSSH PRIVATE KEY-----\n" + "\n".join(KEY_BODY[:2]) + "\n"
+    )
+    (d / "stderr.log").write_text(
+        "\n".join(KEY_BODY[2:]) + "\n-----END OPENSSH PRIVATE KEY-----\n"
+        'Traceback (most recent call last):\n  File "train.py", line 3\nRuntimeError: bad key\n'
+    )
     cases += _commands("secrets", "pem_split_files", d, out, (OK, FAILED_RUN), secrets=KEY_BODY)
     # the body interleaved with another rank's lines, each with its torchrun prefix
     d = run_folder(root, "pem_interleaved", 2)
@@ -302,25 +388,51 @@ def build_cases(root: Path) -> list[Case]:
     cases += _commands("secrets", "pem_body_only", d, out, (OK, FAILED_RUN), secrets=KEY_BODY)
     # a `ddpdoctor run` bundle whose script echoed its secrets into ranks/rank<R>/output.log (raw on disk)
     d = run_folder(root, "secret_run_output_log", 2)
-    (d / "manifest.json").write_text(json.dumps({"schema": "ddpdoctor.manifest/1", "argv": [          # as capture writes it: redacted
-        "torchrun", "train.py", "--wandb-key", "<redacted>", "--db-url", "postgres://u:<redacted>@db/x"]}))
+    (d / "manifest.json").write_text(
+        json.dumps(
+            {
+                "schema": "ddpdoctor.manifest/1",
+                "argv": [  # as capture writes it: redacted
+                    "torchrun",
+                    "train.py",
+                    "--wandb-key",
+                    "<redacted>",
+                    "--db-url",
+                    "postgres://u:<redacted>@db/x",
+                ],
+            }
+        )
+    )
     (d / "ranks" / "rank1").mkdir(parents=True)
     (d / "ranks" / "rank1" / "output.log").write_text(
         "[rank1]: args: Namespace(wandb_key='runWandbKey4455aa', db_url='postgres://u:runDbPw6677@db/x')\n"
         "[rank1]: connecting with runWandbKey4455aa\n[rank1]: token hf_RunOutputLogTok0123456789ab\n"
-        "[rank1]: RuntimeError: login failed for runWandbKey4455aa\n")
-    cases += _commands("secrets", "secret_run_output_log", d, out, (OK, FAILED_RUN),
-                       secrets=["runWandbKey4455aa", "runDbPw6677", "hf_RunOutputLogTok0123456789ab"])
+        "[rank1]: RuntimeError: login failed for runWandbKey4455aa\n"
+    )
+    cases += _commands(
+        "secrets",
+        "secret_run_output_log",
+        d,
+        out,
+        (OK, FAILED_RUN),
+        secrets=["runWandbKey4455aa", "runDbPw6677", "hf_RunOutputLogTok0123456789ab"],
+    )
     d = run_folder(root, "secret_filename_underscore", 1)
     trace(d, 1, 2, name="rank1_sk-proj-UnderscoreNameSecretAbCdEf0123.pt.trace.json")
-    cases += _commands("secrets", "secret_filename_underscore", d, out, (OK,), secrets=["UnderscoreNameSecretAbCdEf0123"])
+    cases += _commands(
+        "secrets", "secret_filename_underscore", d, out, (OK,), secrets=["UnderscoreNameSecretAbCdEf0123"]
+    )
     d = run_folder(root, "secret_filename", 1)
     trace(d, 1, 2, name="rank1-sk-proj-FileNameSecretAbCdEfGhIj0123.pt.trace.json")
     cases += _commands("secrets", "secret_filename", d, out, (OK,), secrets=["FileNameSecretAbCdEfGhIj0123"])
 
     # ---- escapes
-    for cid, seq in (("osc_title", "\x1b]0;pwned\x07"), ("csi_color", "\x1b[31mRED\x1b[0m"),
-                     ("osc8_link", "\x1b]8;;http://evil\x1b\\click\x1b]8;;\x1b\\"), ("c1_csi", "\x9b2J")):
+    for cid, seq in (
+        ("osc_title", "\x1b]0;pwned\x07"),
+        ("csi_color", "\x1b[31mRED\x1b[0m"),
+        ("osc8_link", "\x1b]8;;http://evil\x1b\\click\x1b]8;;\x1b\\"),
+        ("c1_csi", "\x9b2J"),
+    ):
         d = run_folder(root, f"esc_{cid}", 2)
         (d / "output.log").write_text(f"RuntimeError: CUDA error {seq} out of memory\nNCCL WARN {seq}\n")
         # the planted lines are an OOM: analyze says the run failed (exit 3, FAILED_RUN); bundle exits 0
@@ -330,7 +442,7 @@ def build_cases(root: Path) -> list[Case]:
 
 def _socket(path: Path) -> None:
     s = socket.socket(socket.AF_UNIX)
-    s.bind(str(path))          # left bound: the file stays a socket
+    s.bind(str(path))  # left bound: the file stays a socket
 
 
 def _tar_claiming(path: Path, member: str, size: int) -> None:

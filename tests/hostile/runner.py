@@ -28,7 +28,7 @@ def run_case(case: dict, base_vm: int) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.monotonic()
     pid = os.fork()
-    if pid == 0:                                   # child
+    if pid == 0:  # child
         try:
             os.chdir(case["cwd"])
             os.environ.update(case.get("env") or {})
@@ -48,7 +48,7 @@ def run_case(case: dict, base_vm: int) -> dict:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-        except BaseException:                      # noqa: BLE001 - show it to the test
+        except BaseException:  # noqa: BLE001 - show it to the test
             import traceback
 
             traceback.print_exc()
@@ -66,16 +66,22 @@ def run_case(case: dict, base_vm: int) -> dict:
             break
         time.sleep(0.02)
     rc = os.waitstatus_to_exitcode(status)
-    return {"id": case["id"], "rc": rc, "seconds": round(time.monotonic() - t0, 2),
-            "peak_mib": round(ru.ru_maxrss / 1024, 1), "timed_out": timed_out}
+    return {
+        "id": case["id"],
+        "rc": rc,
+        "seconds": round(time.monotonic() - t0, 2),
+        "peak_mib": round(ru.ru_maxrss / 1024, 1),
+        "timed_out": timed_out,
+    }
 
 
 def main() -> None:
     cases = json.load(sys.stdin)
-    import ddpdoctor.cli  # noqa: F401 - import once, before forking
-    import ddpdoctor.diagnosis  # noqa: F401
-    import ddpdoctor.report.html  # noqa: F401
+    import ddpdoctor.cli
+    import ddpdoctor.diagnosis
+    import ddpdoctor.report.html
     import ddpdoctor.report.plots  # noqa: F401
+
     try:
         import matplotlib.pyplot  # noqa: F401
     except ImportError:

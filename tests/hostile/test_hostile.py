@@ -17,7 +17,7 @@ import pytest
 HERE = Path(__file__).parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from cases import Case, build_cases  # noqa: E402
+from cases import Case, build_cases
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "mkfifo"), reason="needs POSIX fork/mkfifo")
 
@@ -48,11 +48,11 @@ def check(case: Case, res: dict, out_dir: Path) -> list[str]:
     if "Traceback" in err:
         problems.append("traceback on stderr")
     errors = [line for line in err.splitlines() if line.startswith(("ddpdoctor: error", "Error: "))]
-    if res["rc"] == 3 and errors:        # FAILED_RUN: the job failed, ddpdoctor did not: no error line
+    if res["rc"] == 3 and errors:  # FAILED_RUN: the job failed, ddpdoctor did not: no error line
         problems.append(f"exit 3 (failed run) with error lines: {errors[:2]!r}")
     if res["rc"] not in (0, 3) and (len(errors) != 1 or "\n" in errors[0]):
         problems.append(f"{len(errors)} error lines: {err[-300:]!r}")
-    said = " ".join(((out_dir / "stdout").read_text(errors="replace") + err).split())    # wrapped lines joined
+    said = " ".join(((out_dir / "stdout").read_text(errors="replace") + err).split())  # wrapped lines joined
     if case.said and case.said not in said:
         problems.append(f"does not say {case.said!r}: {err[-300:]!r}")
     if res["peak_mib"] > case.rss_mb:
@@ -63,8 +63,11 @@ def check(case: Case, res: dict, out_dir: Path) -> list[str]:
         if leaked:
             problems.append(f"secret {s[:12]}… in {leaked}")
     if case.no_escapes:
-        bad = [name for name, data in texts if name.endswith(("report.md", "report.html")) and
-               (b"\x1b" in data or "\x9b".encode() in data)]
+        bad = [
+            name
+            for name, data in texts
+            if name.endswith(("report.md", "report.html")) and (b"\x1b" in data or "\x9b".encode() in data)
+        ]
         if bad:
             problems.append(f"terminal escape in {bad}")
     return problems
@@ -75,13 +78,28 @@ def test_hostile_corpus(tmp_path):
     assert len(cases) >= 150
     runs = []
     for i, c in enumerate(cases):
-        runs.append({"id": c.id, "argv": c.argv, "cwd": str(tmp_path), "out_dir": str(tmp_path / "runs" / str(i)),
-                     "timeout_s": c.timeout_s, "mem_mb": c.mem_mb, "env": c.env})
+        runs.append(
+            {
+                "id": c.id,
+                "argv": c.argv,
+                "cwd": str(tmp_path),
+                "out_dir": str(tmp_path / "runs" / str(i)),
+                "timeout_s": c.timeout_s,
+                "mem_mb": c.mem_mb,
+                "env": c.env,
+            }
+        )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent.parent)] + sys.path))
     env.pop("DDPDOCTOR_DEBUG", None)
     env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
-    proc = subprocess.run([sys.executable, str(HERE / "runner.py")], input=json.dumps(runs), capture_output=True,
-                          text=True, env=env, timeout=sum(c.timeout_s for c in cases) + 60)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "runner.py")],
+        input=json.dumps(runs),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=sum(c.timeout_s for c in cases) + 60,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(results) == len(cases), proc.stderr[-2000:]

@@ -57,8 +57,10 @@ def test_world_size_sanity():
 
 def test_redaction_patterns_and_known_values():
     forget_secrets()
-    text = ("Authorization: Bearer abcdefghij123456\n-----BEGIN PRIVATE KEY-----\nBODYLINEzz\n-----END PRIVATE KEY-----\n"
-            "args ['--api-key', 'plainkey99']\nWANDB_API_KEY=0123456789abcdef0123456789abcdef01234567\n")
+    text = (
+        "Authorization: Bearer abcdefghij123456\n-----BEGIN PRIVATE KEY-----\nBODYLINEzz\n-----END PRIVATE KEY-----\n"
+        "args ['--api-key', 'plainkey99']\nWANDB_API_KEY=0123456789abcdef0123456789abcdef01234567\n"
+    )
     collect_secrets(text)
     out = redact_text(text)
     for s in ("abcdefghij123456", "BODYLINEzz", "plainkey99", "0123456789abcdef0123456789abcdef01234567"):

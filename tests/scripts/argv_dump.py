@@ -1,4 +1,5 @@
 """Writes its argv (and rank) to $ARGV_DUMP_DIR/argv<RANK>.json and exits with $EXIT_CODE."""
+
 import json
 import os
 import sys

@@ -1,4 +1,5 @@
 """Rank 1 stalls in Python at step 7 while rank 0 is blocked inside the gloo all-reduce (C++)."""
+
 import time
 
 import torch

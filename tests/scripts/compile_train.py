@@ -17,7 +17,7 @@ class Pool(torch.nn.Module):
         self.inner = torch.nn.Linear(16, 16)
         self.head = torch.nn.Linear(16, 4)
 
-    def forward(self, x):                     # x: (batch, length, 16)
+    def forward(self, x):  # x: (batch, length, 16)
         return self.head(torch.nn.functional.gelu(self.inner(x)).mean(1))
 
 

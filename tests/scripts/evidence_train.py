@@ -24,7 +24,7 @@ class Ramp(Dataset):
 
 def preprocess(x):
     out = x
-    for _ in range(2000):                 # python-level augmentation, one small op at a time (~15 ms a batch)
+    for _ in range(2000):  # python-level augmentation, one small op at a time (~15 ms a batch)
         out = out * 0.999 + 0.001
     return out
 
@@ -44,7 +44,7 @@ def main(mode: str, steps: int) -> None:
     data = Ramp()
     sampler = DistributedSampler(data, shuffle=False) if mode == "sharded" else None
     loader = DataLoader(data, batch_size=16, sampler=sampler)
-    blob = torch.randn(12_000_000)      # 48 MB: ~25 ms a save
+    blob = torch.randn(12_000_000)  # 48 MB: ~25 ms a save
     for i, (x, y) in enumerate(loader):
         x = preprocess(x)
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -55,7 +55,7 @@ def main(mode: str, steps: int) -> None:
             write_checkpoint(model, blob)
         if i + 1 >= steps:
             break
-    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
+    dist.barrier()  # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()
 
 

@@ -37,7 +37,8 @@ def main(mode: str) -> None:
                 if mode == "oom":
                     raise torch.OutOfMemoryError(
                         "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of "
-                        "15.77 GiB of which 1.03 GiB is free.")
+                        "15.77 GiB of which 1.03 GiB is free."
+                    )
                 if mode == "kill":
                     os.kill(os.getpid(), 9)
             loss = model(x).pow(2).mean()
@@ -51,7 +52,7 @@ def main(mode: str) -> None:
         print(f"step {step} loss {loss.item():.4f}", flush=True)
         time.sleep(0.05)
     if mode == "stop" and rank == 1:
-        time.sleep(40)          # "evaluation" without collectives: the peer waits in all-reduce
+        time.sleep(40)  # "evaluation" without collectives: the peer waits in all-reduce
     dist.destroy_process_group()
 
 

@@ -32,7 +32,8 @@ def main(out_dir: str) -> None:
     prof = torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
         schedule=torch.profiler.schedule(wait=1, warmup=1, active=4),
-        on_trace_ready=torch.profiler.tensorboard_trace_handler(out_dir, worker_name=f"rank{rank}"))
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(out_dir, worker_name=f"rank{rank}"),
+    )
     with prof:
         for i, (x, y) in enumerate(loader):
             if rank == 1:
@@ -44,7 +45,7 @@ def main(out_dir: str) -> None:
             prof.step()
             if i >= 7:
                 break
-    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
+    dist.barrier()  # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()
 
 

@@ -20,8 +20,9 @@ def main(steps: int, grandchild: bool) -> None:
     torch.set_num_threads(1)
     helper = None
     if grandchild and rank == 0:
-        helper = subprocess.Popen([sys.executable, "-c",
-                                   f"import subprocess, sys; subprocess.run([sys.executable, '-c', {SPIN!r}])"])
+        helper = subprocess.Popen(
+            [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {SPIN!r}])"]
+        )
     torch.manual_seed(0)
     # steps of ~10-20 ms: the 40-step window spans several of the contention readings (one every 0.1 s)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10)))

@@ -17,7 +17,7 @@ def main(steps: int, step_s: float) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
     for _ in range(steps):
-        time.sleep(step_s)                   # the data loading of a real job
+        time.sleep(step_s)  # the data loading of a real job
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()

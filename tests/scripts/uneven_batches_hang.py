@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
-BATCHES = {0: 18, 1: 24}           # batches per epoch on each rank: its own list of files
+BATCHES = {0: 18, 1: 24}  # batches per epoch on each rank: its own list of files
 BATCH = 8
 
 
@@ -43,9 +43,9 @@ def main() -> None:
         opt.step()
         print(f"step {step} loss {loss.item():.4f}", flush=True)
         if args.mode == "mismatch" and step == 3 and rank == 0:
-            dist.barrier()                  # the bug: a collective on one rank only
+            dist.barrier()  # the bug: a collective on one rank only
         if args.mode == "early_exit" and step == 3 and rank == 1:
-            return                          # the bug: a local stopping condition, and no closing barrier
+            return  # the bug: a local stopping condition, and no closing barrier
     dist.barrier()
     dist.destroy_process_group()
 

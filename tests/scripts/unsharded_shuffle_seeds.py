@@ -34,12 +34,13 @@ def main():
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    torch.manual_seed(rank)                    # a different seed per rank: different augmentations and order
+    torch.manual_seed(rank)  # a different seed per rank: different augmentations and order
     random.seed(rank)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(Signals(), batch_size=32, shuffle=True, drop_last=True,
-                        generator=torch.Generator().manual_seed(100 + rank))
+    loader = DataLoader(
+        Signals(), batch_size=32, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(100 + rank)
+    )
     step = 0
     for _epoch in range(100):
         for x, y in loader:

@@ -23,7 +23,7 @@ class SlowStorage(Dataset):
         return 4096
 
     def __getitem__(self, i):
-        time.sleep(SAMPLE_WAIT_S)               # the read waits on storage, not on the CPU
+        time.sleep(SAMPLE_WAIT_S)  # the read waits on storage, not on the CPU
         return torch.randn(256), i % 10
 
 
@@ -40,8 +40,14 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = SlowStorage()
     sampler = DistributedSampler(data, shuffle=True)
-    loader = DataLoader(data, batch_size=8, sampler=sampler, num_workers=args.workers, drop_last=True,
-                        persistent_workers=args.workers > 0)
+    loader = DataLoader(
+        data,
+        batch_size=8,
+        sampler=sampler,
+        num_workers=args.workers,
+        drop_last=True,
+        persistent_workers=args.workers > 0,
+    )
     step = 0
     for epoch in range(100):
         sampler.set_epoch(epoch)
@@ -49,7 +55,7 @@ def main():
             loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
-            for _ in range(COMPUTE_MATMULS):    # the step's compute (no parameters: no extra communication)
+            for _ in range(COMPUTE_MATMULS):  # the step's compute (no parameters: no extra communication)
                 work = torch.tanh(work @ work / 384)
             opt.step()
             step += 1

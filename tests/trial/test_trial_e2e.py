@@ -13,9 +13,30 @@ JOB = ROOT / "examples" / "io_wait_loader.py"
 
 def _trial(tmp_path, *tries):
     out = tmp_path / "trial"
-    cmd = [sys.executable, "-m", "ddpdoctor", "run", *tries, "--repeat", "2", "--warmup", "2", "--active", "4",
-           "--out", str(out), "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node=2", str(JOB), "--steps", "10"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ddpdoctor",
+        "run",
+        *tries,
+        "--repeat",
+        "2",
+        "--warmup",
+        "2",
+        "--active",
+        "4",
+        "--out",
+        str(out),
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(JOB),
+        "--steps",
+        "10",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     return res, out
 
@@ -37,20 +58,31 @@ def test_more_workers_for_io_bound_samples_is_measured_with_its_interval_and_pre
     line = next(ln for ln in res.stdout.splitlines() if "measured" in ln)
     assert "x faster (95 %" in line and "predicted up to" in line
     # `analyze` of the trial folder says what was measured and diagnoses the baseline arm (not all arms mixed)
-    a = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), "--report", str(tmp_path / "rep")],
-                       capture_output=True, text=True, timeout=300)
+    a = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(out), "--report", str(tmp_path / "rep")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert a.returncode == 0, a.stderr[-1500:]
     assert "measured" in a.stderr and "baseline-1" in a.stderr and a.stdout.startswith("Verdict: dataloader-bound")
     for name in ("report.md", "report.html"):
         assert "measured" in (tmp_path / "rep" / name).read_text() and "Trial" in (tmp_path / "rep" / name).read_text()
-    assert json.loads((tmp_path / "rep" / "report.json").read_text())["trial"]["measured_speedup"] == t["measured_speedup"]
+    assert (
+        json.loads((tmp_path / "rep" / "report.json").read_text())["trial"]["measured_speedup"] == t["measured_speedup"]
+    )
     # `compare` of the trial folder: the trial's line, then its first baseline against its first try
-    c = subprocess.run([sys.executable, "-m", "ddpdoctor", "compare", str(out)], capture_output=True, text=True,
-                       timeout=300)
+    c = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "compare", str(out)], capture_output=True, text=True, timeout=300
+    )
     assert c.returncode == 0, c.stderr[-1500:]
     assert c.stdout.startswith("Trial of dataloader.num_workers=2: measured") and "dataloader" in c.stdout
-    cj = subprocess.run([sys.executable, "-m", "ddpdoctor", "compare", str(out), "--format", "json"],
-                        capture_output=True, text=True, timeout=300)
+    cj = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "compare", str(out), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert json.loads(cj.stdout)["trial"]["measured_speedup"] == t["measured_speedup"]
 
 
@@ -63,10 +95,31 @@ def test_try_a_rule_takes_its_first_fix_from_the_baseline(tmp_path):
 def test_a_plain_python_job_is_tried_too(tmp_path):
     """No launcher: the change still reaches the one process (its DataLoader gets the workers)."""
     out = tmp_path / "trial"
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--try", "dataloader.pin_memory=true",
-                          "--repeat", "1", "--warmup", "2", "--active", "3", "--out", str(out), "--",
-                          sys.executable, str(ROOT / "tests" / "scripts" / "single_train.py")],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--try",
+            "dataloader.pin_memory=true",
+            "--repeat",
+            "1",
+            "--warmup",
+            "2",
+            "--active",
+            "3",
+            "--out",
+            str(out),
+            "--",
+            sys.executable,
+            str(ROOT / "tests" / "scripts" / "single_train.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-1500:]
     t = json.loads((out / "trial.json").read_text())
     assert [a["arm"] for a in t["arms"]] == ["baseline", "try"]

@@ -14,15 +14,36 @@ from ddpdoctor.trial import runner, stats
 
 
 def test_changes_are_typed_and_validated():
-    c = ov.parse_changes(["dataloader.num_workers=4", "dataloader.pin_memory=true", "ddp.bucket_cap_mb=100",
-                          "ddp.comm_hook=PowerSGD:2", "env.NCCL_P2P_DISABLE=1", "torch.num_threads=2"])
-    assert c == {"dataloader.num_workers": 4, "dataloader.pin_memory": True, "ddp.bucket_cap_mb": 100.0,
-                 "ddp.comm_hook": "powersgd:2", "env.NCCL_P2P_DISABLE": "1", "torch.num_threads": 2}
-    for bad, words in (("dataloader.num_workerz=4", "unknown key"), ("dataloader.num_workers=four", "whole number"),
-                       ("dataloader.num_workers=-1", ">= 0"), ("ddp.bucket_cap_mb=0", "> 0"),
-                       ("ddp.comm_hook=int8", "fp16, bf16, powersgd[:RANK] or skip"), ("dataloader.pin_memory=maybe", "True or False"),
-                       ("train.gradient_accumulation_steps=8", "change to the code"), ("no_sync=1", "change to the code"),
-                       ("env.1BAD=x", "environment variable"), ("num_workers", "KEY=VALUE")):
+    c = ov.parse_changes(
+        [
+            "dataloader.num_workers=4",
+            "dataloader.pin_memory=true",
+            "ddp.bucket_cap_mb=100",
+            "ddp.comm_hook=PowerSGD:2",
+            "env.NCCL_P2P_DISABLE=1",
+            "torch.num_threads=2",
+        ]
+    )
+    assert c == {
+        "dataloader.num_workers": 4,
+        "dataloader.pin_memory": True,
+        "ddp.bucket_cap_mb": 100.0,
+        "ddp.comm_hook": "powersgd:2",
+        "env.NCCL_P2P_DISABLE": "1",
+        "torch.num_threads": 2,
+    }
+    for bad, words in (
+        ("dataloader.num_workerz=4", "unknown key"),
+        ("dataloader.num_workers=four", "whole number"),
+        ("dataloader.num_workers=-1", ">= 0"),
+        ("ddp.bucket_cap_mb=0", "> 0"),
+        ("ddp.comm_hook=int8", "fp16, bf16, powersgd[:RANK] or skip"),
+        ("dataloader.pin_memory=maybe", "True or False"),
+        ("train.gradient_accumulation_steps=8", "change to the code"),
+        ("no_sync=1", "change to the code"),
+        ("env.1BAD=x", "environment variable"),
+        ("num_workers", "KEY=VALUE"),
+    ):
         with pytest.raises(ov.OverrideError) as e:
             ov.parse_change(bad)
         assert words in str(e.value) and "\n" not in str(e.value), (bad, str(e.value))
@@ -32,37 +53,64 @@ def test_changes_are_typed_and_validated():
 
 def test_launcher_env_carries_the_changes_and_the_variables():
     env = ov.launcher_env({"dataloader.num_workers": 2, "env.NCCL_P2P_DISABLE": "1", "torch.num_threads": 3})
-    assert json.loads(env[ov.ENV_VAR]) == {"dataloader.num_workers": 2, "env.NCCL_P2P_DISABLE": "1",
-                                           "torch.num_threads": 3}
+    assert json.loads(env[ov.ENV_VAR]) == {
+        "dataloader.num_workers": 2,
+        "env.NCCL_P2P_DISABLE": "1",
+        "torch.num_threads": 3,
+    }
     assert env["NCCL_P2P_DISABLE"] == "1" and env["OMP_NUM_THREADS"] == "3"
     assert ov.from_env(env) == json.loads(env[ov.ENV_VAR]) and ov.from_env({}) is None
 
 
-class Loader:                                    # the shape of torch's DataLoader.__init__ signature
-    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None, num_workers=0,
-                 collate_fn=None, pin_memory=False, drop_last=False, *, prefetch_factor=None,
-                 persistent_workers=False):
+class Loader:  # the shape of torch's DataLoader.__init__ signature
+    def __init__(
+        self,
+        dataset,
+        batch_size=1,
+        shuffle=None,
+        sampler=None,
+        batch_sampler=None,
+        num_workers=0,
+        collate_fn=None,
+        pin_memory=False,
+        drop_last=False,
+        *,
+        prefetch_factor=None,
+        persistent_workers=False,
+    ):
         pass
 
 
 def test_changes_bind_to_positional_and_keyword_arguments():
     rec = {"applied": {}, "skipped": {}}
     obj = object()
-    args, kwargs = ov.bind(Loader.__init__, obj, ("data", 8, False, None, None, 0), {},
-                           {"dataloader.num_workers": 2, "dataloader.pin_memory": True}, "dataloader", rec)
+    args, kwargs = ov.bind(
+        Loader.__init__,
+        obj,
+        ("data", 8, False, None, None, 0),
+        {},
+        {"dataloader.num_workers": 2, "dataloader.pin_memory": True},
+        "dataloader",
+        rec,
+    )
     assert args[5] == 2 and (kwargs.get("pin_memory") is True or args[7] is True)
     assert rec["applied"]["dataloader.num_workers"] == {"from": 0, "to": 2}
     # persistent_workers without workers would make the loader raise: not applied, and said why
     rec = {"applied": {}, "skipped": {}}
-    args, kwargs = ov.bind(Loader.__init__, obj, ("data",), {"num_workers": 0},
-                           {"dataloader.persistent_workers": True}, "dataloader", rec)
-    assert kwargs.get("persistent_workers", False) is False and "num_workers > 0" in rec["skipped"]["dataloader.persistent_workers"]
+    args, kwargs = ov.bind(
+        Loader.__init__, obj, ("data",), {"num_workers": 0}, {"dataloader.persistent_workers": True}, "dataloader", rec
+    )
+    assert (
+        kwargs.get("persistent_workers", False) is False
+        and "num_workers > 0" in rec["skipped"]["dataloader.persistent_workers"]
+    )
     # a loader class without the argument: skipped with the reason
     rec = {"applied": {}, "skipped": {}}
 
     class Odd:
         def __init__(self, dataset):
             pass
+
     ov.bind(Odd.__init__, obj, ("d",), {}, {"dataloader.num_workers": 2}, "dataloader", rec)
     assert "takes no num_workers" in rec["skipped"]["dataloader.num_workers"]
 
@@ -71,7 +119,7 @@ def test_speedup_and_its_interval():
     base = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
     treat = [15.0, 15.2, 14.8, 15.1, 14.9, 15.3]
     r, lo, hi = stats.speedup(base, treat)
-    assert r == pytest.approx((181.0 / 6) / 15.05, rel=1e-3) and lo <= r <= hi and hi - lo < 0.2   # means
+    assert r == pytest.approx((181.0 / 6) / 15.05, rel=1e-3) and lo <= r <= hi and hi - lo < 0.2  # means
     r, lo, hi = stats.speedup(base, treat, center="median")
     assert r == pytest.approx(30.1 / 15.05, rel=1e-3) and lo <= r <= hi and hi - lo < 0.2
     r, lo, hi = stats.speedup(base, base)
@@ -81,15 +129,25 @@ def test_speedup_and_its_interval():
 
 
 def _finding(rule, speedup, knobs, title="t", category="dataloader"):
-    return SimpleNamespace(rule=rule, title=title, expected_speedup=speedup, category=category,
-                           fixes=[SimpleNamespace(knob=k, value=v, title=f"fix {k}") for k, v in knobs])
+    return SimpleNamespace(
+        rule=rule,
+        title=title,
+        expected_speedup=speedup,
+        category=category,
+        fixes=[SimpleNamespace(knob=k, value=v, title=f"fix {k}") for k, v in knobs],
+    )
 
 
 def test_prediction_and_rule_changes_come_from_the_baseline_diagnosis():
-    report = SimpleNamespace(diagnosis=SimpleNamespace(findings=[
-        _finding("DL001", 1.9, [("dataloader.num_workers", "2"), ("dataloader.persistent_workers", "True")]),
-        _finding("CM001", 1.2, [("ddp.bucket_cap_mb", "100")], category="communication"),
-        _finding("CF001", None, [(None, None)], category="config")]))
+    report = SimpleNamespace(
+        diagnosis=SimpleNamespace(
+            findings=[
+                _finding("DL001", 1.9, [("dataloader.num_workers", "2"), ("dataloader.persistent_workers", "True")]),
+                _finding("CM001", 1.2, [("ddp.bucket_cap_mb", "100")], category="communication"),
+                _finding("CF001", None, [(None, None)], category="config"),
+            ]
+        )
+    )
     p = runner.prediction({"dataloader.num_workers": 2}, report)
     assert p["predicted_speedup"] == 1.9 and p["predicted_by"] == "DL001"
     assert runner.prediction({"env.OMP_NUM_THREADS": "2"}, report)["predicted_speedup"] is None
@@ -119,8 +177,15 @@ def test_a_cost_paid_on_some_steps_only_counts_in_full():
 
 
 def test_summary_line_says_measured_predicted_and_moved():
-    t = {"measured_speedup": 1.42, "ci95": [1.35, 1.49], "predicted_speedup": 1.48, "predicted_by": "DL001",
-         "bottleneck_moved": True, "baseline_verdict": "dataloader-bound", "try_verdict": "compute-bound"}
+    t = {
+        "measured_speedup": 1.42,
+        "ci95": [1.35, 1.49],
+        "predicted_speedup": 1.48,
+        "predicted_by": "DL001",
+        "bottleneck_moved": True,
+        "baseline_verdict": "dataloader-bound",
+        "try_verdict": "compute-bound",
+    }
     s = runner.summary_line(t)
     assert "measured 1.42x faster (95 % 1.35–1.49" in s and "predicted up to 1.48x (DL001)" in s
     assert "dataloader-bound -> compute-bound" in s
@@ -128,11 +193,29 @@ def test_summary_line_says_measured_predicted_and_moved():
 
 
 def test_bad_try_exits_2_with_one_line(tmp_path):
-    for args, words in ((["--try", "dataloader.num_workerz=2"], "unknown key"),
-                        (["--try", "no_sync=1"], "change to the code"),
-                        (["--repeat", "2"], "belong to --try")):
-        res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--out", str(tmp_path / "o"), *args, "--",
-                              sys.executable, "-c", "pass"], capture_output=True, text=True, timeout=60)
+    for args, words in (
+        (["--try", "dataloader.num_workerz=2"], "unknown key"),
+        (["--try", "no_sync=1"], "change to the code"),
+        (["--repeat", "2"], "belong to --try"),
+    ):
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ddpdoctor",
+                "run",
+                "--out",
+                str(tmp_path / "o"),
+                *args,
+                "--",
+                sys.executable,
+                "-c",
+                "pass",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert res.returncode == 2, res.stderr
         lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and words in lines[0], res.stderr
@@ -143,11 +226,18 @@ def _cm_report(colls, grad_mb, comm, cost, cpus, device="cpu", transfer=None):
     ev = {"colls": colls, "buckets": colls, "grad_mb": grad_mb, "comm_share": comm}
     if transfer is not None:
         ev["all_transfer_share"] = transfer
-    f = SimpleNamespace(rule="CM001", title="t", expected_speedup=1 / (1 - cost), category="communication", cost=cost,
-                        evidence=ev,
-                        fixes=[SimpleNamespace(knob="ddp.bucket_cap_mb", value="1", title="fix")])
-    return SimpleNamespace(diagnosis=SimpleNamespace(findings=[f]),
-                           facts={"host.cpus_per_local_rank": cpus, "run.device": device})
+    f = SimpleNamespace(
+        rule="CM001",
+        title="t",
+        expected_speedup=1 / (1 - cost),
+        category="communication",
+        cost=cost,
+        evidence=ev,
+        fixes=[SimpleNamespace(knob="ddp.bucket_cap_mb", value="1", title="fix")],
+    )
+    return SimpleNamespace(
+        diagnosis=SimpleNamespace(findings=[f]), facts={"host.cpus_per_local_rank": cpus, "run.device": device}
+    )
 
 
 def test_bucket_predictions_from_message_counts():
@@ -172,9 +262,11 @@ def test_bucket_predictions_from_message_counts():
     # with cores to spare, or on a GPU: the exposed part only, and smaller buckets keep the upper bound
     gpu = _cm_report(colls=192, grad_mb=3.3, comm=0.80, cost=0.29, cpus=8.0, device="gpu")
     assert runner.prediction({"ddp.bucket_cap_mb": 1.0}, gpu)["predicted_speedup"] == pytest.approx(
-        1 / (1 - 0.29 * (1 - 4 / 192)), abs=1e-3)
+        1 / (1 - 0.29 * (1 - 4 / 192)), abs=1e-3
+    )
     assert runner.prediction({"ddp.bucket_cap_mb": 9.0}, _cm_report(1, 51.0, 0.42, 0.34, 8.0, "gpu"))[
-        "predicted_speedup"] == pytest.approx(1 / (1 - 0.34), abs=1e-3)
+        "predicted_speedup"
+    ] == pytest.approx(1 / (1 - 0.34), abs=1e-3)
 
 
 def _grads_after_hook(rank: int, world: int, store_file: str, hook: str, out: str) -> None:
@@ -208,13 +300,18 @@ def test_the_skip_hook_really_removes_gradient_communication(tmp_path, hook):
     if hook == "skip":
         assert g0["applied"]["ddp.comm_hook"] == {"from": None, "to": "skip"}
         assert not torch.allclose(g0["grad"], g1["grad"])
-        assert torch.allclose(g0["grad"] * 2, g1["grad"])     # rank 1's inputs are twice rank 0's
+        assert torch.allclose(g0["grad"] * 2, g1["grad"])  # rank 1's inputs are twice rank 0's
     else:
         assert torch.allclose(g0["grad"], g1["grad"])
 
 
 def test_an_ablation_is_said_to_be_one():
-    t = {"measured_speedup": 1.41, "ci95": [1.22, 1.55], "predicted_speedup": 1.15, "predicted_by": "CM001",
-         "change": {"ddp.comm_hook": "skip"}}
+    t = {
+        "measured_speedup": 1.41,
+        "ci95": [1.22, 1.55],
+        "predicted_speedup": 1.15,
+        "predicted_by": "CM001",
+        "change": {"ddp.comm_hook": "skip"},
+    }
     assert "an ablation, not a fix" in runner.summary_line(t)
     assert "ablation" not in runner.summary_line(dict(t, change={"ddp.comm_hook": "fp16"}))

@@ -15,23 +15,61 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-WINDOW = ["--warmup", "2", "--active", "8"]     # 8 steps per run: a narrower interval, hardly a longer run
+WINDOW = ["--warmup", "2", "--active", "8"]  # 8 steps per run: a narrower interval, hardly a longer run
 
 
 def _tune(tmp_path, script, *args, max_trials=1):
     out = tmp_path / "tune"
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "tune", "--out", str(out), *WINDOW,
-                          "--max-trials", str(max_trials), "--", *TORCHRUN, str(ROOT / script), *args],
-                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "tune",
+            "--out",
+            str(out),
+            *WINDOW,
+            "--max-trials",
+            str(max_trials),
+            "--",
+            *TORCHRUN,
+            str(ROOT / script),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return res, json.loads((out / "tune.json").read_text()), out
 
 
 def _try_alone(tmp_path, change, baseline, script, *args):
     out = tmp_path / "alone"
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--try", change, "--baseline", str(baseline),
-                          *WINDOW, "--out", str(out), "--", *TORCHRUN, str(ROOT / script), *args],
-                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--try",
+            change,
+            "--baseline",
+            str(baseline),
+            *WINDOW,
+            "--out",
+            str(out),
+            "--",
+            *TORCHRUN,
+            str(ROOT / script),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     return res, (json.loads((out / "trial.json").read_text()) if (out / "trial.json").is_file() else None)
 
 
@@ -47,7 +85,7 @@ def test_io_bound_loader_keeps_more_workers_as_try_alone_does(tmp_path):
     res, doc, out = _tune(tmp_path, script, "--steps", "12")
     _check_document(doc)
     first = doc["trials"][0]
-    (knob, value), = first["change"].items()
+    ((knob, value),) = first["change"].items()
     assert knob == "dataloader.num_workers" and value >= 2 and first["predicted_by"] == "DL001"
     # 24 ms of waiting per step overlap in the workers: faster with a big margin, kept
     assert first["kept"] and first["ci95"][0] > 1.0 and first["measured_speedup"] > 1.3, first
@@ -57,7 +95,8 @@ def test_io_bound_loader_keeps_more_workers_as_try_alone_does(tmp_path):
     assert doc["verdict"]["original"]["label"] == "dataloader-bound" and doc["verdict"]["final"]["label"]
     lines = res.stdout.strip().splitlines()
     assert lines[0].startswith(f"ddpdoctor: trial 1: {knob}={value} — predicted up to ") and lines[0].endswith(
-        "kept (faster: the 95 % interval lies above 1)")
+        "kept (faster: the 95 % interval lies above 1)"
+    )
     assert lines[-1].startswith(f"ddpdoctor: measured {cum['measured']:.2f}x faster with: {knob}={value} ")
     # the same change alone, against the same baseline bundle: also faster with its interval above 1
     alone_res, alone = _try_alone(tmp_path, f"{knob}={value}", out / "baseline-0", script, "--steps", "12")
@@ -73,7 +112,7 @@ def test_tiny_buckets_keep_larger_buckets_as_try_alone_does(tmp_path):
     assert list(first["change"]) == ["ddp.bucket_cap_mb"] and first["change"]["ddp.bucket_cap_mb"] > 0.01
     # hundreds of all-reduces of a few KB become a handful: faster with a big margin, kept
     assert first["kept"] and first["ci95"][0] > 1.0, first
-    assert "collectives per step" in first["prediction_note"]          # the declared collective_count model
+    assert "collectives per step" in first["prediction_note"]  # the declared collective_count model
     assert doc["patch"]["lines"][0].startswith("DistributedDataParallel(model, ..., bucket_cap_mb=")
     assert res.stdout.strip().splitlines()[-1].startswith("ddpdoctor: measured ")
     # `run --try CM001` alone takes the same change from the same baseline's diagnosis, and also keeps it
@@ -92,6 +131,7 @@ def test_accumulation_without_no_sync_has_no_setting_to_try_and_names_the_code_c
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith("ddpdoctor: no setting to try") and "no_sync()" in last, res.stdout
     # `run --try` of the finding's first fix refuses it the same way: a change to the code
-    alone_res, alone = _try_alone(tmp_path, doc["verdict"]["original"]["rule"], out / "baseline-0", script,
-                                  "--steps", "6")
+    alone_res, alone = _try_alone(
+        tmp_path, doc["verdict"]["original"]["rule"], out / "baseline-0", script, "--steps", "6"
+    )
     assert alone_res.returncode == 2 and "change to the code" in alone_res.stderr and alone is None, alone_res.stderr

@@ -20,9 +20,26 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 def test_waiting_workers_get_more_workers_and_the_trial_confirms_it(tmp_path):
     base = tmp_path / "base"
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--active", "8", "--out", str(base), "--json",
-                          str(tmp_path / "d.json"), "--", *TORCHRUN], capture_output=True, text=True, timeout=300,
-                         cwd=tmp_path)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--active",
+            "8",
+            "--out",
+            str(base),
+            "--json",
+            str(tmp_path / "d.json"),
+            "--",
+            *TORCHRUN,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     doc = json.loads((tmp_path / "d.json").read_text())
     # (the verdict may be IM001 instead: one rank's loader falls a batch behind and its peer waits for it in the
@@ -40,9 +57,28 @@ def test_waiting_workers_get_more_workers_and_the_trial_confirms_it(tmp_path):
     assert not any(f["title"].startswith("Only 1 CPU") for f in dl["fixes"])
 
     trial = tmp_path / "trial"
-    res = subprocess.run([sys.executable, "-m", "ddpdoctor", "run", "--try", f"dataloader.num_workers={n}",
-                          "--repeat", "3", "--active", "10", "--out", str(trial), "--", *TORCHRUN],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--try",
+            f"dataloader.num_workers={n}",
+            "--repeat",
+            "3",
+            "--active",
+            "10",
+            "--out",
+            str(trial),
+            "--",
+            *TORCHRUN,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     t = json.loads((trial / "trial.json").read_text())
     assert t["applied"]["applied"]["dataloader.num_workers"] == {"from": 2, "to": n}

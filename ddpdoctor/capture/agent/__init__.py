@@ -9,5 +9,5 @@ parsing, the hang signaller, the tests).  ``core.py`` connects the parts; ``cont
 they write.
 """
 
-PACKAGE = "ddpdoctor_capture_agent"       # the name the folder is loaded under inside a rank
-CORE = PACKAGE + ".core"                  # its module holding ``AGENT`` and ``maybe_activate``
+PACKAGE = "ddpdoctor_capture_agent"  # the name the folder is loaded under inside a rank
+CORE = PACKAGE + ".core"  # its module holding ``AGENT`` and ``maybe_activate``

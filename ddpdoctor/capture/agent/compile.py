@@ -47,9 +47,15 @@ def compile_events(metrics, t0_us: int, t1_us: int) -> list[dict]:
             continue
         frame = getattr(m, "entire_frame_compile_time_s", None) is not None or getattr(m, "frame_key", None) is not None
         reason = getattr(m, "recompile_reason", None)
-        out.append({"start_us": start, "end_us": max(start, end), "kind": "frame" if frame else "backward",
-                    "compile_id": str(getattr(m, "compile_id", "") or ""),
-                    "reason": str(reason)[:MAX_REASON_CHARS] if reason else None})
+        out.append(
+            {
+                "start_us": start,
+                "end_us": max(start, end),
+                "kind": "frame" if frame else "backward",
+                "compile_id": str(getattr(m, "compile_id", "") or ""),
+                "reason": str(reason)[:MAX_REASON_CHARS] if reason else None,
+            }
+        )
     return out
 
 
@@ -92,12 +98,17 @@ def summarize(events: list[dict], bounds_us: list[int], limit) -> dict:
             guard = text.split(". expected ", 1)[0]
             r = reasons.setdefault(guard, {"guard": guard, "count": 0})
             r["count"] += 1
-            r["example"] = text                    # the latest
-    return {"used": True, "steps": steps, "compiles": sum(s["compiles"] for s in steps),
-            "recompiles": sum(1 for e in events if e["kind"] == "frame" and e["reason"]),
-            "compile_ms": round(compile_ms, 3), "window_ms": round(wall_ms, 3),
-            "reasons": sorted(reasons.values(), key=lambda r: (-r["count"], r["guard"]))[:MAX_REASONS],
-            "recompile_limit": limit}
+            r["example"] = text  # the latest
+    return {
+        "used": True,
+        "steps": steps,
+        "compiles": sum(s["compiles"] for s in steps),
+        "recompiles": sum(1 for e in events if e["kind"] == "frame" and e["reason"]),
+        "compile_ms": round(compile_ms, 3),
+        "window_ms": round(wall_ms, 3),
+        "reasons": sorted(reasons.values(), key=lambda r: (-r["count"], r["guard"]))[:MAX_REASONS],
+        "recompile_limit": limit,
+    }
 
 
 class CompileWatch:
@@ -126,7 +137,7 @@ class CompileWatch:
             self._record = {"used": False}
             return
         metrics = list(get())
-        if not metrics:          # Dynamo imported (by a library) but nothing compiled
+        if not metrics:  # Dynamo imported (by a library) but nothing compiled
             self._record = {"used": False, "dynamo_loaded": True}
             return
         self._record = summarize(compile_events(metrics, bounds[0], bounds[-1]), bounds, _limit())

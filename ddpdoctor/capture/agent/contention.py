@@ -59,6 +59,7 @@ def own_runnable_threads() -> int | None:
     """Runnable tasks of the job on this rank now: this process's threads in state R (the reading thread,
     running to read them, left out) and its child processes in state R (DataLoader workers).  Set against
     /proc/loadavg's runnable count, what is left is other processes' (bundle/evidence.py)."""
+
     def state(path: str) -> str | None:
         text = _read(path)
         return text.rsplit(")", 1)[1].split()[0] if text and ")" in text else None
@@ -82,8 +83,13 @@ def _usage(who) -> dict | None:
         import resource
 
         ru = resource.getrusage(who)
-        return {"cpu_s": ru.ru_utime + ru.ru_stime, "utime_s": ru.ru_utime, "stime_s": ru.ru_stime,
-                "nvcsw": ru.ru_nvcsw, "nivcsw": ru.ru_nivcsw}
+        return {
+            "cpu_s": ru.ru_utime + ru.ru_stime,
+            "utime_s": ru.ru_utime,
+            "stime_s": ru.ru_stime,
+            "nvcsw": ru.ru_nvcsw,
+            "nivcsw": ru.ru_nivcsw,
+        }
     except (ImportError, AttributeError, ValueError, OSError):
         return None
 
@@ -92,7 +98,7 @@ def _thread_usage() -> dict | None:
     try:
         import resource
 
-        return _usage(resource.RUSAGE_THREAD)     # Linux only (AttributeError elsewhere)
+        return _usage(resource.RUSAGE_THREAD)  # Linux only (AttributeError elsewhere)
     except (ImportError, AttributeError):
         return None
 
@@ -122,7 +128,7 @@ def _children_cpu_s() -> float | None:
             continue
         fields = text.rsplit(")", 1)[1].split()
         try:
-            total += (int(fields[11]) + int(fields[12])) / hz     # utime, stime (fields 14, 15)
+            total += (int(fields[11]) + int(fields[12])) / hz  # utime, stime (fields 14, 15)
         except (IndexError, ValueError):
             continue
     return total
@@ -130,9 +136,14 @@ def _children_cpu_s() -> float | None:
 
 def contention_snapshot() -> dict:
     """One reading of every counter; taken in the training thread at window start and stop."""
-    return {"time": time.time(), "thread_ident": threading.get_ident(), "thread": _thread_usage(),
-            "process": _usage(0), "children_cpu_s": _children_cpu_s(),   # 0 = RUSAGE_SELF
-            "proc_stat": proc_stat_times(_read("/proc/stat"))}
+    return {
+        "time": time.time(),
+        "thread_ident": threading.get_ident(),
+        "thread": _thread_usage(),
+        "process": _usage(0),
+        "children_cpu_s": _children_cpu_s(),  # 0 = RUSAGE_SELF
+        "proc_stat": proc_stat_times(_read("/proc/stat")),
+    }
 
 
 def contention_record(start: dict, stop: dict, load_samples: list[int], torch_threads, env) -> dict:
@@ -151,10 +162,15 @@ def contention_record(start: dict, stop: dict, load_samples: list[int], torch_th
     out["children_cpu_s"] = round(max(0.0, c1 - c0), 6) if c0 is not None and c1 is not None else None
     s0, s1 = start.get("proc_stat"), stop.get("proc_stat")
     if s0 and s1:
-        out["host"] = {"total_s": round(s1["total_s"] - s0["total_s"], 6),
-                       "idle_s": round(s1["idle_s"] - s0["idle_s"], 6),
-                       "steal_s": (round(s1["steal_s"] - s0["steal_s"], 6)
-                                   if s0["steal_s"] is not None and s1["steal_s"] is not None else None)}
+        out["host"] = {
+            "total_s": round(s1["total_s"] - s0["total_s"], 6),
+            "idle_s": round(s1["idle_s"] - s0["idle_s"], 6),
+            "steal_s": (
+                round(s1["steal_s"] - s0["steal_s"], 6)
+                if s0["steal_s"] is not None and s1["steal_s"] is not None
+                else None
+            ),
+        }
     else:
         out["host"] = None
     out["runnable_samples"] = list(load_samples)

@@ -39,17 +39,29 @@ import socket
 import sys
 import time
 
-from . import compile as _compile          # torch.compile compilations in the window
-from . import evidence as _evidence, stacks as _stacks, gil as _gil   # window evidence
-from . import hang as _hang, lifecycle as _lifecycle, log as _log
-from . import jobtree as _jobtree          # the job's whole process tree, for contention
-from . import loader as _loader            # the DataLoader's window: wait, CPU of the loading
-from . import overrides as _overrides      # `run --try` changes applied in this rank
-from . import patches as _patches, process as _process, profiler as _profiler
-from . import recorder as _recorder, settings as _settings, window as _window
+from . import compile as _compile  # torch.compile compilations in the window
+from . import evidence as _evidence  # window evidence
+from . import gil as _gil
+from . import hang as _hang
+from . import jobtree as _jobtree  # the job's whole process tree, for contention
+from . import lifecycle as _lifecycle
+from . import loader as _loader  # the DataLoader's window: wait, CPU of the loading
+from . import log as _log
+from . import overrides as _overrides  # `run --try` changes applied in this rank
+from . import patches as _patches
+from . import process as _process
+from . import profiler as _profiler
+from . import recorder as _recorder
+from . import settings as _settings
+from . import stacks as _stacks
+from . import window as _window
 
 is_launcher_process, started_by_launcher = _process.is_launcher_process, _process.started_by_launcher
-is_helper_process, should_activate, start_fd_tee = _process.is_helper_process, _process.should_activate, _process.start_fd_tee
+is_helper_process, should_activate, start_fd_tee = (
+    _process.is_helper_process,
+    _process.should_activate,
+    _process.start_fd_tee,
+)
 _first_int, _env_int, _process_argv = _process.first_int, _process.env_int, _process._process_argv
 _LOCAL_RANK_VARS, _WORLD_VARS = _process._LOCAL_RANK_VARS, _process._WORLD_VARS
 SETTINGS_SCHEMA = _recorder.SETTINGS_SCHEMA
@@ -87,21 +99,32 @@ class Agent:
         self.torch = None
         self.tee_pid = None
         # forward passes with no optimizer step before steps are counted at forward calls
-        self.window = _window.StepWindow(_env_int(env, "DDPDOCTOR_WARMUP", 5), _env_int(env, "DDPDOCTOR_ACTIVE", 5),
-                                         env.get("DDPDOCTOR_KEEP_GOING") == "1",
-                                         _env_int(env, "DDPDOCTOR_FORWARD_FALLBACK", 64), now=time.time())
+        self.window = _window.StepWindow(
+            _env_int(env, "DDPDOCTOR_WARMUP", 5),
+            _env_int(env, "DDPDOCTOR_ACTIVE", 5),
+            env.get("DDPDOCTOR_KEEP_GOING") == "1",
+            _env_int(env, "DDPDOCTOR_FORWARD_FALLBACK", 64),
+            now=time.time(),
+        )
         self.profiler = _profiler.WindowProfiler(self)
         self.settings = _recorder.SettingsRecorder(self, _settings, _env_int)
         self.life = _lifecycle.Lifecycle(self)
         self.ending = _lifecycle.Ending(self, _hang)
-        self.evidence = _evidence.Evidence(env, _stacks, _gil, work_dir=self.dir, step_of=lambda: self.window.steps,
-                                           jobtree=_jobtree)
+        self.evidence = _evidence.Evidence(
+            env, _stacks, _gil, work_dir=self.dir, step_of=lambda: self.window.steps, jobtree=_jobtree
+        )
         self.compile_watch = _compile.CompileWatch()
         self.loader_timing = _loader.LoaderTiming()
-        self.changes = _overrides.from_env(env)          # `run --try`: None on a plain run
-        self.trial = None if self.changes is None else {
-            "changes": self.changes, "skipped": {},
-            "applied": {k: {"from": None, "to": v} for k, v in self.changes.items() if k.startswith("env.")}}
+        self.changes = _overrides.from_env(env)  # `run --try`: None on a plain run
+        self.trial = (
+            None
+            if self.changes is None
+            else {
+                "changes": self.changes,
+                "skipped": {},
+                "applied": {k: {"from": None, "to": v} for k, v in self.changes.items() if k.startswith("env.")},
+            }
+        )
 
     # what hang.HangWatch and the other parts read
     @property
@@ -145,14 +168,26 @@ class Agent:
         self.log.open(os.path.join(self.dir, "events.jsonl"))
         if self.env.get("DDPDOCTOR_NO_TEE") != "1":
             try:
-                self.tee_pid = start_fd_tee(os.path.join(self.dir, "output.log"),
-                                            self.env.get("DDPDOCTOR_TERM_OUT"), self.env.get("DDPDOCTOR_TERM_ERR"))
+                self.tee_pid = start_fd_tee(
+                    os.path.join(self.dir, "output.log"),
+                    self.env.get("DDPDOCTOR_TERM_OUT"),
+                    self.env.get("DDPDOCTOR_TERM_ERR"),
+                )
             except Exception as exc:
                 self.internal_error("fd tee", exc)
         w = self.window
-        self.event("start", pid=self.pid, ppid=os.getppid(), tee_pid=self.tee_pid, hostname=socket.gethostname(),
-                   local_rank=self.local_rank, world_size=self.world_size,
-                   warmup=w.warmup, active=w.active, keep_going=w.keep_going)
+        self.event(
+            "start",
+            pid=self.pid,
+            ppid=os.getppid(),
+            tee_pid=self.tee_pid,
+            hostname=socket.gethostname(),
+            local_rank=self.local_rank,
+            world_size=self.world_size,
+            warmup=w.warmup,
+            active=w.active,
+            keep_going=w.keep_going,
+        )
         self.life.install()
         _patches.install(self)
         self.ending.start()
@@ -211,8 +246,12 @@ class Agent:
         b = self.window.forward(synced, time.time())
         if b is not None and b.switched:
             fallback = self.window.forward_fallback
-            self.event("step_source", source="ddp_forward", forward_calls=self.window.forward_calls,
-                       message=f"no optimizer step in {fallback} forward passes: steps are counted at DDP forward calls")
+            self.event(
+                "step_source",
+                source="ddp_forward",
+                forward_calls=self.window.forward_calls,
+                message=f"no optimizer step in {fallback} forward passes: steps are counted at DDP forward calls",
+            )
         if b is not None:
             self._on_boundary(b)
 
@@ -236,11 +275,19 @@ class Agent:
         try:
             info["samples_per_epoch"] = per_epoch = _loader.samples_per_epoch(loader)
             n = info.get("dataset_len")
-            if (self.world_size > 1 and not info.get("sharded_by") and not info.get("iterable_dataset")
-                    and isinstance(n, int) and n > 0 and per_epoch == n and self.torch is not None
-                    and self.env.get("DDPDOCTOR_DATASET_FINGERPRINT") != "0"):
-                info["dataset_fingerprint"] = _loader.dataset_fingerprint(loader.dataset, n, self.torch,
-                                                                          _evidence.batch_fingerprint)
+            if (
+                self.world_size > 1
+                and not info.get("sharded_by")
+                and not info.get("iterable_dataset")
+                and isinstance(n, int)
+                and n > 0
+                and per_epoch == n
+                and self.torch is not None
+                and self.env.get("DDPDOCTOR_DATASET_FINGERPRINT") != "0"
+            ):
+                info["dataset_fingerprint"] = _loader.dataset_fingerprint(
+                    loader.dataset, n, self.torch, _evidence.batch_fingerprint
+                )
         except Exception as exc:  # a dataset that cannot be read here: no fingerprint
             info["dataset_fingerprint"] = None
             self.internal_error("dataset fingerprint", exc)
@@ -254,7 +301,7 @@ class Agent:
 
     def batch_returned(self, batch, it, *args, **kwargs) -> None:
         info = getattr(it, "_ddpdoctor_info", None)
-        if info is not None:        # next() calls that returned nothing ended a pass (StopIteration)
+        if info is not None:  # next() calls that returned nothing ended a pass (StopIteration)
             info["returned"] = info.get("returned", 0) + 1
         self.loader_timing.returned()
         self._evidence_hook("batch_returned", info, batch)
@@ -268,9 +315,12 @@ class Agent:
         steps aside (keeps what it has recorded) and lets training run on."""
         if not self.window.user_profiler_starts():
             return
-        self.event("user_profiler", step=self.steps,
-                   message="the script starts its own torch.profiler: ddpdoctor does not record (or stops recording) "
-                           "and does not stop training; analyze the script's own traces")
+        self.event(
+            "user_profiler",
+            step=self.steps,
+            message="the script starts its own torch.profiler: ddpdoctor does not record (or stops recording) "
+            "and does not stop training; analyze the script's own traces",
+        )
         if self.window.profiling:
             self.profiler.stop(complete=False)
 
@@ -330,8 +380,12 @@ class Agent:
 
     def _carry_out(self, b) -> None:
         try:
-            self.event("step", step=b.step, source=self.window.step_source,
-                       duration_s=round(b.duration, 6) if b.duration is not None else None)
+            self.event(
+                "step",
+                step=b.step,
+                source=self.window.step_source,
+                duration_s=round(b.duration, 6) if b.duration is not None else None,
+            )
             end = b.action == _window.EXIT
             if b.action == _window.START:
                 torch = self.torch or sys.modules.get("torch")

@@ -26,13 +26,14 @@ from collections.abc import Mapping
 
 from .contention import _read, contention_record, contention_snapshot, own_runnable_threads, runnable_tasks
 
-FINGERPRINT_BATCHES = 3          # batches fingerprinted per DataLoader, from its first
-FINGERPRINT_BYTES = 4096         # bytes of each tensor/array hashed (plus its shape and dtype)
-FINGERPRINT_MAX_ITEMS = 64       # leaves of one batch hashed (a batch is usually a few tensors)
-LOAD_SAMPLE_S = 0.1              # /proc/loadavg read this often during the window
+FINGERPRINT_BATCHES = 3  # batches fingerprinted per DataLoader, from its first
+FINGERPRINT_BYTES = 4096  # bytes of each tensor/array hashed (plus its shape and dtype)
+FINGERPRINT_MAX_ITEMS = 64  # leaves of one batch hashed (a batch is usually a few tensors)
+LOAD_SAMPLE_S = 0.1  # /proc/loadavg read this often during the window
 
 
 # ------------------------------------------------------------------ batch fingerprints
+
 
 def _hash_leaf(h, x) -> None:
     if x is None or isinstance(x, (bool, int, float, complex)):
@@ -41,10 +42,10 @@ def _hash_leaf(h, x) -> None:
         h.update(b"s:" + x.encode("utf-8", "replace")[:FINGERPRINT_BYTES] + b";")
     elif isinstance(x, (bytes, bytearray, memoryview)):
         h.update(b"b:" + bytes(x[:FINGERPRINT_BYTES]) + b";")
-    elif hasattr(x, "data_ptr") and hasattr(x, "dtype") and hasattr(x, "shape"):        # a torch tensor
+    elif hasattr(x, "data_ptr") and hasattr(x, "dtype") and hasattr(x, "shape"):  # a torch tensor
         h.update(f"t:{tuple(x.shape)}:{x.dtype};".encode())
         h.update(_tensor_head(x))
-    elif hasattr(x, "tobytes") and hasattr(x, "dtype") and hasattr(x, "shape"):         # a numpy array
+    elif hasattr(x, "tobytes") and hasattr(x, "dtype") and hasattr(x, "shape"):  # a numpy array
         h.update(f"a:{tuple(x.shape)}:{x.dtype};".encode())
         flat = x.reshape(-1)
         h.update(flat[: max(1, FINGERPRINT_BYTES // max(1, x.itemsize))].tobytes())
@@ -121,6 +122,7 @@ def sample_interval_s(hz_setting: str | None, typical_step_s: float | None, step
 
 # ------------------------------------------------------------------ the rank's evidence
 
+
 class Evidence:
     """Owned by the agent.  The hooks call ``loader_created`` / ``batch_returned`` /
     ``forward_entered``; the profiler window calls ``window_start`` / ``window_stop`` from the
@@ -128,18 +130,18 @@ class Evidence:
 
     def __init__(self, env, stacks_module, gil_module=None, work_dir: str | None = None, step_of=None, jobtree=None):
         self.env = env
-        self._jobtree, self._job = jobtree, None     # jobtree.py: the job's whole process tree
+        self._jobtree, self._job = jobtree, None  # jobtree.py: the job's whole process tree
         self._stacks = stacks_module
-        self._gil = gil_module             # gil.py: GC pauses and the sampler's gaps (None: not recorded)
-        self._work_dir = work_dir          # where the native stack dumps are written during the window
+        self._gil = gil_module  # gil.py: GC pauses and the sampler's gaps (None: not recorded)
+        self._work_dir = work_dir  # where the native stack dumps are written during the window
         self._step_of = step_of or (lambda: 0)
         self._gc = self._gaps = self._native = None
-        self.phase = None                  # "loader" | "input" | "step" | "capture": read by the sampler thread
+        self.phase = None  # "loader" | "input" | "step" | "capture": read by the sampler thread
         self.window_forwards = 0
         self.in_window = False
         self._start = None
         self._loads: list[int] = []
-        self._own_loads: list[int] = []    # the job's own runnable tasks at each /proc/loadavg reading
+        self._own_loads: list[int] = []  # the job's own runnable tasks at each /proc/loadavg reading
         self._torch_threads = None
         self._sampler = None
         self._stop_event = None
@@ -149,7 +151,7 @@ class Evidence:
 
     # ---- hooks
     def loader_created(self, info: dict, loader) -> None:
-        info.setdefault("batch_fingerprints", [])      # sharded_by: settings.py records it
+        info.setdefault("batch_fingerprints", [])  # sharded_by: settings.py records it
 
     def loader_entered(self) -> None:
         self.phase = "loader"
@@ -162,7 +164,7 @@ class Evidence:
                 try:
                     fps.append(batch_fingerprint(batch))
                 except Exception:
-                    fps.append(None)          # unhashable batch: recorded once, the rank is left out of the comparison
+                    fps.append(None)  # unhashable batch: recorded once, the rank is left out of the comparison
 
     def own_work_begins(self):
         """ddpdoctor's own work on the training thread at a step boundary (the window's start: the sampler
@@ -196,9 +198,13 @@ class Evidence:
         if interval is not None:
             script = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else None
             script_dir = os.path.dirname(os.path.abspath(script)) if script else os.getcwd()
-            self._sampler = self._stacks.StackSampler(threading.get_ident(), interval, script_dir,
-                                                      agent_dir=os.path.dirname(os.path.abspath(__file__)),
-                                                      phase_of=lambda: self.phase)
+            self._sampler = self._stacks.StackSampler(
+                threading.get_ident(),
+                interval,
+                script_dir,
+                agent_dir=os.path.dirname(os.path.abspath(__file__)),
+                phase_of=lambda: self.phase,
+            )
         self._start_gil_evidence()
         self._stop_event = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-evidence", daemon=True)
@@ -217,7 +223,7 @@ class Evidence:
                 if now >= next_load:
                     n = runnable_tasks(_read("/proc/loadavg"))
                     if n is not None:
-                        self._loads.append(n - 1)        # minus this thread, which is running to read it
+                        self._loads.append(n - 1)  # minus this thread, which is running to read it
                         if self._job is not None:
                             self._job.sample(n)
                         own = own_runnable_threads() if self._job is None else None
@@ -231,7 +237,7 @@ class Evidence:
                     if self._gaps is not None:
                         self._gaps.seen(t0, sampler.last, self._native.offset() if self._native else 0)
                         if self._native is not None:
-                            self._native.arm(t0)     # the C watchdog dumps the stacks if the sampler starves
+                            self._native.arm(t0)  # the C watchdog dumps the stacks if the sampler starves
                 deadline = max(deadline + interval, time.monotonic())
                 stop.wait(max(0.0, deadline - time.monotonic()))
         except Exception as exc:
@@ -246,14 +252,18 @@ class Evidence:
         self._stop_event.set()
         self._thread.join(timeout=2.0)
         stop = contention_snapshot()
-        rec = {"schema": 1, "window_first_step": self._start_step, "window_steps": recorded_steps,
-               "contention": contention_record(self._start, stop, self._loads, self._torch_threads, self.env)}
+        rec = {
+            "schema": 1,
+            "window_first_step": self._start_step,
+            "window_steps": recorded_steps,
+            "contention": contention_record(self._start, stop, self._loads, self._torch_threads, self.env),
+        }
         rec["contention"]["own_runnable_samples"] = list(self._own_loads)
         if self._job is not None:
             rec["contention"]["job"] = self._job.record()
         wall = rec["contention"]["wall_s"]
         self._stop_gil_evidence(rec, recorded_steps)
-        starved = _starved_s(rec, recorded_steps)        # the time in the sampler's gaps: no sample stands for it
+        starved = _starved_s(rec, recorded_steps)  # the time in the sampler's gaps: no sample stands for it
         if self._sampler is not None:
             rec["stacks"] = self._sampler.summary(wall, recorded_steps, self.window_forwards, starved)
         else:
@@ -273,8 +283,9 @@ class Evidence:
             if self._sampler is not None:
                 self._gaps = gil.Gaps(self._sampler.interval)
                 if self.env.get("DDPDOCTOR_NATIVE_SAMPLER") == "1" and self._work_dir:
-                    self._native = gil.NativeDumps(os.path.join(self._work_dir, "native_stacks.tmp"),
-                                                   self._gaps.threshold)
+                    self._native = gil.NativeDumps(
+                        os.path.join(self._work_dir, "native_stacks.tmp"), self._gaps.threshold
+                    )
                     self._native.start()
         except Exception as exc:
             self.errors.append(f"gil evidence: {type(exc).__name__}: {exc}")
@@ -290,16 +301,33 @@ class Evidence:
             native = self._native
             text = native.stop() if native is not None else None
             if native is None:
-                info = {"sampler": None, "reason": "no stack sampler in this window" if self._sampler is None
-                        else "off (DDPDOCTOR_NATIVE_SAMPLER=1 turns it on)"}
+                info = {
+                    "sampler": None,
+                    "reason": "no stack sampler in this window"
+                    if self._sampler is None
+                    else "off (DDPDOCTOR_NATIVE_SAMPLER=1 turns it on)",
+                }
             elif native.error:
                 info = {"sampler": None, "reason": native.error}
             else:
-                info = {"sampler": "faulthandler.dump_traceback_later", "timeout_s": native.timeout,
-                        "arms": native.arms, "dumps": text.count("Timeout ("), "cancelled_for_forks": native.pauses}
+                info = {
+                    "sampler": "faulthandler.dump_traceback_later",
+                    "timeout_s": native.timeout,
+                    "arms": native.arms,
+                    "dumps": text.count("Timeout ("),
+                    "cancelled_for_forks": native.pauses,
+                }
             if self._gaps is not None:
-                rec["gil"] = gil.summarize(self._gaps, self._gc, text, native is not None and not native.error,
-                                           self._sampler, self._sampler.thread_id, steps, info)
+                rec["gil"] = gil.summarize(
+                    self._gaps,
+                    self._gc,
+                    text,
+                    native is not None and not native.error,
+                    self._sampler,
+                    self._sampler.thread_id,
+                    steps,
+                    info,
+                )
         except Exception as exc:
             self.errors.append(f"gil evidence: {type(exc).__name__}: {exc}")
         finally:

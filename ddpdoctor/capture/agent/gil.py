@@ -28,15 +28,16 @@ import os
 import re
 import time
 
-KEEP_COLLECTIONS = 2000          # collections listed one by one (the totals count every one)
-GAP_FACTOR = 4.0                 # a gap between samples of this many intervals ...
-GAP_MIN_S = 0.015                # ... and at least this long is starvation (5 ms is CPython's GIL switch interval)
-GC_COVERS = 0.5                  # collections covering this share of a gap's excess make it a GC gap
-NATIVE_MIN_INTERVAL_S = 0.01     # the C watchdog's alarm is never set shorter than this
-KEEP_CALLS = 10                  # GIL-holding calls kept per rank, the longest first
+KEEP_COLLECTIONS = 2000  # collections listed one by one (the totals count every one)
+GAP_FACTOR = 4.0  # a gap between samples of this many intervals ...
+GAP_MIN_S = 0.015  # ... and at least this long is starvation (5 ms is CPython's GIL switch interval)
+GC_COVERS = 0.5  # collections covering this share of a gap's excess make it a GC gap
+NATIVE_MIN_INTERVAL_S = 0.01  # the C watchdog's alarm is never set shorter than this
+KEEP_CALLS = 10  # GIL-holding calls kept per rank, the longest first
 
 
 # ------------------------------------------------------------------ garbage collections
+
 
 class GcRecorder:
     """Every collection while installed: ``gc.callbacks`` calls ``start`` and ``stop`` around it, in the
@@ -45,11 +46,11 @@ class GcRecorder:
     def __init__(self, step_of):
         self.step_of = step_of
         self.t0 = 0.0
-        self.collections: list[list] = []      # [generation, start ms from window start, ms, collected, step]
+        self.collections: list[list] = []  # [generation, start ms from window start, ms, collected, step]
         self.spans: list[tuple[float, float]] = []
         self.dropped = 0
-        self.by_gen: dict[int, list] = {}      # generation -> [count, seconds, max seconds, collected]
-        self.per_step: dict[int, float] = {}   # step -> seconds
+        self.by_gen: dict[int, list] = {}  # generation -> [count, seconds, max seconds, collected]
+        self.per_step: dict[int, float] = {}  # step -> seconds
         self._began = None
 
     def start(self) -> None:
@@ -92,12 +93,17 @@ class GcRecorder:
 
     def record(self, steps: int) -> dict:
         total = sum(g[1] for g in self.by_gen.values())
-        return {"collections": self.collections, "dropped": self.dropped,
-                "by_generation": {str(k): {"count": v[0], "ms": round(v[1] * 1000, 3), "max_ms": round(v[2] * 1000, 3),
-                                           "collected": v[3]} for k, v in sorted(self.by_gen.items())},
-                "per_step_ms": {str(k): round(v * 1000, 3) for k, v in sorted(self.per_step.items())},
-                "total_ms": round(total * 1000, 3),
-                "ms_per_step": round(total * 1000 / steps, 3) if steps > 0 else None}
+        return {
+            "collections": self.collections,
+            "dropped": self.dropped,
+            "by_generation": {
+                str(k): {"count": v[0], "ms": round(v[1] * 1000, 3), "max_ms": round(v[2] * 1000, 3), "collected": v[3]}
+                for k, v in sorted(self.by_gen.items())
+            },
+            "per_step_ms": {str(k): round(v * 1000, 3) for k, v in sorted(self.per_step.items())},
+            "total_ms": round(total * 1000, 3),
+            "ms_per_step": round(total * 1000 / steps, 3) if steps > 0 else None,
+        }
 
 
 # ------------------------------------------------------------------ the C watchdog's stack dumps
@@ -127,7 +133,7 @@ def parse_dumps(text: str, thread_id: int) -> list[list[tuple[str, int, str]]]:
     return [s for s in out if s]
 
 
-_FORK_HOOKED = []        # the NativeDumps whose watchdog a fork must not inherit (os.register_at_fork once)
+_FORK_HOOKED = []  # the NativeDumps whose watchdog a fork must not inherit (os.register_at_fork once)
 
 
 def _before_fork() -> None:
@@ -213,6 +219,7 @@ class NativeDumps:
 
 # ------------------------------------------------------------------ the sampler's gaps
 
+
 class Gaps:
     """The stack sampler's starvation: ``seen(t, key, offset)`` after every sample (perf_counter time,
     the sampler's signature key, the native dump file's length)."""
@@ -220,7 +227,7 @@ class Gaps:
     def __init__(self, interval: float):
         self.interval = interval
         self.threshold = max(GAP_FACTOR * interval, GAP_MIN_S)
-        self.gaps: list[tuple] = []                  # (t0, t1, key before, key after, offset before, offset after)
+        self.gaps: list[tuple] = []  # (t0, t1, key before, key after, offset before, offset after)
         self._last = None
 
     def seen(self, t: float, key, offset: int) -> None:
@@ -236,7 +243,9 @@ def classify_frame(sampler, filename: str) -> str:
     if fn.startswith(sampler.agent_dir) or "ddpdoctor_capture_agent" in fn:
         return "skip"
     parts = fn.split("/")
-    if any(p in ("transformers", "accelerate", "lightning", "pytorch_lightning", "lightning_fabric") for p in parts[-4:-1]):
+    if any(
+        p in ("transformers", "accelerate", "lightning", "pytorch_lightning", "lightning_fabric") for p in parts[-4:-1]
+    ):
         return "user"
     if fn.startswith("<") or "/site-packages/" in fn or "/dist-packages/" in fn or fn.startswith(sampler._roots):
         return "lib"
@@ -252,7 +261,7 @@ def _module_of(sampler, filename: str) -> str:
     else:
         for root in sampler._roots:
             if fn.startswith(root):
-                fn = fn[len(root):]
+                fn = fn[len(root) :]
                 break
     mod = fn[:-3] if fn.endswith(".py") else fn
     mod = mod.replace("/", ".")
@@ -276,8 +285,16 @@ def where_text(p: dict) -> str:
     return f"{p['lib']} in {place}" if p.get("lib") else place
 
 
-def summarize(gaps: Gaps, gcrec: GcRecorder | None, native_text: str | None, native_offsets: bool, sampler,
-              thread_id: int, steps: int, native_info: dict) -> dict:
+def summarize(
+    gaps: Gaps,
+    gcrec: GcRecorder | None,
+    native_text: str | None,
+    native_offsets: bool,
+    sampler,
+    thread_id: int,
+    steps: int,
+    native_info: dict,
+) -> dict:
     """Each gap attributed (GC / a named call / unnamed), and the totals per cause and per call."""
     by_cause = {"gc": 0.0, "call": 0.0, "unnamed": 0.0}
     calls: dict[str, dict] = {}
@@ -313,9 +330,19 @@ def summarize(gaps: Gaps, gcrec: GcRecorder | None, native_text: str | None, nat
                 by_cause["call"] += excess
                 w = where_text(place)
                 entry.update(cause="call", where=w, source=source)
-                c = calls.setdefault(w, {"where": w, "lib": place.get("lib"), "func": place["func"],
-                                         "file": place["file"], "line": place["line"], "source": source,
-                                         "gaps": 0, "_s": 0.0})
+                c = calls.setdefault(
+                    w,
+                    {
+                        "where": w,
+                        "lib": place.get("lib"),
+                        "func": place["func"],
+                        "file": place["file"],
+                        "line": place["line"],
+                        "source": source,
+                        "gaps": 0,
+                        "_s": 0.0,
+                    },
+                )
                 c["gaps"] += 1
                 c["_s"] += excess
         if len(listed) < 200:
@@ -323,6 +350,11 @@ def summarize(gaps: Gaps, gcrec: GcRecorder | None, native_text: str | None, nat
     top = sorted(calls.values(), key=lambda c: (-c["_s"], c["where"]))[:KEEP_CALLS]
     for c in top:
         c["ms_per_step"] = round(c.pop("_s") * 1000 / steps, 3) if steps > 0 else None
-    return {"gap_threshold_s": round(gaps.threshold, 6), "gaps": len(gaps.gaps), "listed": listed,
-            "starved_ms_per_step": {k: round(v * 1000 / steps, 3) for k, v in by_cause.items()} if steps > 0 else None,
-            "calls": top, "native": native_info}
+    return {
+        "gap_threshold_s": round(gaps.threshold, 6),
+        "gaps": len(gaps.gaps),
+        "listed": listed,
+        "starved_ms_per_step": {k: round(v * 1000 / steps, 3) for k, v in by_cause.items()} if steps > 0 else None,
+        "calls": top,
+        "native": native_info,
+    }

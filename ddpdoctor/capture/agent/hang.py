@@ -23,20 +23,42 @@ import threading
 import time
 
 HANG_SCHEMA = "ddpdoctor.hang/1"
-REQUEST_FILE = "hang_request.jsonl"          # one JSON object on one line (not a trace)
+REQUEST_FILE = "hang_request.jsonl"  # one JSON object on one line (not a trace)
 POLL_S = 0.5
 MAX_STATES = 20
 MAX_FRAMES = 40
-DEFAULT_HANG_S = 3.0            # a collective older than this while another rank is elsewhere: dump
-DEFAULT_NOSTEP_S = 120.0        # no step for this long after the first one: dump
+DEFAULT_HANG_S = 3.0  # a collective older than this while another rank is elsewhere: dump
+DEFAULT_NOSTEP_S = 120.0  # no step for this long after the first one: dump
 DUMP_SIGNAL = getattr(signal, "SIGUSR2", None)
 
 # torch.distributed functions a rank waits in (the innermost such frame names the collective)
-COLLECTIVES = {"all_reduce", "allreduce", "broadcast", "barrier", "monitored_barrier", "all_gather",
-               "all_gather_into_tensor", "all_gather_object", "reduce_scatter", "reduce_scatter_tensor",
-               "all_to_all", "all_to_all_single", "gather", "gather_object", "scatter", "reduce", "send", "recv",
-               "broadcast_object_list", "wait", "batch_isend_irecv", "init_process_group", "new_group",
-               "_store_based_barrier", "destroy_process_group"}
+COLLECTIVES = {
+    "all_reduce",
+    "allreduce",
+    "broadcast",
+    "barrier",
+    "monitored_barrier",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "gather_object",
+    "scatter",
+    "reduce",
+    "send",
+    "recv",
+    "broadcast_object_list",
+    "wait",
+    "batch_isend_irecv",
+    "init_process_group",
+    "new_group",
+    "_store_based_barrier",
+    "destroy_process_group",
+}
 # waits while the job assembles: ranks start at different times, so these never request a dump
 SETUP_OPS = {"init_process_group", "new_group", "_store_based_barrier", "destroy_process_group"}
 
@@ -89,13 +111,13 @@ class HangWatch:
         self.ranks_dir = os.path.join(agent.bundle, "ranks")
         self.request_path = os.path.join(self.ranks_dir, REQUEST_FILE)
         self.out_path = os.path.join(agent.dir, "hang_dump.jsonl")
-        self.first_seen = {}            # frame key -> time first seen on the main thread's stack
+        self.first_seen = {}  # frame key -> time first seen on the main thread's stack
         self.coll_since = None
-        self.coll_key = None            # (op, steps) of the collective coll_since belongs to
-        self.episode = None             # mtime of the request file the recorded states belong to
+        self.coll_key = None  # (op, steps) of the collective coll_since belongs to
+        self.episode = None  # mtime of the request file the recorded states belong to
         self.resolved = False
         self.states = []
-        self.requested = False          # the time this rank requested the standing dump
+        self.requested = False  # the time this rank requested the standing dump
         self.dumped_at = None
         self.stacks_fh = None
 
@@ -109,7 +131,7 @@ class HangWatch:
             return
         try:
             if signal.getsignal(DUMP_SIGNAL) not in (signal.SIG_DFL, None):
-                return                        # the script handles SIGUSR2 itself: leave it alone
+                return  # the script handles SIGUSR2 itself: leave it alone
             self.stacks_fh = open(os.path.join(self.agent.dir, "stacks.faulthandler"), "w", encoding="utf-8")
             faulthandler.register(DUMP_SIGNAL, file=self.stacks_fh, all_threads=True, chain=False)
             self.agent.event("hang_signal_ready", pid=os.getpid(), signal=signal.Signals(DUMP_SIGNAL).name)
@@ -139,13 +161,13 @@ class HangWatch:
             self.first_seen.setdefault(k, now)
         a = self.agent
         key = (op, a.steps) if what == "collective" else None
-        if key != self.coll_key:                 # another collective, or the same op of a later step
+        if key != self.coll_key:  # another collective, or the same op of a later step
             self.coll_since, self.coll_key = (now if key else None), key
         if self.requested and a.last_step_time > self.requested:
-            self._withdraw()                     # this rank got past its wait with a step: no hang after all
+            self._withdraw()  # this rank got past its wait with a step: no hang after all
         episode = self._request_mtime()
         if episode is None and self.episode is not None:
-            self.resolved = True                 # the wait ended in progress: this record explains no failure
+            self.resolved = True  # the wait ended in progress: this record explains no failure
             self._write(now)
             self.episode = None
         if episode is None and not self.requested:
@@ -157,7 +179,7 @@ class HangWatch:
                 self._request(now, f"no step for {idle:.0f} s")
             episode = self._request_mtime()
         if episode is not None:
-            if episode != self.episode:          # a new request: a new record
+            if episode != self.episode:  # a new request: a new record
                 self.episode, self.states, self.resolved = episode, [], False
             self._record(frames, what, op, now)
 
@@ -192,8 +214,13 @@ class HangWatch:
     def _where(self, frames, now):
         """The innermost frame of the user's code that has been running for the hang threshold (else
         the innermost one of the user's code): (file, line, function, seconds)."""
-        user = [f for f in frames if not _is_torch(f[0]) and not _is_stdlib(f[0])
-                and "ddpdoctor" not in f[0].replace(os.sep, "/").rsplit("/", 1)[-1]]
+        user = [
+            f
+            for f in frames
+            if not _is_torch(f[0])
+            and not _is_stdlib(f[0])
+            and "ddpdoctor" not in f[0].replace(os.sep, "/").rsplit("/", 1)[-1]
+        ]
         if not user:
             return None
         long_ = [f for f in user if now - self.first_seen.get(f[3], now) >= self.hang_s]
@@ -209,23 +236,42 @@ class HangWatch:
             if where:
                 last["where"]["line"] = where["line"]
         else:
-            st = {"_sig": sig, "state": what, "op": op, "where": where, "first_seen": now, "last_seen": now,
-                  "since": self.coll_since if what == "collective" else (where["since"] if where else now),
-                  "stack": [{"file": f, "line": ln, "function": fn} for f, ln, fn, _k in frames[-MAX_FRAMES:]]}
+            st = {
+                "_sig": sig,
+                "state": what,
+                "op": op,
+                "where": where,
+                "first_seen": now,
+                "last_seen": now,
+                "since": self.coll_since if what == "collective" else (where["since"] if where else now),
+                "stack": [{"file": f, "line": ln, "function": fn} for f, ln, fn, _k in frames[-MAX_FRAMES:]],
+            }
             self.states.append(st)
             del self.states[:-MAX_STATES]
             if last is None:
-                self.agent.event("hang_dump", step=self.agent.steps, state=what, op=op,
-                                 where=f"{where['function']} ({os.path.basename(where['file'])}:{where['line']})"
-                                 if where else None)
+                self.agent.event(
+                    "hang_dump",
+                    step=self.agent.steps,
+                    state=what,
+                    op=op,
+                    where=f"{where['function']} ({os.path.basename(where['file'])}:{where['line']})" if where else None,
+                )
         if self.dumped_at is None or now - self.dumped_at >= 1.0 or (last is None or last["_sig"] != sig):
             self._write(now)
 
     def _write(self, now) -> None:
         a = self.agent
-        data = {"schema": HANG_SCHEMA, "rank": a.rank, "pid": os.getpid(), "time": now, "steps": a.steps,
-                "last_step_time": a.last_step_time, "hang_s": self.hang_s, "resolved": self.resolved,
-                "states": [{k: v for k, v in s.items() if k != "_sig"} for s in self.states]}
+        data = {
+            "schema": HANG_SCHEMA,
+            "rank": a.rank,
+            "pid": os.getpid(),
+            "time": now,
+            "steps": a.steps,
+            "last_step_time": a.last_step_time,
+            "hang_s": self.hang_s,
+            "resolved": self.resolved,
+            "states": [{k: v for k, v in s.items() if k != "_sig"} for s in self.states],
+        }
         tmp = self.out_path + ".tmp"
         try:
             with open(tmp, "w", encoding="utf-8") as fh:

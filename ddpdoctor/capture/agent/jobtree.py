@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-MAX_PROCESSES = 4096          # a tree larger than this is not walked further (counted as read so far)
+MAX_PROCESSES = 4096  # a tree larger than this is not walked further (counted as read so far)
 
 
 def _read(path: str) -> str | None:
@@ -87,7 +87,7 @@ def tree(root: int, read=_read, listdir=os.listdir) -> list[int]:
         try:
             tids = listdir(f"/proc/{pid}/task")
         except OSError:
-            continue                    # exited since its parent listed it
+            continue  # exited since its parent listed it
         out.append(pid)
         for tid in tids:
             for child in (read(f"/proc/{pid}/task/{tid}/children") or "").split():
@@ -118,7 +118,7 @@ def cpu_seconds(pids: list[int], read=_read, hz: int | None = None) -> float | N
     for pid in pids:
         f = stat_fields(read(f"/proc/{pid}/stat"))
         try:
-            total += sum(int(x) for x in f[11:15]) / hz        # fields 14-17
+            total += sum(int(x) for x in f[11:15]) / hz  # fields 14-17
             read_any = True
         except (TypeError, ValueError):
             continue
@@ -138,15 +138,15 @@ class JobSampler:
 
     def __init__(self, root: int, what: str):
         self.root, self.what = root, what
-        self.outside: list[int] = []        # host runnable - job runnable, per sample
-        self.job: list[int] = []            # the job's runnable threads, per sample
+        self.outside: list[int] = []  # host runnable - job runnable, per sample
+        self.job: list[int] = []  # the job's runnable threads, per sample
         self.processes = 0
         self.cpu_start = cpu_seconds(tree(root))
 
     @classmethod
     def for_rank(cls, env) -> JobSampler | None:
         if (env.get("LOCAL_RANK") or "0") != "0":
-            return None                     # one rank per host measures the whole job
+            return None  # one rank per host measures the whole job
         try:
             found = job_root(env)
             return cls(*found) if found else None
@@ -163,7 +163,7 @@ class JobSampler:
             return
         self.processes = max(self.processes, len(pids))
         self.job.append(mine)
-        self.outside.append(host_runnable - mine)     # the reading thread is in both counts
+        self.outside.append(host_runnable - mine)  # the reading thread is in both counts
 
     def record(self) -> dict:
         try:
@@ -171,5 +171,10 @@ class JobSampler:
         except Exception:
             end = None
         cpu = round(max(0.0, end - self.cpu_start), 6) if end is not None and self.cpu_start is not None else None
-        return {"root": self.what, "processes": self.processes, "cpu_s": cpu,
-                "runnable_samples": list(self.job), "outside_runnable_samples": list(self.outside)}
+        return {
+            "root": self.what,
+            "processes": self.processes,
+            "cpu_s": cpu,
+            "runnable_samples": list(self.job),
+            "outside_runnable_samples": list(self.outside),
+        }

@@ -47,8 +47,9 @@ class Lifecycle:
 
     def _thread_excepthook(self, args):
         with self.agent.errors.quiet("thread excepthook"):
-            self.agent.settings.record_exception(args.exc_type, args.exc_value, args.exc_traceback,
-                                                 thread=getattr(args.thread, "name", None))
+            self.agent.settings.record_exception(
+                args.exc_type, args.exc_value, args.exc_traceback, thread=getattr(args.thread, "name", None)
+            )
         self._orig_thread_hook(args)
 
     def _sys_exit(self, code=None):
@@ -151,7 +152,7 @@ class Lifecycle:
                 a.event("signal", signal=name, step=a.steps, handled_by="watcher thread (main thread blocked)")
                 self.exit_reason = f"signal {name}"
                 with a.lock:
-                    a.finalized = True           # the profiler cannot be stopped from this thread
+                    a.finalized = True  # the profiler cannot be stopped from this thread
                 self.exit_code = -signum
                 # the profiler cannot be stopped from here (its session belongs to the main
                 # thread; torch 2.13 finds "no active profiling session" and the process dies)
@@ -163,7 +164,7 @@ class Lifecycle:
                     import ctypes
 
                     libc = ctypes.CDLL(None)
-                    libc.signal(signum, 0)          # SIG_DFL
+                    libc.signal(signum, 0)  # SIG_DFL
                     os.kill(os.getpid(), signum)
                     time.sleep(5)
                 os._exit(128 + signum)
@@ -194,7 +195,7 @@ class Ending:
 
     def start(self) -> None:
         threading.Thread(target=self._watchdog, name="ddpdoctor-watchdog", daemon=True).start()
-        self.hang = self._hang.HangWatch(self.agent)   # stacks of every rank when one waits too long
+        self.hang = self._hang.HangWatch(self.agent)  # stacks of every rank when one waits too long
         self.hang.start()
 
     # ---------------------------------------------------------------- after the window
@@ -205,7 +206,9 @@ class Ending:
         if a.window.request_stop():
             a.life.exit_reason = "window complete"
             a.life.exit_code = 0
-            a.event("stop", step=a.steps, reason="profiled window complete; ending training (use --keep-going to continue)")
+            a.event(
+                "stop", step=a.steps, reason="profiled window complete; ending training (use --keep-going to continue)"
+            )
             self._touch(".window_done")
             together = self._wait_for_peers()
             t = threading.Timer(float(a.env.get("DDPDOCTOR_STOP_GRACE_S", "30")), self._force_exit)
@@ -251,8 +254,12 @@ class Ending:
         missing = list(range(world))
         while time.time() < deadline:
             # ranks recorded in this bundle (a per-node bundle under srun holds only its own)
-            missing = [r for r in range(world) if os.path.isdir(os.path.join(ranks_dir, f"rank{r}"))
-                       and not os.path.exists(os.path.join(ranks_dir, f"rank{r}", ".window_done"))]
+            missing = [
+                r
+                for r in range(world)
+                if os.path.isdir(os.path.join(ranks_dir, f"rank{r}"))
+                and not os.path.exists(os.path.join(ranks_dir, f"rank{r}", ".window_done"))
+            ]
             if not missing:
                 return True
             time.sleep(0.05)
@@ -281,10 +288,13 @@ class Ending:
         while not a.finalized:
             time.sleep(1.0)
             if a.window.stop_requested or a.window.keep_going or getattr(a.profiler, "exporting", False):
-                continue                 # (the export of a big trace under load took 57 s: not a hang)
+                continue  # (the export of a big trace under load took 57 s: not a hang)
             try:
-                done = [d for d in os.listdir(peers_dir)
-                        if d != f"rank{a.rank}" and os.path.exists(os.path.join(peers_dir, d, ".window_done"))]
+                done = [
+                    d
+                    for d in os.listdir(peers_dir)
+                    if d != f"rank{a.rank}" and os.path.exists(os.path.join(peers_dir, d, ".window_done"))
+                ]
             except OSError:
                 continue
             if not done:
@@ -292,9 +302,14 @@ class Ending:
             typical = a.window.typical_step_s()
             idle = a.window.idle_s(time.time())
             if idle > max(float(a.env.get("DDPDOCTOR_STUCK_S", "15")), 10 * typical) and self.main_in_collective():
-                a.event("stuck_after_peer_stop", step=a.steps, peers_done=sorted(done), idle_s=round(idle, 1),
-                        message="no step progress since a peer rank finished its profiled window: this rank waits "
-                                "for a collective the peer never joins (ranks ran different numbers of steps)")
+                a.event(
+                    "stuck_after_peer_stop",
+                    step=a.steps,
+                    peers_done=sorted(done),
+                    idle_s=round(idle, 1),
+                    message="no step progress since a peer rank finished its profiled window: this rank waits "
+                    "for a collective the peer never joins (ranks ran different numbers of steps)",
+                )
                 a.life.exit_code = 1
                 a.life.exit_reason = "stuck after peer stop"
                 a.finalize("stuck")

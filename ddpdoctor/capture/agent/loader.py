@@ -33,7 +33,7 @@ def pid_cpu_s(pid: int) -> float | None:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
             text = fh.read()
         fields = text.rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _clock_ticks()      # fields 14 and 15 of stat
+        return (int(fields[11]) + int(fields[12])) / _clock_ticks()  # fields 14 and 15 of stat
     except (OSError, IndexError, ValueError):
         return None
 
@@ -74,14 +74,14 @@ class LoaderTiming:
     around each ``next()``, ``window_start`` / ``window_stop`` from the profiler window."""
 
     def __init__(self):
-        self._iters: list = []               # weakrefs to the loader iterators (their _workers)
+        self._iters: list = []  # weakrefs to the loader iterators (their _workers)
         self.active = False
         self._t0 = self._c0 = None
         self._thread = None
         self._start: dict | None = None
         self._rec: dict | None = None
         self.next_wall_s = self.next_cpu_s = 0.0
-        self.next_runqueue_s = 0.0          # inside next(): runnable, waiting for a CPU (a contended host)
+        self.next_runqueue_s = 0.0  # inside next(): runnable, waiting for a CPU (a contended host)
         self._q0 = None
         self.batches = 0
         self.max_workers = 0
@@ -95,7 +95,7 @@ class LoaderTiming:
             it = ref()
             for w in getattr(it, "_workers", None) or []:
                 pid = getattr(w, "pid", None)
-                if isinstance(pid, int):        # no is_alive(): it may reap the worker (waitpid)
+                if isinstance(pid, int):  # no is_alive(): it may reap the worker (waitpid)
                     pids.append(pid)
         return pids
 
@@ -104,8 +104,13 @@ class LoaderTiming:
         self.max_workers = max(self.max_workers, len(pids))
         cpu = [pid_cpu_s(p) for p in pids]
         queue = [pid_runqueue_s(p) for p in pids]
-        return {"time": time.perf_counter(), "pids": pids, "live_cpu_s": sum(c for c in cpu if c is not None),
-                "reaped_cpu_s": _reaped_children_cpu_s(), "runqueue": dict(zip(pids, queue))}
+        return {
+            "time": time.perf_counter(),
+            "pids": pids,
+            "live_cpu_s": sum(c for c in cpu if c is not None),
+            "reaped_cpu_s": _reaped_children_cpu_s(),
+            "runqueue": dict(zip(pids, queue)),
+        }
 
     # ---- around next(loader): the training thread only
     def entered(self) -> None:
@@ -151,12 +156,18 @@ class LoaderTiming:
         q0, q1 = start["runqueue"], stop["runqueue"]
         both = [p for p in q1 if q1[p] is not None and q0.get(p) is not None]
         workers_queue = round(sum(q1[p] - q0[p] for p in both), 4) if both else None
-        self._rec = {"schema": 1, "wall_s": round(wall, 6), "batches": self.batches,
-                     "next_runqueue_s": None if self.next_runqueue_s is None else round(self.next_runqueue_s, 6),
-                     "workers_runqueue_s": workers_queue,
-                     "next_wall_s": round(self.next_wall_s, 6), "next_cpu_s": round(self.next_cpu_s, 6),
-                     "num_workers": num_workers, "workers_seen": self.max_workers,
-                     "workers_cpu_s": workers_cpu if (num_workers or self.max_workers) else None}
+        self._rec = {
+            "schema": 1,
+            "wall_s": round(wall, 6),
+            "batches": self.batches,
+            "next_runqueue_s": None if self.next_runqueue_s is None else round(self.next_runqueue_s, 6),
+            "workers_runqueue_s": workers_queue,
+            "next_wall_s": round(self.next_wall_s, 6),
+            "next_cpu_s": round(self.next_cpu_s, 6),
+            "num_workers": num_workers,
+            "workers_seen": self.max_workers,
+            "workers_cpu_s": workers_cpu if (num_workers or self.max_workers) else None,
+        }
 
     def record(self) -> dict | None:
         return self._rec
@@ -164,7 +175,7 @@ class LoaderTiming:
 
 # ------------------------------------------------------------------ what one epoch of the loader covers
 
-FINGERPRINT_ITEMS = 3          # dataset items hashed: the first, the middle and the last
+FINGERPRINT_ITEMS = 3  # dataset items hashed: the first, the middle and the last
 
 
 def samples_per_epoch(loader) -> int | None:

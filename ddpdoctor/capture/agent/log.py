@@ -14,7 +14,7 @@ import os
 import threading
 import time
 
-MAX_PLACES = 40            # distinct (place, type) pairs kept; later ones are counted under OTHER
+MAX_PLACES = 40  # distinct (place, type) pairs kept; later ones are counted under OTHER
 OTHER = "(other places)"
 MESSAGE_CHARS = 300
 
@@ -37,8 +37,13 @@ class ErrorCounter:
                 key = (OTHER, "")
                 rec = self.by_place.get(key)
             if rec is None:
-                rec = {"place": key[0], "type": key[1] or None, "count": 0,
-                       "first_message": _message(exc), "first_time": time.time()}
+                rec = {
+                    "place": key[0],
+                    "type": key[1] or None,
+                    "count": 0,
+                    "first_message": _message(exc),
+                    "first_time": time.time(),
+                }
                 self.by_place[key] = rec
         rec["count"] += 1
 

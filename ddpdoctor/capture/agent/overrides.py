@@ -34,6 +34,7 @@ def _int(lo: int):
         if n < lo:
             raise OverrideError(f"needs a number >= {lo}, got {n}")
         return n
+
     return parse
 
 
@@ -55,7 +56,7 @@ def _bool(v: str) -> bool:
 
 def _hook(v: str) -> str:
     s = v.strip().lower()
-    s = s.removesuffix("_compress_hook")        # the hook's own name, as a rule's fix writes it
+    s = s.removesuffix("_compress_hook")  # the hook's own name, as a rule's fix writes it
     if s in ("fp16", "bf16", "none", "skip"):
         return s
     m = re.fullmatch(r"powersgd(?::(\d+))?", s)
@@ -73,8 +74,12 @@ KNOBS = {
     "ddp.gradient_as_bucket_view": ("ddp", _bool, "gradients as views into the buckets"),
     "ddp.static_graph": ("ddp", _bool, "DDP static graph"),
     "ddp.find_unused_parameters": ("ddp", _bool, "DDP's search for unused parameters"),
-    "ddp.comm_hook": ("ddp_hook", _hook, "a communication hook: fp16, bf16, powersgd[:RANK]; skip: none at all "
-                      "(an ablation that measures what communication costs; the ranks' models drift apart)"),
+    "ddp.comm_hook": (
+        "ddp_hook",
+        _hook,
+        "a communication hook: fp16, bf16, powersgd[:RANK]; skip: none at all "
+        "(an ablation that measures what communication costs; the ranks' models drift apart)",
+    ),
     "torch.num_threads": ("threads", _int(1), "intra-op threads per rank"),
 }
 # fix knobs that need a change to the code: refused with the reason
@@ -127,7 +132,7 @@ def launcher_env(changes: dict) -> dict[str, str]:
         if key.startswith("env."):
             env[key[4:]] = str(value)
     if "torch.num_threads" in changes:
-        env["OMP_NUM_THREADS"] = str(changes["torch.num_threads"])     # torchrun would set 1 otherwise
+        env["OMP_NUM_THREADS"] = str(changes["torch.num_threads"])  # torchrun would set 1 otherwise
     return env
 
 
@@ -144,13 +149,16 @@ def from_env(environ) -> dict | None:
 
 # ------------------------------------------------------------------ inside a rank
 
+
 def _field(key: str) -> str:
     return key.split(".", 1)[1]
 
 
 def bind(func, obj, args: tuple, kwargs: dict, changes: dict, prefix: str, record: dict) -> tuple[tuple, dict]:
     """The call's arguments with the ``prefix.*`` changes applied (bound to func's real signature)."""
-    wanted = {_field(k): v for k, v in changes.items() if k.startswith(prefix + ".") and KNOBS.get(k, ("",))[0] == prefix}
+    wanted = {
+        _field(k): v for k, v in changes.items() if k.startswith(prefix + ".") and KNOBS.get(k, ("",))[0] == prefix
+    }
     if not wanted:
         return args, kwargs
     sig = inspect.signature(func)
@@ -216,6 +224,7 @@ def after_ddp(ddp, torch, changes: dict, record: dict) -> None:
         ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
     else:
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
         rank = int(str(hook).split(":")[1])
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2)
         ddp.register_comm_hook(state, psgd.powerSGD_hook)

@@ -54,8 +54,11 @@ def _compiling() -> bool:
     return check is not None and bool(check())
 
 
-_DDP, _LOADER, _FSDP1 = ("torch.nn.parallel.distributed", "torch.utils.data.dataloader",
-                         "torch.distributed.fsdp.fully_sharded_data_parallel")
+_DDP, _LOADER, _FSDP1 = (
+    "torch.nn.parallel.distributed",
+    "torch.utils.data.dataloader",
+    "torch.distributed.fsdp.fully_sharded_data_parallel",
+)
 
 PATCHES = (
     Patch("torch", on_import="torch_imported"),
@@ -95,7 +98,7 @@ def wrap(owner, attr: str, *, args=None, before=None, after=None, around=None, o
         return None
 
     def wrapper(*a, **k):
-        if _compiling():           # traced by Dynamo: the hooks stay out of the compiled graph
+        if _compiling():  # traced by Dynamo: the hooks stay out of the compiled graph
             return orig(*a, **k)
         if args is not None:
             try:
@@ -135,10 +138,10 @@ def wrap(owner, attr: str, *, args=None, before=None, after=None, around=None, o
         try:
             setattr(wrapper, name, getattr(orig, name))
         except (AttributeError, TypeError):
-            pass                       # a builtin slot without the attribute: the wrapper's own is kept
-    try:                               # attributes hung on the function (torch 2.13: fully_shard.state)
+            pass  # a builtin slot without the attribute: the wrapper's own is kept
+    try:  # attributes hung on the function (torch 2.13: fully_shard.state)
         wrapper.__dict__.update({k: v for k, v in vars(orig).items() if k not in ("__wrapped__", "_ddpdoctor")})
-    except TypeError:                  # a builtin without __dict__
+    except TypeError:  # a builtin without __dict__
         pass
     wrapper.__wrapped__, wrapper._ddpdoctor = orig, True
     setattr(owner, attr, wrapper)
@@ -172,9 +175,20 @@ def _apply_one(agent, p: Patch, module) -> None:
     if p.register:
         getattr(owner, attr)(resolve(agent, p.register))
         return
-    hook = (lambda n: resolve(agent, n) if n else None)
-    wrap(owner, attr, args=hook(p.args), before=hook(p.before), after=hook(p.after), around=hook(p.around),
-         on_error=agent.internal_error, place=p.target)
+
+    def hook(n):
+        return resolve(agent, n) if n else None
+
+    wrap(
+        owner,
+        attr,
+        args=hook(p.args),
+        before=hook(p.before),
+        after=hook(p.after),
+        around=hook(p.around),
+        on_error=agent.internal_error,
+        place=p.target,
+    )
 
 
 class PostImportFinder:
@@ -214,7 +228,7 @@ class PostImportFinder:
             orig_exec(module)
             callback(name, module)
 
-        loader.exec_module = exec_module        # this loader instance belongs to this one spec
+        loader.exec_module = exec_module  # this loader instance belongs to this one spec
         return spec
 
 
@@ -222,7 +236,7 @@ def install(agent) -> PostImportFinder:
     """The import hook for every module in the table, and the patches of those already imported."""
     finder = PostImportFinder(MODULES, lambda name, module: apply(agent, name, module), agent.errors)
     sys.meta_path.insert(0, finder)
-    for name in MODULES:                     # modules imported before the agent (unusual): patch now
+    for name in MODULES:  # modules imported before the agent (unusual): patch now
         if name in sys.modules:
             apply(agent, name, sys.modules[name])
     return finder

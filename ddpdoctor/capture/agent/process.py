@@ -7,8 +7,14 @@ import os
 import signal
 import sys
 
-_TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torch.distributed.elastic",
-                     "accelerate.commands.launch", "accelerate.commands.accelerate_cli", "deepspeed.launcher")
+_TORCHRUN_MODULES = (
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "torch.distributed.elastic",
+    "accelerate.commands.launch",
+    "accelerate.commands.accelerate_cli",
+    "deepspeed.launcher",
+)
 _LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed")
 # where a rank finds its global rank, local rank and world size: torchrun, then Slurm tasks and
 # MPI launchers (`srun … ddpdoctor run --out DIR/task$SLURM_PROCID -- python train.py`)
@@ -21,6 +27,7 @@ _SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "env", "time", "nice", "taskset",
 # --------------------------------------------------------------------------------------
 # which processes are training ranks
 # --------------------------------------------------------------------------------------
+
 
 def is_launcher_process(argv: list[str]) -> bool:
     """torchrun's own agent process (``torchrun …``, ``python -m torch.distributed.run …``)."""
@@ -41,9 +48,9 @@ def _proc_parent(pid: int) -> tuple[int | None, str]:
             stat = fh.read()
     except OSError:
         return None, ""
-    comm = stat[stat.find("(") + 1:stat.rfind(")")]
+    comm = stat[stat.find("(") + 1 : stat.rfind(")")]
     try:
-        return int(stat[stat.rfind(")") + 2:].split()[1]), comm
+        return int(stat[stat.rfind(")") + 2 :].split()[1]), comm
     except (IndexError, ValueError):
         return None, comm
 
@@ -75,8 +82,13 @@ def is_helper_process(argv: list[str]) -> bool:
     """multiprocessing children (spawn/forkserver DataLoader workers), compile workers,
     resource trackers: never ranks."""
     joined = " ".join(argv)
-    return ("--multiprocessing-fork" in argv or "multiprocessing.spawn" in joined or "multiprocessing.forkserver" in joined
-            or "multiprocessing.resource_tracker" in joined or "compile_worker" in joined)
+    return (
+        "--multiprocessing-fork" in argv
+        or "multiprocessing.spawn" in joined
+        or "multiprocessing.forkserver" in joined
+        or "multiprocessing.resource_tracker" in joined
+        or "compile_worker" in joined
+    )
 
 
 def started_as_peer_rank(env) -> bool:
@@ -107,7 +119,7 @@ def should_activate(env, argv: list[str], ppid: int) -> bool:
         return False
     if is_launcher_process(argv) or is_helper_process(argv):
         return False
-    if env.get("DDPDOCTOR_ACTIVE_PID"):          # a descendant of an active rank (workers, helpers, subprocesses)
+    if env.get("DDPDOCTOR_ACTIVE_PID"):  # a descendant of an active rank (workers, helpers, subprocesses)
         return started_as_peer_rank(env)
     if any(k in env for k in _LAUNCHER_RANK_VARS + _LOCAL_RANK_VARS):
         return True
@@ -118,7 +130,7 @@ def should_activate(env, argv: list[str], ppid: int) -> bool:
 
 def _process_argv() -> list[str]:
     """The interpreter's full command line (sys.argv is incomplete while site runs)."""
-    if hasattr(sys, "orig_argv"):                       # Python >= 3.10
+    if hasattr(sys, "orig_argv"):  # Python >= 3.10
         return list(sys.orig_argv)
     try:
         with open("/proc/self/cmdline", "rb") as fh:
@@ -130,6 +142,7 @@ def _process_argv() -> list[str]:
 # --------------------------------------------------------------------------------------
 # fd tee
 # --------------------------------------------------------------------------------------
+
 
 def _open_fifo(path: str | None) -> int | None:
     if not path:
@@ -170,7 +183,7 @@ def start_fd_tee(log_path: str, term_out: str | None, term_err: str | None) -> i
             if outs[r_err] is None:
                 outs[r_err] = os.dup(2)
             devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):          # hold no reference to the rank's original stdio
+            for fd in (0, 1, 2):  # hold no reference to the rank's original stdio
                 os.dup2(devnull, fd)
             import select
 

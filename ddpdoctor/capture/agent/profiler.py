@@ -15,11 +15,11 @@ import time
 class WindowProfiler:
     def __init__(self, agent):
         self.agent = agent
-        self.prof = None                  # the running torch.profiler.profile, ours
+        self.prof = None  # the running torch.profiler.profile, ours
         self.trace_name = f"rank{agent.rank}.pt.trace.json.gz"
         self.trace_written = None
-        self.exporting = False            # stopping and writing the trace (seconds to a minute under load)
-        self.step_span = None             # the open ProfilerStep#N span of a manual window
+        self.exporting = False  # stopping and writing the trace (seconds to a minute under load)
+        self.step_span = None  # the open ProfilerStep#N span of a manual window
 
     def other_profiler_running(self) -> bool:
         """torch's autograd profiler is already on: the script runs its own."""
@@ -44,24 +44,25 @@ class WindowProfiler:
         manual = a.window.manual
         prof = profile(activities=acts, record_shapes=True, with_stack=False, profile_memory=False)
         prof._ddpdoctor_own = True
-        prof.record_steps = not manual          # without a schedule profile() would not mark ProfilerStep#N
-        prof.step_num = steps                   # ProfilerStep#<number of the step being recorded>
+        prof.record_steps = not manual  # without a schedule profile() would not mark ProfilerStep#N
+        prof.step_num = steps  # ProfilerStep#<number of the step being recorded>
         prof.start()
         self.prof = prof
         if manual:
             self._open_step(torch)
         a.window.started()
         a.loader_timing.window_start()
-        a._evidence_hook("window_start", torch, steps, a.window.typical_step_s() if a.window.step_times else None,
-                          a.window.active)
+        a._evidence_hook(
+            "window_start", torch, steps, a.window.typical_step_s() if a.window.step_times else None, a.window.active
+        )
         a.event("profiler_start", step=steps, activities=[str(x).split(".")[-1] for x in acts])
         try:
-            a.settings.write()            # early copy: a hang or SIGKILL later still leaves the settings
+            a.settings.write()  # early copy: a hang or SIGKILL later still leaves the settings
         except Exception as exc:
             a.internal_error("settings", exc)
 
     def step(self) -> None:
-        if self.step_span is None:            # the automatic window: torch.profiler marks the steps
+        if self.step_span is None:  # the automatic window: torch.profiler marks the steps
             self.prof.step()
             return
         self.step_span.__exit__(None, None, None)
@@ -123,9 +124,16 @@ class WindowProfiler:
             os.replace(tmp, path)
             self.trace_written = self.trace_name
             t3 = time.time()
-            a.event("trace", file=self.trace_name, steps=a.window.recorded, complete=complete,
-                    export_s=round(t3 - t0, 3), stop_s=round(t1 - t0, 3), save_s=round(t2 - t1, 3),
-                    compress_s=round(t3 - t2, 3))
+            a.event(
+                "trace",
+                file=self.trace_name,
+                steps=a.window.recorded,
+                complete=complete,
+                export_s=round(t3 - t0, 3),
+                stop_s=round(t1 - t0, 3),
+                save_s=round(t2 - t1, 3),
+                compress_s=round(t3 - t2, 3),
+            )
 
 
 def _drop_span(path: str, name: str) -> None:

@@ -23,25 +23,25 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 class SettingsRecorder:
     def __init__(self, agent, readers, env_int):
         self.agent = agent
-        self.r = readers                    # settings.py
-        self.env_int = env_int              # process.env_int
-        self.loaders = []                   # [(weakref, info dict)]
+        self.r = readers  # settings.py
+        self.env_int = env_int  # process.env_int
+        self.loaders = []  # [(weakref, info dict)]
         self.set_epoch_called = False
-        self.autocast = set()               # (device_type, dtype)
+        self.autocast = set()  # (device_type, dtype)
         self.grad_scaler = False
         self.compiled = False
         self.exceptions = 0
         self.ooms = 0
-        self.seen_exc = set()               # ids of exceptions already recorded
+        self.seen_exc = set()  # ids of exceptions already recorded
         self.ddp_ref = None
         self.ddp_cache = None
         self.fsdp_info = None
         self.fsdp_root = None
         self.first_optimizer = None
         self.optimizer_info = None
-        self.framework_seen = None          # from the call stack at the first optimizer step
+        self.framework_seen = None  # from the call stack at the first optimizer step
         self.param_dtypes = []
-        self.torch_cache = {}               # torch-derived values, for the lite write from another thread
+        self.torch_cache = {}  # torch-derived values, for the lite write from another thread
         self.contract_breach_told = False
 
     # ---------------------------------------------------------------- hooks (patches.PATCHES)
@@ -122,21 +122,30 @@ class SettingsRecorder:
         msg = str(args[0]) if args else ""
         frame = sys._getframe(1)
         while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _HERE:
-            frame = frame.f_back            # the agent's own frames (the wrapper): up to who raised
+            frame = frame.f_back  # the agent's own frames (the wrapper): up to who raised
         # None when C++ code raised it outside any Python frame
         where = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}" if frame is not None else None
-        self.agent.event("oom", step=self.agent.steps, type=type(exc).__name__, message=msg[:2000], where=where,
-                         caught=None)
+        self.agent.event(
+            "oom", step=self.agent.steps, type=type(exc).__name__, message=msg[:2000], where=where, caught=None
+        )
 
     def record_exception(self, exc_type, exc, tb, thread=None) -> None:
         if exc_type is None or issubclass(exc_type, SystemExit):
             return
         self.exceptions += 1
-        is_oom = (exc_type.__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower())
+        is_oom = exc_type.__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
         tail = traceback.format_exception(exc_type, exc, tb)
         a = self.agent
-        a.event("exception", step=a.steps, type=f"{exc_type.__module__}.{exc_type.__qualname__}",
-                message=str(exc)[:4000], oom=is_oom, uncaught=True, thread=thread, traceback="".join(tail)[-6000:])
+        a.event(
+            "exception",
+            step=a.steps,
+            type=f"{exc_type.__module__}.{exc_type.__qualname__}",
+            message=str(exc)[:4000],
+            oom=is_oom,
+            uncaught=True,
+            thread=thread,
+            traceback="".join(tail)[-6000:],
+        )
         if is_oom and id(exc) not in self.seen_exc:
             self.seen_exc.add(id(exc))
             self.ooms += 1
@@ -159,20 +168,32 @@ class SettingsRecorder:
         env = os.environ
         d: dict = {
             "schema": SETTINGS_SCHEMA,
-            "rank": a.rank, "local_rank": a.local_rank, "world_size": a.world_size,
+            "rank": a.rank,
+            "local_rank": a.local_rank,
+            "world_size": a.world_size,
             "local_world_size": self.env_int(env, "LOCAL_WORLD_SIZE"),
-            "node_rank": self.env_int(env, "GROUP_RANK"), "nnodes": self.env_int(env, "GROUP_WORLD_SIZE"),
-            "hostname": socket.gethostname(), "pid": a.pid,
+            "node_rank": self.env_int(env, "GROUP_RANK"),
+            "nnodes": self.env_int(env, "GROUP_WORLD_SIZE"),
+            "hostname": socket.gethostname(),
+            "pid": a.pid,
             "python": sys.version.split()[0],
             "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "torch_version": getattr(torch, "__version__", None) if torch else None,
             "steps_completed": w.steps,
             "step_source": w.step_source,
-            "window": {"warmup": w.warmup, "active": w.active, "recorded_steps": w.recorded,
-                       "first_step": w.first_step, "trace": a.profiler.trace_written, "complete": w.complete,
-                       "marked_by_script": w.manual},
+            "window": {
+                "warmup": w.warmup,
+                "active": w.active,
+                "recorded_steps": w.recorded,
+                "first_step": w.first_step,
+                "trace": a.profiler.trace_written,
+                "complete": w.complete,
+                "marked_by_script": w.manual,
+            },
             "exit": {"code": a.life.exit_code, "reason": a.life.exit_reason},
-            "exceptions": self.exceptions, "ooms": self.ooms, "user_profiler": w.user_profiler,
+            "exceptions": self.exceptions,
+            "ooms": self.ooms,
+            "user_profiler": w.user_profiler,
             "step_time_s": r._step_stats(w.step_time_values()),
             "compiled": self.compiled,
         }
@@ -207,7 +228,7 @@ class SettingsRecorder:
         d["precision"] = r._precision(torch, self.param_dtypes, self.autocast, self.grad_scaler, errors=a.errors)
         d["memory"] = r._memory(torch, errors=a.errors)
         d["evidence"] = a.evidence.record()
-        d["compile"] = a.compile_watch.record()          # compile.py: None until the window ends
+        d["compile"] = a.compile_watch.record()  # compile.py: None until the window ends
         d["loader_window"] = a.loader_timing.record()
         d["nccl_version"] = r._nccl_version(torch, errors=a.errors)
         for key in ("distributed", "memory", "nccl_version", "precision"):
@@ -218,7 +239,9 @@ class SettingsRecorder:
             elif d[key] is not None:
                 self.torch_cache[key] = d[key]
         if lite:
-            d["settings_note"] = "written by the signal watcher while the main thread was blocked: values cached earlier"
+            d["settings_note"] = (
+                "written by the signal watcher while the main thread was blocked: values cached earlier"
+            )
         self._check_contract(d)
         d["agent_errors"] = a.errors.record()
         return d
@@ -228,8 +251,9 @@ class SettingsRecorder:
         undeclared = contract.undeclared_settings(d)
         if undeclared and not self.contract_breach_told:
             self.contract_breach_told = True
-            self.agent.internal_error("settings.json fields missing from contract.py",
-                                      ValueError(", ".join(undeclared)))
+            self.agent.internal_error(
+                "settings.json fields missing from contract.py", ValueError(", ".join(undeclared))
+            )
 
     def _distributed(self, torch, d: dict) -> dict:
         if torch is None:
@@ -238,11 +262,13 @@ class SettingsRecorder:
             import torch.distributed as tdist
 
             if tdist.is_available() and tdist.is_initialized():
-                dist = {"backend": str(tdist.get_backend()), "world_size": tdist.get_world_size(),
-                        "rank": tdist.get_rank()}
+                dist = {
+                    "backend": str(tdist.get_backend()),
+                    "world_size": tdist.get_world_size(),
+                    "rank": tdist.get_rank(),
+                }
                 # a rank started before its launcher set WORLD_SIZE (Lightning's rank 0) learns it here
                 if dist["world_size"] > d["world_size"]:
                     d["world_size"] = self.agent.world_size = dist["world_size"]
                 return dist
         return {}
-

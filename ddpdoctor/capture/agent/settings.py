@@ -3,6 +3,7 @@ DataLoader, optimizer, DDP model, precision and memory.  torch is passed in, nev
 
 from __future__ import annotations
 
+
 def _loader_settings(loader) -> dict:
     sampler = getattr(loader, "sampler", None)
     batch_sampler = getattr(loader, "batch_sampler", None)
@@ -18,18 +19,22 @@ def _loader_settings(loader) -> dict:
         drop_last = batch_sampler.drop_last
     nw = loader.num_workers
     try:
-        batches = len(loader)       # batches per epoch on this rank (after the sampler's sharding)
+        batches = len(loader)  # batches per epoch on this rank (after the sampler's sharding)
     except Exception:  # no length (an IterableDataset without __len__): unknown, not an error
         batches = None
     sharded_by = _sharded_by(loader, sampler, batch_sampler)
     return {
         "sharded_by": sharded_by,
-        "num_workers": nw, "pin_memory": bool(loader.pin_memory), "batch_size": bs,
+        "num_workers": nw,
+        "pin_memory": bool(loader.pin_memory),
+        "batch_size": bs,
         "persistent_workers": bool(loader.persistent_workers),
         "prefetch_factor": loader.prefetch_factor if nw > 0 else None,
         "sampler": type(sampler).__name__ if sampler is not None else None,
         "batch_sampler": type(batch_sampler).__name__ if batch_sampler is not None else None,
-        "drop_last": bool(drop_last), "dataset_len": n, "batches_per_epoch": batches,
+        "drop_last": bool(drop_last),
+        "dataset_len": n,
+        "batches_per_epoch": batches,
         "dataset": type(loader.dataset).__name__,
         "multiprocessing_context": str(getattr(loader, "multiprocessing_context", None) or "") or None,
         "iterable_dataset": any(c.__name__ == "IterableDataset" for c in type(loader.dataset).__mro__),
@@ -38,8 +43,16 @@ def _loader_settings(loader) -> dict:
 
 # class names (anywhere in a loader's sampler / batch sampler / dataset chain, or among their base
 # classes) that give each rank its own part of the data, as recorded in data.sharded_by
-_SHARDING_CLASSES = ("DistributedSampler", "DistributedSamplerWrapper", "BatchSamplerShard", "IterableDatasetShard",
-                     "SkipBatchSampler", "DistributedBatchSampler", "ElasticDistributedSampler", "DataLoaderDispatcher")
+_SHARDING_CLASSES = (
+    "DistributedSampler",
+    "DistributedSamplerWrapper",
+    "BatchSamplerShard",
+    "IterableDatasetShard",
+    "SkipBatchSampler",
+    "DistributedBatchSampler",
+    "ElasticDistributedSampler",
+    "DataLoaderDispatcher",
+)
 
 
 def _sharded_by(loader, sampler, batch_sampler) -> str | None:
@@ -67,16 +80,20 @@ def _sharded_by(loader, sampler, batch_sampler) -> str | None:
             if inner is not None and not isinstance(inner, (int, float, str, bool)):
                 queue.append(inner)
     for ds in (getattr(loader, "dataset", None), getattr(getattr(loader, "dataset", None), "dataset", None)):
-        info = getattr(ds, "_distributed", None)      # datasets.distributed.split_dataset_by_node
+        info = getattr(ds, "_distributed", None)  # datasets.distributed.split_dataset_by_node
         if info is not None and getattr(info, "world_size", 2) > 1:
             return "split_dataset_by_node"
     return named
 
 
 # where the first optimizer step is called from names the framework driving the loop
-_FRAMEWORK_FILES = (("/transformers/trainer", "hf_trainer"), ("/lightning/pytorch/", "lightning"),
-                    ("/pytorch_lightning/", "lightning"), ("/lightning/fabric/", "lightning"),
-                    ("/accelerate/", "accelerate"))
+_FRAMEWORK_FILES = (
+    ("/transformers/trainer", "hf_trainer"),
+    ("/lightning/pytorch/", "lightning"),
+    ("/pytorch_lightning/", "lightning"),
+    ("/lightning/fabric/", "lightning"),
+    ("/accelerate/", "accelerate"),
+)
 
 
 def _framework_from_stack(frame) -> str | None:
@@ -87,7 +104,7 @@ def _framework_from_stack(frame) -> str | None:
         for part, fw in _FRAMEWORK_FILES:
             if part in name:
                 if fw != "accelerate":
-                    return fw               # HF Trainer and Lightning call through accelerate: they win
+                    return fw  # HF Trainer and Lightning call through accelerate: they win
                 found = found or fw
         frame = frame.f_back
         depth += 1
@@ -100,8 +117,11 @@ def _framework_from_modules(modules, model=None) -> str:
     mod = type(model).__module__ if model is not None else ""
     if "transformers.trainer" in modules:
         return "hf_trainer"
-    if mod.startswith(("lightning", "pytorch_lightning")) or "lightning.pytorch.trainer.trainer" in modules \
-            or "pytorch_lightning.trainer.trainer" in modules:
+    if (
+        mod.startswith(("lightning", "pytorch_lightning"))
+        or "lightning.pytorch.trainer.trainer" in modules
+        or "pytorch_lightning.trainer.trainer" in modules
+    ):
         return "lightning"
     if "accelerate.accelerator" in modules:
         return "accelerate"
@@ -110,18 +130,29 @@ def _framework_from_modules(modules, model=None) -> str:
 
 def _fsdp_settings(kind: str, module, kwargs: dict) -> dict:
     """FSDP settings as passed: FSDP1 (FullyShardedDataParallel) or FSDP2 (fully_shard)."""
+
     def plain(v):
         if v is None or isinstance(v, (bool, int, float, str)):
             return v
-        name = getattr(v, "name", None)                  # enums: ShardingStrategy.FULL_SHARD -> FULL_SHARD
+        name = getattr(v, "name", None)  # enums: ShardingStrategy.FULL_SHARD -> FULL_SHARD
         if isinstance(name, str) and type(v).__module__.startswith("torch"):
             return name
-        fn = getattr(v, "func", v)                       # functools.partial(transformer_auto_wrap_policy, ...)
+        fn = getattr(v, "func", v)  # functools.partial(transformer_auto_wrap_policy, ...)
         return getattr(fn, "__qualname__", None) or type(v).__name__
+
     d = {"kind": kind, "module": type(module).__name__}
     if kind == "fsdp1":
-        for k in ("sharding_strategy", "auto_wrap_policy", "backward_prefetch", "forward_prefetch",
-                  "limit_all_gathers", "use_orig_params", "cpu_offload", "mixed_precision", "sync_module_states"):
+        for k in (
+            "sharding_strategy",
+            "auto_wrap_policy",
+            "backward_prefetch",
+            "forward_prefetch",
+            "limit_all_gathers",
+            "use_orig_params",
+            "cpu_offload",
+            "mixed_precision",
+            "sync_module_states",
+        ):
             v = kwargs.get(k, getattr(module, k, None) if k != "auto_wrap_policy" else None)
             d[k] = plain(v)
         strat = getattr(module, "sharding_strategy", None)
@@ -146,14 +177,20 @@ def _accumulation(micro: list, synced: list) -> dict | None:
         return None
     m = sorted(r[0] for r in rows)
     sy = sorted(r[1] for r in rows)
-    return {"micro_batches_per_step": float(m[len(m) // 2]), "synced_micro_batches_per_step": float(sy[len(sy) // 2]),
-            "optimizer_steps_counted": len(rows)}
+    return {
+        "micro_batches_per_step": float(m[len(m) // 2]),
+        "synced_micro_batches_per_step": float(sy[len(sy) // 2]),
+        "optimizer_steps_counted": len(rows),
+    }
 
 
 def _optimizer_settings(opt) -> dict:
     defaults = getattr(opt, "defaults", {}) or {}
-    info = {"type": type(opt).__name__, "module": type(opt).__module__,
-            "param_groups": len(getattr(opt, "param_groups", []))}
+    info = {
+        "type": type(opt).__name__,
+        "module": type(opt).__module__,
+        "param_groups": len(getattr(opt, "param_groups", [])),
+    }
     for k in ("lr", "foreach", "fused", "capturable", "differentiable"):
         if k in defaults:
             v = defaults[k]
@@ -197,7 +234,9 @@ def _ddp_settings(ddp, torch, errors=None) -> dict:
         bucket_sizes = [int(x) for x in sizes]
     d["bucket_sizes_bytes"] = bucket_sizes
     d["num_buckets"] = len(bucket_sizes) if bucket_sizes else None
-    d["bucket_sizes_source"] = ("ddp logging data (rebuilt buckets)" if rebuilt else "ddp logging data") if bucket_sizes else None
+    d["bucket_sizes_source"] = (
+        ("ddp logging data (rebuilt buckets)" if rebuilt else "ddp logging data") if bucket_sizes else None
+    )
     # unused parameters: trainable parameters without a gradient at the last optimizer step
     unused = sum(1 for p in trainable if p.grad is None)
     d["unused_parameter_count"] = unused
@@ -206,8 +245,11 @@ def _ddp_settings(ddp, torch, errors=None) -> dict:
         d["unused_parameter_bytes"] = int(log["unused_parameter_size"])
     d["device_ids"] = [str(x) for x in (getattr(ddp, "device_ids", None) or [])]
     d["module"] = type(ddp.module).__name__
-    d["logging_data"] = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in log.items()
-                         if k not in ("master_addr", "master_port")}
+    d["logging_data"] = {
+        k: (v if isinstance(v, (int, float, str, bool)) else str(v))
+        for k, v in log.items()
+        if k not in ("master_addr", "master_port")
+    }
     return d
 
 
@@ -218,12 +260,19 @@ def _precision(torch, dtypes, autocast, grad_scaler, errors=None) -> dict:
         mp = "bf16"
     elif "float16" in ac or ("float16" in dtypes and "float32" not in dtypes):
         mp = "fp16"
-    out = {"mixed_precision": mp, "autocast": [{"device": dev, "dtype": dt.replace("torch.", "")} for dev, dt in sorted(autocast)],
-           "param_dtypes": dtypes, "grad_scaler": grad_scaler, "tf32": None}
+    out = {
+        "mixed_precision": mp,
+        "autocast": [{"device": dev, "dtype": dt.replace("torch.", "")} for dev, dt in sorted(autocast)],
+        "param_dtypes": dtypes,
+        "grad_scaler": grad_scaler,
+        "tf32": None,
+    }
     if torch is not None:
         try:
             if torch.cuda.is_available():
-                out["tf32"] = bool(torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest")
+                out["tf32"] = bool(
+                    torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+                )
             out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
         except Exception as exc:
             _count(errors, "precision settings", exc)
@@ -238,13 +287,16 @@ def _memory(torch, errors=None) -> dict | None:
             return None
         dev = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(dev)
-        out = {"device": dev, "device_name": props.name,
-               "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(dev)),
-               "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(dev)),
-               "capacity_bytes": int(props.total_memory)}
+        out = {
+            "device": dev,
+            "device_name": props.name,
+            "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(dev)),
+            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(dev)),
+            "capacity_bytes": int(props.total_memory),
+        }
         try:
             stats = torch.cuda.memory_stats(dev)
-            out["num_alloc_retries"] = int(stats.get("num_alloc_retries", 0))      # cache flushes: memory pressure
+            out["num_alloc_retries"] = int(stats.get("num_alloc_retries", 0))  # cache flushes: memory pressure
             out["num_ooms"] = int(stats.get("num_ooms", 0))
         except Exception as exc:
             _count(errors, "cuda memory stats", exc)
@@ -258,8 +310,13 @@ def _step_stats(times: list[float]) -> dict | None:
     if not times:
         return None
     t = sorted(times)
-    return {"count": len(t), "median": round(t[len(t) // 2], 6), "min": round(t[0], 6), "max": round(t[-1], 6),
-            "last": round(times[-1], 6)}
+    return {
+        "count": len(t),
+        "median": round(t[len(t) // 2], 6),
+        "min": round(t[0], 6),
+        "max": round(t[-1], 6),
+        "last": round(times[-1], 6),
+    }
 
 
 def _nccl_version(torch, errors=None):

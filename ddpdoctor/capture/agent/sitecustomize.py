@@ -13,9 +13,10 @@ def _ddpdoctor_bootstrap():
             import importlib
             import importlib.util
 
-            folder = env["DDPDOCTOR_AGENT"]          # the agent folder, loaded as a package by path
-            spec = importlib.util.spec_from_file_location("ddpdoctor_capture_agent", os.path.join(folder, "__init__.py"),
-                                                          submodule_search_locations=[folder])
+            folder = env["DDPDOCTOR_AGENT"]  # the agent folder, loaded as a package by path
+            spec = importlib.util.spec_from_file_location(
+                "ddpdoctor_capture_agent", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
+            )
             package = importlib.util.module_from_spec(spec)
             sys.modules[package.__name__] = package
             spec.loader.exec_module(package)

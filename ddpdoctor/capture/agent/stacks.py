@@ -41,8 +41,12 @@ USER, LIB, SYNC, SKIP, SKIP_SYNC = "user", "lib", "sync", "skip", "skip_sync"
 # torch.compile compiling (measured on torch 2.13: every Dynamo frame compilation runs under
 # convert_frame, AOT autograd's lazy backward compile under get_or_compile, which returns at once
 # when the backward is compiled); a compiled graph *running* is under eval_frame / runtime_wrappers
-COMPILE_MODULES = ("torch._dynamo.convert_frame", "torch._inductor.compile_fx", "torch._inductor.codecache",
-                   "torch._inductor.async_compile")
+COMPILE_MODULES = (
+    "torch._dynamo.convert_frame",
+    "torch._inductor.compile_fx",
+    "torch._inductor.codecache",
+    "torch._inductor.async_compile",
+)
 COMPILE_FUNCTIONS = frozenset({("torch._functorch._aot_autograd.runtime_wrappers", "get_or_compile")})
 COMPILE_PHASE = "compile"
 
@@ -72,10 +76,10 @@ class StackSampler:
         self.counts: dict[tuple, int] = {}
         self.samples = 0
         self.missed = 0
-        self.cpu_s = None                 # the sampler thread's CPU time over the window
-        self.busy_s = 0.0                 # time spent taking samples (holding the GIL)
-        self.last = None                  # the last sample's key (gil.Gaps: the frame before/after a gap)
-        self._kinds: dict = {}            # code object -> (kind, module name, compiling)
+        self.cpu_s = None  # the sampler thread's CPU time over the window
+        self.busy_s = 0.0  # time spent taking samples (holding the GIL)
+        self.last = None  # the last sample's key (gil.Gaps: the frame before/after a gap)
+        self._kinds: dict = {}  # code object -> (kind, module name, compiling)
         self._roots = _library_roots()
 
     # ---- the hot path (sampler thread, ~100 times a second)
@@ -124,12 +128,17 @@ class StackSampler:
             return SKIP, mod
         if top in LOOP_PACKAGES:
             return USER, mod
-        if (top == "torch" or fn.startswith("<") or "/site-packages/" in fn or "/dist-packages/" in fn
-                or fn.startswith(self._roots)):
+        if (
+            top == "torch"
+            or fn.startswith("<")
+            or "/site-packages/" in fn
+            or "/dist-packages/" in fn
+            or fn.startswith(self._roots)
+        ):
             if (mod, code.co_name) in PLUMBING:
                 return SKIP, mod
             sync = mod in SYNC_MODULES or mod.startswith(SYNC_PACKAGES)
-            if "<locals>" in getattr(code, "co_qualname", ""):     # a decorator's wrapper: name what it wraps
+            if "<locals>" in getattr(code, "co_qualname", ""):  # a decorator's wrapper: name what it wraps
                 return (SKIP_SYNC if sync else SKIP), mod
             return (SYNC if sync else LIB), mod
         return USER, mod
@@ -150,8 +159,7 @@ class StackSampler:
                 file = self.display_file(user.co_filename, self._kinds.get(user, (None, ""))[1])
             else:
                 func, file = "(library)", ""
-            out.append({"lib": lib, "func": func, "file": file, "line": line, "phase": phase, "sync": sync,
-                        "count": n})
+            out.append({"lib": lib, "func": func, "file": file, "line": line, "phase": phase, "sync": sync, "count": n})
         return out
 
     def place_of(self, key) -> dict | None:
@@ -160,13 +168,17 @@ class StackSampler:
             return None
         callee, user, line = key[0], key[1], key[2]
         lib = public_name(callee, self._kinds.get(callee, (None, ""))[1]) if callee is not None else None
-        return {"lib": lib, "func": _func_name(user), "line": line,
-                "file": self.display_file(user.co_filename, self._kinds.get(user, (None, ""))[1])}
+        return {
+            "lib": lib,
+            "func": _func_name(user),
+            "line": line,
+            "file": self.display_file(user.co_filename, self._kinds.get(user, (None, ""))[1]),
+        }
 
     def display_file(self, filename: str, module: str) -> str:
         fn = os.path.abspath(filename).replace(os.sep, "/") if not filename.startswith("<") else filename
         if self.script_dir and fn.startswith(self.script_dir.replace(os.sep, "/")):
-            return fn[len(self.script_dir):]
+            return fn[len(self.script_dir) :]
         for marker in ("/site-packages/", "/dist-packages/"):
             if marker in fn:
                 return fn.rsplit(marker, 1)[1]
@@ -174,9 +186,14 @@ class StackSampler:
 
     def summary(self, wall_s: float, steps: int, forwards: int, starved_s: float = 0.0) -> dict:
         out = aggregate(self.records(), self.samples, wall_s, steps, forwards, starved_s)
-        out.update({"interval_s": self.interval, "missed": self.missed,
-                    "sampler_cpu_s": round(self.cpu_s, 6) if self.cpu_s is not None else None,
-                    "sampler_busy_s": round(self.busy_s, 6)})
+        out.update(
+            {
+                "interval_s": self.interval,
+                "missed": self.missed,
+                "sampler_cpu_s": round(self.cpu_s, 6) if self.cpu_s is not None else None,
+                "sampler_busy_s": round(self.busy_s, 6),
+            }
+        )
         return out
 
 
@@ -230,8 +247,9 @@ def where_text(rec: dict) -> str:
     return f"{rec['lib']} in {place}" if rec.get("lib") else place
 
 
-def aggregate(records: list[dict], samples: int, wall_s: float, steps: int, forwards: int,
-              starved_s: float = 0.0) -> dict:
+def aggregate(
+    records: list[dict], samples: int, wall_s: float, steps: int, forwards: int, starved_s: float = 0.0
+) -> dict:
     """Per-signature, per-function and per-phase time of one rank's window, in ms per step.
 
     ``records``: [{lib, func, file, line, phase, sync, count}]; every sample stands for
@@ -251,14 +269,24 @@ def aggregate(records: list[dict], samples: int, wall_s: float, steps: int, forw
     for r in records:
         phases[str(r["phase"])] = phases.get(str(r["phase"]), 0) + r["count"]
         if r["phase"] in ("capture", COMPILE_PHASE):
-            continue        # ddpdoctor's own work at a step boundary; torch.compile compiling (compile.py)
+            continue  # ddpdoctor's own work at a step boundary; torch.compile compiling (compile.py)
         key = (r["lib"], r["func"], r["file"], r["line"], bool(r["sync"]))
-        s = sigs.setdefault(key, {"where": where_text(r), "lib": r["lib"], "func": r["func"], "file": r["file"],
-                                  "line": r["line"], "sync": bool(r["sync"]), "count": 0})
+        s = sigs.setdefault(
+            key,
+            {
+                "where": where_text(r),
+                "lib": r["lib"],
+                "func": r["func"],
+                "file": r["file"],
+                "line": r["line"],
+                "sync": bool(r["sync"]),
+                "count": 0,
+            },
+        )
         s["count"] += r["count"]
         if r["phase"] == "input":
             input_sigs[key] = input_sigs.get(key, 0) + r["count"]
-    for key, s in sigs.items():
+    for s in sigs.values():
         if s["sync"]:
             continue
         fkey = (s["func"], s["file"])
@@ -273,15 +301,23 @@ def aggregate(records: list[dict], samples: int, wall_s: float, steps: int, forw
     for f in func_list:
         del f["_top"]
         f["ms_per_step"] = per_step(f["count"])
-    out = {"sampled": True, "samples": samples, "ms_per_sample": round(ms_per_sample, 4),
-           "step_ms": round(wall_s * 1000.0 / steps, 3), "steps": steps,
-           "signatures": sig_list[:TOP_SIGNATURES], "functions": func_list,
-           "phases": {p: per_step(n) for p, n in sorted(phases.items())}}
+    out = {
+        "sampled": True,
+        "samples": samples,
+        "ms_per_sample": round(ms_per_sample, 4),
+        "step_ms": round(wall_s * 1000.0 / steps, 3),
+        "steps": steps,
+        "signatures": sig_list[:TOP_SIGNATURES],
+        "functions": func_list,
+        "phases": {p: per_step(n) for p, n in sorted(phases.items())},
+    }
     if forwards > 0:
         top = sorted(input_sigs.items(), key=lambda kv: (-kv[1], sigs[kv[0]]["where"]))[:TOP_INPUT]
-        out["input"] = {"ms_per_step": per_step(phases.get("input", 0)),
-                        "top": [{"where": sigs[k]["where"], "ms_per_step": per_step(n)} for k, n in top],
-                        "where": sigs[top[0][0]]["where"] if top else None}
+        out["input"] = {
+            "ms_per_step": per_step(phases.get("input", 0)),
+            "top": [{"where": sigs[k]["where"], "ms_per_step": per_step(n)} for k, n in top],
+            "where": sigs[top[0][0]]["where"] if top else None,
+        }
     else:
-        out["input"] = None          # no DDP forward in the window: the input phase has no end to measure
+        out["input"] = None  # no DDP forward in the window: the input phase has no end to measure
     return out

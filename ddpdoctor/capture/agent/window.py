@@ -27,9 +27,9 @@ from __future__ import annotations
 
 NONE, START, STEP, STOP, EXIT = "none", "start", "step", "stop", "exit"
 
-KEEP_STEP_TIMES = 100           # step durations kept (settings' step_time_s, the watchdog)
-KEEP_ACCUMULATION = 200         # per-optimizer-step micro-batch counts kept
-TYPICAL_OF_LAST = 20            # the watchdog's typical step: median of the last 20
+KEEP_STEP_TIMES = 100  # step durations kept (settings' step_time_s, the watchdog)
+KEEP_ACCUMULATION = 200  # per-optimizer-step micro-batch counts kept
+TYPICAL_OF_LAST = 20  # the watchdog's typical step: median of the last 20
 
 
 class Boundary:
@@ -49,27 +49,28 @@ class Boundary:
 
 
 class StepWindow:
-    def __init__(self, warmup: int = 5, active: int = 5, keep_going: bool = False, forward_fallback: int = 64,
-                 now: float = 0.0):
+    def __init__(
+        self, warmup: int = 5, active: int = 5, keep_going: bool = False, forward_fallback: int = 64, now: float = 0.0
+    ):
         self.warmup = max(0, warmup)
         self.active = max(1, active)
         self.keep_going = keep_going
         self.forward_fallback = max(2, forward_fallback)
-        self.steps = 0                    # completed steps (boundaries seen)
-        self.step_source = None           # "optimizer" or "ddp_forward"
+        self.steps = 0  # completed steps (boundaries seen)
+        self.step_source = None  # "optimizer" or "ddp_forward"
         self.optimizer_seen = False
         self.forward_calls = 0
-        self.micro_batches = 0            # DDP/FSDP forward passes since the last optimizer step
-        self.synced_micro_batches = 0     # ... of which with gradient sync on (not under no_sync)
+        self.micro_batches = 0  # DDP/FSDP forward passes since the last optimizer step
+        self.synced_micro_batches = 0  # ... of which with gradient sync on (not under no_sync)
         self.micro_per_step: list[int] = []
         self.synced_per_step: list[int] = []
         self.profiling = False
-        self.recorded = 0                 # active steps recorded
-        self.first_step = None            # ProfilerStep# number of the first recorded step
+        self.recorded = 0  # active steps recorded
+        self.first_step = None  # ProfilerStep# number of the first recorded step
         self.window_done = False
         self.user_profiler = False
         self.stop_requested = False
-        self.manual = False               # the script marks the window itself (ddpdoctor.capture.window)
+        self.manual = False  # the script marks the window itself (ddpdoctor.capture.window)
         self.step_times: list[float] = []
         self.last_step_time = now
 
@@ -118,8 +119,13 @@ class StepWindow:
         b = Boundary(self.steps - 1, dur if self.steps > 1 else None)
         if self.stop_requested:
             b.action = EXIT
-        elif (not self.profiling and not self.window_done and not self.user_profiler and not self.manual
-              and self.steps >= self.warmup):
+        elif (
+            not self.profiling
+            and not self.window_done
+            and not self.user_profiler
+            and not self.manual
+            and self.steps >= self.warmup
+        ):
             b.action = START
         elif self.profiling:
             self.recorded += 1

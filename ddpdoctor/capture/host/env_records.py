@@ -91,7 +91,7 @@ class EnvRun:
     def open(cls, out: str, env: dict) -> EnvRun | None:
         run = cls(out, env, run_key(env))
         if run._foreign(_read_json(os.path.join(out, "manifest.json"))):
-            return None                      # checked before anything is created in the folder
+            return None  # checked before anything is created in the folder
         for sub in ("ranks", "hosts", "flight_recorder", STATE_DIR):
             os.makedirs(os.path.join(out, sub), exist_ok=True)
         with run.lock():
@@ -114,8 +114,10 @@ class EnvRun:
         if m is None or (m.get("run_id") == self.key and not m.get("end_time")):
             return False
         why = "another run's bundle" if m.get("run_id") != self.key else "a finished run's bundle"
-        say(f"DDPDOCTOR_CAPTURE={self.out} holds {why}: capture is off for this run "
-            f"(give each job its own folder, e.g. DDPDOCTOR_CAPTURE=/shared/runs/$SLURM_JOB_ID)")
+        say(
+            f"DDPDOCTOR_CAPTURE={self.out} holds {why}: capture is off for this run "
+            f"(give each job its own folder, e.g. DDPDOCTOR_CAPTURE=/shared/runs/$SLURM_JOB_ID)"
+        )
         return True
 
     def environment(self) -> dict[str, str]:
@@ -123,13 +125,18 @@ class EnvRun:
         launcher's own (its pid, its terminal pipes, the private PYTHONPATH folder)."""
         from .launcher import RunOptions, capture_env
 
-        keep = os.environ.get("DDPDOCTOR_KEEP_GOING", "1")      # default: training goes on after the window
-        opts = RunOptions(command=[], warmup=_int(os.environ.get("DDPDOCTOR_WARMUP"), 5),
-                          active=_int(os.environ.get("DDPDOCTOR_ACTIVE"), 5), keep_going=keep == "1")
+        keep = os.environ.get("DDPDOCTOR_KEEP_GOING", "1")  # default: training goes on after the window
+        opts = RunOptions(
+            command=[],
+            warmup=_int(os.environ.get("DDPDOCTOR_WARMUP"), 5),
+            active=_int(os.environ.get("DDPDOCTOR_ACTIVE"), 5),
+            keep_going=keep == "1",
+        )
         from .hostinfo import torch_version
 
-        env, changed = capture_env(dict(os.environ), _Path(self.out), _Path(self.state), opts, self.key, "", "",
-                                   torch_version())
+        env, changed = capture_env(
+            dict(os.environ), _Path(self.out), _Path(self.state), opts, self.key, "", "", torch_version()
+        )
         drop = ("PYTHONPATH", "DDPDOCTOR_AGENT", "DDPDOCTOR_LAUNCHER_PID", "DDPDOCTOR_TERM_OUT", "DDPDOCTOR_TERM_ERR")
         out = {k: v for k, v in env.items() if k not in drop and os.environ.get(k) != v}
         out["DDPDOCTOR_CAPTURE_MODE"] = "environment"
@@ -143,20 +150,36 @@ class EnvRun:
         argv = _process_argv()
         t, iso = _now()
         return {
-            "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "capture_version": CAPTURE_VERSION,
+            "schema": MANIFEST_SCHEMA,
+            "ddpdoctor_version": __version__,
+            "capture_version": CAPTURE_VERSION,
             "capture": "environment",
-            "command": join_argv(argv), "argv": redact_argv(argv), "cwd": os.getcwd(),
-            "hostname": self.raw_host, "hosts": [], "host_files": [],
-            "step_window": {"warmup": _int(self.env.get("DDPDOCTOR_WARMUP"), 5),
-                            "active": _int(self.env.get("DDPDOCTOR_ACTIVE"), 5),
-                            "keep_going": self.env.get("DDPDOCTOR_KEEP_GOING", "1") == "1"},
-            "start_time": iso, "start_unix": t, "end_time": None, "status": "partial", "exit_code": None,
-            "world_size": None, "ranks_present": [], "env_set": {}, "launcher_log": None, "run_id": self.key,
+            "command": join_argv(argv),
+            "argv": redact_argv(argv),
+            "cwd": os.getcwd(),
+            "hostname": self.raw_host,
+            "hosts": [],
+            "host_files": [],
+            "step_window": {
+                "warmup": _int(self.env.get("DDPDOCTOR_WARMUP"), 5),
+                "active": _int(self.env.get("DDPDOCTOR_ACTIVE"), 5),
+                "keep_going": self.env.get("DDPDOCTOR_KEEP_GOING", "1") == "1",
+            },
+            "start_time": iso,
+            "start_unix": t,
+            "end_time": None,
+            "status": "partial",
+            "exit_code": None,
+            "world_size": None,
+            "ranks_present": [],
+            "env_set": {},
+            "launcher_log": None,
+            "run_id": self.key,
         }
 
     def _write_host(self) -> None:
-        from . import hostinfo
         from ..agent.process import _process_argv
+        from . import hostinfo
 
         try:
             host = hostinfo.collect(_process_argv(), dict(os.environ))
@@ -171,7 +194,7 @@ class EnvRun:
 
         fd = os.open(os.path.join(self.state, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.lockf(fd, fcntl.LOCK_EX)          # POSIX locks: also across hosts on NFS
+            fcntl.lockf(fd, fcntl.LOCK_EX)  # POSIX locks: also across hosts on NFS
             yield
         finally:
             with contextlib.suppress(OSError):
@@ -263,7 +286,7 @@ class EnvRun:
         if manifest["status"] != "failed":
             complete = len(traced) == manifest["world_size"] and manifest.get("windows_complete")
             manifest["status"] = "complete" if complete else "partial"
-        if not manifest.get("nnodes"):        # no launcher argument to read it from: the hosts the ranks ran on
+        if not manifest.get("nnodes"):  # no launcher argument to read it from: the hosts the ranks ran on
             from .manifest import read_rank_settings
 
             names = {s.get("hostname") for s in read_rank_settings(_Path(self.out)).values() if s.get("hostname")}
@@ -276,22 +299,28 @@ class EnvRun:
     def _analyze(self, manifest: dict) -> None:
         """`ddpdoctor run`'s end-of-run analysis: the report goes to DIR/report/, one line to stderr."""
         report = os.path.join(self.out, "report")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("DDPDOCTOR_") and k not in ("NCCL_DEBUG_FILE",)}
-        status = f"status {manifest.get('status')}, traces from {len(manifest.get('ranks_present') or [])} of " \
-                 f"{manifest.get('world_size')} ranks"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DDPDOCTOR_") and k not in ("NCCL_DEBUG_FILE",)}
+        status = (
+            f"status {manifest.get('status')}, traces from {len(manifest.get('ranks_present') or [])} of "
+            f"{manifest.get('world_size')} ranks"
+        )
         # its own session: when a peer failed, the job's launcher kills this rank's process group (torchrun
         # does, seen with examples/oom_skip_batch.py); the analysis then finishes without the rank
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "ddpdoctor", "analyze", self.out, "--report", report, "-q"],
-                                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ddpdoctor", "analyze", self.out, "--report", report, "-q"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
             _, err = proc.communicate(timeout=float(os.environ.get("DDPDOCTOR_CAPTURE_ANALYZE_TIMEOUT_S", "900")))
             res = subprocess.CompletedProcess(proc.args, proc.returncode, None, err)
         except (OSError, subprocess.SubprocessError) as exc:
             say(f"capture {self.out}: {status}; analysis failed ({exc}): ddpdoctor analyze {self.out}")
             return
-        verdict = ((_read_json(os.path.join(report, "report.json")) or {}).get("verdict") or {})
+        verdict = (_read_json(os.path.join(report, "report.json")) or {}).get("verdict") or {}
         if res.returncode in (0, 3) and verdict:
             first = (verdict.get("summary") or "").split(". ")[0].rstrip(".")
             say(f"capture {self.out}: {status}; {first} (report: {report}/report.md)")

@@ -35,8 +35,9 @@ def _run(cmd: list[str], timeout: float = 10.0) -> str | None:
 
 
 def gpus() -> list[dict]:
-    out = _run(["nvidia-smi", "--query-gpu=index,name,memory.total,pci.bus_id,driver_version",
-                "--format=csv,noheader,nounits"])
+    out = _run(
+        ["nvidia-smi", "--query-gpu=index,name,memory.total,pci.bus_id,driver_version", "--format=csv,noheader,nounits"]
+    )
     found = []
     if out:
         for line in out.strip().splitlines():
@@ -46,17 +47,30 @@ def gpus() -> list[dict]:
                     mem = int(float(parts[2])) * 1024 * 1024
                 except ValueError:
                     mem = None
-                found.append({"index": parts[0], "name": parts[1], "memory_bytes": mem,
-                              "pci_bus_id": parts[3] if len(parts) > 3 else None,
-                              "driver": parts[4] if len(parts) > 4 else None, "vendor": "nvidia"})
+                found.append(
+                    {
+                        "index": parts[0],
+                        "name": parts[1],
+                        "memory_bytes": mem,
+                        "pci_bus_id": parts[3] if len(parts) > 3 else None,
+                        "driver": parts[4] if len(parts) > 4 else None,
+                        "vendor": "nvidia",
+                    }
+                )
         return found
     out = _run(["rocm-smi", "--showproductname", "--json"])
     if out:
         try:
             for key, v in json.loads(out).items():
                 if key.startswith("card"):
-                    found.append({"index": key[4:], "name": v.get("Card series") or v.get("Card model"),
-                                  "memory_bytes": None, "vendor": "amd"})
+                    found.append(
+                        {
+                            "index": key[4:],
+                            "name": v.get("Card series") or v.get("Card model"),
+                            "memory_bytes": None,
+                            "vendor": "amd",
+                        }
+                    )
         except (ValueError, AttributeError):
             pass
     return found

@@ -25,9 +25,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...version import __version__
 from ...errors import InputError
 from ...redact import join_argv, redact_argv
+from ...version import __version__
 from .. import CAPTURE_VERSION
 from ..agent import PACKAGE as AGENT_PACKAGE
 from ..agent.contract import MANIFEST_SCHEMA
@@ -37,7 +37,7 @@ from .manifest import finish_bundle, utc_now, write_json
 from .processes import _alive, _die_with_parent, _reap_orphans, _tee_pids, _wait_for
 from .streams import _Pump, _term
 
-AGENT_DIR = Path(__file__).parents[1] / "agent"       # copied whole into the run's private folder, as AGENT_PACKAGE
+AGENT_DIR = Path(__file__).parents[1] / "agent"  # copied whole into the run's private folder, as AGENT_PACKAGE
 FR_BUFFER_SIZE = "2000"
 
 
@@ -49,7 +49,7 @@ class RunOptions:
     warmup: int = 5
     active: int = 5
     keep_going: bool = False
-    changes: dict | None = None        # `run --try`: applied inside every rank (overrides.py)
+    changes: dict | None = None  # `run --try`: applied inside every rank (overrides.py)
 
 
 @dataclass
@@ -76,8 +76,10 @@ def prepare_out_dir(out: Path, force: bool) -> None:
             if not force:
                 raise InputError(f"{out}: output folder already exists (use --force to replace it, or another --out)")
             if not (out / "manifest.json").is_file():
-                raise InputError(f"{out}: exists and is not a ddpdoctor bundle (no manifest.json); "
-                                 f"refusing to delete it even with --force")
+                raise InputError(
+                    f"{out}: exists and is not a ddpdoctor bundle (no manifest.json); "
+                    f"refusing to delete it even with --force"
+                )
             shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     for sub in ("ranks", "hosts", "flight_recorder"):
@@ -106,8 +108,16 @@ def _torch_before(version: str | None, limit: tuple[int, int]) -> bool:
     return (major, minor) < limit
 
 
-def capture_env(base: dict[str, str], out: Path, inject_dir: Path, opts: RunOptions, run_id: str,
-                term_out: str, term_err: str, torch_version: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
+def capture_env(
+    base: dict[str, str],
+    out: Path,
+    inject_dir: Path,
+    opts: RunOptions,
+    run_id: str,
+    term_out: str,
+    term_err: str,
+    torch_version: str | None = None,
+) -> tuple[dict[str, str], dict[str, str]]:
     """The environment for the user's command, and the subset of user-visible variables
     ddpdoctor set (recorded in the manifest).  Nothing is changed that the user set."""
     env = dict(base)
@@ -137,19 +147,21 @@ def capture_env(base: dict[str, str], out: Path, inject_dir: Path, opts: RunOpti
     pp = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(inject_dir) + (os.pathsep + pp if pp else "")
     changed["PYTHONPATH"] = f"{inject_dir} prepended (capture agent)"
-    env.update({
-        "DDPDOCTOR_BUNDLE": str(out),
-        "DDPDOCTOR_AGENT": str(inject_dir / AGENT_PACKAGE),
-        "DDPDOCTOR_RUN_ID": run_id,
-        "DDPDOCTOR_LAUNCHER_PID": str(os.getpid()),
-        "DDPDOCTOR_WARMUP": str(opts.warmup),
-        "DDPDOCTOR_ACTIVE": str(opts.active),
-        "DDPDOCTOR_KEEP_GOING": "1" if opts.keep_going else "0",
-        "DDPDOCTOR_TERM_OUT": term_out,
-        "DDPDOCTOR_TERM_ERR": term_err,
-    })
+    env.update(
+        {
+            "DDPDOCTOR_BUNDLE": str(out),
+            "DDPDOCTOR_AGENT": str(inject_dir / AGENT_PACKAGE),
+            "DDPDOCTOR_RUN_ID": run_id,
+            "DDPDOCTOR_LAUNCHER_PID": str(os.getpid()),
+            "DDPDOCTOR_WARMUP": str(opts.warmup),
+            "DDPDOCTOR_ACTIVE": str(opts.active),
+            "DDPDOCTOR_KEEP_GOING": "1" if opts.keep_going else "0",
+            "DDPDOCTOR_TERM_OUT": term_out,
+            "DDPDOCTOR_TERM_ERR": term_err,
+        }
+    )
     env.pop("DDPDOCTOR_ACTIVE_PID", None)
-    if opts.changes:                     # `run --try`: these override what the user set, on purpose
+    if opts.changes:  # `run --try`: these override what the user set, on purpose
         from ..agent.overrides import launcher_env
 
         for name, value in launcher_env(opts.changes).items():
@@ -199,8 +211,9 @@ def _inject_folder(private: Path) -> Path:
     inject = private / "inject"
     inject.mkdir()
     shutil.copy(AGENT_DIR / "sitecustomize.py", inject / "sitecustomize.py")
-    shutil.copytree(AGENT_DIR, inject / AGENT_PACKAGE,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "sitecustomize.py"))
+    shutil.copytree(
+        AGENT_DIR, inject / AGENT_PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "sitecustomize.py")
+    )
     return inject
 
 
@@ -214,8 +227,9 @@ def _wait_forwarding_signals(proc: subprocess.Popen, out: Path) -> tuple[int, li
         if not interrupted:
             interrupted.append(name)
             try:
-                sys.stderr.write(f"\nddpdoctor: {name} received; forwarding it to the training processes "
-                                 f"(again to kill them)\n")
+                sys.stderr.write(
+                    f"\nddpdoctor: {name} received; forwarding it to the training processes (again to kill them)\n"
+                )
                 sys.stderr.flush()
             except (OSError, ValueError):
                 pass
@@ -231,9 +245,9 @@ def _wait_forwarding_signals(proc: subprocess.Popen, out: Path) -> tuple[int, li
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         try:
             old[s] = signal.signal(s, forward)
-        except ValueError:       # not the main thread (tests calling run_capture in a thread)
+        except ValueError:  # not the main thread (tests calling run_capture in a thread)
             pass
-    hang_stop = threading.Event()        # a rank's hang request: SIGUSR2 for the ranks' faulthandler dumps
+    hang_stop = threading.Event()  # a rank's hang request: SIGUSR2 for the ranks' faulthandler dumps
     threading.Thread(target=signal_ranks_on_request, args=(str(out), hang_stop), daemon=True).start()
     try:
         while True:
@@ -254,8 +268,9 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     term_out, term_err = str(private / "term.out"), str(private / "term.err")
     os.mkfifo(term_out)
     os.mkfifo(term_err)
-    env, changed = capture_env(dict(os.environ), out, inject, opts, run_id, term_out, term_err,
-                               hostinfo.torch_version())
+    env, changed = capture_env(
+        dict(os.environ), out, inject, opts, run_id, term_out, term_err, hostinfo.torch_version()
+    )
 
     start_unix, start_iso = utc_now()
     raw_hostname = socket.gethostname()
@@ -263,7 +278,7 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     host_path = out / "hosts" / f"{hostname}.json"
     host: dict = {}
 
-    def collect_host():                 # in parallel with the training: nvidia-smi can take a second
+    def collect_host():  # in parallel with the training: nvidia-smi can take a second
         try:
             host.update(hostinfo.collect(opts.command, dict(os.environ)))
             write_json(host_path, host)
@@ -273,16 +288,29 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
 
     host_thread = threading.Thread(target=collect_host, daemon=True)
     manifest = {
-        "schema": MANIFEST_SCHEMA, "ddpdoctor_version": __version__, "capture_version": CAPTURE_VERSION,
+        "schema": MANIFEST_SCHEMA,
+        "ddpdoctor_version": __version__,
+        "capture_version": CAPTURE_VERSION,
         "torch_version": hostinfo.torch_version(),
-        "command": join_argv(opts.command), "argv": redact_argv(opts.command), "cwd": os.getcwd(),
-        "hostname": raw_hostname, "hosts": [hostname], "host_files": [f"hosts/{hostname}.json"],
+        "command": join_argv(opts.command),
+        "argv": redact_argv(opts.command),
+        "cwd": os.getcwd(),
+        "hostname": raw_hostname,
+        "hosts": [hostname],
+        "host_files": [f"hosts/{hostname}.json"],
         "step_window": {"warmup": opts.warmup, "active": opts.active, "keep_going": opts.keep_going},
-        "start_time": start_iso, "start_unix": start_unix, "end_time": None,
-        "status": "partial", "exit_code": None, "world_size": None, "ranks_present": [],
-        "env_set": changed, "launcher_log": "launcher.log", "run_id": run_id,
+        "start_time": start_iso,
+        "start_unix": start_unix,
+        "end_time": None,
+        "status": "partial",
+        "exit_code": None,
+        "world_size": None,
+        "ranks_present": [],
+        "env_set": changed,
+        "launcher_log": "launcher.log",
+        "run_id": run_id,
     }
-    write_json(out / "manifest.json", manifest)     # a run killed with SIGKILL leaves "partial"
+    write_json(out / "manifest.json", manifest)  # a run killed with SIGKILL leaves "partial"
 
     # FIFOs: open the read ends (non-blocking open), keep a dummy writer so EOF only comes at the end
     fifo_r = [os.open(p, os.O_RDONLY | os.O_NONBLOCK) for p in (term_out, term_err)]
@@ -292,8 +320,14 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     log_lock = threading.Lock()
     launcher_log = open(out / "launcher.log", "ab")
     try:
-        proc = subprocess.Popen(opts.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(
+            opts.command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
     except OSError as exc:
         launcher_log.close()
         for fd in fifo_r + fifo_w:
@@ -301,12 +335,15 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
         manifest.update(status="failed", exit_code=127, error=f"{type(exc).__name__}: {exc}")
         write_json(out / "manifest.json", manifest)
         raise InputError(f"{opts.command[0]}: cannot start ({exc})") from None
-    host_thread.start()          # after the fork: preexec_fn is only safe in a single-threaded parent
+    host_thread.start()  # after the fork: preexec_fn is only safe in a single-threaded parent
     # the launcher's own output (torchrun's banner, its tracebacks and "Root Cause" block) goes to
     # launcher.log only: the ranks' output reaches the terminal, and the card leads after the run
-    pumps = [_Pump(os.dup(proc.stdout.fileno()), None, launcher_log, log_lock),
-             _Pump(os.dup(proc.stderr.fileno()), None, launcher_log, log_lock),
-             _Pump(fifo_r[0], _term(sys.stdout)), _Pump(fifo_r[1], _term(sys.stderr))]
+    pumps = [
+        _Pump(os.dup(proc.stdout.fileno()), None, launcher_log, log_lock),
+        _Pump(os.dup(proc.stderr.fileno()), None, launcher_log, log_lock),
+        _Pump(fifo_r[0], _term(sys.stdout)),
+        _Pump(fifo_r[1], _term(sys.stderr)),
+    ]
     proc.stdout.close()
     proc.stderr.close()
     for p in pumps:
@@ -314,7 +351,7 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
 
     rc, interrupted = _wait_forwarding_signals(proc, out)
     exit_code = rc if rc >= 0 else 128 - rc
-    if interrupted:                     # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports it
+    if interrupted:  # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports it
         exit_code = 128 + signal.Signals[interrupted[0]].value
     # the user's command has ended: stray descendants (ranks torchrun did not reap, daemons)
     # are this run's orphans; end them, then let the rank tees drain

@@ -38,7 +38,7 @@ def read_rank_settings(out: Path) -> dict[int, dict]:
 
 
 def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interrupted: str | None) -> dict:
-    for marker in (out / "ranks").glob("rank*/.window_done"):      # the ranks' coordination markers
+    for marker in (out / "ranks").glob("rank*/.window_done"):  # the ranks' coordination markers
         try:
             marker.unlink()
         except OSError:
@@ -54,7 +54,7 @@ def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interru
     if nnodes > 1:
         expected = max([s.get("local_world_size") or 0 for s in settings.values()] + [0]) or None
     recorded = bool(expected and len(traces) == expected and windows_complete)
-    if interrupted:                     # interrupted after every window was recorded: the bundle is whole
+    if interrupted:  # interrupted after every window was recorded: the bundle is whole
         status = "complete" if recorded else "partial"
     elif exit_code != 0:
         status = "failed"
@@ -63,14 +63,25 @@ def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interru
     torch_versions = sorted({s["torch_version"] for s in settings.values() if s.get("torch_version")})
     nccl = sorted({s["nccl_version"] for s in settings.values() if s.get("nccl_version")})
     t, iso = utc_now()
-    manifest.update({
-        "end_time": iso, "end_unix": t, "duration_s": round(t - manifest["start_unix"], 3),
-        "status": status, "exit_code": exit_code, "interrupted_by": interrupted,
-        "world_size": world, "ranks_present": traces, "ranks_seen": rank_dirs, "ranks_expected_here": expected,
-        "steps_completed": {str(r): s.get("steps_completed") for r, s in sorted(settings.items())},
-        "windows_complete": windows_complete,
-        "flight_recorder_files": sorted(p.name for p in (out / "flight_recorder").iterdir()) if (out / "flight_recorder").is_dir() else [],
-    })
+    manifest.update(
+        {
+            "end_time": iso,
+            "end_unix": t,
+            "duration_s": round(t - manifest["start_unix"], 3),
+            "status": status,
+            "exit_code": exit_code,
+            "interrupted_by": interrupted,
+            "world_size": world,
+            "ranks_present": traces,
+            "ranks_seen": rank_dirs,
+            "ranks_expected_here": expected,
+            "steps_completed": {str(r): s.get("steps_completed") for r, s in sorted(settings.items())},
+            "windows_complete": windows_complete,
+            "flight_recorder_files": sorted(p.name for p in (out / "flight_recorder").iterdir())
+            if (out / "flight_recorder").is_dir()
+            else [],
+        }
+    )
     if torch_versions:
         manifest["torch_version"] = torch_versions[0] if len(torch_versions) == 1 else torch_versions
     manifest["notes"] = bundle_notes(manifest.get("argv") or [], rank_dirs, traces, world, settings)
@@ -96,8 +107,17 @@ def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interru
     return manifest
 
 
-_PROCESS_COUNT_FLAGS = ("--num_processes", "--num-processes", "--nproc_per_node", "--nproc-per-node", "-np", "-n",
-                        "--ntasks", "--num_gpus", "--num-gpus")
+_PROCESS_COUNT_FLAGS = (
+    "--num_processes",
+    "--num-processes",
+    "--nproc_per_node",
+    "--nproc-per-node",
+    "-np",
+    "-n",
+    "--ntasks",
+    "--num_gpus",
+    "--num-gpus",
+)
 
 
 def requested_processes(argv: list[str]) -> int | None:
@@ -117,19 +137,25 @@ def requested_processes(argv: list[str]) -> int | None:
     return None
 
 
-def bundle_notes(argv: list[str], rank_dirs: list[int], traces: list[int], world: int | None,
-                 settings: dict) -> list[str]:
+def bundle_notes(
+    argv: list[str], rank_dirs: list[int], traces: list[int], world: int | None, settings: dict
+) -> list[str]:
     """Why the bundle holds fewer ranks or traces than the command suggests, in words."""
     notes = []
     asked = requested_processes(argv)
     if not rank_dirs:
-        notes.append("no process of the command was recognised as a training rank: ranks are Python processes "
-                     "started by a launcher (torchrun, accelerate launch, deepspeed, srun, mpirun, Lightning) "
-                     "or the command's own Python process; see launcher.log")
+        notes.append(
+            "no process of the command was recognised as a training rank: ranks are Python processes "
+            "started by a launcher (torchrun, accelerate launch, deepspeed, srun, mpirun, Lightning) "
+            "or the command's own Python process; see launcher.log"
+        )
     elif asked and world is not None and world < asked:
-        what = ("`accelerate launch --cpu` runs the script as one process whatever --num_processes says; "
-                "`accelerate launch --multi_gpu --num_processes N` starts N ranks (gloo on CPU)"
-                if "accelerate" in " ".join(argv[:2]) and "--cpu" in argv else "see launcher.log")
+        what = (
+            "`accelerate launch --cpu` runs the script as one process whatever --num_processes says; "
+            "`accelerate launch --multi_gpu --num_processes N` starts N ranks (gloo on CPU)"
+            if "accelerate" in " ".join(argv[:2]) and "--cpu" in argv
+            else "see launcher.log"
+        )
         notes.append(f"the command asked for {asked} processes but {world} rank{'' if world == 1 else 's'} ran: {what}")
     untraced = [r for r in rank_dirs if r not in traces]
     for r in untraced:

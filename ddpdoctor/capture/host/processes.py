@@ -16,8 +16,8 @@ def _die_with_parent() -> None:
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)    # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):   # no libc by that name, or no prctl: not Linux
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no libc by that name, or no prctl: not Linux
         pass
 
 
@@ -74,7 +74,7 @@ def _alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat[stat.rfind(")") + 2:][:1] != "Z"
+    return stat[stat.rfind(")") + 2 :][:1] != "Z"
 
 
 def _wait_for(pids: list[int], timeout: float) -> None:

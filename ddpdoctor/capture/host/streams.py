@@ -7,13 +7,14 @@ import os
 import re
 import threading
 
-
 # Kineto's own status lines, printed by every rank each time the profiler starts or stops:
 #   STAGE:2023-02-21 15:15:48 101902:101902 ActivityProfilerController.cpp:294] Completed Stage: Warm Up
 #   USDT:2026-11-22 19:06:23 1351:1351 SyncActivityProfilerHandler.cpp:52] profiler_start
 # (pytorch/kineto#726; the second from torch 2.13 here). Two ranks writing at once glue them together.
-_KINETO = re.compile(rb"(?:STAGE|USDT):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.]+:\d+\] .*?"
-                     rb"(?=(?:STAGE|USDT):\d{4}-|\r?\n|$)")
+_KINETO = re.compile(
+    rb"(?:STAGE|USDT):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.]+:\d+\] .*?"
+    rb"(?=(?:STAGE|USDT):\d{4}-|\r?\n|$)"
+)
 _ONLY_PREFIX = re.compile(rb"^\s*(?:\[(?:default|rank)\d+\]:\s*)*$")
 _NOISE_STARTS = (b"STAGE:", b"USDT:")
 
@@ -39,7 +40,7 @@ class _NoiseFilter:
         self.pending = lines.pop()
         out = b"".join(strip_profiler_noise(ln + b"\n") for ln in lines)
         tail = self.pending.lstrip(b"[]defaultrank0123456789: ")
-        if self.pending and not any(tail.startswith(p[:len(tail)]) or p in self.pending for p in _NOISE_STARTS):
+        if self.pending and not any(tail.startswith(p[: len(tail)]) or p in self.pending for p in _NOISE_STARTS):
             out, self.pending = out + self.pending, b""
         if out:
             self.term.write(out)

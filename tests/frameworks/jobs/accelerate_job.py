@@ -11,8 +11,11 @@ from torch.utils.data import DataLoader, TensorDataset
 if __name__ == "__main__":
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     torch.set_num_threads(1)
-    accelerator = Accelerator(gradient_accumulation_steps=4, cpu=True,
-                              kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+    accelerator = Accelerator(
+        gradient_accumulation_steps=4,
+        cpu=True,
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+    )
     g = torch.Generator().manual_seed(0)
     ds = TensorDataset(torch.randn(4096, 32, generator=g), torch.randn(4096, 1, generator=g))
     model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))

@@ -2,7 +2,6 @@
 wrap policy) or FSDP2 (fully_shard per block, then the root).  Injected cause: rank 1 gets
 sequences 16x longer than rank 0 (uneven work, larger than what a loaded host adds at random)."""
 
-import os
 import sys
 
 import torch
@@ -33,14 +32,18 @@ class TinyLM(torch.nn.Module):
 
 
 def wrap(model, kind):
-    if kind == "ddp":                                  # the same job under DDP, for comparison
+    if kind == "ddp":  # the same job under DDP, for comparison
         return torch.nn.parallel.DistributedDataParallel(model)
     if kind == "fsdp1":
         from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-        return FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({Block}),
-                                        sharding_strategy=ShardingStrategy.FULL_SHARD, device_id=torch.device("cpu"))
+        return FullyShardedDataParallel(
+            model,
+            auto_wrap_policy=ModuleWrapPolicy({Block}),
+            sharding_strategy=ShardingStrategy.FULL_SHARD,
+            device_id=torch.device("cpu"),
+        )
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -60,7 +63,7 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     model = wrap(TinyLM(), kind)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    length = 1024 if rank == 1 else 64                 # the injected cause: rank 1's inputs are 16x longer
+    length = 1024 if rank == 1 else 64  # the injected cause: rank 1's inputs are 16x longer
     g = torch.Generator().manual_seed(rank)
     for _ in range(steps):
         ids = torch.randint(0, 128, (8, length), generator=g)
@@ -69,5 +72,5 @@ if __name__ == "__main__":
         loss.backward()
         opt.step()
         opt.zero_grad()
-    dist.barrier()        # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
+    dist.barrier()  # nothing in flight when gloo tears down: a peer still mid-collective can abort it (SIGABRT)
     dist.destroy_process_group()

@@ -27,9 +27,18 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=64))
-    args = TrainingArguments(output_dir=os.path.join(tempfile.gettempdir(), "ddpdoctor-hf-job"),
-                             per_device_train_batch_size=4, gradient_accumulation_steps=4, max_steps=steps,
-                             use_cpu=True, ddp_backend="gloo", ddp_find_unused_parameters=True,
-                             report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
-                             dataloader_num_workers=0)
+    args = TrainingArguments(
+        output_dir=os.path.join(tempfile.gettempdir(), "ddpdoctor-hf-job"),
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=4,
+        max_steps=steps,
+        use_cpu=True,
+        ddp_backend="gloo",
+        ddp_find_unused_parameters=True,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
     Trainer(model=model, args=args, train_dataset=Tokens()).train()

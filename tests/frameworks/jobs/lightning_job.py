@@ -34,7 +34,15 @@ class Data(L.LightningDataModule):
 if __name__ == "__main__":
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     torch.set_num_threads(1)
-    trainer = L.Trainer(devices=2, accelerator="cpu", strategy=DDPStrategy(find_unused_parameters=True),
-                        accumulate_grad_batches=4, max_steps=steps, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        devices=2,
+        accelerator="cpu",
+        strategy=DDPStrategy(find_unused_parameters=True),
+        accumulate_grad_batches=4,
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(Regressor(), datamodule=Data())
