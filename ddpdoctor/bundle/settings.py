@@ -304,7 +304,19 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     elif hosts or mans:
         facts["host.nnodes"] = max(len(hosts), len(mans))
 
-    # ---- run
+    _run_facts(mans, ranks, facts)
+    # extra: the problems the ranks saw, in time order (the first is the likely root cause)
+    roots = sorted({str(p.parent.parent.parent) for p in settings_files} | {str(p.parent) for p in manifests})
+    problems = problem_events(load_events(roots)) if roots else []
+    if problems:
+        keep = ("time", "rank", "kind", "step", "type", "message", "caught", "signal", "thread")
+        facts["run.problems"] = [{k: e[k] for k in keep if k in e} for e in problems[:20]]
+        facts["run.first_problem"] = facts["run.problems"][0]
+    return facts
+
+
+def _run_facts(mans: list[dict], ranks: dict[int, dict], facts: dict[str, object]) -> None:
+    """The run.* facts of the manifests and the ranks' settings: status, exit, window, world, ranks present."""
     if mans or ranks:
         facts["run.captured"] = True
     worlds = [m.get("world_size") for m in mans if m.get("world_size")] + [
@@ -354,11 +366,3 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
         facts["run.ranks_present"] = sorted(present)
     if ranks:
         facts["run.steps_completed.per_rank"] = {r: ranks[r].get("steps_completed") for r in sorted(ranks)}
-    # extra: the problems the ranks saw, in time order (the first is the likely root cause)
-    roots = sorted({str(p.parent.parent.parent) for p in settings_files} | {str(p.parent) for p in manifests})
-    problems = problem_events(load_events(roots)) if roots else []
-    if problems:
-        keep = ("time", "rank", "kind", "step", "type", "message", "caught", "signal", "thread")
-        facts["run.problems"] = [{k: e[k] for k in keep if k in e} for e in problems[:20]]
-        facts["run.first_problem"] = facts["run.problems"][0]
-    return facts

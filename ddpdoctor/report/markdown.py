@@ -235,65 +235,8 @@ def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[
 
         parts.append(("ranks", ranks_md))
 
-        def cross_md(n):
-            c = a.get("cross_rank") or {}
-            lines = ["## Across ranks", ""]
-            if c.get("step_time_spread_us") is not None:
-                lines.append(
-                    f"- Step-time spread (max − min, median over steps): {view.ms(c['step_time_spread_us'])} ms "
-                    f"({view.pct(c.get('step_time_spread_share'))} of the median step)"
-                )
-            if c.get("imbalance_score") is not None:
-                lines.append(f"- Imbalance score: {c['imbalance_score']:.2f} (0 = balanced)")
-            for col in ("step_time", "compute", "dataloader_wait", "comm_exposed"):
-                sp = view.spread(d, col)
-                if sp and len(a["ranks"]) > 2:
-                    lines.append(
-                        f"- {md(view.LABEL.get(col, col.replace('_', ' ')))} per rank, ms: min {view.ms(sp['min'])}, "
-                        f"p10 {view.ms(sp['p10'])}, median {view.ms(sp['median'])}, p90 {view.ms(sp['p90'])}, "
-                        f"max {view.ms(sp['max'])}"
-                    )
-            strag = view.stragglers(d)
-            for s in strag[:n]:
-                lines.append(
-                    f"- **Straggler: rank {md(s['rank'])}** reaches the step's collectives "
-                    f"{s['late_us'] / 1000:.2f} ms after the median of the others "
-                    f"({view.pct(s.get('late_share'))} of a step; last in {s.get('steps_late')} of "
-                    f"{s.get('steps')} steps)"
-                )
-            if not strag and len(a["ranks"]) > 1:
-                lines.append("- No straggler.")
-            for note in c.get("notes") or []:
-                lines.append(f"- {md(note)}")
-            return "\n".join(lines)
-
-        parts.append(("cross", cross_md))
-
-        def step_md(n):
-            ranks, _ = view.select_ranks(d, limit=3)
-            blocks = [
-                "## Representative step",
-                "",
-                "Each rank's median-duration step; the most expensive GPU kernels in it.",
-            ]
-            for r in ranks[:3]:
-                t = a["ranks"][r].get("timeline") or {}
-                tk = (t.get("top_kernels") or [])[:n]
-                if not tk:
-                    continue
-                rows = [
-                    [md(k["name"]), "comm" if k.get("comm") else "compute", f"{k['us'] / 1000:.2f}", md(k["count"])]
-                    for k in tk
-                ]
-                blocks += [
-                    "",
-                    f"**Rank {md(r)}**, step {md(t.get('step'))} ({view.ms(t.get('duration_us'))} ms):",
-                    "",
-                    _table(["kernel", "kind", "ms", "count"], rows),
-                ]
-            return "\n".join(blocks) if len(blocks) > 3 else ""
-
-        parts.append(("step", step_md))
+        parts.append(("cross", lambda n: _cross_md(d, a, n)))
+        parts.append(("step", lambda n: _step_md(d, a, n)))
     if plots:
         # no image links: a relative path breaks once the text is pasted into a GitHub or Jira comment
         parts.append(
@@ -359,6 +302,65 @@ def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[
 
         parts.append(("facts", facts_md))
     return parts
+
+
+def _cross_md(d: dict, a: dict, n: int):
+    """The "Across ranks" section: spreads, imbalance, the first ``n`` stragglers."""
+    c = a.get("cross_rank") or {}
+    lines = ["## Across ranks", ""]
+    if c.get("step_time_spread_us") is not None:
+        lines.append(
+            f"- Step-time spread (max − min, median over steps): {view.ms(c['step_time_spread_us'])} ms "
+            f"({view.pct(c.get('step_time_spread_share'))} of the median step)"
+        )
+    if c.get("imbalance_score") is not None:
+        lines.append(f"- Imbalance score: {c['imbalance_score']:.2f} (0 = balanced)")
+    for col in ("step_time", "compute", "dataloader_wait", "comm_exposed"):
+        sp = view.spread(d, col)
+        if sp and len(a["ranks"]) > 2:
+            lines.append(
+                f"- {md(view.LABEL.get(col, col.replace('_', ' ')))} per rank, ms: min {view.ms(sp['min'])}, "
+                f"p10 {view.ms(sp['p10'])}, median {view.ms(sp['median'])}, p90 {view.ms(sp['p90'])}, "
+                f"max {view.ms(sp['max'])}"
+            )
+    strag = view.stragglers(d)
+    for s in strag[:n]:
+        lines.append(
+            f"- **Straggler: rank {md(s['rank'])}** reaches the step's collectives "
+            f"{s['late_us'] / 1000:.2f} ms after the median of the others "
+            f"({view.pct(s.get('late_share'))} of a step; last in {s.get('steps_late')} of "
+            f"{s.get('steps')} steps)"
+        )
+    if not strag and len(a["ranks"]) > 1:
+        lines.append("- No straggler.")
+    for note in c.get("notes") or []:
+        lines.append(f"- {md(note)}")
+    return "\n".join(lines)
+
+
+def _step_md(d: dict, a: dict, n: int):
+    """The "Representative step" section: the top ``n`` kernels of up to three ranks' median step."""
+    ranks, _ = view.select_ranks(d, limit=3)
+    blocks = [
+        "## Representative step",
+        "",
+        "Each rank's median-duration step; the most expensive GPU kernels in it.",
+    ]
+    for r in ranks[:3]:
+        t = a["ranks"][r].get("timeline") or {}
+        tk = (t.get("top_kernels") or [])[:n]
+        if not tk:
+            continue
+        rows = [
+            [md(k["name"]), "comm" if k.get("comm") else "compute", f"{k['us'] / 1000:.2f}", md(k["count"])] for k in tk
+        ]
+        blocks += [
+            "",
+            f"**Rank {md(r)}**, step {md(t.get('step'))} ({view.ms(t.get('duration_us'))} ms):",
+            "",
+            _table(["kernel", "kind", "ms", "count"], rows),
+        ]
+    return "\n".join(blocks) if len(blocks) > 3 else ""
 
 
 def render_markdown(d: dict, plots: list[tuple[str, str]] | None = None) -> str:

@@ -17,6 +17,9 @@ from ..expr import Expr, ExprError, compile_expr
 from ..fact_catalogue import default_catalogue
 from ..resources import metric_params
 from ..template import Template, Variant, VariantTemplate, compile_template
+from .fix_test_tables import KNOB_PATTERN as KNOB_PATTERN
+from .fix_test_tables import PREDICT_MODELS as PREDICT_MODELS
+from .fix_test_tables import Fix, RuleCase, knob, tune_keys
 
 CATEGORIES = ("failure", "network", "dataloader", "communication", "compute", "imbalance", "config", "memory", "info")
 VERDICT_CATEGORIES = ("dataloader", "communication", "compute", "imbalance")
@@ -59,53 +62,6 @@ class Param:
     name: str
     default: object
     help: str = ""
-
-
-@dataclass
-class Fix:
-    title: Template | VariantTemplate
-    change: Template | VariantTemplate
-    kind: str = "code"
-    applies_if: Expr | None = None
-    # the one setting this fix changes (e.g. "dataloader.num_workers", "ddp.bucket_cap_mb") and its
-    # new value, so that the fix can be phrased in the user's framework (HF Trainer, Lightning, …)
-    knob: str | None = None
-    value: Template | None = None
-    # where the fix goes among the finding's fixes: those whose `leads_if` holds first, those whose `trails_if`
-    # holds last, the others between; each group as written (an answer not recorded moves nothing)
-    leads_if: Expr | None = None
-    trails_if: Expr | None = None
-    # for `ddpdoctor tune` / `run --try` (docs/TUNE.md): the model trial/predict.py uses for this fix's knob
-    # (one of PREDICT_MODELS; default: the finding's upper bound), and whether the setting changes what the
-    # model computes (a compression hook, a precision): then tune never keeps it without --allow-numerics
-    predict: str | None = None
-    changes_numerics: bool = False
-
-
-# prediction models of trial/predict.py a fix may name (`predict = "…"`)
-PREDICT_MODELS = ("collective_count", "halved_bytes")
-
-
-@dataclass
-class RuleCase:
-    name: str
-    expect: str  # "fire", "quiet" or "abstain"
-    facts: dict
-    params: dict = field(default_factory=dict)
-    log: list[dict] = field(default_factory=list)
-    summary_contains: list[str] = field(default_factory=list)
-    ranks: list[int] | None = None
-    fixes_contain: list[str] = field(default_factory=list)  # each must appear in some fix
-    fixes_exclude: list[str] = field(default_factory=list)  # none may appear in any fix
-    first_fix: str | None = None  # must appear in the first fix's title
-    unset: list[str] = field(default_factory=list)  # base facts this case does not have
-    base: dict = field(default_factory=dict)  # the base facts of the rule's folder (basefacts.py; set at load)
-
-    def all_facts(self) -> dict:
-        """The case's facts as stored: its folder's base facts, without ``unset``, updated by its own."""
-        out = {k: v for k, v in self.base.items() if k not in self.unset}
-        out.update(self.facts)
-        return out
 
 
 @dataclass
@@ -166,38 +122,6 @@ def order_class(rule_order: str, category: str, severity: str) -> str:
     if category == "failure" or (category == "network" and severity == "critical"):
         return "failure"
     return "cost"
-
-
-KNOB_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_]+)+$")  # env.NCCL_SOCKET_IFNAME keeps its case
-
-
-def _knob(c, fx: dict, after: int) -> str | None:
-    knob = fx.get("knob")
-    if knob is None:
-        if "value" in fx:
-            c.fail("value", "a fix's 'value' goes with a 'knob' (the setting it is the value of)", after)
-        return None
-    if not isinstance(knob, str) or not KNOB_PATTERN.match(knob):
-        c.fail("knob", f"knob {knob!r} is not a dotted setting name such as 'dataloader.num_workers'", after)
-    if "value" not in fx:
-        c.fail("knob", f"knob {knob!r} needs a 'value' template", after)
-    return knob
-
-
-def _tune_keys(c, fx: dict, after: int) -> tuple[str | None, bool]:
-    """A fix's `predict` and `changes_numerics` keys (they describe a setting: they need a knob)."""
-    model, numerics = fx.get("predict"), fx.get("changes_numerics", False)
-    if model is not None and model not in PREDICT_MODELS:
-        c.fail("predict", f"predict {model!r} is not one of {', '.join(PREDICT_MODELS)}", after)
-    if not isinstance(numerics, bool):
-        c.fail("changes_numerics", "changes_numerics is true or false", after)
-    if (model is not None or numerics) and fx.get("knob") is None:
-        c.fail(
-            "predict" if model is not None else "changes_numerics",
-            "'predict' and 'changes_numerics' describe a setting: the fix needs a 'knob'",
-            after,
-        )
-    return model, numerics
 
 
 def key_line(text: str, key: str, after: int = 0) -> int:
@@ -431,26 +355,33 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         label=str(data.get("label", "")).strip(),
         order=str(data.get("order", "")),
     )
-    fixes = data.get("fix", [])
+    rule.fixes = _parse_fixes(c, data.get("fix", []), text, allow)
+    rule.tests = _parse_tests(c, data.get("test", []), text, params)
+    return rule
+
+
+def _parse_fixes(c, fixes, text: str, allow: set[str]) -> list[Fix]:
+    """A rule's [[fix]] tables (each checked; a problem names the line of its table)."""
+    out: list[Fix] = []
     if not isinstance(fixes, list):
         c.fail("fix", "fixes are written as [[fix]] tables")
     fix_lines = [n for n, line in enumerate(text.splitlines()) if line.strip() == "[[fix]]"]
     for i, fx in enumerate(fixes):
         after = fix_lines[i] if i < len(fix_lines) else 0
-        model, numerics = _tune_keys(c, fx, after)
+        model, numerics = tune_keys(c, fx, after)
         for key in ("title", "change"):
             if not isinstance(fx.get(key), (str, list)):
                 c.fail("fix", f"fix #{i + 1} needs a {key!r} string (or [[fix.{key}]] parts)", after)
         kind = fx.get("kind", "code")
         if kind not in FIX_KINDS:
             c.fail("kind", f"fix kind {kind!r} is not one of {', '.join(FIX_KINDS)}", after)
-        rule.fixes.append(
+        out.append(
             Fix(
                 title=c.template("title", fx["title"], allow, after),
                 change=c.template("change", fx["change"], allow, after),
                 kind=kind,
                 applies_if=c.expr("applies_if", fx["applies_if"], allow, after) if "applies_if" in fx else None,
-                knob=_knob(c, fx, after),
+                knob=knob(c, fx, after),
                 value=c.template("value", fx["value"], allow, after) if "value" in fx else None,
                 leads_if=c.expr("leads_if", fx["leads_if"], allow, after) if "leads_if" in fx else None,
                 trails_if=c.expr("trails_if", fx["trails_if"], allow, after) if "trails_if" in fx else None,
@@ -458,8 +389,14 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
                 changes_numerics=numerics,
             )
         )
+    return out
+
+
+def _parse_tests(c, tests, text: str, params: dict[str, Param]) -> list[RuleCase]:
+    """A rule's [[test]] tables: the cases `ddpdoctor rules test` runs."""
+    out: list[RuleCase] = []
     test_lines = [n for n, line in enumerate(text.splitlines()) if line.strip() == "[[test]]"]
-    for i, tc in enumerate(data.get("test", [])):
+    for i, tc in enumerate(tests):
         if tc.get("expect") not in ("fire", "quiet", "abstain"):
             c.fail("test", f'test #{i + 1} needs expect = "fire", "quiet" or "abstain"')
         unset = tc.get("unset", [])
@@ -479,7 +416,7 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         unknown_params = set(tc.get("params", {})) - set(params)
         if unknown_params:
             c.fail("test", f"test #{i + 1} sets unknown params {sorted(unknown_params)}")
-        rule.tests.append(
+        out.append(
             RuleCase(
                 name=str(tc.get("name", f"case {i + 1}")),
                 expect=tc["expect"],
@@ -494,4 +431,4 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
                 unset=list(unset),
             )
         )
-    return rule
+    return out

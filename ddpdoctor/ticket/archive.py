@@ -305,28 +305,7 @@ def build_bundle(
             if data is None:
                 continue
             data = _trace_secrets(data, p)
-            tried = []
-            if not trim_traces and add(Member(name, _host_trace(data, hosts), "trace")):
-                continue
-            ok = False
-            for steps in (None, 2, 1):
-                t = trim_trace(data, steps)
-                if t is None:
-                    break
-                tname = re.sub(r"(\.json)(\.gz)?$", r"\1.gz", name)
-                if add(Member(tname, _host_trace(t, hosts), "trace")):
-                    ok = True
-                    if not trim_traces or steps:
-                        kept = "the last " + plural(steps, "step") if steps else "the profiled steps"
-                        res.left_out.append(f"{name}: trimmed to {kept} to fit the size budget")
-                    break
-                tried.append(steps)
-            if not ok:
-                res.left_out.append(
-                    f"{name}: dropped, over the size budget even trimmed"
-                    if tried
-                    else f"{name}: dropped, over the size budget (no steps to trim it to)"
-                )
+            _add_trace(name, data, res, add, hosts, trim_traces)
     res.members = [m.name for m in chosen]
     index = _index(res, d, budget, hosts is not None)
     chosen.insert(0, Member("BUNDLE.md", index.encode(), "index"))
@@ -342,6 +321,32 @@ def build_bundle(
     os.replace(tmp, out)
     res.size = out.stat().st_size
     return res
+
+
+def _add_trace(name: str, data: bytes, res: BundleResult, add, hosts: HostRedactor | None, trim_traces: bool) -> None:
+    """Add one trace whole, else trimmed to fewer steps, else note it dropped (``add`` keeps to the budget)."""
+    tried = []
+    if not trim_traces and add(Member(name, _host_trace(data, hosts), "trace")):
+        return
+    ok = False
+    for steps in (None, 2, 1):
+        t = trim_trace(data, steps)
+        if t is None:
+            break
+        tname = re.sub(r"(\.json)(\.gz)?$", r"\1.gz", name)
+        if add(Member(tname, _host_trace(t, hosts), "trace")):
+            ok = True
+            if not trim_traces or steps:
+                kept = "the last " + plural(steps, "step") if steps else "the profiled steps"
+                res.left_out.append(f"{name}: trimmed to {kept} to fit the size budget")
+            break
+        tried.append(steps)
+    if not ok:
+        res.left_out.append(
+            f"{name}: dropped, over the size budget even trimmed"
+            if tried
+            else f"{name}: dropped, over the size budget (no steps to trim it to)"
+        )
 
 
 def _collect_file_secrets(files: list[Path]) -> None:
