@@ -8,15 +8,12 @@ import re
 from collections import Counter
 
 from .model import LogEvent
+from .watchdog_teardown import watchdog_teardown
 
 LAUNCHER_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP"}
 _DIGITS = re.compile(r"\d+")
 _IN_USE = re.compile(r"already in use|EADDRINUSE|errno:? ?98\b", re.I)
 # an exception line that is the store/rendezvous failure itself (that kind's evidence, not an own error)
-# a process abort (abort(), SIGABRT), not a fault of its own: ProcessGroupNCCL's watchdog ends a process that
-# timed out in a collective this way ("Aborted (core dumped)" after "Watchdog caught collective operation timeout")
-_ABORT = re.compile(r"\bAborted\b|SIGABRT|signal 6\b")
-_NOT_ABORT = re.compile(r"Segmentation fault|SIGSEGV|SIGBUS|SIGILL|SIGFPE|Fatal Python error|terminate called", re.I)
 _RENDEZVOUS_WORDS = ("clients joined", "workers joined", "socket has", "Rendezvous", "store based", "DistStoreError")
 
 
@@ -108,24 +105,6 @@ def kills(g, f: dict) -> tuple:
     f["failure.killed.terminated_ranks"] = ranks_of(term)
     f["failure.crash.ranks"] = ranks_of(crashes)
     return k, killed, term, teardown, crashes
-
-
-def watchdog_teardown(crash: LogEvent, timeouts: list[LogEvent]) -> bool:
-    """An abort (not a segfault or an uncaught C++ exception) that a timeout on the same rank precedes. An abort
-    the log does not attribute (a launcher's "srun: error: … Aborted (core dumped)") is taken as the tear-down of
-    a rank whose timeout precedes it in the same file."""
-    if not _ABORT.search(crash.text) or _NOT_ABORT.search(crash.text):
-        return False
-    if crash.rank is None:
-        return any(t.file == crash.file and _before(t, crash) for t in timeouts)
-    return any(t.rank == crash.rank and _before(t, crash) for t in timeouts)
-
-
-def _before(a: LogEvent, b: LogEvent) -> bool:
-    """a happened before b: by time when both carry one, else by line in the same file."""
-    if a.time is not None and b.time is not None:
-        return a.time <= b.time
-    return a.file == b.file and a.line_no is not None and b.line_no is not None and a.line_no < b.line_no
 
 
 def exceptions(g, f: dict, known: set, world_size: int | None) -> tuple:

@@ -45,6 +45,36 @@ def _int(v) -> int | None:
         return None
 
 
+def _exit_events(d: dict, rank, t, step, file: str, no: int, base: dict) -> list[LogEvent]:
+    """An exit/signal record: the last step it names, the exit (code and signal), a kill by that signal."""
+    events = []
+    code = _int(_first(d, "exitcode", "exit_code", "code", "returncode"))
+    sig = _first(d, "signal", "signal_name")
+    if isinstance(sig, int):
+        sig = P.SIGNALS.get(sig, f"signal {sig}")
+    if sig is None and code is not None and code < 0:
+        sig = P.SIGNALS.get(-code)
+    if sig is None and code is not None and code > 128:
+        sig = P.SIGNALS.get(code - 128)
+    if step is not None and step >= 0:
+        events.append(LogEvent(rank, t, "progress", f"step {step}", file, no, dict(base, step=step)))
+    if code is not None or sig:
+        events.append(
+            LogEvent(
+                rank,
+                t,
+                "exit",
+                f"exit code {code}" + (f" ({sig})" if sig else ""),
+                file,
+                no,
+                dict(base, exitcode=code, signal=sig),
+            )
+        )
+        if sig:
+            events.append(LogEvent(rank, t, "killed", f"killed by {sig}", file, no, dict(base, signal=sig)))
+    return events
+
+
 def parse_events(
     text: str, file: str, path_rank: int | None, warnings: list[str] | None = None
 ) -> tuple[list[LogEvent], list[tuple]]:
@@ -132,30 +162,7 @@ def parse_events(
             )
             continue
         if kind in ("exit", "end", "finish", "status", "signal"):
-            code = _int(_first(d, "exitcode", "exit_code", "code", "returncode"))
-            sig = _first(d, "signal", "signal_name")
-            if isinstance(sig, int):
-                sig = P.SIGNALS.get(sig, f"signal {sig}")
-            if sig is None and code is not None and code < 0:
-                sig = P.SIGNALS.get(-code)
-            if sig is None and code is not None and code > 128:
-                sig = P.SIGNALS.get(code - 128)
-            if step is not None and step >= 0:
-                events.append(LogEvent(rank, t, "progress", f"step {step}", file, no, dict(base, step=step)))
-            if code is not None or sig:
-                events.append(
-                    LogEvent(
-                        rank,
-                        t,
-                        "exit",
-                        f"exit code {code}" + (f" ({sig})" if sig else ""),
-                        file,
-                        no,
-                        dict(base, exitcode=code, signal=sig),
-                    )
-                )
-                if sig:
-                    events.append(LogEvent(rank, t, "killed", f"killed by {sig}", file, no, dict(base, signal=sig)))
+            events.extend(_exit_events(d, rank, t, step, file, no, base))
             continue
         if step is not None and kind in (
             "",
