@@ -9,7 +9,15 @@ import traceback
 
 import click
 
-from .cli_options import hta_option, json_option, quiet_option, report_option, ruleset_in_force, with_rules_options
+from .cli_options import (
+    hta_option,
+    json_option,
+    output_width,
+    quiet_option,
+    report_option,
+    ruleset_in_force,
+    with_rules_options,
+)
 from .errors import FAILED_RUN, InputError
 from .text import plural
 from .version import __version__
@@ -106,23 +114,13 @@ def _write_text(path, text: str) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _output_width(widest: int = 100) -> int:
-    """The width text is laid out at: the terminal's (40 to ``widest``), or $COLUMNS (else 80) when piped."""
-    import shutil
-
-    if sys.stdout.isatty():
-        return max(40, min(shutil.get_terminal_size((80, 24)).columns, widest))
-    cols = os.environ.get("COLUMNS", "")
-    return max(40, min(int(cols) if cols.isdigit() else 80, 200))
-
-
 def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = None) -> None:
     """The card (or with -v the full view) from the diagnosis document, which is already redacted."""
     from .report.card import render_card
     from .report.terminal import render_full
 
     tty = sys.stdout.isatty()
-    width = _output_width()
+    width = output_width()
     lines = render_full(d, width, report_dir) if verbose else render_card(d, width, report_dir=report_dir)
     for line in lines:
         if tty and line.startswith(("Verdict:", "Fix first", "Next:")):
@@ -443,93 +441,9 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
         sys.exit(1)
 
 
-@main.group()
-def rules() -> None:
-    """List, explain and test the diagnosis rules."""
-
-
-@rules.command("list")
-@with_rules_options
-def rules_list(rules_dirs, sets, no_config):
-    """One line per rule: id, category, severity, name, title."""
-    from .text import wrap
-
-    rs = ruleset_in_force(rules_dirs, sets, no_config)
-    width = _output_width(200)
-    for r in rs.active():
-        origin = "" if r.origin == "built-in" else f"  [{r.path}]"
-        head = f"{r.id}  {r.category:<13} {r.severity:<8} "
-        line = f"{head}{r.name:<36} {r.title}{origin}"
-        if len(line) <= width:
-            click.echo(line)
-        else:  # narrower: the id line, then the title under it
-            click.echo(f"{head}{r.name}")
-            for part in wrap(r.title + origin, width, " " * 7):
-                click.echo(part)
-    for n in rs.notes:
-        for part in wrap(f"note: {n}", width, "", "      "):
-            click.echo(part)
-
-
-@rules.command("explain")
-@click.argument("rule_id")
-@with_rules_options
-def rules_explain(rule_id, rules_dirs, sets, no_config):
-    """What a rule detects, why it matters, its fixes, references and params."""
-    from .rules_engine.explain import explain
-
-    rs = ruleset_in_force(rules_dirs, sets, no_config)
-    click.echo(explain(rs.get(rule_id), rs.params.get(rs.get(rule_id).id, {}), _output_width()))
-
-
-@rules.command("facts")
-@click.option("--markdown", is_flag=True, help="Print docs/FACTS.md (the catalogue as Markdown tables).")
-def rules_facts(markdown):
-    """The facts rules can read (rules/facts.toml): name, type, scope, unit, source."""
-    from .fact_catalogue import default_catalogue
-    from .fact_catalogue import markdown as render
-
-    cat = default_catalogue()
-    if markdown:
-        sys.stdout.write(render(cat))
-        return
-    from .text import wrap
-
-    width = _output_width(200)
-    for name in cat.names():
-        s = cat.lookup(name)
-        line = f"{name:<48} {s.type:<6} {s.scope:<5} {s.unit:<6} {s.source:<7} {s.meaning}"
-        if len(line) <= width:
-            click.echo(line)
-        else:  # narrower: name and kind on one line, the meaning wrapped under it
-            kind = ", ".join(x for x in (s.type, s.scope, s.unit, s.source) if x)
-            click.echo(f"{name}  ({kind})")
-            for part in wrap(s.meaning, width, "    "):
-                click.echo(part)
-
-
-@rules.command("test")
-@click.option(
-    "--update",
-    is_flag=True,
-    help="Write each rule's snapshot (rules/<folder>/snapshots/<id>.snap) "
-    "from what its cases render now; review the diff before committing.",
-)
-@with_rules_options
-def rules_test(update, rules_dirs, sets, no_config):
-    """Run the test cases stored in every rule file and compare what they render with each rule's
-    snapshot; exit 1 if a case fails or a snapshot differs (a diff is printed), 2 on a malformed rule."""
-    from pathlib import Path
-
-    from .resources import rules_dir
-    from .rules_engine.selftest import run_all
-
-    rs = ruleset_in_force(rules_dirs, sets, no_config)
-    disabled = [r for rid, r in rs.rules.items() if rid in rs.disabled]
-    sys.exit(run_all(rs.active(), [rules_dir(), *map(Path, rules_dirs)], update, click.echo, disabled))
-
-
+from .cli_rules import rules, rules_explain, rules_facts, rules_list, rules_test  # noqa: E402, F401  (`ddpdoctor rules`)
 from .cli_run import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
 
+main.add_command(rules)
 main.add_command(_run_command)
 main.add_command(__import__("ddpdoctor.cli_tune", fromlist=["tune"]).tune)  # `ddpdoctor tune` (issue #31)

@@ -3,6 +3,9 @@ that the same flag has the same name, default and help everywhere (issue 27)."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 RULES_OPTIONS = [
@@ -87,3 +90,13 @@ def ruleset_in_force(rules_dirs, sets, no_config=False):
     rs = build_ruleset(list(rules_dirs), list(sets), use_config=not no_config)
     set_metric_overrides(rs.metrics)
     return rs
+
+
+def output_width(widest: int = 100) -> int:
+    """The width text is laid out at: the terminal's (40 to ``widest``), or $COLUMNS (else 80) when piped."""
+    import shutil
+
+    if sys.stdout.isatty():
+        return max(40, min(shutil.get_terminal_size((80, 24)).columns, widest))
+    cols = os.environ.get("COLUMNS", "")
+    return max(40, min(int(cols) if cols.isdigit() else 80, 200))

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..expr import ExprError, Missing, Vec, _speedup
+from ..expr import ExprError, Missing, Vec
+from ..expr_functions import speedup
 from .frameworks import phrase, phrased_change
 from .model import Rule, metric_value, order_class
 
@@ -212,7 +213,7 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         why=rule.why,
         references=rule.references,
         cost=cost,
-        expected_speedup=_speedup(cost) if cost is not None else None,
+        expected_speedup=speedup(cost) if cost is not None else None,
         agreement=agreement,
         confidence=confidence,
         not_recorded=sorted(missing),
