@@ -217,6 +217,7 @@ def _trial(command, out, force, warmup, active, keep_going, tries, repeat, basel
 
     from .capture.agent.overrides import OverrideError, parse_changes
     from .capture.host.launcher import default_out_dir
+    from .trial.folders import prepare_output_folder
     from .trial.runner import TrialOptions, run_trial, summary_line
 
     if keep_going:
@@ -229,7 +230,7 @@ def _trial(command, out, force, warmup, active, keep_going, tries, repeat, basel
     except OverrideError as exc:
         raise InputError(str(exc)) from None
     target = Path(out) if out else default_out_dir().with_name(default_out_dir().name.replace("-out-", "-trial-"))
-    _prepare_trial_dir(target, force)
+    prepare_output_folder(target, force, "trial.json", "trial")
     t = run_trial(
         TrialOptions(
             command=command,
@@ -250,27 +251,6 @@ def _trial(command, out, force, warmup, active, keep_going, tries, repeat, basel
     click.echo(f"ddpdoctor: trial {target / 'trial.json'}", err=True)
     failed = next((a for a in t["arms"] if a["arm"] == t.get("failed_arm") and a["exit_code"]), None)
     sys.exit(failed["exit_code"] if failed else 0)
-
-
-def _prepare_trial_dir(target: Path, force: bool) -> None:
-    """A new or empty folder; with --force, also an earlier trial's (it holds trial.json), never anything else."""
-    import shutil
-
-    if target.exists():
-        if not target.is_dir():
-            raise InputError(f"{target}: exists and is not a folder")
-        if any(target.iterdir()):
-            if not force:
-                raise InputError(
-                    f"{target}: output folder already exists (use --force to replace it, or another --out)"
-                )
-            if not (target / "trial.json").is_file():
-                raise InputError(
-                    f"{target}: exists and is not a ddpdoctor trial (no trial.json); "
-                    "refusing to delete it even with --force"
-                )
-            shutil.rmtree(target)
-    target.mkdir(parents=True, exist_ok=True)
 
 
 def _analyze(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -76,6 +75,7 @@ def tune(out, force, budget, max_trials, allow_numerics, repeat, warmup, active,
     without any change, 130 after Ctrl-C (tune.json keeps what was measured).
     """
     from .trial import tune_report
+    from .trial.folders import prepare_output_folder
     from .trial.tune import TuneOptions, run_tune
 
     command = list(command)
@@ -89,7 +89,7 @@ def tune(out, force, budget, max_trials, allow_numerics, repeat, warmup, active,
 
     check_command(command)
     target = Path(out) if out else Path(time.strftime("ddpdoctor-tune-%Y%m%d-%H%M%S"))
-    _prepare(target, force)
+    prepare_output_folder(target, force, "tune.json", "tune folder")
     opts = TuneOptions(
         command=command,
         out=target.absolute(),
@@ -120,22 +120,3 @@ def tune(out, force, budget, max_trials, allow_numerics, repeat, warmup, active,
     if st.exit_code == 0 or st.trials:
         click.echo(f"ddpdoctor: {tune_report.final_line(doc)}")
     sys.exit(st.exit_code)
-
-
-def _prepare(target: Path, force: bool) -> None:
-    """A new or empty folder; with --force also an earlier tune folder (it holds tune.json), nothing else."""
-    if target.exists():
-        if not target.is_dir():
-            raise InputError(f"{target}: exists and is not a folder")
-        if any(target.iterdir()):
-            if not force:
-                raise InputError(
-                    f"{target}: output folder already exists (use --force to replace it, or another --out)"
-                )
-            if not (target / "tune.json").is_file():
-                raise InputError(
-                    f"{target}: exists and is not a ddpdoctor tune folder (no tune.json); "
-                    "refusing to delete it even with --force"
-                )
-            shutil.rmtree(target)
-    target.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import click
@@ -55,3 +56,22 @@ def trial_arm(paths: list[str], quiet: bool) -> tuple[list[str], dict | None]:
         "predicted_by": t.get("predicted_by"),
         "trial_json": str(Path(paths[0]) / "trial.json"),
     }
+
+
+def prepare_output_folder(target: Path, force: bool, marker: str, kind: str) -> None:
+    """A new or empty folder for `run --try` (``marker`` trial.json) or `tune` (tune.json); with --force
+    also an earlier folder of the same kind (it holds ``marker``), never anything else."""
+    if target.exists():
+        if not target.is_dir():
+            raise InputError(f"{target}: exists and is not a folder")
+        if any(target.iterdir()):
+            if not force:
+                raise InputError(
+                    f"{target}: output folder already exists (use --force to replace it, or another --out)"
+                )
+            if not (target / marker).is_file():
+                raise InputError(
+                    f"{target}: exists and is not a ddpdoctor {kind} (no {marker}); refusing to delete it even with --force"
+                )
+            shutil.rmtree(target)
+    target.mkdir(parents=True, exist_ok=True)
