@@ -118,6 +118,26 @@ def test_facts_from_the_job_tree_replace_the_per_rank_sum():
     assert facts["host.contention.other_busy_share"] == pytest.approx(0.4)
 
 
+def test_the_job_tree_is_subtracted_from_its_own_window_only():
+    # Recorded (value_error_rank1_step7, idle host): rank 0 measured the tree over 0.73 s (host 1.44 s of
+    # CPU time, 0.68 idle, the tree 0.76 s: nothing outside); rank 1 failed 15 ms into its window and read
+    # 0.02 s of host time, none idle.  Mixing rank 1's "100 % busy" into the host's busy share made 24 %
+    # "outside the job" and fired IM004 on an idle host.
+    job = {"root": "ddpdoctor run", "processes": 6, "cpu_s": 0.76, "runnable_samples": [3, 2, 2],
+           "outside_runnable_samples": [0, 0, 0]}  # fmt: skip
+    r0 = _rank(job, [], [2, 1, 1])
+    r0["evidence"]["contention"]["host"] = {"total_s": 1.44, "idle_s": 0.68, "steal_s": 0.0}
+    r1 = _rank(None, [1], [3])
+    r1["evidence"]["contention"].update(host={"total_s": 0.02, "idle_s": 0.0, "steal_s": 0.0}, wall_s=0.015)
+    r1["evidence"]["contention"]["thread"] = {"cpu_s": 0.012, "nivcsw": 43, "nvcsw": 6}
+    facts = contention_facts({0: r0, 1: r1})
+    assert facts["host.contention.other_busy_share"] == 0.0
+    # a window too short for /proc/stat's ticks gives no rate either (43 switches in 15 ms is not 2865/s)
+    assert "host.contention.involuntary_switches_per_s" not in facts
+    # the same short reading alone measures nothing
+    assert "host.contention.other_busy_share" not in contention_facts({1: r1})
+
+
 def test_old_bundles_keep_the_per_rank_counts():
     facts = contention_facts({0: _rank(None, [1, 1], [4, 4]), 1: _rank(None, [1, 1], [4, 4])})
     assert facts["host.contention.other_runnable_per_cpu"] == 1.0  # (4 - 2) / 2

@@ -48,10 +48,10 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
             out["threads_per_cpu"] = sum(threads) / len(threads) * n_local / usable
     busy, steal, own, loads = [], [], [], []
     for c in cons.values():
+        if not _host_reading_resolves(c):
+            continue
         host = c.get("host") or {}
         total, idle = as_number(host.get("total_s")), as_number(host.get("idle_s"))
-        if not total or total <= 0 or idle is None:
-            continue
         busy.append(max(0.0, total - idle) / total)
         st = as_number(host.get("steal_s"))
         steal.append(None if st is None else max(0.0, st) / total)
@@ -63,9 +63,9 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
             loads.append(sum(samples) / len(samples) / cpus)
     if busy:
         out["busy_share"] = median(busy)
-        job = _job_cpu_share(cons)
-        if job is not None:  # the job's whole process tree, measured
-            out["other_busy_share"] = min(1.0, max(0.0, median(busy) - job))
+        job = _job_outside_busy(cons)
+        if job is not None:  # the job's whole process tree, measured in the same window as the host
+            out["other_busy_share"] = job
         elif len(own) == n_local and None not in own:  # every rank on the host measured its own CPU time
             out["other_busy_share"] = min(1.0, max(0.0, median(busy) - sum(own)))
         if None not in steal:
@@ -104,14 +104,34 @@ def _job_outside_runnable(cons: dict[int, dict]) -> float | None:
     return median(lows) if lows else None
 
 
-def _job_cpu_share(cons: dict[int, dict]) -> float | None:
-    """The job's whole process tree's CPU time over the window as a share of the host's CPU time."""
+# /proc/stat counts CPU time in ticks (USER_HZ, 1/100 s on Linux) per CPU, and each end of a window rounds:
+# a share of the host's CPU time is good to about 2 ticks over the window's total.  A window whose host
+# total holds fewer ticks than this cannot measure a share to 5 % (a rank that failed 15 ms into its window
+# read "100 % busy" from 2 ticks): its host reading, and its context-switch rate, are not used.
+MIN_HOST_TICKS = 40
+TICK_S = 0.01
+
+
+def _host_reading_resolves(c: dict) -> bool:
+    """This rank's window is long enough for its /proc/stat reading to measure a share of the host."""
+    host = c.get("host") or {}
+    total, idle = as_number(host.get("total_s")), as_number(host.get("idle_s"))
+    return bool(total) and total >= MIN_HOST_TICKS * TICK_S and idle is not None
+
+
+def _job_outside_busy(cons: dict[int, dict]) -> float | None:
+    """The host's CPU time that went outside the job's whole process tree, as a share of the host's CPU
+    time: each rank that measured the tree subtracts it from ITS OWN host reading of the same window
+    (another rank's window can be shorter, e.g. cut short by a failure: mixing them compares different
+    seconds); the median over such ranks, within [0, 1]."""
     shares = []
     for c in cons.values():
         job, host = c.get("job"), c.get("host") or {}
-        cpu, total = as_number((job or {}).get("cpu_s")), as_number(host.get("total_s"))
-        if cpu is not None and total and total > 0:
-            shares.append(cpu / total)
+        cpu = as_number((job or {}).get("cpu_s"))
+        if cpu is None or not _host_reading_resolves(c):
+            continue
+        total, idle = as_number(host["total_s"]), as_number(host["idle_s"])
+        shares.append(min(1.0, max(0.0, (total - idle - cpu) / total)))
     return median(shares) if shares else None
 
 
@@ -162,7 +182,7 @@ def contention_facts(ranks: dict[int, dict]) -> dict:
     for r in sorted(rank_host):
         c = evidence_of(ranks[r])["contention"]
         th, wall = c.get("thread") or {}, as_number(c.get("wall_s"))
-        if isinstance(th.get("nivcsw"), (int, float)) and wall and wall > 0:
+        if isinstance(th.get("nivcsw"), (int, float)) and wall and wall > 0 and _host_reading_resolves(c):
             switches[r] = round(th["nivcsw"] / wall, 2)
     if switches:
         put_fact(facts, "host.contention.involuntary_switches_per_s", max(switches.values()), switches)
