@@ -119,3 +119,68 @@ def test_a_cause_explains_the_late_rank_only_when_it_accounts_for_its_lateness()
         rules,
     )
     assert next(c for c in d.costs if c.category == "imbalance" and c.cost == 0.15).eligible
+
+
+def _window(next_wall_s: float, next_cpu_s: float, workers: int = 0, workers_cpu_s=None, batches: int = 5) -> dict:
+    return {
+        "schema": 1,
+        "wall_s": 0.16,
+        "batches": batches,
+        "next_wall_s": next_wall_s,
+        "next_cpu_s": next_cpu_s,
+        "next_runqueue_s": 0.003,
+        "workers_runqueue_s": None,
+        "num_workers": workers,
+        "workers_seen": workers,
+        "workers_cpu_s": workers_cpu_s,
+    }
+
+
+def test_a_rank_whose_batches_cost_more_to_load_is_named():
+    """acc40 per_rank_file_shards_unequal (num_workers=0): rank 1 parses 2x the CSV rows per batch, 24.2 ms
+    of CPU per batch against rank 0's 15.5 ms; cpu_augment_workers_saturated: both ranks' workers used 0.28 s."""
+    from ddpdoctor.bundle.loader import loader_facts
+
+    facts = loader_facts({0: {"loader_window": _window(0.080, 0.0774)}, 1: {"loader_window": _window(0.124, 0.1208)}})
+    assert facts["loader.costlier.rank"] == 1 and facts["loader.costlier.ratio"] == 1.561
+    assert facts["loader.costlier.ms_per_step"] == 8.68 and facts["loader.costlier.others_ms_per_batch"] == 15.48
+    same = _window(0.08, 0.004, workers=2, workers_cpu_s=0.28)
+    facts = loader_facts({0: {"loader_window": same}, 1: {"loader_window": dict(same, next_wall_s=0.028)}})
+    assert "loader.costlier.rank" not in facts and facts["loader.cpu_ms_per_batch"] == 56.0
+    # two /proc ticks per worker is the workers' resolution: 0.02 s against 0.01 s over 5 batches is not a difference
+    facts = loader_facts(
+        {0: {"loader_window": dict(same, workers_cpu_s=0.02)}, 1: {"loader_window": dict(same, workers_cpu_s=0.01)}}
+    )
+    assert "loader.costlier.rank" not in facts
+
+
+def test_late_in_the_loader_every_rank_pays_is_the_loaders_cost():
+    """acc40 cpu_augment_workers_saturated, idle host: rank 0 waits 19 % for its workers, rank 1 7 %
+    (under DL001's bar), the same loading CPU per batch on both: the late rank is late in the loader's
+    cost, so the loader decides the verdict; with rank 0's batches costlier, its lateness is its own."""
+    rules = load_rules()
+    ranks = np.array([0, 1])
+    facts = _late_in_loader(
+        **{
+            "rank.share.dataloader_wait": Vec(np.array([0.188, 0.065]), ranks),
+            "rank.share.compute": Vec(np.array([0.70, 0.70]), ranks),
+            "rank.share.comm_transfer_exposed": Vec(np.array([0.01, 0.15]), ranks),
+            "straggler.ranks": [0],
+            "straggler.rank": 0,
+            "straggler.late_us": 10800.0,
+            "straggler.late_share": 0.13,
+            "straggler.extra_us": 10300.0,
+            "loader.cpu_share": 0.9,
+            "loader.cpu_ms_per_batch": 56.0,
+        }
+    )
+    d = diagnose(facts, rules)
+    assert d.verdict.bottleneck == "dataloader", d.verdict.summary
+    im = next(c for c in d.costs if c.category == "imbalance")
+    assert not im.eligible and "every rank pays" in im.why_not and "machine noise" not in im.why_not
+    costlier = {"loader.costlier.rank": 0, "loader.costlier.ms_per_step": 9.0, "loader.costlier.ratio": 1.5,
+                "loader.costlier.cpu_ms_per_batch": 84.0, "loader.costlier.others_ms_per_batch": 56.0}  # fmt: skip
+    d = diagnose({**facts, **costlier}, rules)
+    assert d.verdict.bottleneck == "imbalance", d.verdict.summary
+    im = next(f for f in d.findings if f.rule.startswith("IM"))
+    assert "1.5x the other ranks' CPU to load" in im.summary

@@ -612,9 +612,18 @@ def test_a_late_rank_late_in_the_loader_wait_every_rank_pays_is_the_loaders_on_a
     assert d.verdict.rule == "DL001", d.verdict.summary
     im = next(c for c in d.costs if c.rule == "IM001")
     assert not im.eligible and "every rank pays (DL001)" in im.why_not
-    # the same run on an idle host: the late rank is not set aside
+    # the same run on an idle host: still the loader's cost (fixing it removes the lateness), but not noise
     d = decide_facts({k: v for k, v in facts.items() if not k.startswith("host.contention")}, build_ruleset())
-    assert d.verdict.rule == "IM001", d.verdict.summary
+    assert d.verdict.rule == "DL001", d.verdict.summary
+    im = next(c for c in d.costs if c.rule == "IM001")
+    assert not im.eligible and "fixing DL001 removes its lateness too" in im.why_not and "noise" not in im.why_not
+    # ... unless the late rank's own batches cost more to load: then its lateness is its own
+    own = {"loader.costlier.rank": 0, "loader.costlier.ms_per_step": 200.0, "loader.costlier.ratio": 1.6,
+           "loader.costlier.cpu_ms_per_batch": 80.0, "loader.costlier.others_ms_per_batch": 50.0}  # fmt: skip
+    d = decide_facts(
+        {**{k: v for k, v in facts.items() if not k.startswith("host.contention")}, **own}, build_ruleset()
+    )
+    assert next(c for c in d.costs if c.rule == "IM001").eligible
 
 
 def test_lateness_that_moves_between_ranks_is_noise_without_measured_contention():

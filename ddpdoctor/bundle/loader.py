@@ -49,6 +49,10 @@ def rank_loader(rec: dict) -> dict | None:
         wcpu = as_number(rec.get("workers_cpu_s"))
         avail = workers * wall - (as_number(rec.get("workers_runqueue_s")) or 0.0)
         out["cpu_share"] = min(1.0, wcpu / avail) if wcpu is not None and avail > 0 else None
+    loading_cpu = nxt_cpu if workers == 0 else as_number(rec.get("workers_cpu_s"))
+    if loading_cpu is not None:  # what one batch costs to load, wherever it is loaded
+        out["cpu_ms_per_batch"] = round(1000 * loading_cpu / batches, 3)
+        out["cpu_resolution_ms"] = round(1000 * (THREAD_CLOCK_S if workers == 0 else 2 * TICK_S * workers) / batches, 3)
     out["batch_latency_ms"] = round(1000 * latency, 3)
     out["compute_ms_per_batch"] = round(1000 * compute, 3)
     out["wait_share"] = round(nxt / wall, 4)
@@ -56,6 +60,29 @@ def rank_loader(rec: dict) -> dict | None:
     if out["cpu_share"] is not None:
         out["cpu_share"] = round(out["cpu_share"], 4)
     return out
+
+
+TICK_S = 0.01  # workers' CPU time comes from /proc/<pid>/stat ticks (USER_HZ): each reading rounds to one
+THREAD_CLOCK_S = 0.001  # the training thread's CPU time (time.thread_time) is good to well under a ms
+# a rank's loading is costlier than the others' when it exceeds their median by this factor AND by more
+# than the measurement's resolution (both ends of two readings): one rank's shard of bigger files or longer
+# samples, not the scheduler
+COSTLIER_RATIO = 1.25
+
+
+def costlier_loading(per: dict[int, dict]) -> tuple[int, float, float] | None:
+    """(rank, its loading CPU ms per batch, the other ranks' median) of the one rank whose batches cost
+    materially more CPU to load than the others', or None."""
+    cost = {r: x["cpu_ms_per_batch"] for r, x in per.items() if x.get("cpu_ms_per_batch") is not None}
+    if len(cost) < 2:
+        return None
+    rank = max(cost, key=lambda r: (cost[r], -r))
+    others = sorted(v for r, v in cost.items() if r != rank)
+    mid = others[len(others) // 2] if len(others) % 2 else (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2
+    excess = cost[rank] - mid
+    if excess > per[rank]["cpu_resolution_ms"] and cost[rank] >= COSTLIER_RATIO * mid:
+        return rank, cost[rank], mid
+    return None
 
 
 def loader_facts(ranks: dict[int, dict]) -> dict:
@@ -74,6 +101,19 @@ def loader_facts(ranks: dict[int, dict]) -> dict:
         worst = max(needs, key=lambda r: (needs[r], -r))
         for key in ("workers_needed", "batch_latency_ms", "compute_ms_per_batch"):
             _put(facts, f"loader.{key}", per[worst][key], {r: x[key] for r, x in per.items()})
+    cpu = {r: x["cpu_ms_per_batch"] for r, x in per.items() if x.get("cpu_ms_per_batch") is not None}
+    if cpu:
+        _put(facts, "loader.cpu_ms_per_batch", max(cpu.values()), cpu)
+    found = costlier_loading(per)
+    if found:
+        rank, ms, mid = found
+        # the delay it adds to each step: its extra CPU per batch, spread over its workers (they load in parallel)
+        facts["loader.costlier.rank"] = rank
+        facts["loader.costlier.cpu_ms_per_batch"] = ms
+        facts["loader.costlier.others_ms_per_batch"] = round(mid, 3)
+        if mid > 0:
+            facts["loader.costlier.ratio"] = round(ms / mid, 3)
+        facts["loader.costlier.ms_per_step"] = round((ms - mid) / max(1, per[rank]["workers"]), 3)
     return facts
 
 

@@ -35,10 +35,23 @@ def late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict) -> Find
             column in cols
             and f.cost is not None
             and f.cost >= materiality.get(f.category, 0.0)
-            and len(set(f.ranks or [])) >= analyzed
+            and (len(set(f.ranks or [])) >= analyzed or equal_work_measured(f.category, facts, t))
         ):
             return f
     return None
+
+
+def equal_work_measured(category: str, facts: dict, t: dict) -> bool:
+    """Every rank's work in this cost was measured and none does materially more (metrics.toml
+    ``equal_work``: e.g. every rank's loading CPU per batch, and no rank whose batches cost more): the
+    ranks pay the same cost, even where it stays under its rule's bar on the ranks that wait less."""
+    spec = t.get("equal_work", {}).get(category)
+    if not spec or facts.get(spec["uneven"]) is not None:
+        return False
+    measured, analyzed = facts.get(spec["measured"] + ".per_rank"), facts.get("run.ranks_analyzed")
+    if isinstance(measured, dict):
+        return isinstance(analyzed, int) and len(measured) >= analyzed
+    return facts.get(spec["measured"]) is not None  # one value: every rank measured the same
 
 
 def straggler_explained(facts: dict, t: dict) -> bool:

@@ -159,11 +159,14 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
                 "the late rank computes the same inputs longer on a contended host and nothing it does "
                 f"differs (no uneven inputs, no extra work seen): {NOISE}"
             )
-        elif contended and f.rule in arrival and (shared := late_in_a_shared_cost(findings, facts, t)):
+        elif f.rule in arrival and (shared := late_in_a_shared_cost(findings, facts, t)):
+            # contended or not: the late rank does the same as the others (nothing of its own explains
+            # it) and is late in a cost every rank pays; removing that cost removes its lateness too
             c.eligible = False
+            where = "which lands harder on one rank of a contended host" if contended else "and nothing of its own"
             c.why_not = (
-                f"the late rank is late in the {shared.category} cost every rank pays "
-                f"({shared.rule}), which lands harder on one rank of a contended host: {NOISE}"
+                f"the late rank is late in the {shared.category} cost every rank pays ({shared.rule}), {where}: "
+                + (NOISE if contended else f"fixing {shared.rule} removes its lateness too")
             )
         elif contended and f.category != "imbalance" and is_sporadic(f, facts, t):
             c.eligible = False
