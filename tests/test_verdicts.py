@@ -648,3 +648,27 @@ def test_lateness_that_moves_between_ranks_is_noise_without_measured_contention(
         rules,
     )
     assert own.verdict.rule == "IM001", own.verdict.summary
+
+
+def test_same_work_slower_on_cpu_cores_shared_by_the_ranks_is_the_host():
+    """acc40, nothing else running on the 2-CPU host: healthy_gc_frozen, per_rank_shards and no_distributed_sampler
+    each had one rank 8-12 % of the step late in 4-5 of 5 steps, computing the same inputs with 10-13 % more CPU
+    time on its training thread (rank 0 twice, rank 1 once). CPU ranks have no device of their own: that is the
+    cores they got, not the workload; on GPUs, or with one rank per host, the same lateness still decides."""
+    from ddpdoctor.rules_engine.verdict import diagnose as decide_facts
+
+    rules = build_ruleset()
+    quiet = {"host.contention.other_busy_share": 0.0, "host.local_world_size": 2}
+    d = decide_facts(_contended_straggler_facts(**quiet), rules)
+    im = next(c for c in d.costs if c.rule == "IM001")
+    assert not im.eligible and "CPU cores its host shares among 2 ranks" in im.why_not, im.why_not
+    assert d.verdict.rule == "CP001", d.verdict.summary
+    first = next(f for f in d.findings if f.rule == "IM001").fixes[0].title
+    assert first == "Rank 0 got slower CPU cores for the same work: pin each rank to its own cores"
+    assert decide_facts(_contended_straggler_facts(**{**quiet, "run.device": "gpu"}), rules).verdict.rule == "IM001"
+    assert (
+        decide_facts(_contended_straggler_facts(**{**quiet, "host.local_world_size": 1}), rules).verdict.rule == "IM001"
+    )
+    # a cause of its own (uneven inputs) keeps it the verdict
+    uneven = decide_facts(_contended_straggler_facts(**{**quiet, "cross.input_shapes": "varying"}), rules)
+    assert uneven.verdict.rule == "IM001"

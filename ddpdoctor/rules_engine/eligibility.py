@@ -93,3 +93,21 @@ def unexplained_straggler(facts: dict, t: dict) -> bool:
         and late > 0
         and extra < t["attributed_min_share"] * late
     )
+
+
+def same_work_on_shared_cores(facts: dict, t: dict) -> bool:
+    """The late rank computes the same inputs longer on CPU cores that its host shares among several ranks,
+    and nothing of its own explains it (metrics.toml ``shared_cores``): CPU ranks have no device of their
+    own, so a rank that runs the same operators on the same shapes slower got slower cores (an SMT sibling,
+    a busier or throttled core, caches shared with the other ranks), which the OS changes from run to run:
+    the host, not the workload's imbalance."""
+    spec = t.get("shared_cores")
+    if not spec or facts.get("run.device") != spec["device"] or straggler_explained(facts, t):
+        return False
+    local = facts.get(spec["ranks_on_host"])
+    return (
+        isinstance(local, int)
+        and local >= 2
+        and facts.get("cross.input_shapes") == spec["inputs"]
+        and facts.get("straggler.extra_column") in spec["columns"]
+    )

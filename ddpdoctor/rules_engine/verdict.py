@@ -22,7 +22,13 @@ import numpy as np
 from ..expr import Vec
 from ..resources import metric_params
 from .confidence import calibrate
-from .eligibility import is_sporadic, late_in_a_shared_cost, straggler_explained, unexplained_straggler
+from .eligibility import (
+    same_work_on_shared_cores,
+    is_sporadic,
+    late_in_a_shared_cost,
+    straggler_explained,
+    unexplained_straggler,
+)
 from .engine import Finding, Outcome, evaluate
 from .model import VERDICT_CATEGORIES
 from .registry import RuleSet
@@ -167,6 +173,13 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
             c.why_not = (
                 f"the late rank is late in the {shared.category} cost every rank pays ({shared.rule}), {where}: "
                 + (NOISE if contended else f"fixing {shared.rule} removes its lateness too")
+            )
+        elif f.rule in arrival and same_work_on_shared_cores(facts, t):
+            c.eligible = False
+            c.why_not = (
+                "the late rank computes the same inputs longer on CPU cores its host shares among "
+                f"{facts.get(t['shared_cores']['ranks_on_host'])} ranks, and nothing it does differs: the cores "
+                "it got, not the workload"
             )
         elif contended and f.category != "imbalance" and is_sporadic(f, facts, t):
             c.eligible = False
