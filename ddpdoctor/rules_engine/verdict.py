@@ -23,9 +23,9 @@ from ..expr import Vec
 from ..resources import metric_params
 from .confidence import calibrate
 from .eligibility import (
-    same_work_on_shared_cores,
     is_sporadic,
     late_in_a_shared_cost,
+    same_work_on_shared_cores,
     straggler_explained,
     unexplained_straggler,
 )
