@@ -10,8 +10,8 @@ to hide behind.
 
 Verify (plain torchrun, no ddpdoctor): ``--report`` prints per-rank step times and the time of
 ``backward()`` (which holds the gradient all-reduce); ``--num-ids 20000`` shrinks the table
-to 5 MiB with the same compute per step (ablation: the traffic goes, the per-example work stays; the dense-gradient
-fill and the SGD update over the table shrink too, but they are a small part of the step).
+to 5 MiB with the same per-example compute (ablation: the traffic goes, the work stays; the
+dense-gradient fill and the SGD update over the table shrink too, a small part of the step).
 
     torchrun --standalone --nproc_per_node=2 examples/scenarios/dense_embedding_grad_allreduce.py --report
 """
