@@ -8,9 +8,9 @@ gradient-averaging loop after wrapping the model in DDP:
     for p in model.parameters():          # ... and this does it again, one tensor at a time
         dist.all_reduce(p.grad); p.grad /= world_size
 
-The model is a deep MLP with 24 blocks (Linear + LayerNorm; 100 parameter tensors in all), so every step
-issues 100 extra small blocking all-reduces after backward, one per parameter tensor, none of
-them overlapped with compute. The result is numerically the same (the gradients are already
+The model is a deep MLP with 24 blocks (Linear + LayerNorm; 100 parameter tensors in all), so
+every step issues 100 extra small blocking all-reduces after backward, one per parameter
+tensor, none of them overlapped with compute. The result is numerically the same (the gradients are already
 identical on every rank), only slower: the step is dominated by collectives it does not need.
 
 Verify (plain torchrun, no ddpdoctor): ``--report`` prints per-rank step times, the number of
