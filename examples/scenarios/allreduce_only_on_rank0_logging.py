@@ -44,8 +44,15 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=15))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-                                    torch.nn.ReLU(), torch.nn.Linear(512, 10)))
+    model = DDP(
+        torch.nn.Sequential(
+            torch.nn.Linear(256, 512),
+            torch.nn.ReLU(),
+            torch.nn.Linear(512, 512),
+            torch.nn.ReLU(),
+            torch.nn.Linear(512, 10),
+        )
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank)
     running = torch.zeros(1)
@@ -53,7 +60,7 @@ def main():
     for step in range(args.steps):
         x = torch.randn(128, 256, generator=g)
         y = torch.randint(0, 10, (128,), generator=g)
-        time.sleep(0.02)                                # stands in for loading the batch
+        time.sleep(0.02)  # stands in for loading the batch
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -70,7 +77,7 @@ def main():
                 if not args.all_ranks:
                     if args.report:
                         print(f"rank {rank} step {step}: entering logging all_reduce (rank 1 does not)", flush=True)
-                    dist.all_reduce(running)            # the bug: only rank 0 gets here
+                    dist.all_reduce(running)  # the bug: only rank 0 gets here
                 print(f"step {step} mean loss {running.item() / (5 * world):.4f}", flush=True)
             running.zero_()
     if args.report:

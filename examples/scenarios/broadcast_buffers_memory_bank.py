@@ -40,12 +40,12 @@ class ContrastiveWithBank(torch.nn.Module):
         q = F.normalize(self.encoder(x), dim=1)
         k = F.normalize(self.encoder(x + 0.1 * torch.randn_like(x)), dim=1).detach()
         pos = (q * k).sum(1, keepdim=True)
-        neg = q @ self.bank[:8192].clone().t()              # negatives from the bank
+        neg = q @ self.bank[:8192].clone().t()  # negatives from the bank
         logits = torch.cat([pos, neg], 1) / 0.07
-        with torch.no_grad():                               # enqueue this rank's keys
+        with torch.no_grad():  # enqueue this rank's keys
             n = k.shape[0]
             start = int(self.ptr)
-            self.bank[start:start + n] = k
+            self.bank[start : start + n] = k
             self.ptr.fill_((start + n) % BANK)
         return F.cross_entropy(logits, torch.zeros(len(q), dtype=torch.long))
 
@@ -87,8 +87,9 @@ def main():
     if args.report:
         med = lambda v: 1000 * sorted(v)[len(v) // 2]  # noqa: E731
         print(f"rank {rank} step ms: " + " ".join(f"{1000 * t:.0f}" for t in times), flush=True)
-        print(f"rank {rank} forward (incl. buffer broadcast) ms: " + " ".join(f"{1000 * t:.0f}" for t in fwd),
-              flush=True)
+        print(
+            f"rank {rank} forward (incl. buffer broadcast) ms: " + " ".join(f"{1000 * t:.0f}" for t in fwd), flush=True
+        )
         print(f"rank {rank} median step {med(times):.1f} ms, median forward {med(fwd):.1f} ms", flush=True)
     dist.barrier()
     dist.destroy_process_group()

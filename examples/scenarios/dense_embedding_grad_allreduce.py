@@ -29,12 +29,17 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 class ClickModel(torch.nn.Module):
     def __init__(self, num_ids):
         super().__init__()
-        self.ids = torch.nn.Embedding(num_ids, 64)          # dense gradient (sparse=False default)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(64 + 16, 256), torch.nn.ReLU(),
-                                       torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+        self.ids = torch.nn.Embedding(num_ids, 64)  # dense gradient (sparse=False default)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(64 + 16, 256),
+            torch.nn.ReLU(),
+            torch.nn.Linear(256, 256),
+            torch.nn.ReLU(),
+            torch.nn.Linear(256, 1),
+        )
 
     def forward(self, item_ids, feats):
-        e = self.ids(item_ids).mean(1)                     # bag of 8 ids per example
+        e = self.ids(item_ids).mean(1)  # bag of 8 ids per example
         return self.mlp(torch.cat([e, feats], 1)).squeeze(1)
 
 
@@ -52,7 +57,7 @@ def main():
     g = torch.Generator().manual_seed(rank)
     times, bwd = [], []
     t_last = time.perf_counter()
-    for step in range(args.steps):
+    for _ in range(args.steps):
         item_ids = torch.randint(0, args.num_ids, (256, 8), generator=g)
         feats = torch.randn(256, 16, generator=g)
         clicks = (torch.rand(256, generator=g) < 0.1).float()
@@ -68,8 +73,10 @@ def main():
     if args.report:
         med = lambda v: 1000 * sorted(v)[len(v) // 2]  # noqa: E731
         print(f"rank {rank} step ms: " + " ".join(f"{1000 * t:.0f}" for t in times), flush=True)
-        print(f"rank {rank} backward (incl. gradient all-reduce) ms: " + " ".join(f"{1000 * t:.0f}" for t in bwd),
-              flush=True)
+        print(
+            f"rank {rank} backward (incl. gradient all-reduce) ms: " + " ".join(f"{1000 * t:.0f}" for t in bwd),
+            flush=True,
+        )
         print(f"rank {rank} median step {med(times):.1f} ms, median backward {med(bwd):.1f} ms", flush=True)
     dist.barrier()
     dist.destroy_process_group()

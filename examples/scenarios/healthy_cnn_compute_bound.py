@@ -94,8 +94,11 @@ def main():
     if args.report:
         med = lambda v: 1000 * sorted(v)[len(v) // 2]  # noqa: E731
         print(f"rank {rank} step ms: " + " ".join(f"{1000 * t:.0f}" for t in times), flush=True)
-        print(f"rank {rank} median step {med(times):.1f} ms, median loader {med(waits):.2f} ms, "
-              f"median backward {med(bwd):.1f} ms, intra-op threads {torch.get_num_threads()}", flush=True)
+        print(
+            f"rank {rank} median step {med(times):.1f} ms, median loader {med(waits):.2f} ms, "
+            f"median backward {med(bwd):.1f} ms, intra-op threads {torch.get_num_threads()}",
+            flush=True,
+        )
     dist.barrier()
     dist.destroy_process_group()
 

@@ -27,8 +27,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 VOCAB = 4096
 MAX_LEN = 128
-NGRAM = 6          # hashed n-gram order
-HASHES = 4         # independent hash seeds, summed into one id
+NGRAM = 6  # hashed n-gram order
+HASHES = 4  # independent hash seeds, summed into one id
 
 
 class TokenizedTexts(Dataset):
@@ -57,7 +57,7 @@ def slow_collate(batch):
                 total = 0
                 for seed in range(HASHES):
                     h = seed
-                    for c in window:                # n-gram hash, byte by byte
+                    for c in window:  # n-gram hash, byte by byte
                         for k in range(4):
                             h = (h * 31 + ((c >> (8 * k)) & 255)) % VOCAB
                     total += h
@@ -78,10 +78,11 @@ def fast_collate(batch):
     toks = torch.zeros(n, MAX_LEN, dtype=torch.long)
     mask = torch.zeros(n, MAX_LEN)
     for r, (t, _) in enumerate(batch):
-        toks[r, :len(t)] = torch.tensor(t)
-        mask[r, :len(t)] = 1.0
-    window = [torch.cat([torch.zeros(n, d, dtype=torch.long), toks[:, :MAX_LEN - d]], 1)
-              for d in range(NGRAM - 1, -1, -1)]
+        toks[r, : len(t)] = torch.tensor(t)
+        mask[r, : len(t)] = 1.0
+    window = [
+        torch.cat([torch.zeros(n, d, dtype=torch.long), toks[:, : MAX_LEN - d]], 1) for d in range(NGRAM - 1, -1, -1)
+    ]
     total = torch.zeros_like(toks)
     for seed in range(HASHES):
         h = torch.full_like(toks, seed)
@@ -118,8 +119,14 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     data = TokenizedTexts()
     sampler = DistributedSampler(data)
-    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, num_workers=0, drop_last=True,
-                        collate_fn=fast_collate if args.fast_collate else slow_collate)
+    loader = DataLoader(
+        data,
+        batch_size=args.batch_size,
+        sampler=sampler,
+        num_workers=0,
+        drop_last=True,
+        collate_fn=fast_collate if args.fast_collate else slow_collate,
+    )
     times, waits = [], []
     step = 0
     t_last = time.perf_counter()
@@ -145,10 +152,12 @@ def main():
             break
     if args.report:
         print(f"rank {rank} step ms: " + " ".join(f"{1000 * t:.0f}" for t in times), flush=True)
-        print(f"rank {rank} loader wait ms (collate inside): " + " ".join(f"{1000 * t:.0f}" for t in waits),
-              flush=True)
-        print(f"rank {rank} mean step {1000 * sum(times) / len(times):.1f} ms, mean loader wait "
-              f"{1000 * sum(waits) / len(waits):.1f} ms", flush=True)
+        print(f"rank {rank} loader wait ms (collate inside): " + " ".join(f"{1000 * t:.0f}" for t in waits), flush=True)
+        print(
+            f"rank {rank} mean step {1000 * sum(times) / len(times):.1f} ms, mean loader wait "
+            f"{1000 * sum(waits) / len(waits):.1f} ms",
+            flush=True,
+        )
     dist.barrier()
     dist.destroy_process_group()
 

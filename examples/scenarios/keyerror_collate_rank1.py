@@ -38,7 +38,7 @@ def write_export(path, n=512):
         for i in range(n):
             rec = {"id": i, "features": torch.randn(32, generator=g).tolist(), "label": i % 3}
             if i == BAD_INDEX:
-                del rec["label"]                        # the broken record
+                del rec["label"]  # the broken record
             f.write(json.dumps(rec) + "\n")
 
 
@@ -50,7 +50,7 @@ def load_records(path, skip_bad):
 
 def collate_records(records):
     x = torch.tensor([r["features"] for r in records])
-    y = torch.tensor([r["label"] for r in records])     # KeyError on the broken record
+    y = torch.tensor([r["label"] for r in records])  # KeyError on the broken record
     return x, y
 
 
@@ -67,18 +67,26 @@ def main():
         path = os.path.join(tmp, "train.jsonl")
         write_export(path)
         records = load_records(path, args.skip_bad)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-                                    torch.nn.ReLU(), torch.nn.Linear(512, 3)))
+    model = DDP(
+        torch.nn.Sequential(
+            torch.nn.Linear(32, 512),
+            torch.nn.ReLU(),
+            torch.nn.Linear(512, 512),
+            torch.nn.ReLU(),
+            torch.nn.Linear(512, 3),
+        )
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     sampler = DistributedSampler(records, shuffle=False)
-    loader = DataLoader(records, batch_size=8, sampler=sampler, num_workers=0, drop_last=True,
-                        collate_fn=collate_records)
+    loader = DataLoader(
+        records, batch_size=8, sampler=sampler, num_workers=0, drop_last=True, collate_fn=collate_records
+    )
     step = 0
     t_last = time.perf_counter()
     for epoch in range(1000):
         sampler.set_epoch(epoch)
         for x, y in loader:
-            time.sleep(0.02)                            # stands in for a heavier model's compute
+            time.sleep(0.02)  # stands in for a heavier model's compute
             loss = F.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()

@@ -49,7 +49,7 @@ def main():
     for _ in range(args.steps):
         x = torch.randn(128, 256, generator=g)
         y = torch.randint(0, 10, (128,), generator=g)
-        time.sleep(0.02)                                # stands in for loading the batch
+        time.sleep(0.02)  # stands in for loading the batch
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -58,8 +58,10 @@ def main():
         times.append(now - t_last)
         t_last = now
     if args.report:
-        print(f"rank {rank} (--local_rank {args.local_rank}) step ms: "
-              + " ".join(f"{1000 * t:.0f}" for t in times), flush=True)
+        print(
+            f"rank {rank} (--local_rank {args.local_rank}) step ms: " + " ".join(f"{1000 * t:.0f}" for t in times),
+            flush=True,
+        )
     dist.barrier()
     dist.destroy_process_group()
 

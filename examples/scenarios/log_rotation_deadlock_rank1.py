@@ -47,12 +47,12 @@ class RotatingLog:
             if self.f.tell() > MAX_LOG_BYTES:
                 self.rotate()
 
-    def rotate(self):                                   # called with self.lock held
+    def rotate(self):  # called with self.lock held
         self.f.close()
         self.rotations += 1
         os.replace(self.path, f"{self.path}.{self.rotations}")
         self.f = open(self.path, "w")
-        self.write(f"log rotated ({self.rotations})")   # re-takes self.lock: deadlock with a Lock
+        self.write(f"log rotated ({self.rotations})")  # re-takes self.lock: deadlock with a Lock
 
 
 def main():
@@ -73,10 +73,10 @@ def main():
         for step in range(args.steps):
             x = torch.randn(128, 256, generator=g)
             y = torch.randint(0, 10, (128,), generator=g)
-            if rank == 1:                               # rank 1's shard: 12 malformed samples per batch
+            if rank == 1:  # rank 1's shard: 12 malformed samples per batch
                 for j in range(12):
                     log.write(f"step {step}: skipped sample {128 * step + j}: malformed record, missing field")
-            time.sleep(0.02)                            # stands in for loading the batch
+            time.sleep(0.02)  # stands in for loading the batch
             loss = F.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
@@ -84,8 +84,11 @@ def main():
             now = time.perf_counter()
             if args.report:
                 size = log.f.tell()
-                print(f"rank {rank} step {step} ms {1000 * (now - t_last):.0f} log bytes {size}"
-                      + (" (next write rotates)" if size > MAX_LOG_BYTES - 1100 else ""), flush=True)
+                print(
+                    f"rank {rank} step {step} ms {1000 * (now - t_last):.0f} log bytes {size}"
+                    + (" (next write rotates)" if size > MAX_LOG_BYTES - 1100 else ""),
+                    flush=True,
+                )
             t_last = now
             log.write(f"step {step} loss {loss.item():.4f}")
         if args.report:

@@ -35,7 +35,8 @@ class DeepMLP(torch.nn.Module):
         super().__init__()
         self.inp = torch.nn.Linear(64, width)
         self.blocks = torch.nn.ModuleList(
-            torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.LayerNorm(width)) for _ in range(depth))
+            torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.LayerNorm(width)) for _ in range(depth)
+        )
         self.out = torch.nn.Linear(width, 10)
 
     def forward(self, x):
@@ -60,7 +61,7 @@ def main():
     times, sync = [], []
     calls = 0
     t_last = time.perf_counter()
-    for step in range(args.steps):
+    for _ in range(args.steps):
         x = torch.randn(64, 64, generator=g)
         y = torch.randint(0, 10, (64,), generator=g)
         loss = F.cross_entropy(model(x), y)
@@ -69,7 +70,7 @@ def main():
         t0 = time.perf_counter()
         if not args.no_manual_sync:
             calls = 0
-            for prm in model.parameters():              # left over from the pre-DDP code
+            for prm in model.parameters():  # left over from the pre-DDP code
                 dist.all_reduce(prm.grad)
                 prm.grad /= world
                 calls += 1
@@ -81,8 +82,11 @@ def main():
     if args.report:
         med = lambda v: 1000 * sorted(v)[len(v) // 2]  # noqa: E731
         print(f"rank {rank} step ms: " + " ".join(f"{1000 * t:.0f}" for t in times), flush=True)
-        print(f"rank {rank} median step {med(times):.1f} ms, extra all_reduce calls per step {calls}, "
-              f"median time in them {med(sync):.1f} ms", flush=True)
+        print(
+            f"rank {rank} median step {med(times):.1f} ms, extra all_reduce calls per step {calls}, "
+            f"median time in them {med(sync):.1f} ms",
+            flush=True,
+        )
     dist.barrier()
     dist.destroy_process_group()
 

@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-BUDGET_MIB = 256          # stands in for the memory limit of rank 1's cgroup
+BUDGET_MIB = 256  # stands in for the memory limit of rank 1's cgroup
 
 
 def main():
@@ -40,11 +40,18 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=15))
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-                                    torch.nn.ReLU(), torch.nn.Linear(1024, 10)))
+    model = DDP(
+        torch.nn.Sequential(
+            torch.nn.Linear(1024, 1024),
+            torch.nn.ReLU(),
+            torch.nn.Linear(1024, 1024),
+            torch.nn.ReLU(),
+            torch.nn.Linear(1024, 10),
+        )
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank)
-    kept = []                                           # "for logging later": never cleared
+    kept = []  # "for logging later": never cleared
     t_last = time.perf_counter()
     for step in range(args.steps):
         x = torch.randn(256, 1024, generator=g)
@@ -55,14 +62,14 @@ def main():
         loss.backward()
         opt.step()
         if rank == 1 and not args.no_leak:
-            kept.append(hidden.detach().clone().repeat(32, 1))     # ~32 MiB per step
+            kept.append(hidden.detach().clone().repeat(32, 1))  # ~32 MiB per step
         cached_mib = sum(t.numel() * t.element_size() for t in kept) / 2**20
         now = time.perf_counter()
         if args.report:
             print(f"rank {rank} step {step} ms {1000 * (now - t_last):.0f} cached MiB {cached_mib:.0f}", flush=True)
         t_last = now
         if cached_mib > BUDGET_MIB:
-            os.kill(os.getpid(), signal.SIGKILL)        # what the OOM killer does
+            os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does
     if args.report:
         print(f"rank {rank} finished {args.steps} steps", flush=True)
     dist.barrier()

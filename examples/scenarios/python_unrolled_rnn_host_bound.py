@@ -37,10 +37,10 @@ class UnrolledGRU(torch.nn.Module):
     def __init__(self, fused=False):
         super().__init__()
         self.fused = fused
-        self.gru = torch.nn.GRU(IN, H, batch_first=False)   # parameters shared by both paths
+        self.gru = torch.nn.GRU(IN, H, batch_first=False)  # parameters shared by both paths
         self.head = torch.nn.Linear(H, 4)
 
-    def forward(self, x):                                   # x: (T, batch, IN)
+    def forward(self, x):  # x: (T, batch, IN)
         if self.fused:
             out, _ = self.gru(x)
             return self.head(out[-1])
@@ -82,7 +82,7 @@ def main():
         loss = F.cross_entropy(model(x), y)
         if ops_per_step is None:
             seen, stack = set(), [loss.grad_fn]
-            while stack:                                    # count autograd nodes of one step
+            while stack:  # count autograd nodes of one step
                 fn = stack.pop()
                 if fn is None or fn in seen:
                     continue
@@ -98,8 +98,11 @@ def main():
     if args.report:
         med = 1000 * sorted(times)[len(times) // 2]
         print(f"rank {rank} step ms: " + " ".join(f"{1000 * t:.0f}" for t in times), flush=True)
-        print(f"rank {rank} median step {med:.1f} ms, {1000 * args.batch / med:.0f} samples/s, "
-              f"autograd ops per step {ops_per_step}, {1000 * med / ops_per_step:.1f} us per op", flush=True)
+        print(
+            f"rank {rank} median step {med:.1f} ms, {1000 * args.batch / med:.0f} samples/s, "
+            f"autograd ops per step {ops_per_step}, {1000 * med / ops_per_step:.1f} us per op",
+            flush=True,
+        )
     dist.barrier()
     dist.destroy_process_group()
 

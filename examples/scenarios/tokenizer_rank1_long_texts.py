@@ -52,7 +52,7 @@ class GreedyTokenizer:
         ids, i = [], 0
         while i < len(text):
             for L in range(min(self.max_piece, len(text) - i), 0, -1):
-                tok = self.vocab.get(text[i:i + L])
+                tok = self.vocab.get(text[i : i + L])
                 if tok is not None:
                     ids.append(tok)
                     i += L
@@ -70,7 +70,7 @@ class TextShard(Dataset):
         return len(self.texts)
 
     def __getitem__(self, i):
-        ids = self.tok.encode(self.texts[i])[:SEQ]          # tokenize everything, keep 64 tokens
+        ids = self.tok.encode(self.texts[i])[:SEQ]  # tokenize everything, keep 64 tokens
         ids = ids + [0] * (SEQ - len(ids))
         return torch.tensor(ids), len(self.texts[i]) % 5
 
@@ -139,8 +139,11 @@ def main():
         avg = lambda v: 1000 * sorted(v)[len(v) // 2]  # median, ms  # noqa: E731
         print(f"rank {rank} step ms: {ms(times)}", flush=True)
         print(f"rank {rank} loader (tokenizer) ms: {ms(waits)}", flush=True)
-        print(f"rank {rank} median step {avg(times):.1f} ms, median loader {avg(waits):.1f} ms, "
-              f"median backward+allreduce {avg(bwd):.1f} ms", flush=True)
+        print(
+            f"rank {rank} median step {avg(times):.1f} ms, median loader {avg(waits):.1f} ms, "
+            f"median backward+allreduce {avg(bwd):.1f} ms",
+            flush=True,
+        )
     dist.barrier()
     dist.destroy_process_group()
 
