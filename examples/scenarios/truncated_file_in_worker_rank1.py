@@ -4,8 +4,9 @@
 """Cause: samples are stored one ``.npy`` file per sample; one file (sample 45) was truncated
 by an interrupted copy. The DataLoader runs with ``num_workers=1``, so the exception is raised
 inside rank 1's worker process by ``numpy.load`` (``ValueError: Failed to read all data for
-array. Expected (3, 32, 32) = 3072 elements, could only read 1520 elements.``) and re-raised in rank 1's main process by the DataLoader as ``ValueError: Caught ValueError in
-DataLoader worker process 0. Original Traceback ...``. With ``DistributedSampler(shuffle=False)``
+array. Expected (3, 32, 32) = 3072 elements, could only read 1520 elements.``) and re-raised
+in rank 1's main process by the DataLoader as ``ValueError: Caught ValueError in DataLoader
+worker process 0. Original Traceback ...``. With ``DistributedSampler(shuffle=False)``
 and batch size 4, sample 45 is in rank 1's batch at step 5. Rank 1 dies; rank 0, already in the
 gradient all-reduce, loses its peer ("Connection closed by peer"), a symptom. The root cause is
 the exception in rank 1's data-loading worker.
