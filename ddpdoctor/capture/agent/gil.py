@@ -13,9 +13,12 @@ run, so that time shows as a gap between its samples, never as a frame.  Over th
   dumps written inside one of its gaps are known and name the frame that held the GIL.  A forked child
   would inherit a watchdog that no longer exists and hang in its exit (CPython waits for that thread):
   the alarm is cancelled before every ``os.fork`` (``os.register_at_fork``; the next sample re-arms it);
-- ``Gaps``: the sampler's starvation (a gap far above its interval), each attributed to GC when
-  collections cover most of it, else to the call the native dumps (or the frames the sampler saw just
-  before and after the gap) name.
+- ``Gaps``: the sampler's starvation (a gap far above its interval).  A gap has two causes a Python
+  thread cannot tell apart by its clock: another thread held the GIL, or the sampler thread was runnable
+  without a CPU (an oversubscribed host).  ``ThreadRunQueue`` reads the sampler thread's own run-queue
+  wait (``/proc/thread-self/schedstat``) at each sample: the part of a gap's excess that wait covers is
+  CPU starvation; only the rest is attributed, to GC when collections cover most of it, else to the
+  call the native dumps (or the frames the sampler saw just before and after the gap) name.
 
 Standard library only; nothing here raises into the user's program (``evidence.py`` guards it).
 """
@@ -27,6 +30,8 @@ import gc
 import os
 import re
 import time
+
+from .runqueue import SCHEDSTAT, ThreadRunQueue
 
 KEEP_COLLECTIONS = 2000  # collections listed one by one (the totals count every one)
 GAP_FACTOR = 4.0  # a gap between samples of this many intervals ...
@@ -219,22 +224,53 @@ class NativeDumps:
 
 # ------------------------------------------------------------------ the sampler's gaps
 
-
 class Gaps:
     """The stack sampler's starvation: ``seen(t, key, offset)`` after every sample (perf_counter time,
-    the sampler's signature key, the native dump file's length)."""
+    the sampler's signature key, the native dump file's length), in the sampler thread; it reads that
+    thread's run-queue wait (``clock``: a ThreadRunQueue, or a stand-in with ``read()`` in tests)."""
 
-    def __init__(self, interval: float):
+    def __init__(self, interval: float, clock=None):
         self.interval = interval
         self.threshold = max(GAP_FACTOR * interval, GAP_MIN_S)
-        self.gaps: list[tuple] = []  # (t0, t1, key before, key after, offset before, offset after)
+        self.clock = ThreadRunQueue() if clock is None else clock
+        # (t0, t1, key before, key after, offset before, offset after, run-queue seconds in the gap or None)
+        self.gaps: list[tuple] = []
         self._last = None
 
     def seen(self, t: float, key, offset: int) -> None:
+        rq = self.clock.read()
         last = self._last
         if last is not None and t - last[0] >= self.threshold:
-            self.gaps.append((last[0], t, last[1], key, last[2], offset))
-        self._last = (t, key, offset)
+            waited = rq - last[3] if rq is not None and last[3] is not None else None
+            self.gaps.append((last[0], t, last[1], key, last[2], offset, waited))
+        self._last = (t, key, offset, rq)
+
+    def runqueue_record(self, steps: int) -> dict:
+        """The sampler thread's run-queue wait over the window (first to last sample)."""
+        c = self.clock
+        close = getattr(c, "close", None)
+        if close is not None:
+            close()
+        first, last = getattr(c, "first", None), getattr(c, "last", None)
+        if first is None or last is None:
+            return {"read": False, "reason": getattr(c, "error", None) or "no sample read it"}
+        ms = (last - first) * 1000
+        return {
+            "read": True,
+            "source": SCHEDSTAT,
+            "window_ms": round(ms, 3),
+            "ms_per_step": round(ms / steps, 3) if steps > 0 else None,
+        }
+
+
+def split_gap(excess: float, gc_s: float, runqueue_s: float | None) -> tuple[float, float]:
+    """(CPU-starved seconds, the rest) of a gap's excess over the interval: the sampler thread's run-queue
+    wait in the gap, less the time collections held the GIL (measured: the sampler could not have run
+    then whatever the CPUs), is CPU starvation; the rest is GIL-held (GC, a call) or unexplained."""
+    if not runqueue_s or runqueue_s <= 0:
+        return 0.0, excess
+    cpu = min(runqueue_s, max(0.0, excess - min(gc_s, excess)))
+    return cpu, excess - cpu
 
 
 def classify_frame(sampler, filename: str) -> str:
@@ -295,15 +331,27 @@ def summarize(
     steps: int,
     native_info: dict,
 ) -> dict:
-    """Each gap attributed (GC / a named call / unnamed), and the totals per cause and per call."""
+    """Each gap's CPU-starved part set apart (the sampler thread's run-queue wait), the rest attributed
+    (GC / a named call / unnamed); the totals per cause and per call.  A gap whose rest with the interval
+    would not reach the gap threshold is ``cpu``: the sampler lacked a CPU, nothing held the GIL."""
     by_cause = {"gc": 0.0, "call": 0.0, "unnamed": 0.0}
+    cpu_total, cpu_gaps = 0.0, 0
     calls: dict[str, dict] = {}
     listed = []
-    for t0, t1, before, after, off0, off1 in gaps.gaps:
-        excess = max(0.0, (t1 - t0) - gaps.interval)
+    for t0, t1, before, after, off0, off1, rq in gaps.gaps:
         gc_s = gcrec.covered_s(t0, t1) if gcrec is not None else 0.0
-        entry = {"ms": round((t1 - t0) * 1000, 3), "gc_ms": round(gc_s * 1000, 3)}
-        if gc_s >= GC_COVERS * excess:
+        cpu, excess = split_gap(max(0.0, (t1 - t0) - gaps.interval), gc_s, rq)
+        cpu_total += cpu
+        entry = {
+            "ms": round((t1 - t0) * 1000, 3),
+            "gc_ms": round(gc_s * 1000, 3),
+            "runqueue_ms": round(rq * 1000, 3) if rq is not None else None,
+            "cpu_ms": round(cpu * 1000, 3),
+        }
+        if gaps.interval + excess < gaps.threshold:
+            cpu_gaps += 1
+            entry["cause"] = "cpu"
+        elif gc_s >= GC_COVERS * excess:
             by_cause["gc"] += excess
             entry["cause"] = "gc"
         else:
@@ -347,6 +395,7 @@ def summarize(
                 c["_s"] += excess
         if len(listed) < 200:
             listed.append(entry)
+    runqueue = gaps.runqueue_record(steps)
     top = sorted(calls.values(), key=lambda c: (-c["_s"], c["where"]))[:KEEP_CALLS]
     for c in top:
         c["ms_per_step"] = round(c.pop("_s") * 1000 / steps, 3) if steps > 0 else None
@@ -355,6 +404,9 @@ def summarize(
         "gaps": len(gaps.gaps),
         "listed": listed,
         "starved_ms_per_step": {k: round(v * 1000 / steps, 3) for k, v in by_cause.items()} if steps > 0 else None,
+        "cpu_starved_ms_per_step": round(cpu_total * 1000 / steps, 3) if steps > 0 and runqueue["read"] else None,
+        "cpu_gaps": cpu_gaps,
+        "runqueue": runqueue,
         "calls": top,
         "native": native_info,
     }
