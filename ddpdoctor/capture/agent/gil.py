@@ -224,6 +224,7 @@ class NativeDumps:
 
 # ------------------------------------------------------------------ the sampler's gaps
 
+
 class Gaps:
     """The stack sampler's starvation: ``seen(t, key, offset)`` after every sample (perf_counter time,
     the sampler's signature key, the native dump file's length), in the sampler thread; it reads that
