@@ -39,6 +39,7 @@ GAP_MIN_S = 0.015  # ... and at least this long is starvation (5 ms is CPython's
 GC_COVERS = 0.5  # collections covering this share of a gap's excess make it a GC gap
 NATIVE_MIN_INTERVAL_S = 0.01  # the C watchdog's alarm is never set shorter than this
 KEEP_CALLS = 10  # GIL-holding calls kept per rank, the longest first
+CPU_ONLY_SLICES = 2  # timeslices of a gap starved of CPU alone (split_gap)
 
 
 # ------------------------------------------------------------------ garbage collections
@@ -234,7 +235,7 @@ class Gaps:
         self.interval = interval
         self.threshold = max(GAP_FACTOR * interval, GAP_MIN_S)
         self.clock = ThreadRunQueue() if clock is None else clock
-        # (t0, t1, key before, key after, offset before, offset after, run-queue seconds in the gap or None)
+        # (t0, t1, key before, key after, offset before, offset after, (run-queue s, timeslices) in the gap or None)
         self.gaps: list[tuple] = []
         self._last = None
 
@@ -242,7 +243,7 @@ class Gaps:
         rq = self.clock.read()
         last = self._last
         if last is not None and t - last[0] >= self.threshold:
-            waited = rq - last[3] if rq is not None and last[3] is not None else None
+            waited = (rq[0] - last[3][0], rq[1] - last[3][1]) if rq is not None and last[3] is not None else None
             self.gaps.append((last[0], t, last[1], key, last[2], offset, waited))
         self._last = (t, key, offset, rq)
 
@@ -264,13 +265,20 @@ class Gaps:
         }
 
 
-def split_gap(excess: float, gc_s: float, runqueue_s: float | None) -> tuple[float, float]:
-    """(CPU-starved seconds, the rest) of a gap's excess over the interval: the sampler thread's run-queue
-    wait in the gap, less the time collections held the GIL (measured: the sampler could not have run
-    then whatever the CPUs), is CPU starvation; the rest is GIL-held (GC, a call) or unexplained."""
-    if not runqueue_s or runqueue_s <= 0:
+def split_gap(excess: float, gc_s: float, runqueue: tuple[float, int] | None) -> tuple[float, float]:
+    """(CPU-starved seconds, the rest) of a gap's excess over the interval.  ``runqueue``: the sampler
+    thread's run-queue wait and timeslices in the gap.  Starved of CPU alone, the sampler is put on a CPU
+    once or twice in a gap (its own wake-up; at most one switch interval's wait for a GIL the training
+    thread runs Python with); waiting for a held GIL, it wakes every switch interval, and the run-queue
+    wait of those wakes falls inside the hold.  So the wait of two timeslices' worth counts (all of it
+    with one or two), less the time collections held the GIL (measured: the sampler could not have run
+    then whatever the CPUs); the rest is GIL-held (GC, a call) or unexplained."""
+    if runqueue is None or runqueue[0] <= 0:
         return 0.0, excess
-    cpu = min(runqueue_s, max(0.0, excess - min(gc_s, excess)))
+    waited, slices = runqueue
+    if slices > CPU_ONLY_SLICES:
+        waited = waited * CPU_ONLY_SLICES / slices
+    cpu = min(waited, max(0.0, excess - min(gc_s, excess)))
     return cpu, excess - cpu
 
 
@@ -346,7 +354,8 @@ def summarize(
         entry = {
             "ms": round((t1 - t0) * 1000, 3),
             "gc_ms": round(gc_s * 1000, 3),
-            "runqueue_ms": round(rq * 1000, 3) if rq is not None else None,
+            "runqueue_ms": round(rq[0] * 1000, 3) if rq is not None else None,
+            "timeslices": rq[1] if rq is not None else None,
             "cpu_ms": round(cpu * 1000, 3),
         }
         if gaps.interval + excess < gaps.threshold:
