@@ -246,6 +246,9 @@ def test_window_in_process_records_gc_gaps_and_native_dumps(monkeypatch, tmp_pat
         assert g["runqueue"]["read"] and g["cpu_starved_ms_per_step"] is not None, g["runqueue"]
     if took >= 3 * gil.GAP_MIN_S:  # the collection was long enough to starve the sampler
         assert g["gaps"] >= 1 and g["starved_ms_per_step"]["gc"] > 0
+        if g["runqueue"]["read"]:  # waiting for the GIL, the sampler woke every switch interval (5 ms)
+            gc_gaps = [gap for gap in g["listed"] if gap["cause"] == "gc"]
+            assert gc_gaps and all(gap["timeslices"] > gil.CPU_ONLY_SLICES for gap in gc_gaps), gc_gaps
         assert g["native"]["dumps"] >= 1, "the watchdog's alarm fired while the collection held the GIL"
     # off unless asked for
     monkeypatch.delenv("DDPDOCTOR_NATIVE_SAMPLER")
