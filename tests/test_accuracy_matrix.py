@@ -369,3 +369,20 @@ def test_rerender_from_raw_json(tmp_path):
     assert "`python benchmarks/accuracy.py --idle`" in md
     assert "| a | idle | r0: 36.6 ms, 1.0 coll/step; dataloader 63%, compute 23% |" in md
     assert acc.main(["--from-json", str(tmp_path / "missing.json"), "--out", "-"]) == 2
+
+
+def test_score_failed_run_without_the_expected_rule_judges_the_failure_finding():
+    """blind round 3, allreduce_only_on_rank0_logging: the run failed (FL010 led the card), FL021 was expected
+    and absent; the first fix scored must be the card's, FL010's, not the window's CM001 bottleneck's."""
+    d = _diag(
+        "communication",
+        "CM001",
+        [
+            ("FL010", "failure", [_fix("The ranks passed tensors of different sizes to one collective")]),
+            ("CM001", "communication", [_fix("Accumulate gradients locally")]),
+        ],
+    )
+    d["verdict"]["failed"] = True
+    s = acc.score(_exp(verdict="failure", rule="FL021", first_fix="every rank"), d)
+    assert s["verdict_ok"] and not s["rule_ok"] and s["judged_rule"] == "FL010"
+    assert s["first_fix"] == "The ranks passed tensors of different sizes to one collective" and s["fix_ok"] is False
