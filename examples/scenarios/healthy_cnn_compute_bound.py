@@ -2,7 +2,7 @@
 # expect-rule: CP001
 # expect-first-fix: -
 # expect-absent: DL001 DL003 CM001 IM001 CF001 CF002 CF004
-"""Control (healthy job): a small ResNet-style CNN trains on 32x32 images that are already in
+"""Healthy: a control job. A small ResNet-style CNN trains on 32x32 images that are already in
 memory as one tensor, with DistributedSampler, ``set_epoch`` every epoch, ``num_workers=0``
 (indexing a tensor costs microseconds), one intra-op thread per rank (torchrun's default
 OMP_NUM_THREADS=1, 2 ranks on 2 cores), and the DDP defaults. Each step is ~190 ms of
