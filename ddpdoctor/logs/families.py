@@ -26,7 +26,7 @@ def parse_fingerprint(s: str) -> dict:
 _CONT_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?")
 
 
-def _join_wrapped(lines: list[str], i: int, limit: int = 12) -> tuple[str, int]:
+def join_wrapped(lines: list[str], i: int, limit: int = 12) -> tuple[str, int]:
     """A desync report wrapped over several lines (pasted or logged with newlines): the joined text and the
     1-based number of its last line."""
     text, j = lines[i], i
