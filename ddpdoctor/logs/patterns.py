@@ -50,18 +50,11 @@ class _Catalogued:
 OOM_ALLOC = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]i?B)")
 OOM_GPU = re.compile(r"GPU (\d+) has a total capac\w* of ([\d.]+ ?[KMGT]i?B)")
 
-# (the second form: the same report with its first words cut off or wrapped onto the line before)
-WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>[^)]*\)?[^)]*)\)"
-    r"(?: ran for (?P<ran>\d+) milliseconds)?|"
-    r"WorkNCCL\((?P<args2>SeqNum=[^)]*\)?[^)]*)\) ran for (?P<ran2>\d+) milliseconds before timing out"
-)
+# the watchdog's report (groups args/ran, or args2/ran2 when its first words were cut off or wrapped)
+WATCHDOG = _catalogued("pg_nccl.watchdog_timeout")
 WORK_ARG = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape|DataType)=([^,)]+)")
 RANK_IN_MSG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?)?Rank (?P<rank>\d+)\]")
-WORK_STATE = re.compile(
-    r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<at>\d+), last enqueued NCCL work: "
-    r"(?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)"
-)
+WORK_STATE = _catalogued("pg_nccl.work_state")  # groups at, enq, done
 TEARDOWN = _catalogued("pg_nccl.teardown", I)
 
 # the store / rendezvous messages, one catalogue entry after another (their groups: joined, expected, seconds,
