@@ -7,10 +7,12 @@ from .catalogue import message_patterns
 I = re.IGNORECASE  # noqa: E741 - the flag as re spells it (re.I), used in every pattern below
 
 
-def _catalogued(msg_id: str, flags: int = 0, first: int | None = None) -> re.Pattern:
+def _catalogued(msg_id: str, flags: int = 0, first: int | None = None, at: int | None = None) -> re.Pattern:
     """A message's wording from the message catalogue (rules/messages/): one place holds it; this module keeps
-    only the structure around it (prefixes, ranks, tracebacks)."""
-    pats = message_patterns(msg_id)[:first]
+    only the structure around it (prefixes, ranks, tracebacks). `first`: its first patterns only; `at`: the one
+    pattern at that index (an entry whose `parse` list holds the parts of one report)."""
+    pats = message_patterns(msg_id)
+    pats = [pats[at]] if at is not None else pats[:first]
     return re.compile("|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats), flags)
 
 
@@ -100,12 +102,14 @@ NCCL_ERR = re.compile(
     r"ncclRemoteError)\b|NCCL error in:"
 )
 
-MISMATCH = re.compile(
-    r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
-    r"CollectiveFingerPrint\((?P<f1>.*?)\),? but Rank (?P<r2>\d+) is running collective: "
-    r"CollectiveFingerPrint\((?P<f2>[^()]*(?:\([^()]*\)[^()]*)*)\)(?P<rest>.*)$"
-)
-DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(.*)$")
+# ProcessGroupWrapper's desync report, its parts in the order of the entry's parse list
+_DESYNC = "pg_wrapper.collectives_mismatch"
+DESYNC = _catalogued(_DESYNC, at=0)  # the report's opening words
+FP_RANK = _catalogued(_DESYNC, at=1)  # "Rank N is running collective: CollectiveFingerPrint("
+BARE_OP = _catalogued(_DESYNC, at=2)  # older: "but Rank 1 is running collective: REDUCE."
+DIFFER = _catalogued(_DESYNC, at=3)  # "Collectives differ in the following aspects: …"
+SEQ_DIFF = _catalogued(_DESYNC, at=4)  # "Sequence number: 5vs 6"
+OP_DIFF = _catalogued(_DESYNC, at=5)  # "Op type: ALLREDUCEvs BROADCAST"
 # a line that looks like program output rather than prose pasted around it in a ticket
 LOGGY = re.compile(
     r"\w*(?:Error|Exception)\s*:|\b(?:WARN|ERROR|FATAL)\b|\.(?:cc|cpp|h|hpp):\d+|ProcessGroup|"
@@ -244,9 +248,7 @@ TRANSPORT_P2P = re.compile(r"via (?:P2P|direct pointer|direct shared memory|SHM|
 # TORCH_DISTRIBUTED_DEBUG=DETAIL/INFO and DDP's own model checks
 MONITORED = _catalogued("pg_gloo.monitored_barrier", I)
 DDP_MODEL_MISMATCH = _catalogued("ddp.params_differ_across_ranks", I)
-SHAPE_VERIFY = re.compile(r"Error when verifying shape tensors for collective (?P<op>\w+) on rank (?P<rank>\d+)", I)
-SEQ_DIFF = re.compile(r"Sequence number: ?(?P<a>\d+) ?vs ?(?P<b>\d+)")
-OP_DIFF = re.compile(r"Op type: ?(?P<a>[A-Z_]+) ?vs ?(?P<b>[A-Z_]+)")
+SHAPE_VERIFY = _catalogued("pg_wrapper.shape_mismatch")
 
 # argparse (and click) usage errors: "prog.py: error: the following arguments are required: --mode"
 USAGE_ERROR = re.compile(
