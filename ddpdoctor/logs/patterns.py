@@ -124,25 +124,19 @@ EXC_LINE = re.compile(
 )
 TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 
-SIGNAL = re.compile(
-    r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)|"
-    r"terminated with signal (?P<name2>SIG\w+)|died with <Signals\.(?P<name3>SIG\w+): (?P<num3>\d+)>|"
-    # UCX's handler (openucx/ucx src/ucs/debug/debug.c): "Caught signal 7 (Bus error: nonexistent ...)"
-    r"Caught signal (?P<num4>\d+) \((?:[A-Z][a-z]+(?: [a-z]+)*): |"
-    r"(?:^|\s)Killed(?:\s+\S*python\S*.*)?$|exit(?:ed with)? (?:code|status) (?P<code>137|139)\b|"
-    r"(?P<oomkill>oom_kill event|OOM Killed|Out of memory: Killed? process|oom-kill:|"
-    r"invoked oom-killer)",
-    I,
-)
+# a process's death (rules/messages/process_exit.toml): the signal that stopped it, whoever reported it (groups
+# num/name, name2, name3/num3, num4, code, oomkill)
+SIGNAL = _catalogued("process.killed_by_signal")
 # torch.utils.data's own report that a worker process died (usually the kernel OOM killer: SIGKILL)
-DL_WORKER_KILLED = re.compile(r"DataLoader worker \(pid\(?s?\)?\s*[\d, ]+\) is killed by signal: (?P<what>[\w ]+)", I)
-# std::terminate's report of an uncaught C++ exception (libstdc++'s verbose terminate handler), its what() line
-CXX_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
-CXX_WHAT = re.compile(r"^\s*what\(\):\s*(?P<msg>.*)$")
-CXX_ABORT = re.compile(r"^\s*Aborted\b|core dumped|SIGABRT")
-CRASH = re.compile(
-    r"Segmentation fault|SIGSEGV|Fatal Python error|core dumped|SIGABRT|terminate called after throwing", I
-)
+DL_WORKER_KILLED = _catalogued("dataloader.worker_killed_by_signal")
+# std::terminate's report of an uncaught C++ exception (libstdc++'s verbose terminate handler), its what() line,
+# the abort after it
+CXX_TERMINATE = _catalogued("process.uncaught_cxx_exception", at=0)
+CXX_WHAT = _catalogued("process.uncaught_cxx_exception", at=1)
+CXX_ABORT = _catalogued("process.uncaught_cxx_exception", at=2)
+CRASH = _catalogued("process.native_crash", at=0)
+CRASH_NOT_ABORT = _catalogued("process.native_crash", at=1)  # a crash that is not a plain abort
+ABORT = _catalogued("process.aborted")
 
 TR_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
 TR_ROOT = re.compile(r"^\s*Root Cause \(first observed failure\):")
@@ -203,7 +197,7 @@ GLOO_SELF_RANK = re.compile(r"\(rank=(\d+), size=\d+")
 # NCCL's ncclSystemError as old c10d printed it: a system call (socket, shared memory) failed in NCCL init
 NCCL_SYSTEM = _catalogued("nccl.error.unhandled_system")
 # torch.multiprocessing.spawn's report of a dead child: its index is the rank mp.spawn gave it
-SPAWN_EXIT = re.compile(r"process (?P<idx>\d+) terminated with (?:signal (?P<sig>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
+SPAWN_EXIT = _catalogued("process.spawn_terminated")
 # DDP's reducer error, also quoted without its "RuntimeError:" prefix
 DDP_UNUSED = _catalogued("ddp.unused_parameters", first=1)
 NET_BIND = re.compile(
