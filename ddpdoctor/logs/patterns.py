@@ -88,19 +88,10 @@ NET_IB = _Catalogued(
     I,
 )
 NET_P2P = _Catalogued(("nccl.p2p.ipc_failed", "nccl.p2p.mapping_exhausted"), I)
-PEER = re.compile(
-    r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|ncclRemoteError|"
-    r"Connection was likely closed|Did the remote process exit or crash|"
-    r"remote process exited or there was a network error|retcode 6\b|Connection refused.*(?:gloo|NCCL)|"
-    r"NCCL communicator was aborted on rank (\d+)|ProcessGroupGloo.*(?:peer|closed)",
-    I,
-)
+PEER = _catalogued("net.peer_closed")
 PEER_ADDR = re.compile(r"(?:from |peer |\[)(\d{1,3}(?:\.\d{1,3}){3})\]?[:<](\d+)")
 PEER_RANK = re.compile(r"(?:from|to|with) (?:peer )?rank (\d+)", I)
-NCCL_ERR = re.compile(
-    r"\b(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument|"
-    r"ncclRemoteError)\b|NCCL error in:"
-)
+NCCL_ERR = _catalogued("net.nccl_error_code")
 
 # ProcessGroupWrapper's desync report, its parts in the order of the entry's parse list
 _DESYNC = "pg_wrapper.collectives_mismatch"
@@ -177,17 +168,7 @@ ANY = re.compile(
 # ---------------------------------------------------------------- network, bootstrap, transports
 # NCCL (bootstrap.cc, socket.cc, net_socket.cc, net_ib.cc), gloo (tcp/device.cc, pair.cc) and c10d (TCPStore)
 NET_IFNAME_SET = re.compile(r"(NCCL|GLOO|TP)_SOCKET_IFNAME set(?: by environment)? to (?P<val>\S+)")
-NET_MISSING_IF = re.compile(
-    r"Unable to find (?:address|interface) for:? \[?(?P<gloo_if>[\w.\-:^,]+)\]?|"
-    r"No interface found in the same subnet as remote address (?P<remote>\S+)|"
-    r"(?P<boot>Bootstrap|NET/Socket|NET/IB|Net|misc/socket)\s*:\s*"
-    r"(?:no socket interface found|no (?:usable )?(?:listening )?interface found|"
-    r"No usable listening interface found|no interface found)(?! in the same subnet)|"
-    r"(?:ncclFindInterfaces|findInterfaces?)\b.*?(?:no|0) interfaces?|"
-    r"no NCCL_SOCKET_IFNAME interface found|is neither AF_INET\(2\) nor AF_INET6|"
-    r"Socket creation failed : Address family not supported",
-    I,
-)
+NET_MISSING_IF = _catalogued("net.interface_missing")  # groups gloo_if, remote, boot
 # gloo (tcp/device.cc): the host name resolves to no local address, so gloo binds to and advertises 127.0.0.1
 NET_LOOPBACK = _catalogued("gloo.loopback_fallback", I)
 # gloo's full-mesh connect failing (the RuntimeError line often elides the reason)
@@ -200,17 +181,8 @@ NCCL_SYSTEM = _catalogued("nccl.error.unhandled_system")
 SPAWN_EXIT = _catalogued("process.spawn_terminated")
 # DDP's reducer error, also quoted without its "RuntimeError:" prefix
 DDP_UNUSED = _catalogued("ddp.unused_parameters", first=1)
-NET_BIND = re.compile(
-    r"bind failed ?: ?(?P<why>Cannot assign requested address|Address already in use|[^,;]+)|"
-    r"Call to bind failed ?: ?(?P<why2>[^,;]+)",
-    I,
-)
-NET_CONNECT = re.compile(
-    r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect\w*|bootstrap\w*)\b[^\n]*?"
-    r"(?:returned|failed|:)\s*:?\s*(?:SO_ERROR:\s*)?(?P<why>Connection refused|Connection timed out|No route to host|"
-    r"Network is unreachable|Software caused connection abort)",
-    I,
-)
+NET_BIND = _catalogued("net.bind_failed")  # groups why, why2
+NET_CONNECT = _catalogued("net.connect_failed")  # group why
 NET_WORDS = (
     "find address",
     "find interface",
@@ -245,12 +217,10 @@ DDP_MODEL_MISMATCH = _catalogued("ddp.params_differ_across_ranks", I)
 SHAPE_VERIFY = _catalogued("pg_wrapper.shape_mismatch")
 
 # argparse (and click) usage errors: "prog.py: error: the following arguments are required: --mode"
-USAGE_ERROR = re.compile(
-    r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>(?:the following arguments are required|"
-    r"unrecognized arguments|argument [^:]+: (?:invalid|expected|ambiguous|not allowed|conflicting)|"
-    r"one of the arguments .* is required|ambiguous option|too few arguments).*)$|"
-    r"^Error: (?:Missing (?:argument|option)|No such option|Invalid value for) .+$"
-)
+USAGE_ERROR = _catalogued("program.usage_error")  # groups prog, msg
+# Python cannot open the script (startup.py); a port already in use (failure_sections.py)
+CANT_OPEN = _catalogued("program.cant_open_script")  # groups interp, q, path, errno, reason
+ADDRESS_IN_USE = _catalogued("net.address_in_use")
 ANY_NET = re.compile(
     r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|bootstrap\.c|"
     r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/|loopback",
