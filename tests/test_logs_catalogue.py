@@ -127,12 +127,16 @@ def _parsed(msg, text: str):
 
 @pytest.mark.parametrize("msg", default_messages(), ids=lambda m: m.id)
 def test_every_excerpt_is_found_behind_real_prefixes(msg):
-    """By the message engine, or (an excerpt of a form only the parser reads) by the entry's `parse` wording."""
+    """By the message engine behind every prefix; an excerpt of a form only the parser reads, by the entry's
+    `parse` wording (the parser removes the prefixes before it applies it: some forms are anchored)."""
     for ex in msg.excerpts:
+        bare = ex.text.splitlines()
+        if not any(msg.match(line) for line in bare):
+            assert any(_parsed(msg, line) for line in bare), ex.text[:80]
+            continue
         for prefix in PREFIXES:
-            lines = [["f.log", i + 1, prefix + line, None, None] for i, line in enumerate(ex.text.splitlines())]
-            found = msg.id in scan(lines) or any(_parsed(msg, ln[2]) for ln in lines)
-            assert found, (prefix, ex.text[:80])
+            lines = [["f.log", i + 1, prefix + line, None, None] for i, line in enumerate(bare)]
+            assert msg.id in scan(lines), (prefix, ex.text[:80])
 
 
 def test_an_entry_the_parser_alone_reads_is_not_a_message_of_its_own():

@@ -255,12 +255,12 @@ def default_messages() -> tuple[Message, ...]:
     return tuple(m for fam in load_catalogue() for m in fam.messages)
 
 
-def message_patterns(msg_id: str) -> list[str]:
-    """The wording of one built-in entry as the log parser reads it (its `parse` patterns when it has them, else
-    its `patterns`): where the parser needs a message's wording, it takes it from here."""
+def message_patterns(msg_id: str, parse: bool = False) -> list[str]:
+    """The patterns of one built-in entry (`parse`: the wording the log parser reads instead, with the groups it
+    reads): where the parser needs a message's wording, it takes it from here."""
     for m in default_messages():
         if m.id == msg_id:
-            return [p.pattern for p in (m.parse or m.patterns)]
+            return [p.pattern for p in (m.parse if parse else m.patterns)]
     raise KeyError(f"no message {msg_id!r} in rules/messages/")
 
 

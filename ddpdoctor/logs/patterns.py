@@ -7,13 +7,22 @@ from .catalogue import message_patterns
 I = re.IGNORECASE  # noqa: E741 - the flag as re spells it (re.I), used in every pattern below
 
 
-def _catalogued(msg_id: str, flags: int = 0, first: int | None = None, at: int | None = None) -> re.Pattern:
+def _catalogued(
+    msg_id: str, flags: int = 0, first: int | None = None, at: int | None = None, parse: bool = False
+) -> re.Pattern:
     """A message's wording from the message catalogue (rules/messages/): one place holds it; this module keeps
     only the structure around it (prefixes, ranks, tracebacks). `first`: its first patterns only; `at`: the one
-    pattern at that index (an entry whose `parse` list holds the parts of one report)."""
-    pats = message_patterns(msg_id)
+    pattern at that index (an entry whose `parse` list holds the parts of one report); `parse`: the entry's
+    `parse` wording (the form the parser reads, with its groups) instead of the patterns the message engine
+    searches."""
+    pats = message_patterns(msg_id, parse=parse)
     pats = [pats[at]] if at is not None else pats[:first]
     return re.compile("|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats), flags)
+
+
+def _wording(msg_id: str, at: int | None = None) -> re.Pattern:
+    """An entry's `parse` wording (whole, or the one pattern at `at`)."""
+    return _catalogued(msg_id, at=at, parse=True)
 
 
 OOM = _catalogued("cuda.out_of_memory", I)
@@ -49,14 +58,14 @@ class _Catalogued:
         return None
 
 
-OOM_ALLOC = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]i?B)")
-OOM_GPU = re.compile(r"GPU (\d+) has a total capac\w* of ([\d.]+ ?[KMGT]i?B)")
+OOM_ALLOC = _wording("cuda.out_of_memory", at=0)  # the size it tried to allocate
+OOM_GPU = _wording("cuda.out_of_memory", at=1)  # the GPU and its capacity
 
 # the watchdog's report (groups args/ran, or args2/ran2 when its first words were cut off or wrapped)
-WATCHDOG = _catalogued("pg_nccl.watchdog_timeout")
+WATCHDOG = _wording("pg_nccl.watchdog_timeout")
 WORK_ARG = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape|DataType)=([^,)]+)")
 RANK_IN_MSG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?)?Rank (?P<rank>\d+)\]")
-WORK_STATE = _catalogued("pg_nccl.work_state")  # groups at, enq, done
+WORK_STATE = _wording("pg_nccl.work_state")  # groups at, enq, done
 TEARDOWN = _catalogued("pg_nccl.teardown", I)
 
 # the store / rendezvous messages, one catalogue entry after another (their groups: joined, expected, seconds,
@@ -88,19 +97,19 @@ NET_IB = _Catalogued(
     I,
 )
 NET_P2P = _Catalogued(("nccl.p2p.ipc_failed", "nccl.p2p.mapping_exhausted"), I)
-PEER = _catalogued("net.peer_closed")
+PEER = _wording("net.peer_closed")
 PEER_ADDR = re.compile(r"(?:from |peer |\[)(\d{1,3}(?:\.\d{1,3}){3})\]?[:<](\d+)")
 PEER_RANK = re.compile(r"(?:from|to|with) (?:peer )?rank (\d+)", I)
-NCCL_ERR = _catalogued("net.nccl_error_code")
+NCCL_ERR = _wording("net.nccl_error_code")
 
 # ProcessGroupWrapper's desync report, its parts in the order of the entry's parse list
 _DESYNC = "pg_wrapper.collectives_mismatch"
-DESYNC = _catalogued(_DESYNC, at=0)  # the report's opening words
-FP_RANK = _catalogued(_DESYNC, at=1)  # "Rank N is running collective: CollectiveFingerPrint("
-BARE_OP = _catalogued(_DESYNC, at=2)  # older: "but Rank 1 is running collective: REDUCE."
-DIFFER = _catalogued(_DESYNC, at=3)  # "Collectives differ in the following aspects: …"
-SEQ_DIFF = _catalogued(_DESYNC, at=4)  # "Sequence number: 5vs 6"
-OP_DIFF = _catalogued(_DESYNC, at=5)  # "Op type: ALLREDUCEvs BROADCAST"
+DESYNC = _wording(_DESYNC, at=0)  # the report's opening words
+FP_RANK = _wording(_DESYNC, at=1)  # "Rank N is running collective: CollectiveFingerPrint("
+BARE_OP = _wording(_DESYNC, at=2)  # older: "but Rank 1 is running collective: REDUCE."
+DIFFER = _wording(_DESYNC, at=3)  # "Collectives differ in the following aspects: …"
+SEQ_DIFF = _wording(_DESYNC, at=4)  # "Sequence number: 5vs 6"
+OP_DIFF = _wording(_DESYNC, at=5)  # "Op type: ALLREDUCEvs BROADCAST"
 # a line that looks like program output rather than prose pasted around it in a ticket
 LOGGY = re.compile(
     r"\w*(?:Error|Exception)\s*:|\b(?:WARN|ERROR|FATAL)\b|\.(?:cc|cpp|h|hpp):\d+|ProcessGroup|"
@@ -117,17 +126,17 @@ TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 
 # a process's death (rules/messages/process_exit.toml): the signal that stopped it, whoever reported it (groups
 # num/name, name2, name3/num3, num4, code, oomkill)
-SIGNAL = _catalogued("process.killed_by_signal")
+SIGNAL = _wording("process.killed_by_signal")
 # torch.utils.data's own report that a worker process died (usually the kernel OOM killer: SIGKILL)
-DL_WORKER_KILLED = _catalogued("dataloader.worker_killed_by_signal")
+DL_WORKER_KILLED = _wording("dataloader.worker_killed_by_signal")
 # std::terminate's report of an uncaught C++ exception (libstdc++'s verbose terminate handler), its what() line,
 # the abort after it
-CXX_TERMINATE = _catalogued("process.uncaught_cxx_exception", at=0)
-CXX_WHAT = _catalogued("process.uncaught_cxx_exception", at=1)
-CXX_ABORT = _catalogued("process.uncaught_cxx_exception", at=2)
-CRASH = _catalogued("process.native_crash", at=0)
-CRASH_NOT_ABORT = _catalogued("process.native_crash", at=1)  # a crash that is not a plain abort
-ABORT = _catalogued("process.aborted")
+CXX_TERMINATE = _wording("process.uncaught_cxx_exception", at=0)
+CXX_WHAT = _wording("process.uncaught_cxx_exception", at=1)
+CXX_ABORT = _wording("process.uncaught_cxx_exception", at=2)
+CRASH = _wording("process.native_crash", at=0)
+CRASH_NOT_ABORT = _wording("process.native_crash", at=1)  # a crash that is not a plain abort
+ABORT = _wording("process.aborted")
 
 TR_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
 TR_ROOT = re.compile(r"^\s*Root Cause \(first observed failure\):")
@@ -168,7 +177,7 @@ ANY = re.compile(
 # ---------------------------------------------------------------- network, bootstrap, transports
 # NCCL (bootstrap.cc, socket.cc, net_socket.cc, net_ib.cc), gloo (tcp/device.cc, pair.cc) and c10d (TCPStore)
 NET_IFNAME_SET = re.compile(r"(NCCL|GLOO|TP)_SOCKET_IFNAME set(?: by environment)? to (?P<val>\S+)")
-NET_MISSING_IF = _catalogued("net.interface_missing")  # groups gloo_if, remote, boot
+NET_MISSING_IF = _wording("net.interface_missing")  # groups gloo_if, remote, boot
 # gloo (tcp/device.cc): the host name resolves to no local address, so gloo binds to and advertises 127.0.0.1
 NET_LOOPBACK = _catalogued("gloo.loopback_fallback", I)
 # gloo's full-mesh connect failing (the RuntimeError line often elides the reason)
@@ -178,11 +187,11 @@ GLOO_SELF_RANK = re.compile(r"\(rank=(\d+), size=\d+")
 # NCCL's ncclSystemError as old c10d printed it: a system call (socket, shared memory) failed in NCCL init
 NCCL_SYSTEM = _catalogued("nccl.error.unhandled_system")
 # torch.multiprocessing.spawn's report of a dead child: its index is the rank mp.spawn gave it
-SPAWN_EXIT = _catalogued("process.spawn_terminated")
+SPAWN_EXIT = _wording("process.spawn_terminated")
 # DDP's reducer error, also quoted without its "RuntimeError:" prefix
 DDP_UNUSED = _catalogued("ddp.unused_parameters", first=1)
-NET_BIND = _catalogued("net.bind_failed")  # groups why, why2
-NET_CONNECT = _catalogued("net.connect_failed")  # group why
+NET_BIND = _wording("net.bind_failed")  # groups why, why2
+NET_CONNECT = _wording("net.connect_failed")  # group why
 NET_WORDS = (
     "find address",
     "find interface",
@@ -214,13 +223,13 @@ TRANSPORT_P2P = re.compile(r"via (?:P2P|direct pointer|direct shared memory|SHM|
 # TORCH_DISTRIBUTED_DEBUG=DETAIL/INFO and DDP's own model checks
 MONITORED = _catalogued("pg_gloo.monitored_barrier", I)
 DDP_MODEL_MISMATCH = _catalogued("ddp.params_differ_across_ranks", I)
-SHAPE_VERIFY = _catalogued("pg_wrapper.shape_mismatch")
+SHAPE_VERIFY = _wording("pg_wrapper.shape_mismatch")
 
 # argparse (and click) usage errors: "prog.py: error: the following arguments are required: --mode"
-USAGE_ERROR = _catalogued("program.usage_error")  # groups prog, msg
+USAGE_ERROR = _wording("program.usage_error")  # groups prog, msg
 # Python cannot open the script (startup.py); a port already in use (failure_sections.py)
-CANT_OPEN = _catalogued("program.cant_open_script")  # groups interp, q, path, errno, reason
-ADDRESS_IN_USE = _catalogued("net.address_in_use")
+CANT_OPEN = _wording("program.cant_open_script")  # groups interp, q, path, errno, reason
+ADDRESS_IN_USE = _wording("net.address_in_use")
 ANY_NET = re.compile(
     r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|bootstrap\.c|"
     r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/|loopback",
