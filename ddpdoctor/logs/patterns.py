@@ -7,6 +7,11 @@ from .catalogue import message_patterns
 I = re.IGNORECASE  # noqa: E741 - the flag as re spells it (re.I), used in every pattern below
 
 
+# pattern text -> the catalogue entry it was built from (tests/test_logs_wording.py: every other regex here is
+# format, named in that test's list)
+FROM_CATALOGUE: dict[str, str] = {}
+
+
 def _catalogued(
     msg_id: str, flags: int = 0, first: int | None = None, at: int | None = None, parse: bool = False
 ) -> re.Pattern:
@@ -17,7 +22,9 @@ def _catalogued(
     searches."""
     pats = message_patterns(msg_id, parse=parse)
     pats = [pats[at]] if at is not None else pats[:first]
-    return re.compile("|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats), flags)
+    rx = re.compile("|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats), flags)
+    FROM_CATALOGUE[rx.pattern] = msg_id
+    return rx
 
 
 def _wording(msg_id: str, at: int | None = None) -> re.Pattern:
