@@ -69,11 +69,13 @@ OOM_ALLOC = _wording("cuda.out_of_memory", at=0)  # the size it tried to allocat
 OOM_GPU = _wording("cuda.out_of_memory", at=1)  # the GPU and its capacity
 
 # the watchdog's report (groups args/ran, or args2/ran2 when its first words were cut off or wrapped)
-WATCHDOG = _wording("pg_nccl.watchdog_timeout")
+WATCHDOG = _wording("pg_nccl.watchdog_timeout", at=0)
+WATCHDOG_THREAD_ENDED = _wording("pg_nccl.watchdog_timeout", at=1)  # the watchdog thread ended the process
 WORK_ARG = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape|DataType)=([^,)]+)")
 RANK_IN_MSG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?)?Rank (?P<rank>\d+)\]")
 WORK_STATE = _wording("pg_nccl.work_state")  # groups at, enq, done
 TEARDOWN = _catalogued("pg_nccl.teardown", I)
+ILLEGAL_ACCESS = _wording("nccl.cuda.illegal_memory_access")  # searched in lower-cased text
 
 # the store / rendezvous messages, one catalogue entry after another (their groups: joined, expected, seconds,
 # addr, port)
