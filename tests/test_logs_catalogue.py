@@ -65,6 +65,13 @@ def test_a_good_file_loads(tmp_path):
             "an entry without a fix",
         ),
         (GOOD.replace('kind = "launch"', 'kind = "bad luck"'), "kind must be one of"),
+        (
+            GOOD.replace(
+                "patterns = ['Duplicate", "parse = ['Duplicate GPU', 'Some other GPU']\npatterns = ['Duplicate"
+            ),
+            "matches no line of its excerpts",
+        ),
+        (GOOD.replace("patterns = ['Duplicate GPU detected : rank (?P<a>\\d+)']\n", ""), "needs patterns"),
     ],
 )
 def test_a_bad_entry_is_refused_naming_file_and_entry(tmp_path, broken, said):
@@ -73,6 +80,16 @@ def test_a_bad_entry_is_refused_naming_file_and_entry(tmp_path, broken, said):
     msg = str(exc.value)
     assert said in msg and "nccl_init.toml" in msg and "\n" not in msg
     assert isinstance(exc.value, InputError) and exc.value.exit_code == 2
+
+
+def test_an_entry_may_hold_only_the_wording_the_parser_reads(tmp_path):
+    text = GOOD.replace(
+        "patterns = ['Duplicate GPU detected : rank (?P<a>\\d+)']",
+        "parse = ['Duplicate GPU detected : rank (?P<a>\\d+)']",
+    )
+    text = text.replace("rank {{match.a}} shares", "a rank shares")
+    (msg,) = load_catalogue(_write(tmp_path, text))[0].messages
+    assert not msg.patterns and [p.pattern for p in msg.parse] == [r"Duplicate GPU detected : rank (?P<a>\d+)"]
 
 
 def test_the_built_in_catalogue_loads_and_covers_the_families():
@@ -103,18 +120,39 @@ PREFIXES = [
 ]
 
 
+def _parsed(msg, text: str):
+    """The parser's reading of a line with the entry's wording (its `parse` patterns), None when none finds it."""
+    return next((m for p in msg.parse if (m := p.search(text))), None)
+
+
 @pytest.mark.parametrize("msg", default_messages(), ids=lambda m: m.id)
 def test_every_excerpt_is_found_behind_real_prefixes(msg):
+    """By the message engine behind every prefix; an excerpt of a form only the parser reads, by the entry's
+    `parse` wording (the parser removes the prefixes before it applies it: some forms are anchored)."""
     for ex in msg.excerpts:
+        bare = ex.text.splitlines()
+        if not any(msg.match(line) for line in bare):
+            assert any(_parsed(msg, line) for line in bare), ex.text[:80]
+            continue
         for prefix in PREFIXES:
-            lines = [["f.log", i + 1, prefix + line, None, None] for i, line in enumerate(ex.text.splitlines())]
+            lines = [["f.log", i + 1, prefix + line, None, None] for i, line in enumerate(bare)]
             assert msg.id in scan(lines), (prefix, ex.text[:80])
+
+
+def test_an_entry_the_parser_alone_reads_is_not_a_message_of_its_own():
+    """`parse` without `patterns`: the parser builds its event from the wording; the message engine does not
+    report the entry (failure.message.* are unchanged by it)."""
+    msg = next(m for m in default_messages() if m.id == "pg_nccl.work_state")
+    line = msg.excerpts[0].text
+    assert not msg.patterns and _parsed(msg, line)
+    assert "pg_nccl.work_state" not in scan([["f.log", 1, line, None, None]])
 
 
 @pytest.mark.parametrize("msg", default_messages(), ids=lambda m: m.id)
 def test_every_fix_reads_without_placeholders_when_no_fact_is_known(msg):
-    line = next(line for ex in msg.excerpts for line in ex.text.splitlines() if msg.match(line))
-    groups = {k: v for k, v in msg.match(line).groupdict().items() if v is not None}
+    lines = [line for ex in msg.excerpts for line in ex.text.splitlines()]
+    m = next(m for line in lines if (m := msg.match(line) or _parsed(msg, line)))
+    groups = {k: v for k, v in m.groupdict().items() if v is not None}
     for t in (msg.fix_title, msg.fix_change):
         text, _missing = t.render(_Lookup({}, groups))
         assert not PLACEHOLDER.search(text), text

@@ -91,16 +91,16 @@ def _start(out: str | None) -> bool:
         return False  # under `ddpdoctor run`: its own capture
     if _is_ddpdoctor_itself(sys.orig_argv):
         return False  # `ddpdoctor run|analyze …` under srun carries rank variables too
-    from .agent.process import _LAUNCHER_RANK_VARS, _LOCAL_RANK_VARS
+    from .agent.process import LAUNCHER_RANK_VARS, LOCAL_RANK_VARS
 
-    if not any(k in env for k in _LAUNCHER_RANK_VARS + _LOCAL_RANK_VARS):
+    if not any(k in env for k in LAUNCHER_RANK_VARS + LOCAL_RANK_VARS):
         return False  # not a rank (should_activate says the same), without loading the agent
     agent_mod = load_agent()
     if agent_mod.AGENT is not None:
         return False  # already active in this process
     bundle = os.path.abspath(os.path.expanduser(raw))
     probe = dict(env, DDPDOCTOR_BUNDLE=bundle)
-    if not agent_mod.should_activate(probe, agent_mod._process_argv(), os.getppid()):
+    if not agent_mod.should_activate(probe, agent_mod.process_argv(), os.getppid()):
         return False
     from .host import env_records
 

@@ -36,7 +36,7 @@ KINDS = (
 )
 ROLES = ("cause", "symptom", "context")
 FILE_KEYS = {"family", "title", "sources", "message"}
-ENTRY_KEYS = {"id", "patterns", "kind", "role", "cause", "needs", "fix", "excerpt", "specific", "cause_if"}
+ENTRY_KEYS = {"id", "patterns", "parse", "kind", "role", "cause", "needs", "fix", "excerpt", "specific", "cause_if"}
 FIX_KEYS = {"title", "change"}
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
 
@@ -67,6 +67,10 @@ class Message:
     specific: bool = True  # the fix names this message's own remedy (not "read the log")
     path: str = ""
     cause_if: object = None  # an expression over facts: a context/symptom message that is the cause when it holds
+    # the wording the log parser reads by id to build its own event (logs/patterns.py), with the named groups it
+    # reads; the message engine searches `patterns` only (an entry with no patterns is evidence through the
+    # parser's event alone)
+    parse: list[re.Pattern] = field(default_factory=list)
 
     def match(self, text: str) -> re.Match | None:
         for p in self.patterns:
@@ -126,6 +130,21 @@ def _template(path: Path, mid: str, src, groups: set[str], what: str):
     return t
 
 
+def _regexes(path: Path, mid: str, raw: dict, key: str) -> list[re.Pattern]:
+    """An entry's `patterns` or `parse`: a list of regexes, an inline flag only opening one."""
+    if key not in raw:
+        return []
+    pats = raw[key]
+    if not isinstance(pats, list) or not pats or not all(isinstance(p, str) for p in pats):
+        _fail(path, mid, f"needs {key} = ['regex', …]")
+    if any(re.search(r"\(\?[aiLmsux]+\)", p[1:]) for p in pats):
+        _fail(path, mid, "an inline flag such as (?i) may only open a pattern")
+    try:
+        return [re.compile(p) for p in pats]
+    except re.error as exc:
+        _fail(path, mid, f"bad pattern: {exc}")
+
+
 def _entry(path: Path, family: str, raw) -> Message:
     if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not ID_PATTERN.match(raw["id"]):
         _fail(path, None, f"an entry without a dotted lower-case id: {str(raw)[:80]}")
@@ -133,15 +152,9 @@ def _entry(path: Path, family: str, raw) -> Message:
     extra = set(raw) - ENTRY_KEYS
     if extra:
         _fail(path, mid, f"unknown key(s) {', '.join(sorted(extra))} (allowed: {', '.join(sorted(ENTRY_KEYS))})")
-    pats = raw.get("patterns")
-    if not isinstance(pats, list) or not pats or not all(isinstance(p, str) for p in pats):
-        _fail(path, mid, "needs patterns = ['regex', …]")
-    if any(re.search(r"\(\?[aiLmsux]+\)", p[1:]) for p in pats):
-        _fail(path, mid, "an inline flag such as (?i) may only open a pattern")
-    try:
-        compiled = [re.compile(p) for p in pats]
-    except re.error as exc:
-        _fail(path, mid, f"bad pattern: {exc}")
+    compiled, parse = _regexes(path, mid, raw, "patterns"), _regexes(path, mid, raw, "parse")
+    if not compiled and not parse:
+        _fail(path, mid, "needs patterns = ['regex', …] (or parse = [...], the wording the log parser reads)")
     for key, allowed in (("kind", KINDS), ("role", ROLES)):
         if raw.get(key) not in allowed:
             _fail(path, mid, f"{key} must be one of {', '.join(allowed)} (got {raw.get(key)!r})")
@@ -172,11 +185,11 @@ def _entry(path: Path, family: str, raw) -> Message:
         ):
             _fail(path, mid, "each excerpt has text and source (a thread's URL, or REPO@TAG:path)")
         excerpts.append(Excerpt(ex["text"], ex["source"], ex["source"].startswith("https://")))
-    for p in compiled:
+    for p in compiled + parse:
         if not any(p.search(line) for ex in excerpts for line in ex.text.splitlines()):
             _fail(path, mid, f"pattern {p.pattern!r} matches no line of its excerpts (a pattern without an excerpt)")
     for ex in excerpts:
-        if not any(p.search(line) for p in compiled for line in ex.text.splitlines()):
+        if not any(p.search(line) for p in compiled + parse for line in ex.text.splitlines()):
             _fail(path, mid, f"no pattern finds the excerpt {ex.text[:60]!r}")
     cause_if = None
     if "cause_if" in raw:
@@ -199,6 +212,7 @@ def _entry(path: Path, family: str, raw) -> Message:
         bool(raw.get("specific", True)),
         str(path),
         cause_if,
+        parse,
     )
 
 
@@ -241,11 +255,12 @@ def default_messages() -> tuple[Message, ...]:
     return tuple(m for fam in load_catalogue() for m in fam.messages)
 
 
-def message_patterns(msg_id: str) -> list[str]:
-    """The patterns of one built-in entry: where the log parser needs a message's wording, it takes it from here."""
+def message_patterns(msg_id: str, parse: bool = False) -> list[str]:
+    """The patterns of one built-in entry (`parse`: the wording the log parser reads instead, with the groups it
+    reads): where the parser needs a message's wording, it takes it from here."""
     for m in default_messages():
         if m.id == msg_id:
-            return [p.pattern for p in m.patterns]
+            return [p.pattern for p in (m.parse if parse else m.patterns)]
     raise KeyError(f"no message {msg_id!r} in rules/messages/")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from . import patterns as P
 from .model import LogEvent
 
 # most specific first: a named interface that does not exist beats "no interface found", …
@@ -126,7 +127,7 @@ def suspect_p2p(f: dict, known: dict | None = None) -> None:
         return
     kind, text = f.get("failure.root_cause.kind"), str(f.get("failure.root_cause.text") or "")
     hang = kind == "timeout" and f.get("failure.root_cause.rank") is None
-    illegal = kind in ("crash", "exception", "timeout") and "illegal memory access" in text.lower()
+    illegal = kind in ("crash", "exception", "timeout") and bool(P.ILLEGAL_ACCESS.search(text.lower()))
     # a pasted log that ends once NCCL has set up its channels: no error, and not a single training step
     known = known or {}
     ran = known.get("trace.present") is True or known.get("run.status") in ("complete", "partial")

@@ -8,11 +8,11 @@ import re
 from collections import Counter
 
 from .model import LogEvent
+from .patterns import ADDRESS_IN_USE
 from .watchdog_teardown import watchdog_teardown
 
 LAUNCHER_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP"}
 _DIGITS = re.compile(r"\d+")
-_IN_USE = re.compile(r"already in use|EADDRINUSE|errno:? ?98\b", re.I)
 # an exception line that is the store/rendezvous failure itself (that kind's evidence, not an own error)
 _RENDEZVOUS_WORDS = ("clients joined", "workers joined", "socket has", "Rendezvous", "store based", "DistStoreError")
 
@@ -422,8 +422,8 @@ def _rendezvous_text(z, rz) -> str | None:
     if z is None:
         return None
     text = z.text
-    if not _IN_USE.search(text):
-        other = next((e for e in rz if _IN_USE.search(e.text)), None)
+    if not ADDRESS_IN_USE.search(text):
+        other = next((e for e in rz if ADDRESS_IN_USE.search(e.text)), None)
         if other is not None:
             text = f"{text} ({other.text.strip()})"
     return text[:300]

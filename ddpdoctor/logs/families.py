@@ -26,7 +26,7 @@ def parse_fingerprint(s: str) -> dict:
 _CONT_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)\d+\]:\s?)?")
 
 
-def _join_wrapped(lines: list[str], i: int, limit: int = 12) -> tuple[str, int]:
+def join_wrapped(lines: list[str], i: int, limit: int = 12) -> tuple[str, int]:
     """A desync report wrapped over several lines (pasted or logged with newlines): the joined text and the
     1-based number of its last line."""
     text, j = lines[i], i
@@ -63,22 +63,18 @@ def _balanced(s: str, start: int) -> tuple[str, int]:
     return s[start + 1 :], len(s)
 
 
-_BARE_OP = re.compile(r"but Rank (\d+) is running (?:inconsistent )?collective: ([A-Z_]+)\b(?!\()")
-_FP_RANK = re.compile(r"Rank (\d+) is running (?:collective|inconsistent collective): CollectiveFingerPrint\(")
-
-
 def mismatch_text(msg: str) -> dict | None:
     """Every desync report PyTorch prints: ProcessGroupWrapper's fingerprints (nested parentheses such as
     ``TensorOptions(dtype=float (default), …)``, with or without commas between fields, the
     ``Collectives differ in the following aspects`` tail), its shape verification, and DDP's model check."""
-    if "Detected mismatch between collectives" in msg:
+    if P.DESYNC.search(msg):
         fps = []
-        for m in _FP_RANK.finditer(msg):
+        for m in P.FP_RANK.finditer(msg):
             body, _end = _balanced(msg, m.end() - 1)
             fps.append((int(m.group(1)), parse_fingerprint(body)))
         d = P.DIFFER.search(msg)
         out = {"differ": d.group(1).strip()[:300] if d else ""}
-        bare = _BARE_OP.search(msg)  # older: "but Rank 1 is running collective: REDUCE."
+        bare = P.BARE_OP.search(msg)  # older: "but Rank 1 is running collective: REDUCE."
         if len(fps) == 1 and bare and int(bare.group(1)) != fps[0][0]:
             fps.append((int(bare.group(1)), {"OpType": bare.group(2)}))
         if len(fps) >= 2:

@@ -209,7 +209,7 @@ def parse_error_file(text: str, file: str, path_rank: int | None, local: bool) -
         else "peer"
         if P.PEER.search(msg)
         else "mismatch"
-        if "Detected mismatch between collectives" in msg
+        if P.DESYNC.search(msg)
         else "other"
     )
     events = [LogEvent(rank, t, "exception", msg[:2000], file, 1, dict(data, category=cat))]

@@ -119,7 +119,7 @@ def _watchdog(emit: Emit, ln: _Line) -> bool:
     r = P.RANK_IN_MSG.search(msg)
     if r and r.group("pg"):
         d["pg"] = int(r.group("pg"))
-    d["terminated"] = "thread terminated" in msg
+    d["terminated"] = bool(P.WATCHDOG_THREAD_ENDED.search(msg))
     emit("nccl_timeout", msg, ln.no, ln.ctx, **d)
     return True
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from . import patterns as P
 from .discover import LogFile
-from .families import _join_wrapped, mismatch_text, network_problem
+from .families import join_wrapped, mismatch_text, network_problem
 from .message_kinds import classify_message
 from .model import LogEvent, norm
 from .nccl import NcclCollector
@@ -102,7 +102,7 @@ class FileParser:
             if not raw.strip() or raw.startswith("# "):  # blank, or a comment/heading of a pasted ticket
                 continue
             if "Detected mismatch between collectives" in raw:
-                raw, skip_to = _join_wrapped(lines, no - 1)
+                raw, skip_to = join_wrapped(lines, no - 1)
             elif (
                 "connectFullMesh" in raw
                 or "Unable to resolve hostname" in raw

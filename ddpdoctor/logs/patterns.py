@@ -7,11 +7,29 @@ from .catalogue import message_patterns
 I = re.IGNORECASE  # noqa: E741 - the flag as re spells it (re.I), used in every pattern below
 
 
-def _catalogued(msg_id: str, flags: int = 0, first: int | None = None) -> re.Pattern:
+# pattern text -> the catalogue entry it was built from (tests/test_logs_wording.py: every other regex here is
+# format, named in that test's list)
+FROM_CATALOGUE: dict[str, str] = {}
+
+
+def _catalogued(
+    msg_id: str, flags: int = 0, first: int | None = None, at: int | None = None, parse: bool = False
+) -> re.Pattern:
     """A message's wording from the message catalogue (rules/messages/): one place holds it; this module keeps
-    only the structure around it (prefixes, ranks, tracebacks)."""
-    pats = message_patterns(msg_id)[:first]
-    return re.compile("|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats), flags)
+    only the structure around it (prefixes, ranks, tracebacks). `first`: its first patterns only; `at`: the one
+    pattern at that index (an entry whose `parse` list holds the parts of one report); `parse`: the entry's
+    `parse` wording (the form the parser reads, with its groups) instead of the patterns the message engine
+    searches."""
+    pats = message_patterns(msg_id, parse=parse)
+    pats = [pats[at]] if at is not None else pats[:first]
+    rx = re.compile("|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats), flags)
+    FROM_CATALOGUE[rx.pattern] = msg_id
+    return rx
+
+
+def _wording(msg_id: str, at: int | None = None) -> re.Pattern:
+    """An entry's `parse` wording (whole, or the one pattern at `at`)."""
+    return _catalogued(msg_id, at=at, parse=True)
 
 
 OOM = _catalogued("cuda.out_of_memory", I)
@@ -47,22 +65,17 @@ class _Catalogued:
         return None
 
 
-OOM_ALLOC = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]i?B)")
-OOM_GPU = re.compile(r"GPU (\d+) has a total capac\w* of ([\d.]+ ?[KMGT]i?B)")
+OOM_ALLOC = _wording("cuda.out_of_memory", at=0)  # the size it tried to allocate
+OOM_GPU = _wording("cuda.out_of_memory", at=1)  # the GPU and its capacity
 
-# (the second form: the same report with its first words cut off or wrapped onto the line before)
-WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>[^)]*\)?[^)]*)\)"
-    r"(?: ran for (?P<ran>\d+) milliseconds)?|"
-    r"WorkNCCL\((?P<args2>SeqNum=[^)]*\)?[^)]*)\) ran for (?P<ran2>\d+) milliseconds before timing out"
-)
+# the watchdog's report (groups args/ran, or args2/ran2 when its first words were cut off or wrapped)
+WATCHDOG = _wording("pg_nccl.watchdog_timeout", at=0)
+WATCHDOG_THREAD_ENDED = _wording("pg_nccl.watchdog_timeout", at=1)  # the watchdog thread ended the process
 WORK_ARG = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape|DataType)=([^,)]+)")
 RANK_IN_MSG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?)?Rank (?P<rank>\d+)\]")
-WORK_STATE = re.compile(
-    r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<at>\d+), last enqueued NCCL work: "
-    r"(?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)"
-)
+WORK_STATE = _wording("pg_nccl.work_state")  # groups at, enq, done
 TEARDOWN = _catalogued("pg_nccl.teardown", I)
+ILLEGAL_ACCESS = _wording("nccl.cuda.illegal_memory_access")  # searched in lower-cased text
 
 # the store / rendezvous messages, one catalogue entry after another (their groups: joined, expected, seconds,
 # addr, port)
@@ -93,26 +106,19 @@ NET_IB = _Catalogued(
     I,
 )
 NET_P2P = _Catalogued(("nccl.p2p.ipc_failed", "nccl.p2p.mapping_exhausted"), I)
-PEER = re.compile(
-    r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|ncclRemoteError|"
-    r"Connection was likely closed|Did the remote process exit or crash|"
-    r"remote process exited or there was a network error|retcode 6\b|Connection refused.*(?:gloo|NCCL)|"
-    r"NCCL communicator was aborted on rank (\d+)|ProcessGroupGloo.*(?:peer|closed)",
-    I,
-)
+PEER = _wording("net.peer_closed")
 PEER_ADDR = re.compile(r"(?:from |peer |\[)(\d{1,3}(?:\.\d{1,3}){3})\]?[:<](\d+)")
 PEER_RANK = re.compile(r"(?:from|to|with) (?:peer )?rank (\d+)", I)
-NCCL_ERR = re.compile(
-    r"\b(ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|ncclInvalidArgument|"
-    r"ncclRemoteError)\b|NCCL error in:"
-)
+NCCL_ERR = _wording("net.nccl_error_code")
 
-MISMATCH = re.compile(
-    r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
-    r"CollectiveFingerPrint\((?P<f1>.*?)\),? but Rank (?P<r2>\d+) is running collective: "
-    r"CollectiveFingerPrint\((?P<f2>[^()]*(?:\([^()]*\)[^()]*)*)\)(?P<rest>.*)$"
-)
-DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(.*)$")
+# ProcessGroupWrapper's desync report, its parts in the order of the entry's parse list
+_DESYNC = "pg_wrapper.collectives_mismatch"
+DESYNC = _wording(_DESYNC, at=0)  # the report's opening words
+FP_RANK = _wording(_DESYNC, at=1)  # "Rank N is running collective: CollectiveFingerPrint("
+BARE_OP = _wording(_DESYNC, at=2)  # older: "but Rank 1 is running collective: REDUCE."
+DIFFER = _wording(_DESYNC, at=3)  # "Collectives differ in the following aspects: …"
+SEQ_DIFF = _wording(_DESYNC, at=4)  # "Sequence number: 5vs 6"
+OP_DIFF = _wording(_DESYNC, at=5)  # "Op type: ALLREDUCEvs BROADCAST"
 # a line that looks like program output rather than prose pasted around it in a ticket
 LOGGY = re.compile(
     r"\w*(?:Error|Exception)\s*:|\b(?:WARN|ERROR|FATAL)\b|\.(?:cc|cpp|h|hpp):\d+|ProcessGroup|"
@@ -127,25 +133,19 @@ EXC_LINE = re.compile(
 )
 TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 
-SIGNAL = re.compile(
-    r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)|"
-    r"terminated with signal (?P<name2>SIG\w+)|died with <Signals\.(?P<name3>SIG\w+): (?P<num3>\d+)>|"
-    # UCX's handler (openucx/ucx src/ucs/debug/debug.c): "Caught signal 7 (Bus error: nonexistent ...)"
-    r"Caught signal (?P<num4>\d+) \((?:[A-Z][a-z]+(?: [a-z]+)*): |"
-    r"(?:^|\s)Killed(?:\s+\S*python\S*.*)?$|exit(?:ed with)? (?:code|status) (?P<code>137|139)\b|"
-    r"(?P<oomkill>oom_kill event|OOM Killed|Out of memory: Killed? process|oom-kill:|"
-    r"invoked oom-killer)",
-    I,
-)
+# a process's death (rules/messages/process_exit.toml): the signal that stopped it, whoever reported it (groups
+# num/name, name2, name3/num3, num4, code, oomkill)
+SIGNAL = _wording("process.killed_by_signal")
 # torch.utils.data's own report that a worker process died (usually the kernel OOM killer: SIGKILL)
-DL_WORKER_KILLED = re.compile(r"DataLoader worker \(pid\(?s?\)?\s*[\d, ]+\) is killed by signal: (?P<what>[\w ]+)", I)
-# std::terminate's report of an uncaught C++ exception (libstdc++'s verbose terminate handler), its what() line
-CXX_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
-CXX_WHAT = re.compile(r"^\s*what\(\):\s*(?P<msg>.*)$")
-CXX_ABORT = re.compile(r"^\s*Aborted\b|core dumped|SIGABRT")
-CRASH = re.compile(
-    r"Segmentation fault|SIGSEGV|Fatal Python error|core dumped|SIGABRT|terminate called after throwing", I
-)
+DL_WORKER_KILLED = _wording("dataloader.worker_killed_by_signal")
+# std::terminate's report of an uncaught C++ exception (libstdc++'s verbose terminate handler), its what() line,
+# the abort after it
+CXX_TERMINATE = _wording("process.uncaught_cxx_exception", at=0)
+CXX_WHAT = _wording("process.uncaught_cxx_exception", at=1)
+CXX_ABORT = _wording("process.uncaught_cxx_exception", at=2)
+CRASH = _wording("process.native_crash", at=0)
+CRASH_NOT_ABORT = _wording("process.native_crash", at=1)  # a crash that is not a plain abort
+ABORT = _wording("process.aborted")
 
 TR_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
 TR_ROOT = re.compile(r"^\s*Root Cause \(first observed failure\):")
@@ -186,17 +186,7 @@ ANY = re.compile(
 # ---------------------------------------------------------------- network, bootstrap, transports
 # NCCL (bootstrap.cc, socket.cc, net_socket.cc, net_ib.cc), gloo (tcp/device.cc, pair.cc) and c10d (TCPStore)
 NET_IFNAME_SET = re.compile(r"(NCCL|GLOO|TP)_SOCKET_IFNAME set(?: by environment)? to (?P<val>\S+)")
-NET_MISSING_IF = re.compile(
-    r"Unable to find (?:address|interface) for:? \[?(?P<gloo_if>[\w.\-:^,]+)\]?|"
-    r"No interface found in the same subnet as remote address (?P<remote>\S+)|"
-    r"(?P<boot>Bootstrap|NET/Socket|NET/IB|Net|misc/socket)\s*:\s*"
-    r"(?:no socket interface found|no (?:usable )?(?:listening )?interface found|"
-    r"No usable listening interface found|no interface found)(?! in the same subnet)|"
-    r"(?:ncclFindInterfaces|findInterfaces?)\b.*?(?:no|0) interfaces?|"
-    r"no NCCL_SOCKET_IFNAME interface found|is neither AF_INET\(2\) nor AF_INET6|"
-    r"Socket creation failed : Address family not supported",
-    I,
-)
+NET_MISSING_IF = _wording("net.interface_missing")  # groups gloo_if, remote, boot
 # gloo (tcp/device.cc): the host name resolves to no local address, so gloo binds to and advertises 127.0.0.1
 NET_LOOPBACK = _catalogued("gloo.loopback_fallback", I)
 # gloo's full-mesh connect failing (the RuntimeError line often elides the reason)
@@ -206,20 +196,11 @@ GLOO_SELF_RANK = re.compile(r"\(rank=(\d+), size=\d+")
 # NCCL's ncclSystemError as old c10d printed it: a system call (socket, shared memory) failed in NCCL init
 NCCL_SYSTEM = _catalogued("nccl.error.unhandled_system")
 # torch.multiprocessing.spawn's report of a dead child: its index is the rank mp.spawn gave it
-SPAWN_EXIT = re.compile(r"process (?P<idx>\d+) terminated with (?:signal (?P<sig>SIG[A-Z]+)|exit code (?P<code>-?\d+))")
+SPAWN_EXIT = _wording("process.spawn_terminated")
 # DDP's reducer error, also quoted without its "RuntimeError:" prefix
 DDP_UNUSED = _catalogued("ddp.unused_parameters", first=1)
-NET_BIND = re.compile(
-    r"bind failed ?: ?(?P<why>Cannot assign requested address|Address already in use|[^,;]+)|"
-    r"Call to bind failed ?: ?(?P<why2>[^,;]+)",
-    I,
-)
-NET_CONNECT = re.compile(
-    r"(?:socketStartConnect|socketConnect|ncclSocketConnect|connect\w*|bootstrap\w*)\b[^\n]*?"
-    r"(?:returned|failed|:)\s*:?\s*(?:SO_ERROR:\s*)?(?P<why>Connection refused|Connection timed out|No route to host|"
-    r"Network is unreachable|Software caused connection abort)",
-    I,
-)
+NET_BIND = _wording("net.bind_failed")  # groups why, why2
+NET_CONNECT = _wording("net.connect_failed")  # group why
 NET_WORDS = (
     "find address",
     "find interface",
@@ -251,17 +232,13 @@ TRANSPORT_P2P = re.compile(r"via (?:P2P|direct pointer|direct shared memory|SHM|
 # TORCH_DISTRIBUTED_DEBUG=DETAIL/INFO and DDP's own model checks
 MONITORED = _catalogued("pg_gloo.monitored_barrier", I)
 DDP_MODEL_MISMATCH = _catalogued("ddp.params_differ_across_ranks", I)
-SHAPE_VERIFY = re.compile(r"Error when verifying shape tensors for collective (?P<op>\w+) on rank (?P<rank>\d+)", I)
-SEQ_DIFF = re.compile(r"Sequence number: ?(?P<a>\d+) ?vs ?(?P<b>\d+)")
-OP_DIFF = re.compile(r"Op type: ?(?P<a>[A-Z_]+) ?vs ?(?P<b>[A-Z_]+)")
+SHAPE_VERIFY = _wording("pg_wrapper.shape_mismatch")
 
 # argparse (and click) usage errors: "prog.py: error: the following arguments are required: --mode"
-USAGE_ERROR = re.compile(
-    r"^(?:usage: .*)?(?P<prog>[\w./\-]+): error: (?P<msg>(?:the following arguments are required|"
-    r"unrecognized arguments|argument [^:]+: (?:invalid|expected|ambiguous|not allowed|conflicting)|"
-    r"one of the arguments .* is required|ambiguous option|too few arguments).*)$|"
-    r"^Error: (?:Missing (?:argument|option)|No such option|Invalid value for) .+$"
-)
+USAGE_ERROR = _wording("program.usage_error")  # groups prog, msg
+# Python cannot open the script (startup.py); a port already in use (failure_sections.py)
+CANT_OPEN = _wording("program.cant_open_script")  # groups interp, q, path, errno, reason
+ADDRESS_IN_USE = _wording("net.address_in_use")
 ANY_NET = re.compile(
     r"address|interface|subnet|bind|ibv|completion|monitoredBarrier|DDP expects|verifying shape|bootstrap\.c|"
     r"connect|SOCKET_IFNAME|error:|AF_INET|IPC|peer access|P2P/|loopback",

@@ -22,11 +22,8 @@ import os
 import re
 
 from .model import LogEvent
+from .patterns import CANT_OPEN
 
-CANT_OPEN = re.compile(
-    r"(?P<interp>[^\s:]*python[\w.]*): can't open file (?P<q>['\"])(?P<path>.+?)(?P=q): "
-    r"\[Errno (?P<errno>\d+)\] (?P<reason>[^\n]+)"
-)
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 COMPILE_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 IMPORT_ERRORS = ("ModuleNotFoundError", "ImportError")

@@ -4,21 +4,16 @@ consequence of the timeout, not a crash of its own."""
 
 from __future__ import annotations
 
-import re
-
+from . import patterns as P
 from .model import LogEvent
-
-# a process abort (abort(), SIGABRT), not a fault of its own: ProcessGroupNCCL's watchdog ends a process that
-# timed out in a collective this way ("Aborted (core dumped)" after "Watchdog caught collective operation timeout")
-_ABORT = re.compile(r"\bAborted\b|SIGABRT|signal 6\b")
-_NOT_ABORT = re.compile(r"Segmentation fault|SIGSEGV|SIGBUS|SIGILL|SIGFPE|Fatal Python error|terminate called", re.I)
 
 
 def watchdog_teardown(crash: LogEvent, timeouts: list[LogEvent]) -> bool:
     """An abort (not a segfault or an uncaught C++ exception) that a timeout on the same rank precedes. An abort
     the log does not attribute (a launcher's "srun: error: … Aborted (core dumped)") is taken as the tear-down of
     a rank whose timeout precedes it in the same file."""
-    if not _ABORT.search(crash.text) or _NOT_ABORT.search(crash.text):
+    # an abort (abort(), SIGABRT) is not a fault of its own when the watchdog ended a timed-out process this way
+    if not P.ABORT.search(crash.text) or P.CRASH_NOT_ABORT.search(crash.text):
         return False
     if crash.rank is None:
         return any(t.file == crash.file and _before(t, crash) for t in timeouts)

@@ -12,7 +12,7 @@ import threading
 import time
 
 
-def _read(path: str) -> str | None:
+def read_proc_text(path: str) -> str | None:
     try:
         with open(path, encoding="ascii", errors="replace") as fh:
             return fh.read()
@@ -61,7 +61,7 @@ def own_runnable_threads() -> int | None:
     /proc/loadavg's runnable count, what is left is other processes' (bundle/evidence.py)."""
 
     def state(path: str) -> str | None:
-        text = _read(path)
+        text = read_proc_text(path)
         return text.rsplit(")", 1)[1].split()[0] if text and ")" in text else None
 
     try:
@@ -71,7 +71,7 @@ def own_runnable_threads() -> int | None:
     n, kids = -1, set()
     for tid in tids:
         n += state(f"/proc/self/task/{tid}/stat") == "R"
-        text = _read(f"/proc/self/task/{tid}/children")
+        text = read_proc_text(f"/proc/self/task/{tid}/children")
         if text:
             kids.update(text.split())
     n += sum(state(f"/proc/{pid}/stat") == "R" for pid in kids)
@@ -116,14 +116,14 @@ def _children_cpu_s() -> float | None:
     pids = set()
     try:
         for tid in os.listdir("/proc/self/task"):
-            text = _read(f"/proc/self/task/{tid}/children")
+            text = read_proc_text(f"/proc/self/task/{tid}/children")
             if text:
                 pids.update(text.split())
     except OSError:
         return None
     hz = _clock_ticks()
     for pid in pids:
-        text = _read(f"/proc/{pid}/stat")
+        text = read_proc_text(f"/proc/{pid}/stat")
         if not text or ")" not in text:
             continue
         fields = text.rsplit(")", 1)[1].split()
@@ -142,7 +142,7 @@ def contention_snapshot() -> dict:
         "thread": _thread_usage(),
         "process": _usage(0),
         "children_cpu_s": _children_cpu_s(),  # 0 = RUSAGE_SELF
-        "proc_stat": proc_stat_times(_read("/proc/stat")),
+        "proc_stat": proc_stat_times(read_proc_text("/proc/stat")),
     }
 
 

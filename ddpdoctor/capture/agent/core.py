@@ -62,15 +62,15 @@ is_helper_process, should_activate, start_fd_tee = (
     _process.should_activate,
     _process.start_fd_tee,
 )
-_first_int, _env_int, _process_argv = _process.first_int, _process.env_int, _process._process_argv
-_LOCAL_RANK_VARS, _WORLD_VARS = _process._LOCAL_RANK_VARS, _process._WORLD_VARS
+_first_int, _env_int, process_argv = _process.first_int, _process.env_int, _process.process_argv
+_LOCAL_RANK_VARS, _WORLD_VARS = _process.LOCAL_RANK_VARS, _process.WORLD_VARS
 SETTINGS_SCHEMA = _recorder.SETTINGS_SCHEMA
 # the span around iter(loader) while the window records (trace/classify.py counts it as DataLoader wait)
 LOADER_ITER_SPAN = "enumerate(DataLoader)#DataLoader.__iter__"
 
 
 def maybe_activate() -> None:
-    argv = _process_argv()
+    argv = process_argv()
     if should_activate(os.environ, argv, os.getppid()):
         global AGENT
         AGENT = Agent(os.environ)

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from .contention import _read, contention_record, contention_snapshot, own_runnable_threads, runnable_tasks
+from .contention import contention_record, contention_snapshot, own_runnable_threads, read_proc_text, runnable_tasks
 
 FINGERPRINT_BATCHES = 3  # batches fingerprinted per DataLoader, from its first
 FINGERPRINT_BYTES = 4096  # bytes of each tensor/array hashed (plus its shape and dtype)
@@ -221,7 +221,7 @@ class Evidence:
             while not stop.is_set():
                 now = time.monotonic()
                 if now >= next_load:
-                    n = runnable_tasks(_read("/proc/loadavg"))
+                    n = runnable_tasks(read_proc_text("/proc/loadavg"))
                     if n is not None:
                         self._loads.append(n - 1)  # minus this thread, which is running to read it
                         if self._job is not None:

@@ -18,9 +18,9 @@ _TORCHRUN_MODULES = (
 _LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed")
 # where a rank finds its global rank, local rank and world size: torchrun, then Slurm tasks and
 # MPI launchers (`srun … ddpdoctor run --out DIR/task$SLURM_PROCID -- python train.py`)
-_LAUNCHER_RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
-_LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
-_WORLD_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+LAUNCHER_RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+WORLD_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 _SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "env", "time", "nice", "taskset", "numactl", "stdbuf", "timeout")
 
 
@@ -102,10 +102,10 @@ def started_as_peer_rank(env) -> bool:
 def resolve_rank(env) -> int:
     """The global rank: the launcher's variable, else NODE_RANK x local ranks per node +
     LOCAL_RANK (Lightning's own launcher sets only these)."""
-    r = first_int(env, _LAUNCHER_RANK_VARS, None)
+    r = first_int(env, LAUNCHER_RANK_VARS, None)
     if r is not None:
         return r
-    local = first_int(env, _LOCAL_RANK_VARS, 0)
+    local = first_int(env, LOCAL_RANK_VARS, 0)
     node = env_int(env, "NODE_RANK", env_int(env, "GROUP_RANK", 0)) or 0
     per_node = env_int(env, "LOCAL_WORLD_SIZE")
     if per_node is None and node:
@@ -121,14 +121,14 @@ def should_activate(env, argv: list[str], ppid: int) -> bool:
         return False
     if env.get("DDPDOCTOR_ACTIVE_PID"):  # a descendant of an active rank (workers, helpers, subprocesses)
         return started_as_peer_rank(env)
-    if any(k in env for k in _LAUNCHER_RANK_VARS + _LOCAL_RANK_VARS):
+    if any(k in env for k in LAUNCHER_RANK_VARS + LOCAL_RANK_VARS):
         return True
     # a single-process run: the top Python process of the user's command, or the one process
     # a launcher started (`accelerate launch --cpu train.py` runs the script as its child)
     return started_by_launcher(ppid, env.get("DDPDOCTOR_LAUNCHER_PID"))
 
 
-def _process_argv() -> list[str]:
+def process_argv() -> list[str]:
     """The interpreter's full command line (sys.argv is incomplete while site runs)."""
     if hasattr(sys, "orig_argv"):  # Python >= 3.10
         return list(sys.orig_argv)

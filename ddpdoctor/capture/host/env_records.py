@@ -145,9 +145,9 @@ class EnvRun:
 
     def _new_manifest(self) -> dict:
         from ...redact import join_argv, redact_argv
-        from ..agent.process import _process_argv
+        from ..agent.process import process_argv
 
-        argv = _process_argv()
+        argv = process_argv()
         t, iso = _now()
         return {
             "schema": MANIFEST_SCHEMA,
@@ -178,11 +178,11 @@ class EnvRun:
         }
 
     def _write_host(self) -> None:
-        from ..agent.process import _process_argv
+        from ..agent.process import process_argv
         from . import hostinfo
 
         try:
-            host = hostinfo.collect(_process_argv(), dict(os.environ))
+            host = hostinfo.collect(process_argv(), dict(os.environ))
         except Exception as exc:
             host = {"schema": hostinfo.HOST_SCHEMA, "hostname": self.raw_host, "error": f"{type(exc).__name__}: {exc}"}
         _write_json(self.host_path, host)

@@ -34,8 +34,8 @@ from ..agent.contract import MANIFEST_SCHEMA
 from ..agent.hang import signal_ranks_on_request
 from . import hostinfo
 from .manifest import finish_bundle, utc_now, write_json
-from .processes import _alive, _die_with_parent, _reap_orphans, _tee_pids, _wait_for
-from .streams import _Pump, _term
+from .processes import die_with_parent, pid_alive, reap_orphans, tee_pids, wait_for_exit
+from .streams import Pump, byte_stream
 
 AGENT_DIR = Path(__file__).parents[1] / "agent"  # copied whole into the run's private folder, as AGENT_PACKAGE
 FR_BUFFER_SIZE = "2000"
@@ -184,7 +184,7 @@ def _remove_stale_private_dirs(min_age_s: float = 60.0) -> None:
             if st.st_uid != os.getuid() or time.time() - st.st_mtime < min_age_s:
                 continue
             pid = int((d / "owner.pid").read_text())
-            if _alive(pid):
+            if pid_alive(pid):
                 continue
         except (OSError, ValueError):
             continue
@@ -326,7 +326,7 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
     except OSError as exc:
         launcher_log.close()
@@ -339,10 +339,10 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     # the launcher's own output (torchrun's banner, its tracebacks and "Root Cause" block) goes to
     # launcher.log only: the ranks' output reaches the terminal, and the card leads after the run
     pumps = [
-        _Pump(os.dup(proc.stdout.fileno()), None, launcher_log, log_lock),
-        _Pump(os.dup(proc.stderr.fileno()), None, launcher_log, log_lock),
-        _Pump(fifo_r[0], _term(sys.stdout)),
-        _Pump(fifo_r[1], _term(sys.stderr)),
+        Pump(os.dup(proc.stdout.fileno()), None, launcher_log, log_lock),
+        Pump(os.dup(proc.stderr.fileno()), None, launcher_log, log_lock),
+        Pump(fifo_r[0], byte_stream(sys.stdout)),
+        Pump(fifo_r[1], byte_stream(sys.stderr)),
     ]
     proc.stdout.close()
     proc.stderr.close()
@@ -355,11 +355,11 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
         exit_code = 128 + signal.Signals[interrupted[0]].value
     # the user's command has ended: stray descendants (ranks torchrun did not reap, daemons)
     # are this run's orphans; end them, then let the rank tees drain
-    tees = _tee_pids(out)
-    _wait_for(tees, 3.0)
-    reaped = _reap_orphans(run_id, exclude=set(tees))
-    _wait_for(tees, 3.0)
-    reaped += _reap_orphans(run_id)
+    tees = tee_pids(out)
+    wait_for_exit(tees, 3.0)
+    reaped = reap_orphans(run_id, exclude=set(tees))
+    wait_for_exit(tees, 3.0)
+    reaped += reap_orphans(run_id)
     for fd in fifo_w:
         os.close(fd)
     for p in pumps:

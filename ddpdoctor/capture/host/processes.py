@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the forked child before exec: if `ddpdoctor run` itself is killed (SIGKILL), the
     launcher gets SIGTERM and stops the ranks, instead of training on unobserved."""
     try:
@@ -30,14 +30,14 @@ def _pids_of_run(run_id: str) -> list[int]:
         if not d.name.isdigit() or int(d.name) == me:
             continue
         try:
-            if needle in (d / "environ").read_bytes().split(b"\0") and _alive(int(d.name)):
+            if needle in (d / "environ").read_bytes().split(b"\0") and pid_alive(int(d.name)):
                 found.append(int(d.name))
         except OSError:
             continue
     return found
 
 
-def _reap_orphans(run_id: str, grace: float = 3.0, exclude: set[int] = frozenset()) -> list[int]:
+def reap_orphans(run_id: str, grace: float = 3.0, exclude: set[int] = frozenset()) -> list[int]:
     pids = [p for p in _pids_of_run(run_id) if p not in exclude]
     if not pids:
         return []
@@ -48,14 +48,14 @@ def _reap_orphans(run_id: str, grace: float = 3.0, exclude: set[int] = frozenset
             except OSError:
                 pass
         deadline = time.time() + grace
-        while time.time() < deadline and any(_alive(p) for p in pids):
+        while time.time() < deadline and any(pid_alive(p) for p in pids):
             time.sleep(0.1)
-        if not any(_alive(p) for p in pids):
+        if not any(pid_alive(p) for p in pids):
             break
     return pids
 
 
-def _tee_pids(out: Path) -> list[int]:
+def tee_pids(out: Path) -> list[int]:
     pids = []
     for ev in (out / "ranks").glob("rank*/events.jsonl"):
         try:
@@ -69,7 +69,7 @@ def _tee_pids(out: Path) -> list[int]:
     return pids
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -77,9 +77,9 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2 :][:1] != "Z"
 
 
-def _wait_for(pids: list[int], timeout: float) -> None:
+def wait_for_exit(pids: list[int], timeout: float) -> None:
     """Each rank's tee process exits once the rank and its children are gone: wait so that
     output.log is complete before the bundle is read."""
     deadline = time.time() + timeout
-    while time.time() < deadline and any(_alive(p) for p in pids):
+    while time.time() < deadline and any(pid_alive(p) for p in pids):
         time.sleep(0.05)

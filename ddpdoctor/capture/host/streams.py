@@ -55,7 +55,7 @@ class _NoiseFilter:
         self.term.flush()
 
 
-class _Pump(threading.Thread):
+class Pump(threading.Thread):
     """Copies one stream to the terminal (without profiler chatter) and, optionally, a log file (all of it)."""
 
     def __init__(self, src_fd: int, term, log_fh=None, lock=None):
@@ -96,5 +96,5 @@ class _Pump(threading.Thread):
             pass
 
 
-def _term(stream):
+def byte_stream(stream):
     return getattr(stream, "buffer", stream)
