@@ -13,7 +13,7 @@ from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
 from .failfacts import promote_bad_interface, suspect_p2p
 from .flight import analyze_dumps, load_dump
-from .hang import apply_busy_root, hang_dumps, hang_facts
+from .hang import apply_blocked_root, apply_busy_root, hang_dumps, hang_facts
 from .hostrec import fill_network_suggestion, host_records
 from .interrupt import apply_interrupt
 from .jsonl import parse_error_file, parse_events
@@ -237,6 +237,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     apply_startup(facts, events, lines, world)  # the script never started: that is the cause
     facts.update(hang_facts(hang_dumps(paths), events, world))
     apply_busy_root(facts)
+    apply_blocked_root(facts)
     facts.update(progress_facts(known, facts))  # the bundle's own record of each rank (logs/progress.py)
     apply_bundle_root(facts)
     facts.update(nccl_facts(nccl, known))
