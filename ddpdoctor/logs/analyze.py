@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from .. import safe_io
 from ..errors import InputError
 from ..redact import collect_log_secrets, redact_keys
+from .callsite import apply_callsite_root
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
 from .failfacts import promote_bad_interface, suspect_p2p
@@ -246,6 +247,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     promote_bad_interface(facts)
     facts.update(versions(lines, nccl.versions_by_host))
     facts.update(message_facts(lines, facts, known, found))
+    apply_callsite_root(facts, known, lines, events)  # a size mismatch between two call sites (logs/callsite.py)
     apply_interrupt(facts, known)  # Ctrl-C is not the failure to fix
     return LogAnalysis(
         read, ranks, events, nccl, facts, fr, warnings, [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines]
