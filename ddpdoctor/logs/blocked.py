@@ -1,19 +1,21 @@
-"""Busy or blocked: a rank that stayed outside every collective while another waited in one either worked
-(its CPU ran: evaluation, checkpointing) or waited on something of its own (a lock, a queue, a sleep, a socket).
-The hang dump (capture/agent/hang.py) holds the evidence: the stuck thread's stack, the source line of its
-frames when the agent read it, and the thread's CPU time over the wait when the platform gave it.
+"""Busy or blocked: a rank that stayed outside every collective while another waited in one either did work
+of its own (evaluation, checkpointing, a download: FL014) or waited on something only another thread of that
+rank could end -- a lock, a condition or event, a queue -- which is a deadlock, not work (FL005).  The hang
+dump (capture/agent/hang.py) holds the evidence: the stuck thread's stack and the ``where`` its later samples
+moved to; the source line of the innermost frame is read from the dump (``code``) or from the script when
+it exists where the analysis runs.
 
-- CPU time recorded over ≥ 1 s: under 10 % of the wall time is blocked, over 50 % busy (in between: the
-  stack decides);
-- the innermost frame is a wait of the standard library (``threading`` acquire/wait/join, ``queue`` get,
-  ``selectors``/``socket``/``subprocess`` waits, ``concurrent.futures`` result): blocked;
-- the innermost frame's source line is a wait primitive written in the script (``with self.lock:``,
-  ``lock.acquire()``, ``event.wait()``, ``time.sleep(…)``, ``thread.join()``, ``q.get()``): blocked.
+- the innermost frame is a wait of the standard library (``threading`` acquire/wait, ``queue`` get/put,
+  ``multiprocessing`` locks and events): blocked;
+- the innermost frame's source line is such a wait written in the script (``with self.lock:``,
+  ``lock.acquire()``, ``ready.wait()``, ``q.get()`` without a timeout): blocked, if the later samples did
+  not move to another line of that function;
+- a sleep, a subprocess, a socket or a thread join stays busy: one rank's own work that takes time;
+- CPU time over the wait, when the dump has it (``cpu_s``), above half the wall time: busy, whatever the stack.
 
 A lock taken by a ``with``/``acquire`` line whose function is already on the same stack further out is the
 same thread re-acquiring a lock it holds (a non-reentrant ``threading.Lock`` deadlocks on itself): the outer
-frame is named as the holder.  Reads the dump only; the source file is read when the dump lacks the line and
-the file exists where the analysis runs.
+frame is named as the holder.
 """
 
 from __future__ import annotations
@@ -22,30 +24,23 @@ import linecache
 import os
 import re
 
+# waits that only another thread of the same rank can end: a lock, a condition or event, a queue.  A sleep,
+# a subprocess, a socket or a thread join is work of the rank's own that takes time (a download, a
+# preprocessing job): that stays "busy" (FL014), whatever CPU it used.
 _STDLIB_WAITS = {
-    "threading.py": {"acquire", "wait", "wait_for", "join", "_wait_for_tstate_lock"},
-    "queue.py": {"get", "put", "join"},
-    "selectors.py": {"select"},
-    "socket.py": {"accept", "recv_into", "readinto"},
-    "subprocess.py": {"wait", "communicate", "_wait", "_try_wait"},
-    "_base.py": {"result", "wait"},  # concurrent.futures
-    "connection.py": {"recv", "_recv", "_recv_bytes", "poll", "wait"},  # multiprocessing
-    "synchronize.py": {"acquire", "wait", "__enter__"},
-    "time.py": {"sleep"},
+    "threading.py": {"acquire", "wait", "wait_for"},
+    "queue.py": {"get", "put"},
+    "synchronize.py": {"acquire", "wait", "__enter__"},  # multiprocessing locks, events, conditions
 }
 _LOCKISH = r"\w*(?:lock|mutex|sem|semaphore|cond|condition)\w*"
 _CODE_WAITS = [
     ("lock", re.compile(rf"^\s*(?:async\s+)?with\s+(?:[\w.]+\.)?{_LOCKISH}\s*(?:,|:|\bas\b)", re.I)),
     ("lock", re.compile(rf"\b(?:[\w.]+\.)?{_LOCKISH}\.acquire\(", re.I)),
     ("lock", re.compile(r"\.acquire\(\s*\)")),
-    ("wait", re.compile(r"\.wait(?:_for)?\(")),
-    ("sleep", re.compile(r"\b(?:time\.)?sleep\(")),
-    ("join", re.compile(r"\.join\(\s*(?:timeout\s*=\s*)?[\w.]*\s*\)\s*$")),
-    ("queue", re.compile(r"\b\w*(?:queue|q)\.get\(", re.I)),
-    ("socket", re.compile(r"\.(?:recv|recv_into|accept|select|poll)\(")),
+    ("wait", re.compile(r"\b\w*(?:event|cond|condition|ready|done|flag|signal)\w*\.wait(?:_for)?\(", re.I)),
+    ("queue", re.compile(r"\b\w*(?:queue|q)\.get\((?!.*\btimeout\b)(?!.*\bblock\s*=\s*False)", re.I)),
 ]
-IDLE_CPU = 0.10  # CPU time / wall time under this: the thread waited
-BUSY_CPU = 0.50
+BUSY_CPU = 0.50  # CPU time / wall time over this: the thread computed, whatever its stack shows
 
 
 def _code(frame: dict) -> str | None:
@@ -81,18 +76,16 @@ def blocked_in(state: dict) -> dict | None:
     inner = stack[-1]
     base = os.path.basename(str(inner.get("file")))
     if inner.get("function") in _STDLIB_WAITS.get(base, ()):
-        kind = "sleep" if base == "time.py" else ("queue" if base == "queue.py" else "wait")
-        if base == "threading.py" and inner.get("function") == "acquire":
-            kind = "lock"
+        kind = (
+            "queue" if base == "queue.py" else ("lock" if inner.get("function") in ("acquire", "__enter__") else "wait")
+        )
         user = [f for f in stack if "/torch/" not in str(f.get("file")) and not _is_stdlib(str(f.get("file")))]
         at = user[-1] if user else inner
     else:
         code = _code(inner) or ""
         kind = next((k for k, rx in _CODE_WAITS if rx.search(code)), None)
         at = inner
-    if kind is None and share is not None and share < IDLE_CPU:
-        kind, at = "wait", inner
-    if kind is None:
+    if kind is None or not _still_there(state, at):
         return None
     holder = None
     if kind == "lock":
@@ -107,6 +100,15 @@ def blocked_in(state: dict) -> dict | None:
         "holder": holder,
         "cpu_share": round(share, 3) if share is not None else None,
     }
+
+
+def _still_there(state: dict, at: dict) -> bool:
+    """The stack is the state's first sample; its ``where`` follows the later ones: a rank that moved on
+    to another line of that function since was not stuck at the first one."""
+    w = state.get("where")
+    if not isinstance(w, dict) or w.get("function") != at.get("function") or w.get("file") != at.get("file"):
+        return True
+    return w.get("line") == at.get("line")
 
 
 def _is_stdlib(path: str) -> bool:
