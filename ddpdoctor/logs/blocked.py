@@ -1,6 +1,6 @@
 """Busy or blocked: a rank that stayed outside every collective while another waited in one either did work
-of its own (evaluation, checkpointing, a download: FL014) or waited on something only another thread of that
-rank could end -- a lock, a condition or event, a queue -- which is a deadlock, not work (FL005).  The hang
+of its own (evaluation, checkpointing, a download: a busy rank) or waited on something only another thread of that
+rank could end -- a lock, a condition or event, a queue -- which is a deadlock, not work (a rank that stopped issuing collectives).  The hang
 dump (capture/agent/hang.py) holds the evidence: the stuck thread's stack and the ``where`` its later samples
 moved to; the source line of the innermost frame is read from the dump (``code``) or from the script when
 it exists where the analysis runs.
@@ -26,7 +26,7 @@ import re
 
 # waits that only another thread of the same rank can end: a lock, a condition or event, a queue.  A sleep,
 # a subprocess, a socket or a thread join is work of the rank's own that takes time (a download, a
-# preprocessing job): that stays "busy" (FL014), whatever CPU it used.
+# preprocessing job): that stays "busy", whatever CPU it used.
 _STDLIB_WAITS = {
     "threading.py": {"acquire", "wait", "wait_for"},
     "queue.py": {"get", "put"},

@@ -7,7 +7,7 @@ gloo's ``op.preamble.length <= op.nbytes. <got> vs <want>`` is raised on the ran
 and received ``got`` from a peer.  When that rank's own buffer is far smaller than any piece of DDP's gradient
 buckets while a peer is in DDP's gradient all-reduce, the two ranks were in different collectives: one rank
 called a collective of its own that the others never reach (``if rank == 0: dist.all_reduce(loss)``).  That is
-a collective mismatch by call site (``op_mismatch``, FL021), not tensors of different sizes in one collective
+a collective mismatch by call site (``op_mismatch``), not tensors of different sizes in one collective
 (the padding fix): a size mismatch where every rank is at the same call site keeps the padding fix.
 """
 

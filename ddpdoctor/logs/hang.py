@@ -178,7 +178,7 @@ def apply_busy_root(facts: dict) -> None:
 
 def apply_blocked_root(facts: dict) -> None:
     """A rank blocked outside any collective (a lock, a queue, a sleep of its own) while another waited in
-    one stopped issuing collectives (kind ``stopped``, FL005): it did no work the others waited for."""
+    one stopped issuing collectives (kind ``stopped``): it did no work the others waited for."""
     rank = facts.get("failure.hang.blocked_rank")
     if rank is None or facts.get("failure.root_cause.kind") not in BUSY_EXPLAINS:
         return
