@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from .. import safe_io
 from ..errors import InputError
 from ..redact import collect_log_secrets, redact_keys
+from .callsite import apply_callsite_root
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
 from .failfacts import promote_bad_interface, suspect_p2p
 from .flight import analyze_dumps, load_dump
-from .hang import apply_busy_root, hang_dumps, hang_facts
+from .hang import apply_blocked_root, apply_busy_root, hang_dumps, hang_facts
 from .hostrec import fill_network_suggestion, host_records
 from .interrupt import apply_interrupt
 from .jsonl import parse_error_file, parse_events
@@ -237,6 +238,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     apply_startup(facts, events, lines, world)  # the script never started: that is the cause
     facts.update(hang_facts(hang_dumps(paths), events, world))
     apply_busy_root(facts)
+    apply_blocked_root(facts)
     facts.update(progress_facts(known, facts))  # the bundle's own record of each rank (logs/progress.py)
     apply_bundle_root(facts)
     facts.update(nccl_facts(nccl, known))
@@ -245,6 +247,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     promote_bad_interface(facts)
     facts.update(versions(lines, nccl.versions_by_host))
     facts.update(message_facts(lines, facts, known, found))
+    apply_callsite_root(facts, known, lines, events)  # a size mismatch between two call sites (logs/callsite.py)
     apply_interrupt(facts, known)  # Ctrl-C is not the failure to fix
     return LogAnalysis(
         read, ranks, events, nccl, facts, fr, warnings, [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines]

@@ -15,6 +15,7 @@ import os
 import re
 from pathlib import Path
 
+from .blocked import blocked_in
 from .model import LogEvent
 
 MAX_HANG_FILE = 8 * 1024 * 1024
@@ -73,7 +74,7 @@ def hang_facts(dumps: dict[int, dict], events: list[LogEvent], world_size: int |
             exits.setdefault(e.rank, e)
     ranks = sorted(set(dumps) | (set(range(world_size)) if world_size else set()))
     per_rank: dict[str, dict] = {}
-    busy, waiting = [], []
+    busy, blocked, waiting = [], [], []
     for r in ranks:
         d = dumps.get(r)
         st: dict = {"rank": r}
@@ -87,7 +88,13 @@ def hang_facts(dumps: dict[int, dict], events: list[LogEvent], world_size: int |
                     seconds=work["seconds"],
                     function=(work.get("where") or {}).get("function"),
                 )
-                busy.append((work["seconds"], r, st))
+                wait = blocked_in(work)
+                if wait is None:
+                    busy.append((work["seconds"], r, st))
+                else:  # outside any collective, but waiting on something of its own: not busy
+                    st.update(state="blocked", where=wait["where"], function=wait["function"])
+                    st.update({f"wait_{k}": v for k, v in wait.items() if k not in ("where", "function")})
+                    blocked.append((work["seconds"], r, st))
             elif coll is not None:
                 st.update(
                     state="collective", op=coll.get("op"), seconds=coll["seconds"], where=_where(coll.get("where"))
@@ -102,6 +109,8 @@ def hang_facts(dumps: dict[int, dict], events: list[LogEvent], world_size: int |
     busy.sort(reverse=True)
     b = busy[0][2] if busy and waiting else None
     w = per_rank[str(waiting[0])] if waiting else None
+    blocked.sort(reverse=True)
+    k = blocked[0][2] if blocked and waiting and not busy else None
     return {
         "failure.hang.present": bool(dumps),
         "failure.hang.ranks": per_rank,
@@ -110,6 +119,13 @@ def hang_facts(dumps: dict[int, dict], events: list[LogEvent], world_size: int |
         "failure.hang.busy_where": b.get("where") if b else None,
         "failure.hang.busy_function": b.get("function") if b else None,
         "failure.hang.busy_seconds": b.get("seconds") if b else None,
+        "failure.hang.blocked_rank": k["rank"] if k else None,
+        "failure.hang.blocked_where": k.get("where") if k else None,
+        "failure.hang.blocked_function": k.get("function") if k else None,
+        "failure.hang.blocked_code": k.get("wait_code") if k else None,
+        "failure.hang.blocked_kind": k.get("wait_kind") if k else None,
+        "failure.hang.blocked_holder": k.get("wait_holder") if k else None,
+        "failure.hang.blocked_seconds": k.get("seconds") if k else None,
         "failure.hang.waiting_ranks": waiting,
         "failure.hang.waiting_op": w.get("op") if w else None,
         "failure.hang.waiting_seconds": w.get("seconds") if w else None,
@@ -123,6 +139,11 @@ def _sentence(s: dict) -> str:
             f"rank {r} was busy in {s['function']}() at {s['where']} for {s.get('seconds')} s"
             if s.get("where")
             else f"rank {r} was busy in its own code for {s.get('seconds')} s"
+        )
+    elif s["state"] == "blocked":
+        code = f" (`{s['wait_code']}`)" if s.get("wait_code") else ""
+        text = (
+            f"rank {r} was blocked, not computing, in {s['function']}() at {s['where']}{code} for {s.get('seconds')} s"
         )
     elif s["state"] == "collective":
         text = f"rank {r} waited in {s.get('op')} for {s.get('seconds')} s"
@@ -149,6 +170,28 @@ def apply_busy_root(facts: dict) -> None:
     facts["failure.root_cause.text"] = facts["failure.hang.busy_where"]
     facts["failure.present"] = True
     failing = set(facts.get("failure.ranks") or []) | set(facts.get("failure.hang.waiting_ranks") or [])
+    facts["failure.ranks"] = sorted(failing | {rank})
+    facts["failure.symptom_ranks"] = sorted(failing - {rank})
+    named = facts.get("failure.torchrun_named_rank")
+    facts["failure.torchrun_misleading"] = bool(named is not None and named != rank)
+
+
+def apply_blocked_root(facts: dict) -> None:
+    """A rank blocked outside any collective (a lock, a queue, a sleep of its own) while another waited in
+    one stopped issuing collectives (kind ``stopped``): it did no work the others waited for."""
+    rank = facts.get("failure.hang.blocked_rank")
+    if rank is None or facts.get("failure.root_cause.kind") not in BUSY_EXPLAINS:
+        return
+    facts["failure.root_cause.kind"] = "stopped"
+    facts["failure.root_cause.rank"] = rank
+    facts["failure.root_cause.text"] = facts["failure.hang.blocked_where"]
+    facts["failure.present"] = True
+    waiting = sorted(set(facts.get("failure.hang.waiting_ranks") or []) - {rank})
+    if facts.get("failure.stopped.rank") != rank:
+        facts["failure.stopped.last_step"] = None
+    facts["failure.stopped.rank"], facts["failure.stopped.ranks"] = rank, [rank]
+    facts["failure.stopped.waiting_ranks"] = waiting
+    failing = set(facts.get("failure.ranks") or []) | set(waiting)
     facts["failure.ranks"] = sorted(failing | {rank})
     facts["failure.symptom_ranks"] = sorted(failing - {rank})
     named = facts.get("failure.torchrun_named_rank")

@@ -157,7 +157,7 @@ def parse_events(
                     f"{etype or 'Exception'}: {msg}",
                     file,
                     no,
-                    dict(base, exc_type=etype, message=msg, category=cat, step=step),
+                    dict(base, exc_type=etype, message=msg, category=cat, step=step, traceback=_traceback(d)),
                 )
             )
             continue
@@ -216,3 +216,9 @@ def parse_error_file(text: str, file: str, path_rank: int | None, local: bool) -
     if cat == "oom":
         events.append(LogEvent(rank, t, "oom", msg[:2000], file, 1, dict(data)))
     return events
+
+
+def _traceback(d: dict) -> str | None:
+    """The exception's formatted traceback (``ddpdoctor run`` records it): its frames name the call site."""
+    tb = d.get("traceback")
+    return tb[-20000:] if isinstance(tb, str) else None

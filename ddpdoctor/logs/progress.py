@@ -158,6 +158,8 @@ def _sentence(r: int, steps, bpe, passes, st) -> str:
         parts.append(
             f"busy in {st.get('function')}() at {st.get('where')}" if st.get("where") else "busy in its own code"
         )
+    elif st.get("state") == "blocked":
+        parts.append(f"blocked (not computing) in {st.get('function')}() at {st.get('where')}")
     elif st.get("state") == "exited":
         parts.append(f"exited with code {st['exit_code']}" if st.get("exit_code") is not None else "exited")
     if st.get("state") != "exited" and (st.get("exit_code") is not None or st.get("signal")):

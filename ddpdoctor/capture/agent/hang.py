@@ -16,6 +16,7 @@ not backend state).
 
 import faulthandler
 import json
+import linecache
 import os
 import signal
 import sys
@@ -81,6 +82,14 @@ def _is_stdlib(path: str) -> bool:
     p = path.replace(os.sep, "/")
     base = os.path.dirname(os.__file__).replace(os.sep, "/")
     return p.startswith(base + "/") or p.startswith("<frozen")
+
+
+def _main_cpu() -> float | None:
+    """CPU seconds of the main thread (Linux, macOS): busy work uses CPU, a thread blocked on a lock none."""
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(threading.main_thread().ident))
+    except (AttributeError, OSError, TypeError, ValueError):
+        return None
 
 
 def describe_stack(frame):
@@ -233,6 +242,9 @@ class HangWatch:
         last = self.states[-1] if self.states else None
         if last is not None and last["_sig"] == sig:
             last["last_seen"] = now
+            cpu = _main_cpu()
+            if cpu is not None and last.get("_cpu0") is not None:  # the main thread's CPU time in this state
+                last["cpu_s"] = round(cpu - last["_cpu0"], 3)
             if where:
                 last["where"]["line"] = where["line"]
         else:
@@ -245,7 +257,10 @@ class HangWatch:
                 "last_seen": now,
                 "since": self.coll_since if what == "collective" else (where["since"] if where else now),
                 "stack": [{"file": f, "line": ln, "function": fn} for f, ln, fn, _k in frames[-MAX_FRAMES:]],
+                "_cpu0": _main_cpu(),
             }
+            if st["stack"]:  # the line it stands on: what it waits for (a lock, a queue) without the script
+                st["stack"][-1]["code"] = linecache.getline(st["stack"][-1]["file"], st["stack"][-1]["line"]).strip()
             self.states.append(st)
             del self.states[:-MAX_STATES]
             if last is None:
@@ -270,7 +285,7 @@ class HangWatch:
             "last_step_time": a.last_step_time,
             "hang_s": self.hang_s,
             "resolved": self.resolved,
-            "states": [{k: v for k, v in s.items() if k != "_sig"} for s in self.states],
+            "states": [{k: v for k, v in s.items() if not k.startswith("_")} for s in self.states],
         }
         tmp = self.out_path + ".tmp"
         try:
