@@ -130,6 +130,8 @@ def collective_group_extras(
     groups = group_of(lib_kinds, issue_times(lib.start, api), forward, backward)
     out = exposed_by_group(lib.start, lib.end, groups, exposed, ws, we)
     in_steps = _inside(lib.start, Spans(ws, we, []))
-    out["forward_broadcasts_per_step"] = float(sum(g == FORWARD_BROADCAST for g in np.asarray(groups)[in_steps])) / ws.size
+    counted = [g for g, ok in zip(groups, in_steps.tolist()) if ok]
+    out["forward_broadcasts_per_step"] = float(counted.count(FORWARD_BROADCAST)) / ws.size
+    out["other_collectives_per_step"] = float(counted.count(OTHER)) / ws.size
     out.update(forward_broadcast_messages(msgs, forward, host_ws, host_we))
     return out
