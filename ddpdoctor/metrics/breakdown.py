@@ -151,29 +151,7 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
     else:
         host_ws, host_we = ws, we
     extras.update(_message_extras(rt.coll_messages, host_ws, host_we))
-    if comm_source == "kernels":
-        idx = np.flatnonzero(comm_k)
-        lib = Spans(gpu.start[idx], gpu.end[idx], [])
-        lib_kinds = [gpu.comm_kind[i] for i in idx]
-    else:
-        lib = host_coll
-        lib_kinds = [host_collective_kind(n) or "comm" for n in host_coll.names]
-    api = _api_calls(rt.host_collectives)
-    extras.update(
-        collective_group_extras(
-            lib,
-            lib_kinds,
-            api,
-            rt.forward,
-            rt.backward,
-            segs["comm_exposed"],
-            rt.coll_messages,
-            ws,
-            we,
-            host_ws,
-            host_we,
-        )
-    )
+    extras.update(_group_extras(rt, comm_k, host_coll, comm_source, segs["comm_exposed"], (ws, we, host_ws, host_we)))
     extras["dataloader_single_process"] = _single_process_loader(rt.dataloader.names)
     timeline = _timeline(windows, step_time, segs, gpu, kernels | comm_k)
     rows = {c: (None if values[c] is None else [float(v) for v in values[c]]) for c in COLUMNS}
@@ -334,6 +312,24 @@ def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     order = np.argsort(values, kind="stable")
     cum = np.cumsum(weights[order])
     return float(values[order][np.searchsorted(cum, cum[-1] / 2.0)])
+
+
+def _group_extras(rt: RankTrace, comm_k, host_coll: Spans, comm_source: str, exposed: iv.Intervals, windows) -> dict:
+    """collective_groups' extras: the backend's collective records (communication kernels, else the
+    gloo:/mpi:/ucc: annotations) with their kinds, and the c10d:: calls that issued them."""
+    gpu = rt.gpu
+    if comm_source == "kernels":
+        idx = np.flatnonzero(comm_k)
+        lib = Spans(gpu.start[idx], gpu.end[idx], [])
+        lib_kinds = [gpu.comm_kind[i] for i in idx]
+    else:
+        lib = host_coll
+        lib_kinds = [host_collective_kind(n) or "comm" for n in host_coll.names]
+    ws, we, host_ws, host_we = windows
+    api = _api_calls(rt.host_collectives)
+    return collective_group_extras(
+        lib, lib_kinds, api, rt.forward, rt.backward, exposed, rt.coll_messages, ws, we, host_ws, host_we
+    )
 
 
 def _api_calls(sp: Spans) -> Spans:
