@@ -9,6 +9,7 @@ from ddpdoctor.metrics.breakdown import summarize
 from ddpdoctor.metrics.collective_groups import (
     BACKWARD_ALLREDUCE,
     FORWARD_BROADCAST,
+    LOOP_SYNC,
     OTHER,
     exposed_by_group,
     forward_broadcast_messages,
@@ -26,20 +27,21 @@ def spans(*pairs, names=None):
 
 def test_group_follows_kind_and_where_the_call_was_issued():
     fwd, bwd = spans((0, 100)), spans((200, 300))
-    kinds = ["broadcast", "all_reduce", "all_reduce", "broadcast", "reduce_scatter", "all_gather"]
-    issued = np.array([10.0, 250.0, 350.0, 150.0, 299.0, 250.0])
+    kinds = ["broadcast", "all_reduce", "all_reduce", "broadcast", "reduce_scatter", "all_gather", "send_recv"]
+    issued = np.array([10.0, 250.0, 350.0, 150.0, 299.0, 250.0, 50.0])
     assert group_of(kinds, issued, fwd, bwd) == [
         FORWARD_BROADCAST,  # DDP's buffer broadcast inside the forward
         BACKWARD_ALLREDUCE,  # a gradient bucket
-        OTHER,  # an all-reduce after backward (logging, a manual gradient loop)
-        OTHER,  # a broadcast between forward and backward
+        LOOP_SYNC,  # an all-reduce after backward (logging, a manual gradient loop)
+        LOOP_SYNC,  # a broadcast between forward and backward
         BACKWARD_ALLREDUCE,
-        OTHER,  # an all-gather, even in backward
+        OTHER,  # an all-gather, even in backward: sharded parallelism
+        OTHER,  # pipeline send/recv, even in the forward
     ]
 
 
-def test_no_forward_or_backward_spans_means_every_collective_is_other():
-    assert group_of(["broadcast", "all_reduce"], np.array([1.0, 2.0]), spans(), spans()) == [OTHER, OTHER]
+def test_no_forward_or_backward_spans_means_every_all_reduce_or_broadcast_is_the_loops():
+    assert group_of(["broadcast", "all_reduce"], np.array([1.0, 2.0]), spans(), spans()) == [LOOP_SYNC, LOOP_SYNC]
 
 
 def test_issue_times_pair_the_backend_records_with_the_calls_in_time_order():
@@ -54,13 +56,14 @@ def test_exposed_time_per_group_counts_overlap_once_and_only_what_is_exposed():
     ws, we = np.array([0.0, 1000.0]), np.array([1000.0, 2000.0])
     start = np.array([100.0, 150.0, 600.0, 1100.0])
     end = np.array([400.0, 300.0, 700.0, 1200.0])
-    groups = [FORWARD_BROADCAST, BACKWARD_ALLREDUCE, OTHER, FORWARD_BROADCAST]
+    groups = [FORWARD_BROADCAST, BACKWARD_ALLREDUCE, LOOP_SYNC, FORWARD_BROADCAST]
     exposed = iv.union(np.array([200.0, 650.0, 1100.0]), np.array([500.0, 1000.0, 1150.0]))
     out = exposed_by_group(start, end, groups, exposed, ws, we)
     # broadcast: 200-400 in step 0, 1100-1150 in step 1; the all-reduce's 200-300 is already counted
     assert out["exposed_forward_broadcast_us_per_step"] == pytest.approx((200 + 50) / 2)
     assert out["exposed_backward_allreduce_us_per_step"] == 0
-    assert out["exposed_other_collective_us_per_step"] == pytest.approx(50 / 2)  # 650-700
+    assert out["exposed_loop_sync_us_per_step"] == pytest.approx(50 / 2)  # 650-700
+    assert out["exposed_other_collective_us_per_step"] == 0
     assert exposed_by_group(start, end, groups, exposed, np.empty(0), np.empty(0)) == {}
 
 
@@ -106,8 +109,10 @@ def test_a_gloo_ddp_trace_splits_buffer_broadcast_gradient_and_script_collective
     ex = summarize(load_rank_trace(path), 0).extras
     assert ex["exposed_forward_broadcast_us_per_step"] == pytest.approx(270)
     assert ex["exposed_backward_allreduce_us_per_step"] == pytest.approx(78)
-    assert ex["exposed_other_collective_us_per_step"] == pytest.approx(94)
-    assert ex["forward_broadcasts_per_step"] == 1 and ex["other_collectives_per_step"] == 1
+    assert ex["exposed_loop_sync_us_per_step"] == pytest.approx(94)
+    assert ex["exposed_other_collective_us_per_step"] == 0
+    assert ex["forward_broadcasts_per_step"] == 1 and ex["loop_syncs_per_step"] == 1
+    assert ex["backward_allreduces_per_step"] == 1
     assert "forward_broadcast_bytes_per_step" not in ex  # gloo on CPU: no sized records
 
 
@@ -120,4 +125,12 @@ def test_without_pairing_the_records_own_start_decides(tmp_path):
     ex = summarize(load_rank_trace(b.write(tmp_path / "rank0.json")), 0).extras
     assert ex["exposed_forward_broadcast_us_per_step"] == pytest.approx(270)  # the record starts in the forward
     assert ex["exposed_backward_allreduce_us_per_step"] == 0
-    assert ex["exposed_other_collective_us_per_step"] == pytest.approx(78 + 20)  # 722-800 and 960-980
+    assert ex["exposed_loop_sync_us_per_step"] == pytest.approx(78 + 20)  # 722-800 and 960-980
+
+
+def test_device_ops_are_grouped_by_their_launch_call():
+    from ddpdoctor.metrics.collective_groups import launch_times
+
+    got = launch_times(np.array([7, 3, 9, -1]), np.array([3, 5, 7]), np.array([30.0, 50.0, 70.0]))
+    assert got[:2].tolist() == [70.0, 30.0] and np.isnan(got[2]) and np.isnan(got[3])
+    assert np.isnan(launch_times(np.array([1]), np.empty(0, dtype=np.int64), np.empty(0))).all()

@@ -15,7 +15,7 @@ from ..trace.classify import host_collective_kind
 from ..trace.decode import GpuOps, RankTrace, Spans
 from ..trace.messages import CollMessages
 from . import intervals as iv
-from .collective_groups import collective_group_extras
+from .collective_groups import collective_group_extras, launch_times
 from .columns import COLUMNS, CROSS_RANK, GPU_ONLY, PARTITION_CPU, PARTITION_GPU
 from .steps import ACTIVITY_SPAN, OPTIMIZER_STEP, StepWindow, step_windows
 
@@ -319,16 +319,20 @@ def _group_extras(rt: RankTrace, comm_k, host_coll: Spans, comm_source: str, exp
     gloo:/mpi:/ucc: annotations) with their kinds, and the c10d:: calls that issued them."""
     gpu = rt.gpu
     if comm_source == "kernels":
+        # a kernel was issued when the host launched it: the launch call with its correlation id
+        # (the kernel's own start trails the host by the queue ahead of it)
         idx = np.flatnonzero(comm_k)
         lib = Spans(gpu.start[idx], gpu.end[idx], [])
         lib_kinds = [gpu.comm_kind[i] for i in idx]
+        issued = launch_times(gpu.correlation[idx], rt.runtime_corr, rt.runtime_launch.start)
     else:
         lib = host_coll
         lib_kinds = [host_collective_kind(n) or "comm" for n in host_coll.names]
+        issued = None
     ws, we, host_ws, host_we = windows
     api = _api_calls(rt.host_collectives)
     return collective_group_extras(
-        lib, lib_kinds, api, rt.forward, rt.backward, exposed, rt.coll_messages, ws, we, host_ws, host_we
+        lib, lib_kinds, api, rt.forward, rt.backward, exposed, rt.coll_messages, ws, we, host_ws, host_we, issued
     )
 
 

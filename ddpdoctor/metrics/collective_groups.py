@@ -1,5 +1,8 @@
 """Exposed communication per step split by WHICH collectives it is: DDP's buffer broadcast at the
-start of the forward, the gradient all-reduce issued during backward, or any other collective.
+start of the forward, the gradient all-reduce issued during backward, the all-reduces / broadcasts /
+barriers the training loop issues itself elsewhere (metrics, a manual gradient loop), or any other
+collective (point-to-point, all-to-all, all-gather, reduce-scatter outside backward: model or
+sharded parallelism, not something to cut).
 
 A collective's *group* comes from its kind and from where the training thread issued it: the
 ``c10d::`` call (``c10d::broadcast_`` inside ``DistributedDataParallel.forward`` is DDP's
@@ -23,9 +26,11 @@ from ..trace.messages import CollMessages
 from ..trace.model import Spans
 from . import intervals as iv
 
-FORWARD_BROADCAST, BACKWARD_ALLREDUCE, OTHER = "forward_broadcast", "backward_allreduce", "other_collective"
-GROUPS = (FORWARD_BROADCAST, BACKWARD_ALLREDUCE, OTHER)
+FORWARD_BROADCAST, BACKWARD_ALLREDUCE = "forward_broadcast", "backward_allreduce"
+LOOP_SYNC, OTHER = "loop_sync", "other_collective"
+GROUPS = (FORWARD_BROADCAST, BACKWARD_ALLREDUCE, LOOP_SYNC, OTHER)
 GRADIENT_KINDS = ("all_reduce", "reduce_scatter")
+LOOP_SYNC_KINDS = ("all_reduce", "broadcast", "barrier", "reduce")
 
 
 def _inside(t: np.ndarray, sp: Spans) -> np.ndarray:
@@ -50,6 +55,20 @@ def issue_times(lib_start: np.ndarray, api: Spans) -> np.ndarray:
     return out
 
 
+def launch_times(corr: np.ndarray, launch_corr: np.ndarray, launch_start: np.ndarray) -> np.ndarray:
+    """The host start of the runtime call that launched each device op (by correlation id); NaN where
+    no launch call carries the op's id."""
+    out = np.full(corr.size, np.nan)
+    if not corr.size or not launch_corr.size:
+        return out
+    order = np.argsort(launch_corr, kind="stable")
+    keys = launch_corr[order]
+    j = np.clip(np.searchsorted(keys, corr), 0, keys.size - 1)
+    hit = (keys[j] == corr) & (corr >= 0)
+    out[hit] = launch_start[order][j[hit]]
+    return out
+
+
 def group_of(kinds: list[str], issued: np.ndarray, forward: Spans, backward: Spans) -> list[str]:
     """The group of each collective from its canonical kind and its issue time."""
     in_fwd, in_bwd = _inside(issued, forward), _inside(issued, backward)
@@ -59,6 +78,8 @@ def group_of(kinds: list[str], issued: np.ndarray, forward: Spans, backward: Spa
             out.append(FORWARD_BROADCAST)
         elif k in GRADIENT_KINDS and b:
             out.append(BACKWARD_ALLREDUCE)
+        elif k in LOOP_SYNC_KINDS:
+            out.append(LOOP_SYNC)
         else:
             out.append(OTHER)
     return out
@@ -111,11 +132,12 @@ def collective_group_extras(
     we: np.ndarray,
     host_ws: np.ndarray,
     host_we: np.ndarray,
+    issued: np.ndarray | None = None,
 ) -> dict[str, float]:
     """The per-rank extras of this module: exposed µs per step of each group (``lib``: the
     backend's collective records with their canonical kinds; ``api``: the ``c10d::`` calls) and
     the bytes of the forward broadcasts when the trace's records carry them (``host_ws``/``host_we``:
-    the steps in host time)."""
+    the steps in host time); ``issued``: the device ops' launch times, NaN where unknown."""
     if not ws.size:
         return {}
     if len(api) == len(lib):  # the calls say what each record is (gloo runs reduce_scatter as all_reduce)
@@ -127,11 +149,17 @@ def collective_group_extras(
             lib_kinds = list(lib_kinds)
             for j, k in zip(by_time.tolist(), api_kinds):
                 lib_kinds[j] = k
-    groups = group_of(lib_kinds, issue_times(lib.start, api), forward, backward)
+    if issued is None:  # host records: paired with the c10d:: calls
+        issued = issue_times(lib.start, api)
+    else:  # device ops: their launch calls, else the c10d:: pairing, else their own start
+        fallback = issue_times(lib.start, api)
+        issued = np.where(np.isnan(issued), fallback, issued)
+    groups = group_of(lib_kinds, issued, forward, backward)
     out = exposed_by_group(lib.start, lib.end, groups, exposed, ws, we)
     in_steps = _inside(lib.start, Spans(ws, we, []))
     counted = [g for g, ok in zip(groups, in_steps.tolist()) if ok]
     out["forward_broadcasts_per_step"] = float(counted.count(FORWARD_BROADCAST)) / ws.size
-    out["other_collectives_per_step"] = float(counted.count(OTHER)) / ws.size
+    out["backward_allreduces_per_step"] = float(counted.count(BACKWARD_ALLREDUCE)) / ws.size
+    out["loop_syncs_per_step"] = float(counted.count(LOOP_SYNC)) / ws.size
     out.update(forward_broadcast_messages(msgs, forward, host_ws, host_we))
     return out
