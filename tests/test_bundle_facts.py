@@ -51,6 +51,7 @@ def settings(rank, **over):
             "bucket_sizes_bytes": [3000, 1000],
             "unused_parameter_count": 0,
             "broadcast_buffers": True,
+            "buffer_bytes": 4096,
         },
         "optimizer": {"type": "AdamW"},
         "precision": {"mixed_precision": "bf16", "tf32": True},
@@ -129,6 +130,7 @@ def test_two_node_folders_give_one_flat_dict(tmp_path):
     assert f["config.dataloader.prefetch_factor.per_rank"][3] is None
     assert "config.dataloader.batch_size.per_rank" not in f  # all ranks agree
     assert f["config.ddp.bucket_sizes_bytes"] == [3000, 1000] and f["config.ddp.used"] is True
+    assert f["config.ddp.buffer_bytes"] == 4096  # what broadcast_buffers=True sends each forward
     assert f["config.optimizer"] == "AdamW" and f["config.mixed_precision"] == "bf16" and f["config.tf32"] is True
     assert f["memory.peak_bytes"] == 4000 and f["memory.peak_rank"] == 3 and f["memory.capacity_bytes"] == 80_000
     assert f["host.hostnames"] == ["node0", "node1"] and f["host.nnodes"] == 2

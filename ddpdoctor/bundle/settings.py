@@ -52,6 +52,7 @@ _DDP = (
     "bucket_sizes_bytes",
     "unused_parameter_count",
     "broadcast_buffers",
+    "buffer_bytes",
 )
 _RANK_FACTS: dict[str, tuple[str, ...]] = {
     **{f"config.dataloader.{k}": ("dataloader", k) for k in _DATALOADER},

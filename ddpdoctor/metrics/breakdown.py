@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..trace.classify import host_collective_kind
 from ..trace.decode import GpuOps, RankTrace, Spans
 from ..trace.messages import CollMessages
 from . import intervals as iv
+from .collective_groups import collective_group_extras, launch_times
 from .columns import COLUMNS, CROSS_RANK, GPU_ONLY, PARTITION_CPU, PARTITION_GPU
 from .steps import ACTIVITY_SPAN, OPTIMIZER_STEP, StepWindow, step_windows
 
@@ -145,13 +147,11 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
         extras["alloc_share"] = float(np.sum(m(_union(rt.runtime_alloc)))) / total if total > 0 else None
         extras["sync_share"] = float(np.sum(m(_union(rt.runtime_sync)))) / total if total > 0 else None
     if rt.steps:  # the records are host events: count them in the host's ProfilerStep spans
-        extras.update(
-            _message_extras(
-                rt.coll_messages, np.asarray([s for _, s, _ in rt.steps]), np.asarray([e for _, _, e in rt.steps])
-            )
-        )
+        host_ws, host_we = np.asarray([s for _, s, _ in rt.steps]), np.asarray([e for _, _, e in rt.steps])
     else:
-        extras.update(_message_extras(rt.coll_messages, ws, we))
+        host_ws, host_we = ws, we
+    extras.update(_message_extras(rt.coll_messages, host_ws, host_we))
+    extras.update(_group_extras(rt, comm_k, host_coll, comm_source, segs["comm_exposed"], (ws, we, host_ws, host_we)))
     extras["dataloader_single_process"] = _single_process_loader(rt.dataloader.names)
     timeline = _timeline(windows, step_time, segs, gpu, kernels | comm_k)
     rows = {c: (None if values[c] is None else [float(v) for v in values[c]]) for c in COLUMNS}
@@ -314,6 +314,34 @@ def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     return float(values[order][np.searchsorted(cum, cum[-1] / 2.0)])
 
 
+def _group_extras(rt: RankTrace, comm_k, host_coll: Spans, comm_source: str, exposed: iv.Intervals, windows) -> dict:
+    """collective_groups' extras: the backend's collective records (communication kernels, else the
+    gloo:/mpi:/ucc: annotations) with their kinds, and the c10d:: calls that issued them."""
+    gpu = rt.gpu
+    if comm_source == "kernels":
+        # a kernel was issued when the host launched it: the launch call with its correlation id
+        # (the kernel's own start trails the host by the queue ahead of it)
+        idx = np.flatnonzero(comm_k)
+        lib = Spans(gpu.start[idx], gpu.end[idx], [])
+        lib_kinds = [gpu.comm_kind[i] for i in idx]
+        issued = launch_times(gpu.correlation[idx], rt.runtime_corr, rt.runtime_launch.start)
+    else:
+        lib = host_coll
+        lib_kinds = [host_collective_kind(n) or "comm" for n in host_coll.names]
+        issued = None
+    ws, we, host_ws, host_we = windows
+    api = _api_calls(rt.host_collectives)
+    return collective_group_extras(
+        lib, lib_kinds, api, rt.forward, rt.backward, exposed, rt.coll_messages, ws, we, host_ws, host_we, issued
+    )
+
+
+def _api_calls(sp: Spans) -> Spans:
+    """The ``c10d::`` calls among the host collective spans (where the training thread issued each)."""
+    keep = [i for i, n in enumerate(sp.names) if n.startswith("c10d::")]
+    return Spans(sp.start[keep], sp.end[keep], [sp.names[i] for i in keep])
+
+
 def _host_collectives(sp: Spans) -> Spans:
     from ..trace.classify import library_kinds_from_api
 
@@ -330,8 +358,6 @@ def _host_collectives(sp: Spans) -> Spans:
 
 
 def _collectives(gpu: GpuOps, comm_k: np.ndarray, host_coll: Spans, ws, we, source: str) -> Collectives:
-    from ..trace.classify import host_collective_kind
-
     if source == "kernels":
         idx = np.flatnonzero(comm_k)
         start, end = gpu.start[idx], gpu.end[idx]

@@ -102,6 +102,8 @@ SETTINGS_RECORDS = {
         "param_tensors",
         "trainable_param_count",
         "grad_bytes",
+        "buffer_tensors",
+        "buffer_bytes",
         "bucket_sizes_bytes",
         "num_buckets",
         "bucket_sizes_source",
