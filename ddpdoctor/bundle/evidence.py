@@ -104,11 +104,12 @@ def _job_outside_runnable(cons: dict[int, dict]) -> float | None:
     return median(lows) if lows else None
 
 
-# /proc/stat counts CPU time in ticks (USER_HZ, 1/100 s on Linux) per CPU, and each end of a window rounds:
-# a share of the host's CPU time is good to about 2 ticks over the window's total.  A window whose host
-# total holds fewer ticks than this cannot measure a share to 5 % (a rank that failed 15 ms into its window
-# read "100 % busy" from 2 ticks): its host reading, and its context-switch rate, are not used.
-MIN_HOST_TICKS = 40
+# /proc/stat counts CPU time in ticks (USER_HZ, 1/100 s on Linux) on every CPU, and each end of a window
+# rounds: a share of the host's CPU time is good to about 2 ticks over the window's
+# length, whatever the CPU count.  A window shorter than this many ticks cannot measure a share to
+# 5 % (a rank that failed 15 ms into its window read "100 % busy" from 2 ticks): its host reading, and its
+# context-switch rate, are not used.  (`ddpdoctor run` records at least 0.5 s: capture/agent/span.py.)
+MIN_TICKS_PER_CPU = 20
 TICK_S = 0.01
 
 
@@ -116,7 +117,8 @@ def _host_reading_resolves(c: dict) -> bool:
     """This rank's window is long enough for its /proc/stat reading to measure a share of the host."""
     host = c.get("host") or {}
     total, idle = as_number(host.get("total_s")), as_number(host.get("idle_s"))
-    return bool(total) and total >= MIN_HOST_TICKS * TICK_S and idle is not None
+    cpus = c.get("host_cpus") if isinstance(c.get("host_cpus"), int) and c.get("host_cpus") > 0 else 1
+    return bool(total) and total / cpus >= MIN_TICKS_PER_CPU * TICK_S and idle is not None
 
 
 def _job_outside_busy(cons: dict[int, dict]) -> float | None:

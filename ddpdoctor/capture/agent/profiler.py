@@ -11,6 +11,8 @@ import os
 import sys
 import time
 
+from . import span as _span
+
 
 class WindowProfiler:
     def __init__(self, agent):
@@ -42,6 +44,8 @@ class WindowProfiler:
             return
         steps = a.window.steps
         manual = a.window.manual
+        if not manual:
+            self._agree_length(torch)
         prof = profile(activities=acts, record_shapes=True, with_stack=False, profile_memory=False)
         prof._ddpdoctor_own = True
         prof.record_steps = not manual  # without a schedule profile() would not mark ProfilerStep#N
@@ -60,6 +64,19 @@ class WindowProfiler:
             a.settings.write()  # early copy: a hang or SIGKILL later still leaves the settings
         except Exception as exc:
             a.internal_error("settings", exc)
+
+    def _agree_length(self, torch) -> None:
+        """At least ``--active`` steps and at least DDPDOCTOR_MIN_WINDOW_S of training, the same on every
+        rank (``span.py``)."""
+        a, w = self.agent, self.agent.window
+        try:
+            times = sorted(w.step_time_values()[-20:])  # the first step (the script's setup) left out
+            typical = times[len(times) // 2] if times else None
+            proposed = _span.steps_for(w.active, typical, _span.min_window_s(a.env))
+            w.requested_active = w.active
+            w.active, w.active_decided_by = _span.agreed_steps(torch, a.env, proposed, w.active)
+        except Exception as exc:
+            a.internal_error("window length", exc)
 
     def step(self) -> None:
         if self.step_span is None:  # the automatic window: torch.profiler marks the steps

@@ -54,6 +54,8 @@ class StepWindow:
     ):
         self.warmup = max(0, warmup)
         self.active = max(1, active)
+        self.requested_active = self.active  # --active; ``active`` may grow at the start (span.py)
+        self.active_decided_by = None  # "rank 0" / "own" / "not agreed" once the window started
         self.keep_going = keep_going
         self.forward_fallback = max(2, forward_fallback)
         self.steps = 0  # completed steps (boundaries seen)
