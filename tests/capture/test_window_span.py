@@ -98,3 +98,42 @@ def test_e2e_fast_steps_record_a_longer_window_on_every_rank(tmp_path):
         assert w["requested_active"] == 5 and w["active_decided_by"] == "rank 0" and w["complete"]
         assert w["recorded_steps"] == w["active"] > 5
     assert windows[0]["active"] == windows[1]["active"]
+
+
+SHORT = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+m = DDP(torch.nn.Linear(64, 64)); opt = torch.optim.SGD(m.parameters(), lr=0.01)
+for i in range(14):
+    loss = m(torch.randn(32, 64)).sum(); opt.zero_grad(); loss.backward(); opt.step()
+print("finished all", dist.get_rank())
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torchrun jobs on Linux only in this suite")
+def test_e2e_a_script_that_ends_inside_the_longer_window_leaves_a_complete_bundle(tmp_path):
+    """14 fast steps: 5 warm-up, then the window asks for far more than the 9 left; the script's end cuts
+    it after its 5 steps were recorded: complete, every whole step kept, the script's teardown dropped."""
+    from ddpdoctor.analysis import AnalyzeOptions, analyze
+
+    script = tmp_path / "short.py"
+    script.write_text(SHORT)
+    out = tmp_path / "bundle"
+    cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--"]
+    cmd += [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "finished all 0" in proc.stdout + proc.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete", manifest
+    for r in (0, 1):
+        s = json.loads((out / "ranks" / f"rank{r}" / "settings.json").read_text())
+        w = s["window"]
+        assert w["complete"] and w["cut_by_script_end"] and w["active"] > w["recorded_steps"] >= 5
+        assert s["steps_completed"] == 14 and w["recorded_steps"] == 14 - 5
+    a = analyze([str(out)], AnalyzeOptions(jobs=1, hta="off"))
+    assert [len(x.steps) for x in a.summaries] == [9, 9]
+    # the trace's steps are the 9 whole ones (ProfilerStep#5-#13), none holding the script's teardown
+    assert [[w.number for w in x.steps] for x in a.summaries] == [list(range(5, 14))] * 2

@@ -70,6 +70,7 @@ SETTINGS_RECORDS = {
         "active",
         "requested_active",
         "active_decided_by",
+        "cut_by_script_end",
         "recorded_steps",
         "first_step",
         "trace",

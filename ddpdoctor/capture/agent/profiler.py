@@ -94,18 +94,19 @@ class WindowProfiler:
         span.__enter__()
         self.step_span = span
 
-    def stop(self, complete: bool) -> None:
-        """Stop and export: at the window's end (``complete``), or when the rank ends inside it."""
+    def stop(self, complete: bool, drop_open_step: bool = False) -> None:
+        """Stop and export: at the window's end (``complete``), or when the rank ends inside it
+        (``drop_open_step``: the step open at that moment holds the script's end, not a training step)."""
         prof, self.prof = self.prof, None
         if prof is None:
             return
         self.exporting = True
         try:
-            self._stop_and_export(prof, complete)
+            self._stop_and_export(prof, complete, drop_open_step)
         finally:
             self.exporting = False
 
-    def _stop_and_export(self, prof, complete: bool) -> None:
+    def _stop_and_export(self, prof, complete: bool, drop_open_step: bool = False) -> None:
         a = self.agent
         a._evidence_hook("window_stop", a.window.recorded)
         try:
@@ -128,7 +129,7 @@ class WindowProfiler:
             # plain JSON first, then gzip at level 1: torch's own .gz export compresses at level 9,
             # which took most of the export time (e.g. 5.1 s of a 0.9 MB trace's export)
             prof.export_chrome_trace(raw)
-            if open_span is not None:
+            if open_span is not None or drop_open_step:
                 with a.errors.quiet("trimming the window's tail"):
                     _drop_span(raw, f"ProfilerStep#{prof.step_num}")
             t2 = time.time()
