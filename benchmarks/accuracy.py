@@ -175,6 +175,8 @@ def score(exp: Expectation, diag: dict) -> dict:
     findings = diag.get("findings") or []
     by_rule = {f.get("rule"): f for f in findings}
     verdict_finding = by_rule.get(verdict.get("rule"))
+    if verdict.get("failed"):  # the card leads a failed run with its failure finding, not the window's bottleneck
+        verdict_finding = next((f for f in findings if f.get("category") == "failure"), verdict_finding)
     focus = None
     if exp.rule.startswith("category:"):
         cat = exp.rule[len("category:") :]

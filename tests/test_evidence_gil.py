@@ -100,9 +100,26 @@ def test_dump_place_names_the_user_frame_and_the_library_call():
     assert gil.where_text(p) == "json.dumps in log_state (train.py:52)"
 
 
+class RunQueueClock:
+    """A stand-in for the sampler thread's schedstat: the (run-queue seconds, timeslices) each ``read()``
+    returns."""
+
+    def __init__(self, *values):
+        self.values = list(values)
+        self.first = self.last = None
+        self.error = None if values else "no schedstat"
+
+    def read(self):
+        v = self.values.pop(0) if self.values else None
+        if v is not None:
+            self.first = v[0] if self.first is None else self.first
+            self.last = v[0]
+        return v
+
+
 def test_gaps_are_put_on_gc_or_on_the_named_call():
     s = _sampler()
-    gaps = gil.Gaps(0.005)
+    gaps = gil.Gaps(0.005, clock=RunQueueClock(*[(0.0, n) for n in range(5)]))  # no run-queue wait: the GIL
     assert gaps.threshold == pytest.approx(max(gil.GAP_FACTOR * 0.005, gil.GAP_MIN_S))
     rec = gil.GcRecorder(lambda: 0)
     rec.spans = [(10.0, 10.1)]  # a 100 ms collection
@@ -115,16 +132,94 @@ def test_gaps_are_put_on_gc_or_on_the_named_call():
     out = gil.summarize(gaps, rec, DUMP, True, s, 0x7F0000000001, steps=2, native_info={"sampler": "x"})
     assert out["gaps"] == 2
     assert [g["cause"] for g in out["listed"]] == ["gc", "call"]
+    assert out["cpu_starved_ms_per_step"] == 0.0 and out["cpu_gaps"] == 0
+    assert [g["runqueue_ms"] for g in out["listed"]] == [0.0, 0.0]
     assert out["starved_ms_per_step"]["gc"] == pytest.approx((0.115 - 0.005) * 1000 / 2, abs=0.01)
     call = out["calls"][0]
     assert call["where"] == "json.dumps in log_state (train.py:52)" and call["source"] == "faulthandler"
     assert call["ms_per_step"] == pytest.approx((0.09 - 0.005) * 1000 / 2, abs=0.01)
     # no dumps (the watchdog off): the frame the sampler saw around the gap, or nothing named
-    gaps2 = gil.Gaps(0.005)
+    gaps2 = gil.Gaps(0.005, clock=RunQueueClock())  # no schedstat either: nothing is set apart
     gaps2.seen(1.0, None, 0)
     gaps2.seen(1.1, None, 0)
     out2 = gil.summarize(gaps2, None, None, False, s, 1, steps=1, native_info={"sampler": None})
     assert out2["listed"][0]["cause"] == "unnamed" and not out2["calls"]
+    assert out2["cpu_starved_ms_per_step"] is None and out2["runqueue"] == {"read": False, "reason": "no schedstat"}
+    assert out2["starved_ms_per_step"]["unnamed"] == pytest.approx(95.0, abs=0.01)
+
+
+def _one_gap(runqueue_s: float, gc_span=None, slices=1):
+    """One 100 ms gap (interval 5 ms) between two samples in one user frame, the sampler thread waiting
+    `runqueue_s` of it in the run queue over `slices` timeslices; optionally a collection over `gc_span`."""
+    s = _sampler()
+    key = (None, _one_gap.__code__, 34, "step", False)
+    gaps = gil.Gaps(0.005, clock=RunQueueClock((2.0, 10), (2.0 + runqueue_s, 10 + slices)))
+    gaps.seen(1.0, key, 0)
+    gaps.seen(1.1, key, 0)
+    rec = None
+    if gc_span is not None:
+        rec = gil.GcRecorder(lambda: 0)
+        rec.spans = [gc_span]
+    return gil.summarize(gaps, rec, None, False, s, 1, steps=1, native_info={"sampler": None})
+
+
+def test_a_gap_covered_by_the_samplers_run_queue_wait_is_cpu_starvation_not_the_gil():
+    out = _one_gap(0.095)  # runnable without a CPU for the whole excess (an oversubscribed host)
+    assert out["listed"][0]["cause"] == "cpu" and out["listed"][0]["cpu_ms"] == pytest.approx(95.0)
+    assert out["cpu_starved_ms_per_step"] == pytest.approx(95.0) and out["cpu_gaps"] == 1
+    assert sum(out["starved_ms_per_step"].values()) == 0 and not out["calls"]
+    assert out["runqueue"]["read"] and out["runqueue"]["ms_per_step"] == pytest.approx(95.0)
+    # what is left beside the wait would not be a gap (5 + 8 ms < 20 ms): still CPU starvation
+    out = _one_gap(0.087, slices=2)  # its own wake-up and one switch interval's wait for the GIL
+    assert out["listed"][0]["cause"] == "cpu" and not out["calls"] and out["listed"][0]["timeslices"] == 2
+
+
+def test_a_gap_without_run_queue_wait_is_gil_held_and_a_partial_one_counts_the_rest():
+    out = _one_gap(0.0)
+    assert out["listed"][0]["cause"] == "call" and out["cpu_starved_ms_per_step"] == 0.0
+    assert out["calls"][0]["ms_per_step"] == pytest.approx(95.0)
+    out = _one_gap(0.040)  # 40 ms in the run queue, 55 ms held by another thread
+    assert out["listed"][0]["cause"] == "call" and out["cpu_starved_ms_per_step"] == pytest.approx(40.0)
+    assert out["calls"][0]["ms_per_step"] == pytest.approx(55.0)
+    assert out["starved_ms_per_step"]["call"] == pytest.approx(55.0)
+
+
+def test_the_run_queue_wait_of_wakes_for_a_held_gil_stays_gil_time():
+    """Measured on a busy host (pickle.dumps of a 60 k-entry dict in another thread): the sampler thread
+    waited 395 ms in the run queue over 84 timeslices of an 804 ms gap, one wake per switch interval
+    while the call held the GIL.  Only two timeslices' share of that wait is CPU starvation."""
+    out = _one_gap(0.060, slices=15)
+    assert out["cpu_starved_ms_per_step"] == pytest.approx(60.0 * 2 / 15, abs=0.01)
+    assert out["listed"][0]["cause"] == "call"
+    assert out["calls"][0]["ms_per_step"] == pytest.approx(95.0 - 8.0, abs=0.01)
+
+
+def test_a_collection_in_the_gap_outranks_the_run_queue_wait():
+    # a 100 ms collection holds the GIL over the gap; the sampler's wake-ups waited 30 ms for a CPU meanwhile
+    out = _one_gap(0.030, gc_span=(0.99, 1.11))
+    assert out["listed"][0]["cause"] == "gc" and out["cpu_starved_ms_per_step"] == 0.0
+    assert out["starved_ms_per_step"]["gc"] == pytest.approx(95.0)
+
+
+def test_thread_run_queue_reads_the_calling_threads_schedstat():
+    if not os.path.exists(gil.SCHEDSTAT):
+        pytest.skip("no /proc/thread-self/schedstat on this platform")
+    got = []
+
+    def reader():
+        c = gil.ThreadRunQueue()
+        got.extend([c.read(), c.read()])
+        got.append(c.fd)
+        c.close()
+        got.append(c.fd)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    t.join()
+    assert isinstance(got[0][0], float) and 0 <= got[0][0] <= got[1][0] and 1 <= got[0][1] <= got[1][1]
+    assert got[2] is not None and got[3] is None
+    bad = gil.ThreadRunQueue("/nonexistent/schedstat")
+    assert bad.read() is None and bad.read() is None and "FileNotFoundError" in bad.error
 
 
 def test_window_in_process_records_gc_gaps_and_native_dumps(monkeypatch, tmp_path):
@@ -147,8 +242,13 @@ def test_window_in_process_records_gc_gaps_and_native_dumps(monkeypatch, tmp_pat
     g = r["gil"]
     assert g["native"]["sampler"] == "faulthandler.dump_traceback_later" and g["native"]["arms"] >= 5
     assert not list(tmp_path.iterdir()), "the dump file is removed after the window"
+    if os.path.exists(gil.SCHEDSTAT):
+        assert g["runqueue"]["read"] and g["cpu_starved_ms_per_step"] is not None, g["runqueue"]
     if took >= 3 * gil.GAP_MIN_S:  # the collection was long enough to starve the sampler
         assert g["gaps"] >= 1 and g["starved_ms_per_step"]["gc"] > 0
+        if g["runqueue"]["read"]:  # waiting for the GIL, the sampler woke every switch interval (5 ms)
+            gc_gaps = [gap for gap in g["listed"] if gap["cause"] == "gc"]
+            assert gc_gaps and all(gap["timeslices"] > gil.CPU_ONLY_SLICES for gap in gc_gaps), gc_gaps
         assert g["native"]["dumps"] >= 1, "the watchdog's alarm fired while the collection held the GIL"
     # off unless asked for
     monkeypatch.delenv("DDPDOCTOR_NATIVE_SAMPLER")
@@ -250,10 +350,25 @@ def test_gil_facts_name_the_call_that_held_the_gil():
     assert f["python.gil_held.ms_per_step"] == 40.0 and f["python.gil_held.source"] == "faulthandler"
     assert f["python.sampler_starved_ms_per_step.per_rank"] == {0: 41.0, 1: 0.0}
     assert f["python.native_sampler"] == "faulthandler.dump_traceback_later"
+    assert "python.sampler_cpu_starved_ms_per_step" not in f  # no rank recorded it (an older bundle)
     # a single gap is not a pattern
     once = dict(call, gaps=1)
     ranks[0]["evidence"]["gil"] = gil_rec([once])
     assert "python.gil_held.rank" not in gil_facts(ranks, PARAMS)
+
+
+def test_gil_facts_count_cpu_starvation_apart():
+    """thread_oversubscription: rank 0's sampler starved 27 ms per step, all of it in the run queue; the
+    capture put none of it on a call, so no GIL-held call is named and the starvation is its own fact."""
+    starved = gil_rec([], {"gc": 0.0, "call": 0.0, "unnamed": 0.0}, native=None)
+    ranks = {
+        0: settings(0, stacks=stacks(290.0), gil={**starved, "cpu_starved_ms_per_step": 27.5}),
+        1: settings(1, stacks=stacks(290.0), gil={**starved, "cpu_starved_ms_per_step": 0.4}),
+    }
+    f = gil_facts(ranks, PARAMS)
+    assert "python.gil_held.rank" not in f and f["python.sampler_starved_ms_per_step"] == 0.0
+    assert f["python.sampler_cpu_starved_ms_per_step"] == 27.5
+    assert f["python.sampler_cpu_starved_ms_per_step.per_rank"] == {0: 27.5, 1: 0.4}
 
 
 def test_runnable_tasks_outside_the_job():

@@ -66,6 +66,14 @@ def test_every_collection_is_recorded_per_rank(gc_run):
     assert all(len(c) == 5 for c in gc1["collections"])
     # the sampler starved during the full collections and the gaps were put on GC
     assert ev[1]["gil"]["starved_ms_per_step"]["gc"] > 0
+    # the sampler thread's run-queue wait was read at every sample: the gaps' CPU starvation is set apart
+    if os.path.exists("/proc/thread-self/schedstat"):
+        for r in (0, 1):
+            g = ev[r]["gil"]
+            assert g["runqueue"]["read"] and g["cpu_starved_ms_per_step"] is not None, g["runqueue"]
+            assert all(isinstance(gap["timeslices"], int) for gap in g["listed"]), g["listed"]
+        gc_gaps = [gap for gap in ev[1]["gil"]["listed"] if gap["cause"] == "gc"]
+        assert gc_gaps and all(gap["cpu_ms"] < gap["gc_ms"] for gap in gc_gaps), gc_gaps
     assert ev[1]["gil"]["native"]["sampler"] is None  # the C watchdog's dumps are opt-in
 
 

@@ -1,7 +1,10 @@
 """Facts from the time a Python stack sampler cannot see, as `ddpdoctor run` records it in each rank's
 settings.json (``evidence.gc``: every garbage collection over the window; ``evidence.gil``: the
-sampler's gaps, each put on GC or on the call that held the GIL, named by the C watchdog's stack dumps
-or by the frames around the gap; capture/agent/gil.py).  Pure Python, no torch.
+sampler's gaps, the part of each that the sampler thread spent runnable without a CPU set apart, the
+rest put on GC or on the call that held the GIL, named by the C watchdog's stack dumps or by the frames
+around the gap; capture/agent/gil.py).  Only the rest counts as GIL-held time (``python.gil_held.*``,
+``python.sampler_starved_ms_per_step``); the CPU-starved part is ``python.sampler_cpu_starved_ms_per_step``.
+Pure Python, no torch.
 
 ``gil_facts(ranks, params)``: ``ranks`` = {rank: settings dict}; ``params`` = the ``[evidence]`` table
 of rules/metrics.toml.  Every fact is absent when no rank recorded what it needs.
@@ -77,6 +80,10 @@ def gil_facts(ranks: dict[int, dict], params: dict) -> dict:
         for r, g in recs.items()
     }
     put_fact(facts, "python.sampler_starved_ms_per_step", max(starved.values()), starved)
+    cpu = {r: as_number(g.get("cpu_starved_ms_per_step")) for r, g in recs.items()}
+    cpu = {r: round(v, 3) for r, v in cpu.items() if v is not None}
+    if cpu:
+        put_fact(facts, "python.sampler_cpu_starved_ms_per_step", max(cpu.values()), cpu)
     natives = {r: (g.get("native") or {}).get("sampler") for r, g in recs.items()}
     used = sorted({n for n in natives.values() if isinstance(n, str)})
     if used:

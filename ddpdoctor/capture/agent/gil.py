@@ -13,9 +13,12 @@ run, so that time shows as a gap between its samples, never as a frame.  Over th
   dumps written inside one of its gaps are known and name the frame that held the GIL.  A forked child
   would inherit a watchdog that no longer exists and hang in its exit (CPython waits for that thread):
   the alarm is cancelled before every ``os.fork`` (``os.register_at_fork``; the next sample re-arms it);
-- ``Gaps``: the sampler's starvation (a gap far above its interval), each attributed to GC when
-  collections cover most of it, else to the call the native dumps (or the frames the sampler saw just
-  before and after the gap) name.
+- ``Gaps``: the sampler's starvation (a gap far above its interval).  A gap has two causes a Python
+  thread cannot tell apart by its clock: another thread held the GIL, or the sampler thread was runnable
+  without a CPU (an oversubscribed host).  ``ThreadRunQueue`` reads the sampler thread's own run-queue
+  wait (``/proc/thread-self/schedstat``) at each sample: the part of a gap's excess that wait covers is
+  CPU starvation; only the rest is attributed, to GC when collections cover most of it, else to the
+  call the native dumps (or the frames the sampler saw just before and after the gap) name.
 
 Standard library only; nothing here raises into the user's program (``evidence.py`` guards it).
 """
@@ -28,12 +31,15 @@ import os
 import re
 import time
 
+from .runqueue import SCHEDSTAT, ThreadRunQueue
+
 KEEP_COLLECTIONS = 2000  # collections listed one by one (the totals count every one)
 GAP_FACTOR = 4.0  # a gap between samples of this many intervals ...
 GAP_MIN_S = 0.015  # ... and at least this long is starvation (5 ms is CPython's GIL switch interval)
 GC_COVERS = 0.5  # collections covering this share of a gap's excess make it a GC gap
 NATIVE_MIN_INTERVAL_S = 0.01  # the C watchdog's alarm is never set shorter than this
 KEEP_CALLS = 10  # GIL-holding calls kept per rank, the longest first
+CPU_ONLY_SLICES = 2  # timeslices of a gap starved of CPU alone (split_gap)
 
 
 # ------------------------------------------------------------------ garbage collections
@@ -222,19 +228,58 @@ class NativeDumps:
 
 class Gaps:
     """The stack sampler's starvation: ``seen(t, key, offset)`` after every sample (perf_counter time,
-    the sampler's signature key, the native dump file's length)."""
+    the sampler's signature key, the native dump file's length), in the sampler thread; it reads that
+    thread's run-queue wait (``clock``: a ThreadRunQueue, or a stand-in with ``read()`` in tests)."""
 
-    def __init__(self, interval: float):
+    def __init__(self, interval: float, clock=None):
         self.interval = interval
         self.threshold = max(GAP_FACTOR * interval, GAP_MIN_S)
-        self.gaps: list[tuple] = []  # (t0, t1, key before, key after, offset before, offset after)
+        self.clock = ThreadRunQueue() if clock is None else clock
+        # (t0, t1, key before, key after, offset before, offset after, (run-queue s, timeslices) in the gap or None)
+        self.gaps: list[tuple] = []
         self._last = None
 
     def seen(self, t: float, key, offset: int) -> None:
+        rq = self.clock.read()
         last = self._last
         if last is not None and t - last[0] >= self.threshold:
-            self.gaps.append((last[0], t, last[1], key, last[2], offset))
-        self._last = (t, key, offset)
+            waited = (rq[0] - last[3][0], rq[1] - last[3][1]) if rq is not None and last[3] is not None else None
+            self.gaps.append((last[0], t, last[1], key, last[2], offset, waited))
+        self._last = (t, key, offset, rq)
+
+    def runqueue_record(self, steps: int) -> dict:
+        """The sampler thread's run-queue wait over the window (first to last sample)."""
+        c = self.clock
+        close = getattr(c, "close", None)
+        if close is not None:
+            close()
+        first, last = getattr(c, "first", None), getattr(c, "last", None)
+        if first is None or last is None:
+            return {"read": False, "reason": getattr(c, "error", None) or "no sample read it"}
+        ms = (last - first) * 1000
+        return {
+            "read": True,
+            "source": SCHEDSTAT,
+            "window_ms": round(ms, 3),
+            "ms_per_step": round(ms / steps, 3) if steps > 0 else None,
+        }
+
+
+def split_gap(excess: float, gc_s: float, runqueue: tuple[float, int] | None) -> tuple[float, float]:
+    """(CPU-starved seconds, the rest) of a gap's excess over the interval.  ``runqueue``: the sampler
+    thread's run-queue wait and timeslices in the gap.  Starved of CPU alone, the sampler is put on a CPU
+    once or twice in a gap (its own wake-up; at most one switch interval's wait for a GIL the training
+    thread runs Python with); waiting for a held GIL, it wakes every switch interval, and the run-queue
+    wait of those wakes falls inside the hold.  So the wait of two timeslices' worth counts (all of it
+    with one or two), less the time collections held the GIL (measured: the sampler could not have run
+    then whatever the CPUs); the rest is GIL-held (GC, a call) or unexplained."""
+    if runqueue is None or runqueue[0] <= 0:
+        return 0.0, excess
+    waited, slices = runqueue
+    if slices > CPU_ONLY_SLICES:
+        waited = waited * CPU_ONLY_SLICES / slices
+    cpu = min(waited, max(0.0, excess - min(gc_s, excess)))
+    return cpu, excess - cpu
 
 
 def classify_frame(sampler, filename: str) -> str:
@@ -295,15 +340,28 @@ def summarize(
     steps: int,
     native_info: dict,
 ) -> dict:
-    """Each gap attributed (GC / a named call / unnamed), and the totals per cause and per call."""
+    """Each gap's CPU-starved part set apart (the sampler thread's run-queue wait), the rest attributed
+    (GC / a named call / unnamed); the totals per cause and per call.  A gap whose rest with the interval
+    would not reach the gap threshold is ``cpu``: the sampler lacked a CPU, nothing held the GIL."""
     by_cause = {"gc": 0.0, "call": 0.0, "unnamed": 0.0}
+    cpu_total, cpu_gaps = 0.0, 0
     calls: dict[str, dict] = {}
     listed = []
-    for t0, t1, before, after, off0, off1 in gaps.gaps:
-        excess = max(0.0, (t1 - t0) - gaps.interval)
+    for t0, t1, before, after, off0, off1, rq in gaps.gaps:
         gc_s = gcrec.covered_s(t0, t1) if gcrec is not None else 0.0
-        entry = {"ms": round((t1 - t0) * 1000, 3), "gc_ms": round(gc_s * 1000, 3)}
-        if gc_s >= GC_COVERS * excess:
+        cpu, excess = split_gap(max(0.0, (t1 - t0) - gaps.interval), gc_s, rq)
+        cpu_total += cpu
+        entry = {
+            "ms": round((t1 - t0) * 1000, 3),
+            "gc_ms": round(gc_s * 1000, 3),
+            "runqueue_ms": round(rq[0] * 1000, 3) if rq is not None else None,
+            "timeslices": rq[1] if rq is not None else None,
+            "cpu_ms": round(cpu * 1000, 3),
+        }
+        if gaps.interval + excess < gaps.threshold:
+            cpu_gaps += 1
+            entry["cause"] = "cpu"
+        elif gc_s >= GC_COVERS * excess:
             by_cause["gc"] += excess
             entry["cause"] = "gc"
         else:
@@ -347,6 +405,7 @@ def summarize(
                 c["_s"] += excess
         if len(listed) < 200:
             listed.append(entry)
+    runqueue = gaps.runqueue_record(steps)
     top = sorted(calls.values(), key=lambda c: (-c["_s"], c["where"]))[:KEEP_CALLS]
     for c in top:
         c["ms_per_step"] = round(c.pop("_s") * 1000 / steps, 3) if steps > 0 else None
@@ -355,6 +414,9 @@ def summarize(
         "gaps": len(gaps.gaps),
         "listed": listed,
         "starved_ms_per_step": {k: round(v * 1000 / steps, 3) for k, v in by_cause.items()} if steps > 0 else None,
+        "cpu_starved_ms_per_step": round(cpu_total * 1000 / steps, 3) if steps > 0 and runqueue["read"] else None,
+        "cpu_gaps": cpu_gaps,
+        "runqueue": runqueue,
         "calls": top,
         "native": native_info,
     }
