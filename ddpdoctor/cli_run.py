@@ -40,6 +40,15 @@ from .text import plural
     show_default=True,
     help="Training steps to record with torch.profiler.",
 )
+@click.option(
+    "--min-window",
+    "min_window",
+    type=click.FloatRange(0),
+    default=0.5,
+    show_default=True,
+    help="Record at least this many seconds: fast steps get more than --active steps (at most 200), the "
+    "same number on every rank; 0 records exactly --active steps.",
+)
 @click.option("--keep-going", is_flag=True, help="Do not stop training after the recorded window.")
 @click.option("--no-analyze", is_flag=True, help="Only capture; do not analyze the bundle afterwards.")
 @report_option
@@ -77,6 +86,7 @@ def run(
     force,
     warmup,
     active,
+    min_window,
     keep_going,
     no_analyze,
     report_dir,
@@ -135,6 +145,7 @@ def run(
         force=force,
         warmup=warmup,
         active=active,
+        min_window_s=min_window,
         keep_going=keep_going,
     )
     result = run_capture(opts)

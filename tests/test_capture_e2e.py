@@ -43,7 +43,8 @@ def _env(**extra):
 
 def ddpdoctor_run(out, command, options=("--no-analyze",), timeout=180, **env):
     return subprocess.run(
-        [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), *options, "--", *command],
+        # exactly --active steps unless a test asks for the window's minimum length (tests/capture/test_window_span.py)
+        [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--min-window", "0", *options, "--", *command],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -39,6 +39,8 @@ def _run(tmp_path, mode):
             "2",
             "--active",
             "4",
+            "--min-window",
+            "0",  # exactly 4 recorded steps: the recompile limit is counted in steps
             "--",
             *TORCHRUN,
             str(SCRIPT),

@@ -65,7 +65,18 @@ OPTIONAL_SETTINGS_FIELDS = ("trial", "settings_note")
 
 # the records whose keys the reader reads by name: field -> the keys the agent may write
 SETTINGS_RECORDS = {
-    "window": ("warmup", "active", "recorded_steps", "first_step", "trace", "complete", "marked_by_script"),
+    "window": (
+        "warmup",
+        "active",
+        "requested_active",
+        "active_decided_by",
+        "cut_by_script_end",
+        "recorded_steps",
+        "first_step",
+        "trace",
+        "complete",
+        "marked_by_script",
+    ),
     "exit": ("code", "reason"),
     "dataloader": (
         "sharded_by",

@@ -416,7 +416,11 @@ class Agent:
             self.finalized = True
         try:
             if self.window.exit():
-                self.profiler.stop(complete=False)
+                # a window longer than --active that the script's end cut: complete, its open step dropped
+                cut = self.window.extended_and_cut
+                self.window.cut_by_script_end = cut
+                self._compile_hook("window_stop")  # the compilations of the window, as at a STOP
+                self.profiler.stop(complete=cut, drop_open_step=cut)
         except Exception as exc:
             self.internal_error("flushing the trace", exc)
         try:

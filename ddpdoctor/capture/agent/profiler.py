@@ -11,6 +11,8 @@ import os
 import sys
 import time
 
+from . import span as _span
+
 
 class WindowProfiler:
     def __init__(self, agent):
@@ -42,6 +44,8 @@ class WindowProfiler:
             return
         steps = a.window.steps
         manual = a.window.manual
+        if not manual:
+            self._agree_length(torch)
         prof = profile(activities=acts, record_shapes=True, with_stack=False, profile_memory=False)
         prof._ddpdoctor_own = True
         prof.record_steps = not manual  # without a schedule profile() would not mark ProfilerStep#N
@@ -61,6 +65,19 @@ class WindowProfiler:
         except Exception as exc:
             a.internal_error("settings", exc)
 
+    def _agree_length(self, torch) -> None:
+        """At least ``--active`` steps and at least DDPDOCTOR_MIN_WINDOW_S of training, the same on every
+        rank (``span.py``)."""
+        a, w = self.agent, self.agent.window
+        try:
+            times = sorted(w.step_time_values()[-20:])  # the first step (the script's setup) left out
+            typical = times[len(times) // 2] if times else None
+            proposed = _span.steps_for(w.active, typical, _span.min_window_s(a.env))
+            w.requested_active = w.active
+            w.active, w.active_decided_by = _span.agreed_steps(torch, a.env, proposed, w.active)
+        except Exception as exc:
+            a.internal_error("window length", exc)
+
     def step(self) -> None:
         if self.step_span is None:  # the automatic window: torch.profiler marks the steps
             self.prof.step()
@@ -77,18 +94,19 @@ class WindowProfiler:
         span.__enter__()
         self.step_span = span
 
-    def stop(self, complete: bool) -> None:
-        """Stop and export: at the window's end (``complete``), or when the rank ends inside it."""
+    def stop(self, complete: bool, drop_open_step: bool = False) -> None:
+        """Stop and export: at the window's end (``complete``), or when the rank ends inside it
+        (``drop_open_step``: the step open at that moment holds the script's end, not a training step)."""
         prof, self.prof = self.prof, None
         if prof is None:
             return
         self.exporting = True
         try:
-            self._stop_and_export(prof, complete)
+            self._stop_and_export(prof, complete, drop_open_step)
         finally:
             self.exporting = False
 
-    def _stop_and_export(self, prof, complete: bool) -> None:
+    def _stop_and_export(self, prof, complete: bool, drop_open_step: bool = False) -> None:
         a = self.agent
         a._evidence_hook("window_stop", a.window.recorded)
         try:
@@ -111,7 +129,7 @@ class WindowProfiler:
             # plain JSON first, then gzip at level 1: torch's own .gz export compresses at level 9,
             # which took most of the export time (e.g. 5.1 s of a 0.9 MB trace's export)
             prof.export_chrome_trace(raw)
-            if open_span is not None:
+            if open_span is not None or drop_open_step:
                 with a.errors.quiet("trimming the window's tail"):
                     _drop_span(raw, f"ProfilerStep#{prof.step_num}")
             t2 = time.time()

@@ -184,6 +184,9 @@ class SettingsRecorder:
             "window": {
                 "warmup": w.warmup,
                 "active": w.active,
+                "requested_active": w.requested_active,
+                "active_decided_by": w.active_decided_by,
+                "cut_by_script_end": w.cut_by_script_end,
                 "recorded_steps": w.recorded,
                 "first_step": w.first_step,
                 "trace": a.profiler.trace_written,

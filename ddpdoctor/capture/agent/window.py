@@ -54,6 +54,9 @@ class StepWindow:
     ):
         self.warmup = max(0, warmup)
         self.active = max(1, active)
+        self.requested_active = self.active  # --active; ``active`` may grow at the start (span.py)
+        self.active_decided_by = None  # "rank 0" / "own" / "not agreed" once the window started
+        self.cut_by_script_end = False  # an extended window the script's end cut (after --active steps)
         self.keep_going = keep_going
         self.forward_fallback = max(2, forward_fallback)
         self.steps = 0  # completed steps (boundaries seen)
@@ -181,7 +184,13 @@ class StepWindow:
     def complete(self) -> bool:
         if self.manual:
             return self.window_done and self.recorded >= 1
-        return self.window_done and self.recorded >= self.active
+        return self.window_done and self.recorded >= self.requested_active
+
+    @property
+    def extended_and_cut(self) -> bool:
+        """The window ran past ``--active`` (span.py) and the rank ends inside it: the steps asked for are
+        all recorded, and the open step holds only the script's end."""
+        return self.profiling and not self.manual and self.recorded >= self.requested_active
 
     def typical_step_s(self) -> float:
         last = sorted(self.step_times[-TYPICAL_OF_LAST:])

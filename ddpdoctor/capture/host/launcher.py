@@ -48,6 +48,7 @@ class RunOptions:
     force: bool = False
     warmup: int = 5
     active: int = 5
+    min_window_s: float = 0.5  # ... and at least this long (capture/agent/span.py); 0: exactly --active
     keep_going: bool = False
     changes: dict | None = None  # `run --try`: applied inside every rank (overrides.py)
 
@@ -155,6 +156,7 @@ def capture_env(
             "DDPDOCTOR_LAUNCHER_PID": str(os.getpid()),
             "DDPDOCTOR_WARMUP": str(opts.warmup),
             "DDPDOCTOR_ACTIVE": str(opts.active),
+            "DDPDOCTOR_MIN_WINDOW_S": str(opts.min_window_s),
             "DDPDOCTOR_KEEP_GOING": "1" if opts.keep_going else "0",
             "DDPDOCTOR_TERM_OUT": term_out,
             "DDPDOCTOR_TERM_ERR": term_err,
@@ -298,7 +300,12 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
         "hostname": raw_hostname,
         "hosts": [hostname],
         "host_files": [f"hosts/{hostname}.json"],
-        "step_window": {"warmup": opts.warmup, "active": opts.active, "keep_going": opts.keep_going},
+        "step_window": {
+            "warmup": opts.warmup,
+            "active": opts.active,
+            "min_window_s": opts.min_window_s,
+            "keep_going": opts.keep_going,
+        },
         "start_time": start_iso,
         "start_unix": start_unix,
         "end_time": None,
