@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("agent_span_under_test", ROOT / "ddpdoctor" / "capture" / "agent" / "span.py")
+spec = importlib.util.spec_from_file_location(
+    "agent_span_under_test", ROOT / "ddpdoctor" / "capture" / "agent" / "span.py"
+)
 span = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(span)
 

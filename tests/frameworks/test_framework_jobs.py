@@ -24,7 +24,20 @@ def _run(out, command, *options):
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
     res = subprocess.run(
-        [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--min-window", "0", *options, "--", *command],
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "run",
+            "--out",
+            str(out),
+            "--no-analyze",
+            "--min-window",
+            "0",
+            *options,
+            "--",
+            *command,
+        ],
         capture_output=True,
         text=True,
         timeout=600,
