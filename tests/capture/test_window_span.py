@@ -62,8 +62,12 @@ def fake_torch(rank: int, store: FakeStore, world: int = 2):
 
 
 def test_every_rank_takes_rank_0s_count():
-    store, env = FakeStore(), {"DDPDOCTOR_RUN_ID": "r1"}
+    store, env = FakeStore(), {"TORCHELASTIC_RUN_ID": "job1", "DDPDOCTOR_RUN_ID": "node0"}
     assert span.agreed_steps(fake_torch(0, store), env, 120, 5) == (120, "rank 0")
+    # another node's `ddpdoctor run` has a run id of its own; the job's id is what the ranks share (the CI's
+    # two-node test hung when the key held ddpdoctor's run id: node 1 never saw rank 0's count)
+    other_node = {"TORCHELASTIC_RUN_ID": "job1", "DDPDOCTOR_RUN_ID": "node1"}
+    assert span.agreed_steps(fake_torch(1, store), other_node, 118, 5) == (120, "rank 0")
     # rank 1 measured a slightly different step time and would have asked for 118
     assert span.agreed_steps(fake_torch(1, store), env, 118, 5) == (120, "rank 0")
     # rank 0 never wrote it: the count every rank was given

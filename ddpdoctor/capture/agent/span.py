@@ -50,7 +50,8 @@ def agreed_steps(torch, env, proposed: int, fallback: int) -> tuple[int, str]:
     if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
         return proposed, "own"
     store = dist.distributed_c10d._get_default_store()
-    key = f"{KEY}/{env.get('DDPDOCTOR_RUN_ID') or ''}/{env.get('TORCHELASTIC_RESTART_COUNT') or '0'}"
+    # the job's id, the same on every node (each node's `ddpdoctor run` has a run id of its own)
+    key = f"{KEY}/{env.get('TORCHELASTIC_RUN_ID') or ''}/{env.get('TORCHELASTIC_RESTART_COUNT') or '0'}"
     if dist.get_rank() == 0:
         store.set(key, str(proposed))
         return int(store.get(key)), "rank 0"
