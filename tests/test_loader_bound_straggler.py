@@ -141,15 +141,18 @@ def test_a_rank_whose_batches_cost_more_to_load_is_named():
     of CPU per batch against rank 0's 15.5 ms; cpu_augment_workers_saturated: both ranks' workers used 0.28 s."""
     from ddpdoctor.bundle.loader import loader_facts
 
-    facts = loader_facts({0: {"loader_window": _window(0.080, 0.0774)}, 1: {"loader_window": _window(0.124, 0.1208)}})
+    facts = loader_facts(
+        {0: {"loader_window": _window(0.080, 0.0774)}, 1: {"loader_window": _window(0.124, 0.1208)}}, PARAMS
+    )
     assert facts["loader.costlier.rank"] == 1 and facts["loader.costlier.ratio"] == 1.561
     assert facts["loader.costlier.ms_per_step"] == 8.68 and facts["loader.costlier.others_ms_per_batch"] == 15.48
     same = _window(0.08, 0.004, workers=2, workers_cpu_s=0.28)
-    facts = loader_facts({0: {"loader_window": same}, 1: {"loader_window": dict(same, next_wall_s=0.028)}})
+    facts = loader_facts({0: {"loader_window": same}, 1: {"loader_window": dict(same, next_wall_s=0.028)}}, PARAMS)
     assert "loader.costlier.rank" not in facts and facts["loader.cpu_ms_per_batch"] == 56.0
     # two /proc ticks per worker is the workers' resolution: 0.02 s against 0.01 s over 5 batches is not a difference
     facts = loader_facts(
-        {0: {"loader_window": dict(same, workers_cpu_s=0.02)}, 1: {"loader_window": dict(same, workers_cpu_s=0.01)}}
+        {0: {"loader_window": dict(same, workers_cpu_s=0.02)}, 1: {"loader_window": dict(same, workers_cpu_s=0.01)}},
+        PARAMS,
     )
     assert "loader.costlier.rank" not in facts
 

@@ -9,6 +9,9 @@ import pytest
 
 from ddpdoctor.bundle.loader import loader_facts, rank_loader
 from ddpdoctor.capture.agent import loader as agent_loader
+from ddpdoctor.resources import metric_params
+
+PARAMS = metric_params()["evidence"]
 
 
 def _win(**kw):
@@ -49,7 +52,7 @@ def test_single_process_loading_is_measured_inside_next():
 )
 def test_unmeasured_windows_give_nothing(bad):
     assert rank_loader(bad) is None
-    assert loader_facts({0: {"loader_window": bad}}) == {}
+    assert loader_facts({0: {"loader_window": bad}}, PARAMS) == {}
 
 
 def test_facts_take_the_busiest_cpu_share_and_one_ranks_arithmetic():
@@ -57,7 +60,8 @@ def test_facts_take_the_busiest_cpu_share_and_one_ranks_arithmetic():
         {
             0: {"loader_window": _win(next_wall_s=0.8, workers_cpu_s=0.02)},
             1: {"loader_window": _win(next_wall_s=0.5, workers_cpu_s=0.3)},
-        }
+        },
+        PARAMS,
     )
     assert f["loader.cpu_share"] == 0.15 and f["loader.cpu_share.per_rank"] == {0: 0.01, 1: 0.15}
     # rank 0 needs most workers: 200 ms latency over 20 ms compute

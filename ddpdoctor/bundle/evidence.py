@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from statistics import NormalDist, median, stdev
 
-from .values import as_number, evidence_of, put_fact, safe_where
+from .values import PROC_TICK_S, as_number, evidence_of, put_fact, safe_where
 
 # ------------------------------------------------------------------ host contention
 
@@ -111,7 +111,6 @@ def _job_outside_runnable(cons: dict[int, dict]) -> float | None:
 # context-switch rate, are not used: with 2 CPUs, five steps of under 40 ms measure no host share (the contention
 # rule stays quiet on what it cannot measure).
 MIN_TICKS_PER_CPU = 20
-TICK_S = 0.01
 
 
 def _host_reading_resolves(c: dict) -> bool:
@@ -119,7 +118,7 @@ def _host_reading_resolves(c: dict) -> bool:
     host = c.get("host") or {}
     total, idle = as_number(host.get("total_s")), as_number(host.get("idle_s"))
     cpus = c.get("host_cpus") if isinstance(c.get("host_cpus"), int) and c.get("host_cpus") > 0 else 1
-    return bool(total) and total / cpus >= MIN_TICKS_PER_CPU * TICK_S and idle is not None
+    return bool(total) and total / cpus >= MIN_TICKS_PER_CPU * PROC_TICK_S and idle is not None
 
 
 def _job_outside_busy(cons: dict[int, dict]) -> float | None:

@@ -20,8 +20,9 @@ many batches wait ready per worker (it absorbs jitter), not how fast a worker ma
 from __future__ import annotations
 
 import math
+from statistics import median
 
-from .values import as_number
+from .values import PROC_TICK_S, as_number
 
 
 def rank_loader(rec: dict) -> dict | None:
@@ -52,7 +53,9 @@ def rank_loader(rec: dict) -> dict | None:
     loading_cpu = nxt_cpu if workers == 0 else as_number(rec.get("workers_cpu_s"))
     if loading_cpu is not None:  # what one batch costs to load, wherever it is loaded
         out["cpu_ms_per_batch"] = round(1000 * loading_cpu / batches, 3)
-        out["cpu_resolution_ms"] = round(1000 * (THREAD_CLOCK_S if workers == 0 else 2 * TICK_S * workers) / batches, 3)
+        out["cpu_resolution_ms"] = round(
+            1000 * (THREAD_CLOCK_S if workers == 0 else 2 * PROC_TICK_S * workers) / batches, 3
+        )
     out["batch_latency_ms"] = round(1000 * latency, 3)
     out["compute_ms_per_batch"] = round(1000 * compute, 3)
     out["wait_share"] = round(nxt / wall, 4)
@@ -62,30 +65,24 @@ def rank_loader(rec: dict) -> dict | None:
     return out
 
 
-TICK_S = 0.01  # workers' CPU time comes from /proc/<pid>/stat ticks (USER_HZ): each reading rounds to one
 THREAD_CLOCK_S = 0.001  # the training thread's CPU time (time.thread_time) is good to well under a ms
-# a rank's loading is costlier than the others' when it exceeds their median by this factor AND by more
-# than the measurement's resolution (both ends of two readings): one rank's shard of bigger files or longer
-# samples, not the scheduler
-COSTLIER_RATIO = 1.25
 
 
-def costlier_loading(per: dict[int, dict]) -> tuple[int, float, float] | None:
+def costlier_loading(per: dict[int, dict], min_ratio: float) -> tuple[int, float, float] | None:
     """(rank, its loading CPU ms per batch, the other ranks' median) of the one rank whose batches cost
-    materially more CPU to load than the others', or None."""
+    at least ``min_ratio`` times the others' median CPU to load, by more than the readings' resolution
+    (both ends of two readings): one rank's shard of bigger files or longer samples, not the scheduler."""
     cost = {r: x["cpu_ms_per_batch"] for r, x in per.items() if x.get("cpu_ms_per_batch") is not None}
     if len(cost) < 2:
         return None
     rank = max(cost, key=lambda r: (cost[r], -r))
-    others = sorted(v for r, v in cost.items() if r != rank)
-    mid = others[len(others) // 2] if len(others) % 2 else (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2
-    excess = cost[rank] - mid
-    if excess > per[rank]["cpu_resolution_ms"] and cost[rank] >= COSTLIER_RATIO * mid:
+    mid = median(v for r, v in cost.items() if r != rank)
+    if cost[rank] - mid > per[rank]["cpu_resolution_ms"] and cost[rank] >= min_ratio * mid:
         return rank, cost[rank], mid
     return None
 
 
-def loader_facts(ranks: dict[int, dict]) -> dict:
+def loader_facts(ranks: dict[int, dict], params: dict) -> dict:
     """``loader.cpu_share``: the busiest rank's (the loading is called waiting only if it waits on every
     rank); latency, compute and workers needed: of the rank that needs most workers (one rank's numbers,
     so the fix's arithmetic holds as printed); ``.per_rank`` companions where ranks differ."""
@@ -104,7 +101,7 @@ def loader_facts(ranks: dict[int, dict]) -> dict:
     cpu = {r: x["cpu_ms_per_batch"] for r, x in per.items() if x.get("cpu_ms_per_batch") is not None}
     if cpu:
         _put(facts, "loader.cpu_ms_per_batch", max(cpu.values()), cpu)
-    found = costlier_loading(per)
+    found = costlier_loading(per, params["loader_costlier_min_ratio"])
     if found:
         rank, ms, mid = found
         # the delay it adds to each step: its extra CPU per batch, spread over its workers (they load in parallel)

@@ -291,9 +291,12 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
         )
 
     # ---- window evidence: host contention, Python stack samples, batch fingerprints (bundle/evidence.py)
-    facts.update(evidence_facts(ranks, metric_params()["evidence"]))
+    evidence_params = metric_params()["evidence"]
+    facts.update(evidence_facts(ranks, evidence_params))
     facts.update(compile_facts(ranks))  # torch.compile compilations in the window (bundle/compile.py)
-    facts.update(loader_facts(ranks))  # the DataLoader's window: waiting or computing (bundle/loader.py)
+    facts.update(
+        loader_facts(ranks, evidence_params)
+    )  # the DataLoader's window: waiting or computing (bundle/loader.py)
     facts.update(dataset_facts(ranks))  # what one epoch covers on each rank, and of which data (missing sampler)
 
     if hosts:

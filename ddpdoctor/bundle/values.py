@@ -8,6 +8,8 @@ import re
 
 from ..redact import REDACTED, looks_like_secret
 
+PROC_TICK_S = 0.01  # /proc/stat and /proc/<pid>/stat count CPU time in ticks of USER_HZ (100 on Linux)
+
 
 def as_number(x) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None

@@ -17,8 +17,8 @@ import os
 import re
 
 from .catalogue import message_patterns
+from .startup import FRAME
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>[\w<>.]+)')
 _SIZE = [re.compile(p) for p in message_patterns("gloo.size_mismatch")]
 _COLLECTIVES = {
     "all_reduce",
@@ -54,7 +54,7 @@ def last_tracebacks(lines: list, events: list = ()) -> dict[int, list[tuple[str,
     for e in events:
         tb = e.data.get("traceback") if e.kind == "exception" and isinstance(e.data, dict) else None
         if e.rank is not None and isinstance(tb, str):
-            frames = [(m["file"], int(m["line"]), m["func"]) for m in _FRAME.finditer(tb)]
+            frames = [(m["file"], int(m["line"]), m["func"]) for m in FRAME.finditer(tb) if m["func"]]
             if frames:
                 out[e.rank] = frames
     run: dict[int, list] = {}
@@ -62,8 +62,8 @@ def last_tracebacks(lines: list, events: list = ()) -> dict[int, list[tuple[str,
         rank, text = ln[3], ln[2]
         if rank is None or not isinstance(text, str):
             continue
-        m = _FRAME.search(text)
-        if m:
+        m = FRAME.search(text)
+        if m and m["func"]:
             cur = run.setdefault(rank, [])
             cur.append((m["file"], int(m["line"]), m["func"]))
             out[rank] = cur

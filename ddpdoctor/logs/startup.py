@@ -24,7 +24,8 @@ import re
 from .model import LogEvent
 from .patterns import CANT_OPEN
 
-FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+# a traceback frame; the function when the line names one (``, in main``)
+FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:,? in (?P<func>[\w<>.]+))?')
 COMPILE_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 IMPORT_ERRORS = ("ModuleNotFoundError", "ImportError")
 LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python", "<frozen ", "<string>")

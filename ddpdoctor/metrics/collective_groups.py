@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace.classify import host_collective_kind
+from ..trace.classify import library_kinds_from_api
 from ..trace.messages import CollMessages
 from ..trace.model import Spans
 from . import intervals as iv
@@ -140,15 +140,12 @@ def collective_group_extras(
     the steps in host time); ``issued``: the device ops' launch times, NaN where unknown."""
     if not ws.size:
         return {}
-    if len(api) == len(lib):  # the calls say what each record is (gloo runs reduce_scatter as all_reduce)
-        api_kinds = [
-            host_collective_kind(n) or "" for n in (api.names[i] for i in np.argsort(api.start, kind="stable"))
-        ]
-        if all(api_kinds):
-            by_time = np.argsort(lib.start, kind="stable")
-            lib_kinds = list(lib_kinds)
-            for j, k in zip(by_time.tolist(), api_kinds):
-                lib_kinds[j] = k
+    # the calls say what each record is (gloo runs reduce_scatter as all_reduce)
+    api_kinds = library_kinds_from_api([api.names[i] for i in np.argsort(api.start, kind="stable")], lib_kinds)
+    if api_kinds is not None:
+        lib_kinds = list(lib_kinds)
+        for j, k in zip(np.argsort(lib.start, kind="stable").tolist(), api_kinds):
+            lib_kinds[j] = k
     if issued is None:  # host records: paired with the c10d:: calls
         issued = issue_times(lib.start, api)
     else:  # device ops: their launch calls, else the c10d:: pairing, else their own start
