@@ -152,7 +152,8 @@ def run(
     m = result.manifest
     ranks = m.get("ranks_present") or []
     settings = list(_rank_settings(result.out))
-    ended_badly = result.exit_code != 0 and not m.get("interrupted_by")
+    # (a process that died after its program ended left a whole run: its note is said, the card is not a failure's)
+    ended_badly = result.exit_code != 0 and not m.get("interrupted_by") and not m.get("died_after_program_end")
     if not quiet and (no_analyze or not ended_badly or verbose):  # a failed run: the card below says it all
         _say_what_happened(result, settings)
     if not quiet:

@@ -1,6 +1,8 @@
 """Events → one flat dict of facts (``failure.*``), ordered by causality.
 
 The root cause is chosen in this order (the first that applies):
+  0. a death the launcher reports on ranks whose own record (events.jsonl) says their program had ended with
+     exit code 0, and no other failure anywhere: the interpreter's teardown   kind "teardown"
   1. a CUDA OOM (earliest)                       kind "oom"
   2. a rank killed by a signal other than the launcher's SIGTERM, or a native crash
                                                  kind "killed" / "crash"
@@ -76,6 +78,8 @@ def failure_facts(
     f.update(network_facts(nets, g("net_setting"), world_size, known))
     nw = S.first(g("network")) or S.first(nets)
     f.update(exit_facts(g("exit"), g("usage_error"), known))
+    ended = program_ends(g("exit"))
+    f["failure.teardown.ended_ranks"] = sorted(ended)
 
     # ------------------------------------------------------------------ root cause
     root = root_cause(
@@ -96,6 +100,8 @@ def failure_facts(
             exits=g("exit"),
             usage=g("usage_error"),
             message=message,
+            program_ended=ended,
+            stuck=g("stuck"),
         )
     )
     kind, rank, ev = root
@@ -176,6 +182,8 @@ class RootEvidence:
     exits: list = field(default_factory=list)
     usage: list = field(default_factory=list)
     message: LogEvent | None = None
+    program_ended: set = field(default_factory=set)
+    stuck: list = field(default_factory=list)
 
 
 def _others(e: RootEvidence) -> list[LogEvent]:
@@ -231,12 +239,41 @@ def _exit(e: RootEvidence):
     return None if bad is None else ("exit", _own(e, "failure.exit.shared", bad), bad)
 
 
+def program_ends(exits: list[LogEvent]) -> set[int]:
+    """Ranks whose own record (ddpdoctor's events.jsonl, written by the rank at its exit) says their program
+    ended with exit code 0: the end of the script, ``sys.exit(0)``, or the end of the recorded window."""
+    return {
+        x.rank
+        for x in exits
+        if x.rank is not None and x.data.get("source") == "events.jsonl" and x.data.get("exitcode") == 0
+    }
+
+
+def _teardown(e: RootEvidence):
+    """A rank the launcher (or its log) reports dead, killed or crashed after its own record said its program
+    had ended with exit code 0, while nothing else failed anywhere (no error, timeout, OOM, waiting rank):
+    the process died in the interpreter's teardown (torch's C++ objects destroyed after Python's; a process
+    group the script never destroyed, pytorch/pytorch#190489), not in the training."""
+    others = (e.oom, e.exception, e.mismatch, e.first_timeout, e.peer_error, e.network, e.message)
+    if not e.program_ended or any(x is not None for x in others) or e.rendezvous or e.usage or e.stuck:
+        return None
+    if e.stopped_rank is not None:
+        return None
+    deaths = [x for x in (e.killed, e.torchrun_root) if x is not None] + list(e.crashes)
+    deaths += [x for x in e.exits if (x.data.get("exitcode") or 0) != 0]
+    if not deaths or any(x.rank is None or x.rank not in e.program_ended for x in deaths):
+        return None
+    first = e.killed or _first(list(e.crashes)) or e.torchrun_root or _first(deaths)
+    return "teardown", first.rank, first
+
+
 def _one(kind: str, ev: LogEvent | None, rank=None):
     return None if ev is None else (kind, ev.rank if rank is None else rank, ev)
 
 
 # kind -> (evidence -> (kind, rank, event) or None); the order they are tried is data (metrics.toml)
 ROOT_EVIDENCE = {
+    "teardown": _teardown,
     "oom": lambda e: _one("oom", e.oom),
     "known_message": _message,
     "killed": lambda e: _one("killed", e.killed),

@@ -281,9 +281,10 @@ def decide(findings: list[Finding], facts: dict, costs: list[Cost] | None = None
 
 
 def _is_failure(f: Finding) -> bool:
-    """A finding that says the run failed: any failure rule, or a critical network fault (a run that
-    could not even connect), not a network warning on a healthy run."""
-    return f.category == "failure" or (f.category == "network" and f.severity == "critical")
+    """A finding that says the run failed: its class in rules/metrics.toml [order] is "failure" (a failure
+    rule, or a critical network fault: a run that could not even connect), not a network warning on a healthy
+    run, nor a failure rule that declares another class (a crash after the program ended)."""
+    return f.order == "failure"
 
 
 def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:

@@ -63,7 +63,9 @@ def _arm_record(arm: str, n: int, bundle: Path, exit_code: int, status: str, rep
         "step_times_ms": [round(t / 1000, 3) for t in times],
         "verdict": getattr(v, "bottleneck", None),
         "label": getattr(v, "label", None),
-        "failed": bool(getattr(v, "failed", False)) or exit_code != 0,
+        # a job that exits non-zero only because a process died after its program ended (the bundle's
+        # status stays "complete") measured its steps: the arm counts
+        "failed": bool(getattr(v, "failed", False)) or (exit_code != 0 and status != "complete"),
         "interrupted_by": interrupted_by,
     }
 

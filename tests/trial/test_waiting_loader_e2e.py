@@ -40,7 +40,10 @@ def test_waiting_workers_get_more_workers_and_the_trial_confirms_it(tmp_path):
         timeout=300,
         cwd=tmp_path,
     )
-    assert res.returncode == 0, res.stderr[-2000:]
+    # (torch sometimes aborts a process in the interpreter's teardown after a script that ran to its end:
+    # ddpdoctor passes that exit code through and says so, tests/test_teardown_crash.py)
+    died_after_end = json.loads((base / "manifest.json").read_text()).get("died_after_program_end")
+    assert res.returncode == 0 or died_after_end, res.stderr[-2000:]
     doc = json.loads((tmp_path / "d.json").read_text())
     # (the verdict may be IM001 instead: one rank's loader falls a batch behind and its peer waits for it in the
     # all-reduce, step after step; the loader is the cause either way, and DL001 must say what to do)

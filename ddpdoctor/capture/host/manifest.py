@@ -54,9 +54,13 @@ def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interru
     if nnodes > 1:
         expected = max([s.get("local_world_size") or 0 for s in settings.values()] + [0]) or None
     recorded = bool(expected and len(traces) == expected and windows_complete)
+    # every rank's own record says its program ended with exit code 0: a non-zero exit came after it, from
+    # a process that died in the interpreter's teardown; the training and the recording are whole
+    ended = bool(settings) and all(((s.get("exit") or {}).get("code")) == 0 for s in settings.values())
+    died_after_end = exit_code != 0 and not interrupted and recorded and ended
     if interrupted:  # interrupted after every window was recorded: the bundle is whole
         status = "complete" if recorded else "partial"
-    elif exit_code != 0:
+    elif exit_code != 0 and not died_after_end:
         status = "failed"
     else:
         status = "complete" if recorded else "partial"
@@ -85,6 +89,12 @@ def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interru
     if torch_versions:
         manifest["torch_version"] = torch_versions[0] if len(torch_versions) == 1 else torch_versions
     manifest["notes"] = bundle_notes(manifest.get("argv") or [], rank_dirs, traces, world, settings)
+    manifest["died_after_program_end"] = died_after_end
+    if died_after_end:
+        manifest["notes"].append(
+            f"the job exited with code {exit_code} after every rank's program had ended with exit code 0: a "
+            "process died in the interpreter's teardown; the recording is complete"
+        )
     # host facts the ranks know better than the launcher
     local = [s for s in settings.values() if s.get("hostname") == host.get("hostname")] or list(settings.values())
     if local:
@@ -168,8 +178,10 @@ def bundle_notes(
             why = "no training step was seen (no torch.optim optimizer step and no DDP forward)"
         elif warm is not None and steps <= warm:
             why = f"training ended after {plural(steps, 'optimizer step')}, before the window (--warmup {warm})"
+        elif (s.get("exit") or {}).get("reason"):
+            why = f"it ended ({s['exit']['reason']}) before its window was complete"
         else:
-            why = f"exit: {(s.get('exit') or {}).get('reason') or 'not recorded'}"
+            why = "it left no record of how it ended (killed, or it crashed)"
         notes.append(f"rank {r} recorded no trace: {why}")
     return notes
 
