@@ -25,7 +25,7 @@ h3{font-size:15px;margin:18px 0 6px}
 .cat{display:inline-block;font-size:12px;padding:1px 7px;border-radius:9px;background:#e9ecef;margin-right:6px}
 .cat.failure,.cat.network,.cat.memory{background:#ffd6d6}.cat.dataloader{background:#ffe8cc}
 .cat.communication{background:#f3d9fa}.cat.imbalance{background:#d0ebff}.cat.compute{background:#d3f9d8}
-pre{background:#f8f9fa;border:1px solid #e9ecef;padding:8px 10px;overflow-x:auto;font-size:12.5px;border-radius:4px}
+pre{background:#f8f9fa;border:1px solid #e9ecef;padding:8px 10px;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12.5px;border-radius:4px}
 pre .add{color:#2b8a3e}pre .del{color:#c92a2a}pre .cmt{color:#868e96}
 table{border-collapse:collapse;font-size:12.5px;margin:6px 0}
 td,th{border:1px solid #dee2e6;padding:3px 7px;text-align:right}
