@@ -13,6 +13,7 @@ from .callsite import apply_callsite_root
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
 from .failfacts import promote_bad_interface, suspect_p2p
+from .fatal_stack import apply_crash_place
 from .flight import analyze_dumps, load_dump
 from .hang import apply_blocked_root, apply_busy_root, hang_dumps, hang_facts
 from .hostrec import fill_network_suggestion, host_records
@@ -248,6 +249,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     facts.update(versions(lines, nccl.versions_by_host))
     facts.update(message_facts(lines, facts, known, found))
     apply_callsite_root(facts, known, lines, events)  # a size mismatch between two call sites (logs/callsite.py)
+    apply_crash_place(facts, lines)  # where a rank that died of a signal was (faulthandler's stacks)
     apply_interrupt(facts, known)  # Ctrl-C is not the failure to fix
     return LogAnalysis(
         read, ranks, events, nccl, facts, fr, warnings, [(f, no, t, r, tm) for f, no, t, r, tm, _pk, _loc in lines]

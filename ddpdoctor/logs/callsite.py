@@ -17,6 +17,7 @@ import os
 import re
 
 from .catalogue import message_patterns
+from .fatal_stack import crash_places
 from .startup import FRAME
 
 _SIZE = [re.compile(p) for p in message_patterns("gloo.size_mismatch")]
@@ -49,7 +50,8 @@ def _is_torch(path: str) -> bool:
 
 def last_tracebacks(lines: list, events: list = ()) -> dict[int, list[tuple[str, int, str]]]:
     """rank -> the frames (file, line, function), outermost first, of the last traceback that rank logged
-    (in its log, else in the exception ``ddpdoctor run`` recorded in its events)."""
+    (in its log, else in the exception ``ddpdoctor run`` recorded in its events); for a rank that died of a
+    signal, the stack faulthandler printed (logs/fatal_stack.py)."""
     out: dict[int, list] = {}
     for e in events:
         tb = e.data.get("traceback") if e.kind == "exception" and isinstance(e.data, dict) else None
@@ -69,6 +71,8 @@ def last_tracebacks(lines: list, events: list = ()) -> dict[int, list[tuple[str,
             out[rank] = cur
         elif rank in run and text.startswith(("Traceback", "Fatal Python error")):
             run.pop(rank)
+    for rank, place in crash_places(lines).items():  # the stack a rank died with (faulthandler): its last
+        out[rank] = list(reversed(place["frames"]))
     return out
 
 

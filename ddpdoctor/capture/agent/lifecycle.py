@@ -35,6 +35,19 @@ class Lifecycle:
         sys.exit = self._sys_exit
         atexit.register(self._atexit)
         self._install_signal_handlers()
+        self._enable_fatal_stacks()
+
+    def _enable_fatal_stacks(self) -> None:
+        """A rank that dies of a fatal signal (SIGSEGV; SIGABRT from gloo's or NCCL's ``std::terminate``; SIGBUS,
+        SIGFPE, SIGILL) prints every thread's Python stack on its stderr before it dies, as
+        ``PYTHONFAULTHANDLER=1`` does: where the rank was (its collective's call site) is then in its log, which
+        a native crash otherwise leaves without a traceback. Nothing changes while the rank lives, and the
+        exit code stays the signal's. Left as it is when the script or the environment set it up."""
+        import faulthandler
+
+        with self.agent.errors.quiet("faulthandler.enable"):
+            if not faulthandler.is_enabled():
+                faulthandler.enable(all_threads=True)
 
     # ---------------------------------------------------------------- exceptions and exit
     def _excepthook(self, exc_type, exc, tb):
