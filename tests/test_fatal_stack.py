@@ -64,7 +64,7 @@ def test_a_native_threads_abort_names_where_the_main_thread_was():
 
 
 def test_no_dump_no_place():
-    assert crash_places(_lines("Traceback (most recent call last):\n  File \"t.py\", line 3, in main\n", 0)) == {}
+    assert crash_places(_lines('Traceback (most recent call last):\n  File "t.py", line 3, in main\n', 0)) == {}
 
 
 def test_the_place_reaches_the_failure_facts(tmp_path):
