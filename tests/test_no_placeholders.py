@@ -23,7 +23,7 @@ from ddpdoctor.rules_engine.registry import load_rules
 
 PLACEHOLDER = re.compile(
     r"\(unknown\)|(?<!=)\bNone\b|(?:^|[\s(])\?(?=$|[\s.,;:)'])|[A-Za-z]\(s\)|\bnan\b|\bnull\b|"
-    r"<N/A>|\bundefined\b|\(not recorded\)|\(not known\)|\(missing\)"
+    r"<N/A>|\bundefined\b|\((?:not recorded|not logged|not known|missing|n/a)\)"
 )
 # what leaving a part out can do to a summary: a clause that starts or ends in nothing, punctuation doubled or
 # after a space, empty parentheses, a sentence that starts in lower case
