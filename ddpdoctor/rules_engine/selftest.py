@@ -17,8 +17,8 @@ from .model import Rule, RuleCase
 
 VECTOR_ROOTS = ("rank.", "step.")
 # a firing case must read as a sentence a user could act on: no clause that ends in nothing ("raised
-# RuntimeError: ."), and a summary of its own (not the rule's title, what the engine says when nothing of
-# the summary can be said without a fact the run did not record)
+# RuntimeError: ."), and (built-in rules) nothing left unsaid for a fact the case lacks: no summary part left
+# out, no fix not offered, no summary that is only the rule's title (docs/DESIGN.md)
 DEGENERATE = re.compile(r": \.|\s\.$")
 
 # exit codes of `ddpdoctor rules test`
@@ -79,7 +79,15 @@ def check_outcome(case: RuleCase, out: Outcome, strict: bool = True) -> list[str
         return problems
     texts = [("summary", f.summary)] + [(f"fix {i} title", x.title) for i, x in enumerate(f.fixes, 1)]
     if strict and f.summary == f"{f.title}.":
-        problems.append("the summary could not be said without a fact the case lacks: give it the facts a real run has")
+        problems.append(
+            "the summary is not a sentence a user could act on (nothing of it can be said without a fact the case "
+            f"lacks: {', '.join(f.not_recorded)}): give the case the facts a real run has"
+        )
+    elif strict and f.not_recorded:  # a part left out or a fix not offered: the case shows less than a real run
+        problems.append(
+            f"a part of the summary or a fix is not said without {', '.join(f.not_recorded)}: "
+            "give the case the facts a real run has"
+        )
     for where, text in texts if strict else ():
         m = DEGENERATE.search(text)
         if m:
