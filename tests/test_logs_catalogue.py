@@ -156,7 +156,9 @@ def test_every_fix_reads_without_placeholders_when_no_fact_is_known(msg):
     for t in (msg.fix_title, msg.fix_change):
         text, missing = t.render(_Lookup({}, groups))
         # a text that needs a fact is not said (docs/DESIGN.md): with none known, the fix must still be offered
-        assert text is not None, f"{msg.id}: the fix cannot be said without {sorted(missing)}: add a variant without them"
+        assert text is not None, (
+            f"{msg.id}: the fix cannot be said without {sorted(missing)}: add a variant without them"
+        )
         assert not PLACEHOLDER.search(text), text
     assert msg.cause and not PLACEHOLDER.search(msg.cause)
 

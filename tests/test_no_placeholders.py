@@ -104,7 +104,12 @@ def test_the_pattern_catches_what_it_must():
         assert STRICT.search(text) and not PLACEHOLDER.search(text), text
     for text in ("set bucket_cap_mb to (not recorded)", "rank (not known) waits"):
         assert PLACEHOLDER.search(text), text
-    for text in ("Is it the data? Check it.", "not recorded here", "one rank — the log does not say which", "ranks 0, 1"):
+    for text in (
+        "Is it the data? Check it.",
+        "not recorded here",
+        "one rank — the log does not say which",
+        "ranks 0, 1",
+    ):
         assert not PLACEHOLDER.search(text), text
     for text in ("", " it reaches the step late.", "Rank 1 waits ( ) here.", "Rank 1 waits , late.", "It goes to ."):
         assert BROKEN.search(text), text
@@ -177,7 +182,9 @@ def test_stored_cases_with_each_fact_removed_none_or_changed(rid):
                 pairs += [(f"fix {fx.title[:30]}", f"{fx.title}\n{fx.change}\n{fx.value or ''}") for fx in f.fixes]
                 problems += [f"{case.name} / {name} {variant}: {b}" for b in _bad(pairs, _rx(rule))]
                 if variant in ("removed", "none"):  # a part left out must not break the sentence it was in
-                    problems += [f"{case.name} / {name} {variant}: summary: {b}" for b in _broken(f.summary, whole, facts)]
+                    problems += [
+                        f"{case.name} / {name} {variant}: summary: {b}" for b in _broken(f.summary, whole, facts)
+                    ]
                 if f.summary == f"{f.title}.":
                     problems.append(f"{case.name} / {name} {variant}: no summary can be said: {f.summary}")
     assert not problems, "\n".join(problems[:20])

@@ -504,10 +504,17 @@ def test_a_part_that_needs_a_missing_value_is_left_out():
     )
     assert t.render(look) == ("Rank 1", {"x", "y"})
     # a when the run cannot decide leaves its part out (the later variants are written for it being false)
-    undecided = VariantTemplate([[Variant(compile_expr("z > 1"), compile_template("big")), Variant(None, compile_template("small"))]])
+    undecided = VariantTemplate(
+        [[Variant(compile_expr("z > 1"), compile_template("big")), Variant(None, compile_template("small"))]]
+    )
     assert undecided.render(look) == (None, {"z"})
     # a fallback is a variant of its own, chosen by a condition on the missing fact
     fallback = VariantTemplate(
-        [[Variant(compile_expr("not known(x)"), compile_template("Rank 1")), Variant(None, compile_template("Rank {x}"))]]
+        [
+            [
+                Variant(compile_expr("not known(x)"), compile_template("Rank 1")),
+                Variant(None, compile_template("Rank {x}")),
+            ]
+        ]
     )
     assert fallback.render(look) == ("Rank 1", set())
