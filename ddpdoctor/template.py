@@ -181,7 +181,7 @@ class VariantTemplate:
     A part is left out, and the names it needed reported, when the run cannot decide a ``when``
     before one holds (the later variants are written for that ``when`` being false, so none of
     them is safe to say), or when the chosen variant's text needs a value the run did not record.
-    A fallback is written as a variant of its own: ``when = "known(x)"`` before the text without x.
+    A text to say without x is a variant of its own, first: ``when = "default(x, None) == None"``.
     The whole renders as None (it cannot be said) when nothing is left and something was left out."""
 
     parts: list[list[Variant]]
