@@ -1,9 +1,10 @@
 """Text templates of rules: ``{expr}`` or ``{expr:format_spec}``; ``{{`` and ``}}`` are braces.
 
 Each ``{…}`` is an expression of :mod:`.expr` (so ``{config.dataloader.num_workers}``,
-``{pct(wait_share)}`` and ``{wait_share:.0%}`` all work).  A value the run did not record
-renders as ``(not recorded)`` and its name is reported, so a fix can say which of its
-numbers are the run's own and which are not.
+``{pct(wait_share)}`` and ``{wait_share:.0%}`` all work).  A text never shows a stand-in for a
+value the run did not record: a template that needs one renders as ``None`` (it cannot be said)
+and reports the names, so the engine leaves out the part, drops the fix or says the summary
+without it (docs/DESIGN.md, "A text that needs a missing fact is not said").
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import numpy as np
 
 from .expr import Expr, ExprError, Missing, Vec, compile_expr
 
-NOT_RECORDED = "(not recorded)"
 _FIELD = re.compile(r"\{\{|\}\}|\{([^{}]+)\}")
 
 
@@ -35,20 +35,29 @@ class Template:
     def placeholders(self) -> str:
         return _placeholders(self)
 
-    def render(self, lookup) -> tuple[str, set[str]]:
-        out, missing = [], set()
+    def render(self, lookup) -> tuple[str | None, set[str]]:
+        """The text, or None when a value it needs was not recorded (with the names of all such values:
+        a ``Missing`` without names, ``str(None)``, still makes it unsayable)."""
+        out, missing, unsaid = [], set(), False
         for p in self.parts:
             if isinstance(p, str):
                 out.append(p)
                 continue
             expr, spec = p
             value = expr(lookup)
-            if isinstance(value, Missing):
-                missing |= set(value.names)
-                out.append(NOT_RECORDED)
+            if isinstance(value, Missing) or _unrecorded(value):
+                missing |= set(value.names) if isinstance(value, Missing) else set(expr.names)
+                unsaid = True
                 continue
             out.append(format_value(value, spec))
-        return _tidy("".join(out)), missing
+        return (None if unsaid else "".join(out)), missing
+
+
+def _unrecorded(value) -> bool:
+    """None (the log engine's "could not find") and NaN are values the run did not record, not text."""
+    if value is None:
+        return True
+    return isinstance(value, (float, np.floating)) and bool(np.isnan(value))
 
 
 def placeholder(expr: Expr) -> str:
@@ -81,11 +90,6 @@ def placeholder(expr: Expr) -> str:
 
 def _placeholders(t: Template) -> str:
     return "".join(p if isinstance(p, str) else placeholder(p[0]) for p in t.parts)
-
-
-def _tidy(text: str) -> str:
-    """``({x})`` with x not recorded reads ``(not recorded)``, not ``((not recorded))``."""
-    return text.replace(f"({NOT_RECORDED})", NOT_RECORDED)
 
 
 def _split_spec(body: str) -> tuple[str, str]:
@@ -174,10 +178,11 @@ class VariantTemplate:
     """A template written as parts (``[[summary]]``, ``[[fix.change]]``), rendered in order and
     joined as written.  Each part is a list of variants: the first whose ``when`` holds is
     rendered; a variant without ``when`` always holds; when none holds the part adds nothing.
-    A ``when`` the run cannot decide (a fact not recorded) renders ``(not recorded)`` and
-    reports its names, exactly as ``{a if cond else b}`` does; so does a conditional part (one with
-    a ``when`` or variants) whose chosen text needs a value the run did not record.  A part of plain
-    text (no ``when``) renders each such value as ``(not recorded)`` in place."""
+    A part is left out, and the names it needed reported, when the run cannot decide a ``when``
+    before one holds (the later variants are written for that ``when`` being false, so none of
+    them is safe to say), or when the chosen variant's text needs a value the run did not record.
+    A text to say without x is a variant of its own, first: ``when = "default(x, None) == None"``.
+    The whole renders as None (it cannot be said) when nothing is left and something was left out."""
 
     parts: list[list[Variant]]
 
@@ -218,15 +223,15 @@ class VariantTemplate:
             out.append("\n[" + " | ".join(alts) + "]\n")
         return "".join(out)
 
-    def render(self, lookup) -> tuple[str, set[str]]:
-        out, missing = [], set()
+    def render(self, lookup) -> tuple[str | None, set[str]]:
+        out, missing, left_out = [], set(), False
         for part in self.parts:
             for v in part:
                 if v.when is not None:
                     cond = v.when(lookup)
                     if isinstance(cond, Missing):
                         missing |= set(cond.names)
-                        out.append(NOT_RECORDED)
+                        left_out = True
                         break
                     if isinstance(cond, Vec):
                         raise ExprError(
@@ -236,9 +241,11 @@ class VariantTemplate:
                     if not cond:
                         continue
                 text, m = v.text.render(lookup)
-                # a conditional part is one clause: a value it needs and the run did not record makes
-                # it read "(not recorded)" as a whole, as ``{'at ' + x if cond else ''}`` does
-                out.append(NOT_RECORDED if m and (v.when is not None or len(part) > 1) else text)
                 missing |= m
+                if text is None:
+                    left_out = True
+                else:
+                    out.append(text)
                 break
-        return _tidy("".join(out)), missing
+        text = "".join(out)
+        return (None if left_out and not text.strip() else text), missing

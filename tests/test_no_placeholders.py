@@ -1,5 +1,8 @@
 """No placeholder text ever reaches a user (issue 25 item 6): every rule's templates (all rules/**/*.toml),
-rendered with their facts missing, never say "(unknown)", "None", "?" or "x(s)"; the sentence is rewritten.
+rendered with their facts missing, never say "(unknown)", "None", "?", "x(s)" or "(not recorded)"; the sentence is
+rewritten. The template engine has no stand-in of its own: a text that needs a value the run did not record is
+not said (a summary part is left out, a fix is not offered; docs/DESIGN.md), so what is left must still read as
+a sentence, and a firing rule must still have a summary of its own.
 
 Three ways a fact can be missing are tried: not recorded at all (every name Missing), recorded as None (the
 log engine's value for a rank, file or line it could not find), and each stored test case of a rule with one
@@ -18,9 +21,18 @@ from ddpdoctor.expr import ExprError, Missing
 from ddpdoctor.rules_engine.engine import evaluate
 from ddpdoctor.rules_engine.registry import load_rules
 
+# what once stood in place for a value the run did not record ("set bucket_cap_mb to (not recorded)"): the
+# template engine had the first as its own, a rule the second as a default; neither is said any more
+STAND_IN = re.compile(r"\((?:not recorded|not logged|not known|missing|n/a)\)")
 PLACEHOLDER = re.compile(
     r"\(unknown\)|(?<!=)\bNone\b|(?:^|[\s(])\?(?=$|[\s.,;:)'])|[A-Za-z]\(s\)|\bnan\b|\bnull\b|"
-    r"<N/A>|\bundefined\b"
+    r"<N/A>|\bundefined\b|" + STAND_IN.pattern
+)
+# what leaving a part out can do to a summary: a clause that starts or ends in nothing, punctuation doubled or
+# after a space, empty parentheses, a sentence that starts in lower case
+BROKEN = re.compile(
+    r"^\s*$|^\s*[a-z,;:.)]|\s[,;:.](?=\s|$)|[,;:]\s*[.,;:]|\(\s*\)|"
+    r"\b(?:and|or|the|of|in|at|to|by|for|with|from|on|than|over|a|an)[.,;:]?$"
 )
 # the failure rules (rules/failure/, this issue's own) are held to more: a missing rank, line or code never reads
 # "rank none", and a sentence whose value is missing never ends in "in ." or ": ."
@@ -58,7 +70,8 @@ def _render(rule, lookup_value) -> list[tuple[str, str]]:
             text, _missing = t.render(look)
         except (ExprError, TypeError, ValueError, ZeroDivisionError, AttributeError):
             continue  # an expression that cannot run on None makes the rule error, not speak
-        out.append((where, text))
+        if text is not None:  # None: not said (the part is left out, the fix not offered)
+            out.append((where, text))
     return out
 
 
@@ -71,6 +84,18 @@ def _bad(pairs, rx=PLACEHOLDER) -> list[str]:
     ]
 
 
+def _broken(summary: str, whole, facts: dict) -> list[str]:
+    """What BROKEN finds in a summary and not in the case's summary with all its facts (which may well start
+    with ``torch.compile``), nor inside a text the case quotes from a log ("NET/IB : Got completion")."""
+    before = {m.group(0) for m in BROKEN.finditer(whole.summary if whole is not None else "")}
+    quoted = [v for v in facts.values() if isinstance(v, str)]
+    return [
+        f"…{summary[max(0, m.start() - 40) : m.end() + 40]}…"
+        for m in BROKEN.finditer(summary)
+        if m.group(0) not in before and not any(summary[max(0, m.start() - 4) : m.end() + 4] in q for q in quoted)
+    ]
+
+
 def _rx(rule):
     return STRICT if rule.category == "failure" or rule.id.startswith("NET") else PLACEHOLDER
 
@@ -80,8 +105,32 @@ def test_the_pattern_catches_what_it_must():
         assert PLACEHOLDER.search(text), text
     for text in ("while rank none runs", "they differ in .", "could not be set up: . No"):
         assert STRICT.search(text) and not PLACEHOLDER.search(text), text
-    for text in ("Is it the data? Check it.", "(not recorded)", "one rank — the log does not say which", "ranks 0, 1"):
+    for text in ("set bucket_cap_mb to (not recorded)", "rank (not known) waits"):
+        assert PLACEHOLDER.search(text), text
+    for text in (
+        "Is it the data? Check it.",
+        "not recorded here",
+        "one rank — the log does not say which",
+        "ranks 0, 1",
+    ):
         assert not PLACEHOLDER.search(text), text
+    for text in ("", " it reaches the step late.", "Rank 1 waits ( ) here.", "Rank 1 waits , late.", "It goes to ."):
+        assert BROKEN.search(text), text
+    for text in ("Rank 1 is a straggler: it waits 5 ms (3 % of the step).", "12 ranks wait."):
+        assert not BROKEN.search(text), text
+
+
+def test_a_text_that_needs_a_missing_value_is_not_said():
+    """The engine's own behaviour: no stand-in in place; a part that needs the value is left out, a fix whose
+    title, change or value needs it is not offered, a summary of which nothing can be said is the rule's title."""
+    rule = RULES["IM001"]
+    case = next(c for c in rule.tests if c.name.startswith("same input shapes: a slower device"))
+    facts = {k: v for k, v in case.all_facts().items() if k != "straggler.rank"}
+    f = evaluate(rule, facts, case.params).finding
+    assert f is not None and "straggler.rank" in f.not_recorded
+    assert not any("Rank" in x.title and "not recorded" in x.title for x in f.fixes)
+    texts = [f.summary] + [t for x in f.fixes for t in (x.title, x.change, x.value or "")]
+    assert not any(PLACEHOLDER.search(t) for t in texts), texts
 
 
 @pytest.mark.parametrize("rid", sorted(RULES))
@@ -126,14 +175,21 @@ def test_stored_cases_with_each_fact_removed_none_or_changed(rid):
         if case.expect != "fire" or case.log:
             continue
         for name in sorted(_fact_names(rule) & set(case.all_facts())):
+            whole = evaluate(rule, case.all_facts(), case.params).finding
             for variant, facts in _variants(rule, case, name):
                 out = evaluate(rule, facts, case.params)
                 if out.status != "fire":
                     continue
                 f = out.finding
                 pairs = [("summary", f.summary)]
-                pairs += [(f"fix {fx.title[:30]}", f"{fx.title}\n{fx.change}") for fx in f.fixes]
+                pairs += [(f"fix {fx.title[:30]}", f"{fx.title}\n{fx.change}\n{fx.value or ''}") for fx in f.fixes]
                 problems += [f"{case.name} / {name} {variant}: {b}" for b in _bad(pairs, _rx(rule))]
+                if variant in ("removed", "none"):  # a part left out must not break the sentence it was in
+                    problems += [
+                        f"{case.name} / {name} {variant}: summary: {b}" for b in _broken(f.summary, whole, facts)
+                    ]
+                if f.summary == f"{f.title}.":
+                    problems.append(f"{case.name} / {name} {variant}: no summary can be said: {f.summary}")
     assert not problems, "\n".join(problems[:20])
 
 
@@ -159,7 +215,8 @@ def _logged_text(path: Path) -> str:
 
 def test_findings_on_sample_traces_and_logs_have_no_placeholders():
     """Every finding analyze gives on the sample traces and the log corpora: its summary and fix titles hold no
-    placeholder, except inside words quoted from the logs as logged ("DataLoader worker (pid(s) 25) exited")."""
+    placeholder, except inside words quoted from the logs as logged ("DataLoader worker (pid(s) 25) exited"), and
+    its fixes' changes and values (code, where "is None" is fine) no stand-in for a value."""
     from ddpdoctor.analysis import AnalyzeOptions
     from ddpdoctor.diagnosis import run_analyze
     from ddpdoctor.rules_engine.registry import build_ruleset
@@ -171,6 +228,11 @@ def test_findings_on_sample_traces_and_logs_have_no_placeholders():
         logged = None
         for f in diagnosis.findings:
             findings += 1
+            for x in f.fixes:
+                problems += [f"{path.name} {f.rule}: {x.title}: …{m.group(0)}…" for m in STAND_IN.finditer(x.change)]
+                problems += [
+                    f"{path.name} {f.rule}: {x.title}: …{m.group(0)}…" for m in STAND_IN.finditer(x.value or "")
+                ]
             for text in [f.summary] + [x.title for x in f.fixes]:
                 for m in STRICT.finditer(text):
                     logged = _logged_text(path) if logged is None else logged

@@ -134,6 +134,19 @@ def test_a_degenerate_output_fails_the_case(tmp_path):
     assert any("not a sentence a user could act on" in p for p in problems[0][1])
 
 
+def test_a_part_left_out_for_a_missing_fact_fails_a_built_in_case(tmp_path):
+    """Nothing stands in for a fact a case lacks: a summary part left out for it fails a built-in rule's case."""
+    text = RULE.replace(
+        "summary = \"wait {pct(median(rank.share.dataloader_wait))} on {plural(run.ranks_analyzed, 'rank')}\"",
+        'summary = [{ text = "wait {pct(median(rank.share.dataloader_wait))}" }, { text = " on {run.world_size} ranks" }]',
+    )
+    _folder, rule = _user(tmp_path, text)
+    assert run_rule(rule)[0][0][1] == []
+    rule.origin = "built-in"
+    problems, _text = run_rule(rule)
+    assert any("is not said without run.world_size" in p for p in problems[0][1]), problems
+
+
 def test_a_wrong_expectation_fails_and_the_cli_exits_1_with_a_diff(tmp_path):
     folder, _rule = _user(tmp_path, RULE.replace('name = "fires"\nexpect = "fire"', 'name = "fires"\nexpect = "quiet"'))
     cmd = [sys.executable, "-m", "ddpdoctor", "rules", "test", "--rules", str(folder), "--no-config"]

@@ -94,9 +94,12 @@ def test_all_nan_values_are_missing_not_zero():
 
 def test_templates_format_values_and_mark_what_was_not_recorded():
     t = compile_template("wait {pct(w)} ({w:.1%}), workers={config.dataloader.num_workers}, {{literal}}, {human_us(u)}")
-    text, missing = t.render(_lookup({"w": 0.314, "u": 1450.0}))
-    assert text == "wait 31 % (31.4%), workers=(not recorded), {literal}, 1.4 ms"
-    assert missing == {"config.dataloader.num_workers"}
+    text, missing = t.render(_lookup({"w": 0.314, "u": 1450.0, "config.dataloader.num_workers": 4}))
+    assert text == "wait 31 % (31.4%), workers=4, {literal}, 1.4 ms" and missing == set()
+    # a value the run did not record (absent, None or NaN) has no stand-in: the text is not said, the names are given
+    for facts in ({}, {"config.dataloader.num_workers": None}, {"config.dataloader.num_workers": float("nan")}):
+        text, missing = t.render(_lookup({"w": 0.314, "u": 1450.0, **facts}))
+        assert text is None and missing == {"config.dataloader.num_workers"}, (facts, text)
     with pytest.raises(ExprError):
         compile_template("unbalanced {x")
     with pytest.raises(ExprError):
@@ -394,7 +397,7 @@ text = ": {run.steps}"
         ({"run.steps": 20, "run.device": "gpu"}, "many steps on GPU: 20", []),
         ({"run.steps": 5, "run.device": "cpu"}, "some steps: 5", []),
         ({"run.steps": 1, "run.device": "cpu"}, "few steps: 1", []),
-        ({"run.steps": 1}, "few steps(not recorded): 1", ["run.device"]),
+        ({"run.steps": 1}, "few steps: 1", ["run.device"]),  # the part its when cannot decide is left out
     ],
 )
 def test_summary_variants_choose_by_their_own_conditions(tmp_path, facts, text, missing):
@@ -402,6 +405,44 @@ def test_summary_variants_choose_by_their_own_conditions(tmp_path, facts, text, 
     p.write_text(VARIANT_RULE)
     f = evaluate(load_rule_file(p), facts).finding
     assert f.summary == text and f.not_recorded == missing
+
+
+def test_a_fix_or_summary_that_needs_a_missing_value_is_not_said(tmp_path):
+    """A fix whose title, change or value needs a value the run did not record is not offered; a summary of
+    which nothing can be said is the rule's title; the names are in the finding's not_recorded (JSON)."""
+    p = tmp_path / "XX004.toml"
+    p.write_text(
+        """id = "XX004"
+name = "custom.missing"
+category = "info"
+severity = "info"
+title = "Something to say"
+when = "run.device == 'gpu'"
+summary = "{run.steps} steps on GPU."
+
+[[fix]]
+title = "Use {run.steps} steps"
+change = "steps = {run.steps}"
+
+[[fix]]
+title = "Keep the GPU"
+change = "device = 'cuda'"
+knob = "run.device"
+value = "{run.device}"
+
+[[fix]]
+title = "Set the workers"
+change = "num_workers = 2"
+knob = "config.dataloader.num_workers"
+value = "{config.dataloader.num_workers}"
+"""
+    )
+    rule = load_rule_file(p)
+    f = evaluate(rule, {"run.device": "gpu"}).finding
+    assert f.summary == "Something to say." and [x.title for x in f.fixes] == ["Keep the GPU"]
+    assert f.not_recorded == ["config.dataloader.num_workers", "run.steps"]
+    f = evaluate(rule, {"run.device": "gpu", "run.steps": 3, "config.dataloader.num_workers": 2}).finding
+    assert f.summary == "3 steps on GPU." and len(f.fixes) == 3 and f.not_recorded == []
 
 
 @pytest.mark.parametrize(
@@ -443,17 +484,11 @@ def test_no_rule_text_says_word_s():
     assert not leaks, "\n".join(leaks)
 
 
-def test_a_missing_value_in_parentheses_is_not_doubled():
-    from ddpdoctor.template import NOT_RECORDED, _tidy
-
-    assert _tidy(f"num_workers ({NOT_RECORDED}) now") == f"num_workers {NOT_RECORDED} now"
-    assert _tidy(f"(num_workers={NOT_RECORDED} now)") == f"(num_workers={NOT_RECORDED} now)"
-
-
-def test_a_conditional_part_missing_a_value_reads_not_recorded_as_a_whole():
-    """As ``{' at ' + x if cond else ''}`` did; plain text shows the missing value in place."""
+def test_a_part_that_needs_a_missing_value_is_left_out():
+    """No stand-in in place: a part (plain or conditional) whose text needs a value the run did not record adds
+    nothing, and its names are reported; when nothing is left the whole is None (it cannot be said)."""
     from ddpdoctor.expr import compile_expr
-    from ddpdoctor.template import NOT_RECORDED, Variant, VariantTemplate, compile_template
+    from ddpdoctor.template import Variant, VariantTemplate, compile_template
 
     def look(name):
         from ddpdoctor.expr import Missing
@@ -467,4 +502,19 @@ def test_a_conditional_part_missing_a_value_reads_not_recorded_as_a_whole():
             [Variant(None, compile_template(", step {y}"))],
         ]
     )
-    assert t.render(look) == (f"Rank 1{NOT_RECORDED}, step {NOT_RECORDED}", {"x", "y"})
+    assert t.render(look) == ("Rank 1", {"x", "y"})
+    # a when the run cannot decide leaves its part out (the later variants are written for it being false)
+    undecided = VariantTemplate(
+        [[Variant(compile_expr("z > 1"), compile_template("big")), Variant(None, compile_template("small"))]]
+    )
+    assert undecided.render(look) == (None, {"z"})
+    # a fallback is a variant of its own, chosen by a condition on the missing fact
+    fallback = VariantTemplate(
+        [
+            [
+                Variant(compile_expr("not known(x)"), compile_template("Rank 1")),
+                Variant(None, compile_template("Rank {x}")),
+            ]
+        ]
+    )
+    assert fallback.render(look) == ("Rank 1", set())

@@ -168,8 +168,9 @@ def message_facts(lines, facts: dict, known: dict, found: dict[str, dict] | None
             "failure.message.family": msg.family,
             "failure.message.kind": msg.kind,
             "failure.message.cause": msg.cause,
-            "failure.message.fix_title": title.strip(),
-            "failure.message.fix": change.strip("\n"),
+            # a fix that needs a value the run did not record is not offered (docs/DESIGN.md)
+            "failure.message.fix_title": title.strip() if title is not None and change is not None else None,
+            "failure.message.fix": change.strip("\n") if title is not None and change is not None else None,
             "failure.message.rank": rank,
             "failure.message.ranks": sorted(hit["ranks"]),
             "failure.message.text": text.strip()[:300],

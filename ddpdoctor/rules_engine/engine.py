@@ -152,6 +152,8 @@ def _number(v) -> float | None:
 
 def _finding(rule: Rule, look: _Lookup) -> Finding:
     summary, missing = rule.summary.render(look)
+    if not (summary or "").strip():  # nothing of it can be said without what the run did not record
+        summary = f"{rule.title}."
     ranks: list[int] = []
     if rule.ranks is not None:
         r = rule.ranks(look)
@@ -175,13 +177,16 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
                 assumed |= set(ok.names)  # cannot tell: keep the fix and say what was not known
             elif not ok:
                 continue
+        title, m1 = fx.title.render(look)
+        change, m2 = fx.change.render(look)
+        value, m3 = fx.value.render(look) if fx.value is not None else ("", set())
+        if title is None or change is None or value is None:
+            missing |= m1 | m2 | m3  # a fix that needs a value the run did not record is not offered
+            continue
+        value = value.strip() if fx.value is not None else None
         place.append(
             0 if _holds(fx.leads_if, look, "leads_if") else 2 if _holds(fx.trails_if, look, "trails_if") else 1
         )
-        title, m1 = fx.title.render(look)
-        change, m2 = fx.change.render(look)
-        value, m3 = fx.value.render(look) if fx.value is not None else (None, set())
-        value = value.strip() if value is not None else None
         change = change.strip("\n")
         in_framework = phrase(look("run.framework"), fx.knob, value)
         if in_framework is not None:

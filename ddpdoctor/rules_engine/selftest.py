@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 
 from ..expr import Vec
-from ..template import NOT_RECORDED
 from .engine import Outcome, evaluate
 from .model import Rule, RuleCase
 
 VECTOR_ROOTS = ("rank.", "step.")
-# a firing case must read as a sentence a user could act on: no value left unrecorded, no clause
-# that ends in nothing ("raised RuntimeError: .")
-DEGENERATE = re.compile(re.escape(NOT_RECORDED) + r"|: \.|\s\.$")
+# a firing case must read as a sentence a user could act on: no clause that ends in nothing ("raised
+# RuntimeError: ."), and (built-in rules) nothing left unsaid for a fact the case lacks: no summary part left
+# out, no fix not offered, no summary that is only the rule's title (docs/DESIGN.md)
+DEGENERATE = re.compile(r": \.|\s\.$")
 
 # exit codes of `ddpdoctor rules test`
 EXIT_PASSED = 0  # every case as expected and equal to its snapshot (or the snapshots were updated)
@@ -78,6 +78,16 @@ def check_outcome(case: RuleCase, out: Outcome, strict: bool = True) -> list[str
     if f is None:
         return problems
     texts = [("summary", f.summary)] + [(f"fix {i} title", x.title) for i, x in enumerate(f.fixes, 1)]
+    if strict and f.summary == f"{f.title}.":
+        problems.append(
+            "the summary is not a sentence a user could act on (nothing of it can be said without a fact the case "
+            f"lacks: {', '.join(f.not_recorded)}): give the case the facts a real run has"
+        )
+    elif strict and f.not_recorded:  # a part left out or a fix not offered: the case shows less than a real run
+        problems.append(
+            f"a part of the summary or a fix is not said without {', '.join(f.not_recorded)}: "
+            "give the case the facts a real run has"
+        )
     for where, text in texts if strict else ():
         m = DEGENERATE.search(text)
         if m:
