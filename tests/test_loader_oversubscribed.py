@@ -63,6 +63,23 @@ def test_what_cannot_be_measured_gives_no_demand():
     assert facts["loader.workers_runqueue_share"] == 0.0
 
 
+def test_the_training_threads_wait_for_a_cpu_outside_next():
+    """acc41-style run at 01:07 UTC: the training threads waited 0.20 / 0.30 s for a CPU in windows of 0.69 / 0.73 s,
+    0.014 / 0.033 s of it inside next(loader) (the DataLoader wait's own)."""
+    a, b = _settings(0.41, 0.75, wall=0.69), _settings(0.28, 1.09, wall=0.73)
+    a["loader_window"].update(train_runqueue_s=0.1966, next_runqueue_s=0.0139)
+    b["loader_window"].update(train_runqueue_s=0.2987, next_runqueue_s=0.0333)
+    facts = cpu_demand_facts({0: a, 1: b})
+    per = {0: round((0.1966 - 0.0139) / 0.69, 4), 1: round((0.2987 - 0.0333) / 0.73, 4)}
+    assert facts["train.runqueue_share.per_rank"] == per
+    assert facts["train.runqueue_share"] == round((per[0] + per[1]) / 2, 4)
+    # recorded without workers too (it is the training thread's), absent where the window stopped elsewhere
+    solo = _settings(None, None, workers=0)
+    solo["loader_window"].update(train_runqueue_s=0.05, next_runqueue_s=0.0)
+    assert cpu_demand_facts({0: solo}) == {"train.runqueue_share": round(0.05 / 0.52, 4)}
+    assert "train.runqueue_share" not in cpu_demand_facts({0: _settings(0.3, 0.4)})
+
+
 def test_the_host_whose_job_wants_most_cpus_speaks():
     ranks = {
         0: _settings(0.1, 0.0, host="a"),
@@ -208,3 +225,27 @@ def test_on_a_contended_host_the_loaders_wait_on_one_rank_is_still_the_loaders()
     assert not _cost(d, "imbalance").eligible
     quiet = diagnose(_run(**{**busy, "loader.workers_runqueue_share": 0.05}), load_rules())
     assert not _cost(quiet, "dataloader").eligible and "machine noise" in _cost(quiet, "dataloader").why_not
+
+
+def test_the_loop_starved_of_cpu_by_its_workers_is_the_loaders_cost_when_its_wait_is_small():
+    """The same job recorded at 01:07 UTC: the loop waited 4 % of its step in next(), but its training threads waited
+    for a CPU 31 % of the window; the workers wanted 3.6 of the 3.9 + 0.7 (others') CPUs wanted: 24 % of the step
+    is the workers' doing. Workers that sleep on storage take no CPU from the loop: nothing is added."""
+    starved = {
+        "rank.share.dataloader_wait": Vec(np.array([0.035, 0.053]), RANKS),
+        "rank.dataloader_wait": Vec(np.array([4100.0, 6300.0]), RANKS),
+        "rank.share.comm_transfer_exposed": Vec(np.array([0.34, 0.34]), RANKS),
+        "train.runqueue_share": 0.3147,
+        "host.job_cpus_wanted": 3.916,
+        "loader.workers_cpus_wanted": 3.561,
+        "loader.workers_runqueue_share": 0.6484,
+        "host.contention.other_busy_share": 0.3358,
+    }
+    d = diagnose(_run(**starved), load_rules())
+    dl = next(f for f in d.findings if f.rule == "DL001")
+    part = 0.3147 * 3.561 / (3.916 + 0.3358 * 2)
+    assert abs(dl.cost - (0.044 + part)) < 1e-3 and dl.ranks == [0, 1]
+    assert d.verdict.bottleneck == "dataloader", d.verdict.summary
+    assert "The training threads waited for a CPU 31 % of the window" in dl.summary
+    waiting = {**starved, "loader.cpu_share": 0.04, "loader.workers_runqueue_share": 0.05}
+    assert not any(f.rule == "DL001" for f in diagnose(_run(**waiting), load_rules()).findings)

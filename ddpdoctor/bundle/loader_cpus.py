@@ -57,14 +57,31 @@ def _usable_cpus(members: list[dict]) -> int | None:
     return max(counts) if counts else None
 
 
+def training_runqueue(rec) -> float | None:
+    """The training thread's run-queue wait outside ``next(loader)`` (inside it the thread mostly sleeps on the
+    workers' queue, and that wait is the DataLoader wait already), as a share of the window."""
+    if not isinstance(rec, dict):
+        return None
+    wall, queue = as_number(rec.get("wall_s")), as_number(rec.get("train_runqueue_s"))
+    if not wall or wall <= 0 or queue is None:
+        return None
+    return min(1.0, max(0.0, queue - (as_number(rec.get("next_runqueue_s")) or 0.0)) / wall)
+
+
 def cpu_demand_facts(ranks: dict[int, dict]) -> dict:
-    """``loader.workers_runqueue_share`` (all ranks' workers, pooled) and, for the host whose job wanted most
-    CPUs per usable CPU, ``host.job_cpus_wanted``, ``host.usable_cpus``, ``loader.workers_cpus_wanted``
-    (``.per_rank``: each rank's workers).  Absent without a rank whose workers were measured."""
+    """``train.runqueue_share`` (the mean over the ranks that recorded it); ``loader.workers_runqueue_share``
+    (all ranks' workers, pooled) and, for the host whose job wanted most CPUs per usable CPU,
+    ``host.job_cpus_wanted``, ``host.usable_cpus``, ``loader.workers_cpus_wanted`` (``.per_rank``: each rank's
+    workers), absent without a rank whose workers were measured."""
+    facts: dict = {}
+    queued = {
+        r: round(q, 4) for r in sorted(ranks) if (q := training_runqueue(ranks[r].get("loader_window"))) is not None
+    }
+    if queued:
+        put_fact(facts, "train.runqueue_share", round(sum(queued.values()) / len(queued), 4), queued)
     per = {r: x for r in sorted(ranks) if (x := _rank_demand(ranks[r])) is not None}
     if not per:
-        return {}
-    facts: dict = {}
+        return facts
     shares = {r: round(x["queue_s"] / x["workers_wall_s"], 4) for r, x in per.items()}
     pooled = sum(x["queue_s"] for x in per.values()) / sum(x["workers_wall_s"] for x in per.values())
     put_fact(facts, "loader.workers_runqueue_share", round(pooled, 4), shares)
