@@ -99,6 +99,8 @@ def evidence_bundle(root: Path) -> Path:
             "num_workers": 2,
             "workers_seen": 2,
             "workers_cpu_s": 0.1,
+            "workers_runqueue_s": 0.02 * (r + 1),  # the job's CPU demand (bundle/loader_cpus.py)
+            "train_runqueue_s": 0.05,
         }
         # torch.compile recompiling on every rank, a size guard failing (capture/agent/compile.py)
         s.update(

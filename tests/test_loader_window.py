@@ -137,3 +137,19 @@ def test_schedstat_reads_this_thread():
     assert cpu > 0 and queue >= 0
     assert agent_loader.pid_runqueue_s(os.getpid()) >= 0
     assert agent_loader.schedstat("/proc/no-such/schedstat") is None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="schedstat (Linux)")
+def test_the_training_threads_run_queue_wait_is_read_on_the_thread_that_opened_the_window():
+    import threading
+
+    t = agent_loader.LoaderTiming()
+    t.window_start()
+    _burn(0.05)
+    t.window_stop(0)
+    assert t.record()["train_runqueue_s"] >= 0  # this thread's own run-queue wait over the window
+    t.window_start()
+    th = threading.Thread(target=t.window_stop, args=(0,))  # stopped elsewhere (e.g. at exit): not this thread's
+    th.start()
+    th.join()
+    assert t.record()["train_runqueue_s"] is None

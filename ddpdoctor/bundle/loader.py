@@ -53,8 +53,12 @@ def rank_loader(rec: dict) -> dict | None:
     loading_cpu = nxt_cpu if workers == 0 else as_number(rec.get("workers_cpu_s"))
     if loading_cpu is not None:  # what one batch costs to load, wherever it is loaded
         out["cpu_ms_per_batch"] = round(1000 * loading_cpu / batches, 3)
+        # the readings' ticks, and with workers the batches in flight at the window's edges: each worker is
+        # part-way through a batch at the start and at the end, so the window holds its work on up to one
+        # batch more or less than the batches it handed over (5 batches from 2 workers: up to 40 %)
+        in_flight_s = workers * loading_cpu / batches
         out["cpu_resolution_ms"] = round(
-            1000 * (THREAD_CLOCK_S if workers == 0 else 2 * PROC_TICK_S * workers) / batches, 3
+            1000 * (THREAD_CLOCK_S if workers == 0 else 2 * PROC_TICK_S * workers + in_flight_s) / batches, 3
         )
     out["batch_latency_ms"] = round(1000 * latency, 3)
     out["compute_ms_per_batch"] = round(1000 * compute, 3)
@@ -71,7 +75,8 @@ THREAD_CLOCK_S = 0.001  # the training thread's CPU time (time.thread_time) is g
 def costlier_loading(per: dict[int, dict], min_ratio: float) -> tuple[int, float, float] | None:
     """(rank, its loading CPU ms per batch, the other ranks' median) of the one rank whose batches cost
     at least ``min_ratio`` times the others' median CPU to load, by more than the readings' resolution
-    (both ends of two readings): one rank's shard of bigger files or longer samples, not the scheduler."""
+    (both ends of two readings; with workers, also the batches in flight at the window's edges): one rank's
+    shard of bigger files or longer samples, not the scheduler."""
     cost = {r: x["cpu_ms_per_batch"] for r, x in per.items() if x.get("cpu_ms_per_batch") is not None}
     if len(cost) < 2:
         return None

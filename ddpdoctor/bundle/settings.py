@@ -22,6 +22,7 @@ from .events import load_events, problem_events
 from .evidence import evidence_facts
 from .inputs import walk
 from .loader import dataset_facts, loader_facts
+from .loader_cpus import cpu_demand_facts
 
 MANIFEST_SCHEMA = contract.MANIFEST_SCHEMA
 HOST_SCHEMA = contract.HOST_SCHEMA
@@ -297,6 +298,7 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     facts.update(
         loader_facts(ranks, evidence_params)
     )  # the DataLoader's window: waiting or computing (bundle/loader.py)
+    facts.update(cpu_demand_facts(ranks))  # the CPUs the job's processes wanted against its host's (loader_cpus.py)
     facts.update(dataset_facts(ranks))  # what one epoch covers on each rank, and of which data (missing sampler)
 
     if hosts:

@@ -111,3 +111,40 @@ def same_work_on_shared_cores(facts: dict, t: dict) -> bool:
         and facts.get("cross.input_shapes") == spec["inputs"]
         and facts.get("straggler.extra_column") in spec["columns"]
     )
+
+
+def saturating_loader(findings: list[Finding], t: dict) -> Finding | None:
+    """The material finding whose evidence says the job's own DataLoader workers oversubscribe its CPUs
+    (metrics.toml ``own_cpu_saturation``: a finding of ``category`` whose evidence ``evidence`` is true): the
+    job by itself wants more CPUs than its host has and its workers compute and wait for a CPU, so the loading's
+    CPU is the cost to fix first, whatever else waits for those cores."""
+    spec = t.get("own_cpu_saturation")
+    if not spec:
+        return None
+    bar = t.get("materiality", {}).get(spec["category"], 0.0)
+    return next(
+        (
+            f
+            for f in findings
+            if f.category == spec["category"]
+            and f.evidence.get(spec["evidence"]) is True
+            and f.cost is not None
+            and f.cost >= bar
+        ),
+        None,
+    )
+
+
+def starved_by_loader(f: Finding, facts: dict, t: dict) -> bool:
+    """A cost that runs on the cores the loader oversubscribes: the collectives of a backend that moves the
+    data with CPU threads (gloo), whose time then waits for a CPU as much as it transfers."""
+    spec = t["own_cpu_saturation"]
+    return f.category in spec["starved_categories"] and facts.get("run.backend") in spec["cpu_backends"]
+
+
+def late_in_saturated_cores(facts: dict, t: dict) -> bool:
+    """The late rank's extra time lies where CPUs shared with the loader's workers slow a rank (its DataLoader
+    wait, its CPU compute, untraced time) and nothing of its own explains it: which rank the scheduler starves
+    changes from run to run, and the loader's fix removes its lateness too."""
+    columns = t["own_cpu_saturation"]["late_columns"].get(facts.get("run.device"), ())
+    return not straggler_explained(facts, t) and facts.get("straggler.extra_column") in columns

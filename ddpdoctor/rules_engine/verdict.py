@@ -25,7 +25,10 @@ from .confidence import calibrate
 from .eligibility import (
     is_sporadic,
     late_in_a_shared_cost,
+    late_in_saturated_cores,
     same_work_on_shared_cores,
+    saturating_loader,
+    starved_by_loader,
     straggler_explained,
     unexplained_straggler,
 )
@@ -134,6 +137,7 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
     materiality = t.get("materiality", {})
     contended = any(f.rule in t.get("contention_rules", []) for f in findings)
     explained, arrival = straggler_explained(facts, t), set(t.get("arrival_straggler_rules", []))
+    loader = saturating_loader(findings, t)  # the job's own DataLoader workers oversubscribe its CPUs
     out, sporadic = [], []
     for f in sorted(
         (f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
@@ -148,7 +152,20 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
             f.rule in t.get("alternating_rules", [])
             or (f.agreement is not None and f.agreement < t["alternating_max_agreement"])
         )
-        if contended and alternating and not (f.rule in arrival and explained):
+        if loader is not None and f is not loader and starved_by_loader(f, facts, t):
+            c.eligible = False
+            c.why_not = (
+                f"{facts.get('run.backend')}'s collectives run on the CPUs the job's own DataLoader workers "
+                f"oversubscribe ({loader.rule}): their time waits for those cores, so the loading is the cost to fix first"
+            )
+        elif loader is not None and f.rule in arrival and late_in_saturated_cores(facts, t):
+            c.eligible = False
+            c.why_not = (
+                f"the late rank is late in the CPU load of the job's own DataLoader workers ({loader.rule}: the job "
+                f"wants more CPUs than its host has) and nothing of its own explains it: fixing {loader.rule} "
+                "removes its lateness too"
+            )
+        elif contended and alternating and not (f.rule in arrival and explained):
             c.eligible = False
             c.why_not = f"the ranks take turns being late on a contended host: {NOISE}"
         elif alternating and f.rule in arrival and unexplained_straggler(facts, t):
@@ -181,7 +198,8 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
                 f"{facts.get(t['shared_cores']['ranks_on_host'])} ranks, and nothing it does differs: the cores "
                 "it got, not the workload"
             )
-        elif contended and f.category != "imbalance" and is_sporadic(f, facts, t):
+        elif contended and f.category != "imbalance" and f is not loader and is_sporadic(f, facts, t):
+            # (a loader that oversubscribes the CPUs shows its wait where the scheduler starved the workers)
             c.eligible = False
             on = f"rank {f.ranks[0]}" if len(f.ranks) == 1 else f"ranks {', '.join(map(str, f.ranks))}"
             c.why_not = (

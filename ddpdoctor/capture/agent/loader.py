@@ -83,6 +83,7 @@ class LoaderTiming:
         self.next_wall_s = self.next_cpu_s = 0.0
         self.next_runqueue_s = 0.0  # inside next(): runnable, waiting for a CPU (a contended host)
         self._q0 = None
+        self._train_q0 = None  # the training thread's run-queue wait at the window's start (schedstat)
         self.batches = 0
         self.max_workers = 0
 
@@ -136,6 +137,8 @@ class LoaderTiming:
         self.next_wall_s = self.next_cpu_s = self.next_runqueue_s = 0.0
         self.batches = self.max_workers = 0
         self._thread = threading.get_ident()
+        st = schedstat("/proc/thread-self/schedstat")
+        self._train_q0 = st[1] if st else None
         self._start = self._snapshot()
         self.active = True
 
@@ -143,6 +146,10 @@ class LoaderTiming:
         if not self.active:
             return
         self.active = False
+        # the training thread's whole run-queue wait over the window (runnable, no CPU free): read only on the
+        # thread that started the window (a stop from another thread, e.g. at exit, cannot read it)
+        st = schedstat("/proc/thread-self/schedstat") if threading.get_ident() == self._thread else None
+        train_queue = round(max(0.0, st[1] - self._train_q0), 6) if st and self._train_q0 is not None else None
         start, stop = self._start, self._snapshot()
         wall = stop["time"] - start["time"]
         # a pid alive at both ends: its delta; at the start only: reaped since (RUSAGE_CHILDREN has its whole
@@ -162,6 +169,7 @@ class LoaderTiming:
             "batches": self.batches,
             "next_runqueue_s": None if self.next_runqueue_s is None else round(self.next_runqueue_s, 6),
             "workers_runqueue_s": workers_queue,
+            "train_runqueue_s": train_queue,
             "next_wall_s": round(self.next_wall_s, 6),
             "next_cpu_s": round(self.next_cpu_s, 6),
             "num_workers": num_workers,
