@@ -1,6 +1,6 @@
 """A GIL-holding C call named by the call the stack sampler's gap ended on (capture/agent/returned_call.py,
-gil_places.py, gil.Gaps/summarize), on gaps and frames built in code; the facts that no longer trust the frame
-seen after a gap (bundle/gil_evidence.py); and the real thing in this process: pickle.dumps called from a
+gil_places.py, gil.Gaps/summarize), on gaps and frames built in code; the facts that carry it
+(bundle/gil_evidence.py); and the real thing in this process: pickle.dumps called from a
 function here holds the GIL while the window's sampler runs."""
 
 import dis
@@ -147,16 +147,14 @@ def test_a_call_made_inside_a_library_keeps_the_library_function_it_entered():
 # ------------------------------------------------------------------ facts
 
 
-def test_facts_ignore_a_call_named_by_the_frame_seen_after_the_gap():
+def test_facts_name_the_call_its_gaps_ended_on():
     def rank(r, calls):
         return {"rank": r, "evidence": {"stacks": {"step_ms": 200.0}, "gil": {"calls": calls}}}
 
-    after = {"where": "torch.utils.data.dataloader._BaseDataLoaderIter.__next__ in main (t.py:62)", "gaps": 3}
-    after.update(ms_per_step=54.8, source="sampler: the frame seen just after the gap")
-    assert "python.gil_held.rank" not in gil_facts({0: rank(0, [after]), 1: rank(1, [])}, PARAMS)
     named = {"where": "pickle.dumps in snapshot (t.py:34)", "gaps": 5, "ms_per_step": 50.0, "source": RETURNED}
-    f = gil_facts({0: rank(0, [after, named]), 1: rank(1, [])}, PARAMS)
+    f = gil_facts({0: rank(0, [named]), 1: rank(1, [])}, PARAMS)
     assert f["python.gil_held.where"] == named["where"] and f["python.gil_held.source"] == RETURNED
+    assert f["python.gil_held.ms_per_step"] == 50.0 and f["python.gil_held.gaps"] == 5
 
 
 # ------------------------------------------------------------------ in this process

@@ -2,7 +2,7 @@
 settings.json (``evidence.gc``: every garbage collection over the window; ``evidence.gil``: the
 sampler's gaps, the part of each that the sampler thread spent runnable without a CPU set apart, the
 rest put on GC or on the call that held the GIL, named by the C watchdog's stack dumps or by the call the
-gap ended on; capture/agent/gil.py).  Only the rest counts as GIL-held time (``python.gil_held.*``,
+gap ended on (older captures: by the frames around the gap); capture/agent/gil.py).  Only the rest counts as GIL-held time (``python.gil_held.*``,
 ``python.sampler_starved_ms_per_step``); the CPU-starved part is ``python.sampler_cpu_starved_ms_per_step``.
 Pure Python, no torch.
 
@@ -15,11 +15,6 @@ from __future__ import annotations
 from statistics import median
 
 from .values import as_number, evidence_of, put_fact, safe_where
-
-# The name older captures gave a gap from the frame the sampler saw after it: that is wherever the training
-# thread stopped next, e.g. the next ``next(loader)`` after a ``pickle.dumps`` (acc41 gil_held_pickle_rank0
-# --busy).  Such a gap counts as starvation, never as that frame's call (capture/agent/gil_places.py).
-UNTRUSTED_SOURCES = frozenset({"sampler: the frame seen just after the gap"})
 
 
 def _step_ms(d: dict) -> float | None:
@@ -98,11 +93,7 @@ def gil_facts(ranks: dict[int, dict], params: dict) -> dict:
         return facts
     step_ms = median(steps)
     calls = {
-        r: {
-            c["where"]: c
-            for c in g.get("calls") or []
-            if isinstance(c, dict) and isinstance(c.get("where"), str) and c.get("source") not in UNTRUSTED_SOURCES
-        }
+        r: {c["where"]: c for c in g.get("calls") or [] if isinstance(c, dict) and isinstance(c.get("where"), str)}
         for r, g in recs.items()
     }
     best = None
