@@ -228,6 +228,7 @@ def test_thread_run_queue_reads_the_calling_threads_schedstat():
     t.start()
     t.join()
     assert isinstance(got[0][0], float) and 0 <= got[0][0] <= got[1][0] and 1 <= got[0][1] <= got[1][1]
+    assert 0 <= got[0][2] <= got[1][2]  # the thread's own time on a CPU, cumulative
     assert got[2] is not None and got[3] is None
     bad = gil.ThreadRunQueue("/nonexistent/schedstat")
     assert bad.read() is None and bad.read() is None and "FileNotFoundError" in bad.error

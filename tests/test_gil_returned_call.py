@@ -133,6 +133,27 @@ def test_a_short_gap_on_a_call_that_the_run_queue_covers_is_cpu_starvation():
     assert out["listed"][0]["cause"] == "cpu" and not out["calls"]
 
 
+def test_a_gap_the_sampler_spent_on_its_own_work_is_no_starvation():
+    """Measured on thread_oversubscription: a 50 ms gap with no run-queue wait and no timeslice (the sampler
+    thread ran throughout, reading /proc) had been put on DDP.forward, where the training thread happened to
+    be.  Its own time on a CPU is taken off first; what is left is below the bar."""
+
+    class Ran(NoWait):
+        values = [(0.0, 10, 1.0), (0.0, 10, 1.045)]
+
+        def read(self):
+            return self.values.pop(0)
+
+    gaps = gil.Gaps(0.010, clock=Ran(), switch_s=0.005)
+    code, call = snapshot.__code__, calls_of(snapshot)[0].offset
+    gaps.seen(1.000, user_key(snapshot), 0, (code, 0))
+    gaps.seen(1.050, user_key(snapshot), 0, (code, call))
+    out = gil.summarize(gaps, None, None, False, sampler(), 1, steps=1, native_info={"sampler": None})
+    (gap,) = out["listed"]
+    assert gap["cause"] == "own" and gap["own_ms"] == pytest.approx(45.0) and not out["calls"]
+    assert out["cpu_gaps"] == 0 and sum(out["starved_ms_per_step"].values()) == 0
+
+
 def test_a_call_made_inside_a_library_keeps_the_library_function_it_entered():
     s = sampler()
     s._kinds[json.dumps.__code__] = ("lib", "json", False)
