@@ -3,9 +3,11 @@ gc.callbacks, the stack sampler's gaps and their attribution (GC, or the call fa
 watchdog names), the dumps' parsing, and the facts bundle/gil_evidence.py computes from
 settings.json built in code; and the runnable tasks outside the job (host contention)."""
 
+import dis
 import gc
 import json
 import os
+import pickle
 import threading
 import time
 
@@ -148,14 +150,23 @@ def test_gaps_are_put_on_gc_or_on_the_named_call():
     assert out2["starved_ms_per_step"]["unnamed"] == pytest.approx(95.0, abs=0.01)
 
 
+def _snapshot(state):
+    return pickle.dumps(state)
+
+
+def _call_offset(fn) -> int:
+    return next(i.offset for i in dis.get_instructions(fn) if i.opname in ("CALL", "PRECALL", "CALL_FUNCTION"))
+
+
 def _one_gap(runqueue_s: float, gc_span=None, slices=1):
     """One 100 ms gap (interval 5 ms) between two samples in one user frame, the sampler thread waiting
     `runqueue_s` of it in the run queue over `slices` timeslices; optionally a collection over `gc_span`."""
     s = _sampler()
-    key = (None, _one_gap.__code__, 34, "step", False)
+    code, call = _snapshot.__code__, _call_offset(_snapshot)
+    key = (None, code, _snapshot.__code__.co_firstlineno + 1, "step", False)
     gaps = gil.Gaps(0.005, clock=RunQueueClock((2.0, 10), (2.0 + runqueue_s, 10 + slices)))
-    gaps.seen(1.0, key, 0)
-    gaps.seen(1.1, key, 0)
+    gaps.seen(1.0, key, 0, (code, 0))
+    gaps.seen(1.1, key, 0, (code, call))  # the gap ended as the call in _snapshot returned
     rec = None
     if gc_span is not None:
         rec = gil.GcRecorder(lambda: 0)
@@ -217,6 +228,7 @@ def test_thread_run_queue_reads_the_calling_threads_schedstat():
     t.start()
     t.join()
     assert isinstance(got[0][0], float) and 0 <= got[0][0] <= got[1][0] and 1 <= got[0][1] <= got[1][1]
+    assert 0 <= got[0][2] <= got[1][2]  # the thread's own time on a CPU, cumulative
     assert got[2] is not None and got[3] is None
     bad = gil.ThreadRunQueue("/nonexistent/schedstat")
     assert bad.read() is None and bad.read() is None and "FileNotFoundError" in bad.error

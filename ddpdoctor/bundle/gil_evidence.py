@@ -1,8 +1,8 @@
 """Facts from the time a Python stack sampler cannot see, as `ddpdoctor run` records it in each rank's
 settings.json (``evidence.gc``: every garbage collection over the window; ``evidence.gil``: the
 sampler's gaps, the part of each that the sampler thread spent runnable without a CPU set apart, the
-rest put on GC or on the call that held the GIL, named by the C watchdog's stack dumps or by the frames
-around the gap; capture/agent/gil.py).  Only the rest counts as GIL-held time (``python.gil_held.*``,
+rest put on GC or on the call that held the GIL, named by the C watchdog's stack dumps or by the call the
+gap ended on (older captures: by the frames around the gap); capture/agent/gil.py).  Only the rest counts as GIL-held time (``python.gil_held.*``,
 ``python.sampler_starved_ms_per_step``); the CPU-starved part is ``python.sampler_cpu_starved_ms_per_step``.
 Pure Python, no torch.
 

@@ -219,6 +219,15 @@ class Evidence:
         deadline = time.monotonic()
         try:
             while not stop.is_set():
+                if sampler is not None:  # first, before any read that releases the GIL (see gil.py)
+                    t0 = time.perf_counter()
+                    sampler.sample()
+                    sampler.busy_s += time.perf_counter() - t0
+                    if self._gaps is not None:
+                        off = self._native.offset() if self._native else 0
+                        self._gaps.seen(t0, sampler.last, off, sampler.last_top)
+                        if self._native is not None:
+                            self._native.arm(t0)  # the C watchdog dumps the stacks if the sampler starves
                 now = time.monotonic()
                 if now >= next_load:
                     n = runnable_tasks(read_proc_text("/proc/loadavg"))
@@ -230,14 +239,6 @@ class Evidence:
                         if own is not None:
                             self._own_loads.append(own)
                     next_load = now + LOAD_SAMPLE_S
-                if sampler is not None:
-                    t0 = time.perf_counter()
-                    sampler.sample()
-                    sampler.busy_s += time.perf_counter() - t0
-                    if self._gaps is not None:
-                        self._gaps.seen(t0, sampler.last, self._native.offset() if self._native else 0)
-                        if self._native is not None:
-                            self._native.arm(t0)  # the C watchdog dumps the stacks if the sampler starves
                 deadline = max(deadline + interval, time.monotonic())
                 stop.wait(max(0.0, deadline - time.monotonic()))
         except Exception as exc:

@@ -17,8 +17,14 @@ run, so that time shows as a gap between its samples, never as a frame.  Over th
   thread cannot tell apart by its clock: another thread held the GIL, or the sampler thread was runnable
   without a CPU (an oversubscribed host).  ``ThreadRunQueue`` reads the sampler thread's own run-queue
   wait (``/proc/thread-self/schedstat``) at each sample: the part of a gap's excess that wait covers is
-  CPU starvation; only the rest is attributed, to GC when collections cover most of it, else to the
-  call the native dumps (or the frames the sampler saw just before and after the gap) name.
+  CPU starvation, and the time the sampler thread itself ran (its /proc reads between samples: measured
+  40 ms once on a loaded host, ``own_ms``) is no starvation at all; only the rest is attributed, to GC when collections cover most of it, else to the
+  call the native dumps name, or the call the gap ended on: the sampler's first sample after it found the
+  training thread's innermost frame on a call instruction, where CPython checks for a waiting thread right
+  after a call returns (``gil_places.py``, ``returned_call.py``).  Such a gap counts from a lower bar
+  (``CALL_GAP_SWITCHES`` switch intervals past the sampling interval): a thread running Python hands the GIL
+  over one switch interval after the request.  The window thread takes its sample before anything else
+  after its wake-up (a file read releases the GIL and lets the training thread run on past the call).
 
 Standard library only; nothing here raises into the user's program (``evidence.py`` guards it).
 """
@@ -28,14 +34,22 @@ from __future__ import annotations
 import faulthandler
 import gc
 import os
-import re
+import sys
 import time
 
+from .gil_places import RETURNED, call_place, dump_place, parse_dumps, where_text
+from .returned_call import at_call
 from .runqueue import SCHEDSTAT, ThreadRunQueue
+
+__all__ = ["GcRecorder", "Gaps", "NativeDumps", "dump_place", "parse_dumps", "split_gap", "summarize", "where_text"]
 
 KEEP_COLLECTIONS = 2000  # collections listed one by one (the totals count every one)
 GAP_FACTOR = 4.0  # a gap between samples of this many intervals ...
 GAP_MIN_S = 0.015  # ... and at least this long is starvation (5 ms is CPython's GIL switch interval)
+# A gap that ended on a call's return (gil_places.call_place) is starvation from this many switch intervals
+# past the sampler's own interval: a thread running Python hands the GIL over one switch interval after the
+# request, so a longer wait ending as a call returned is that call holding it (never above the bar above).
+CALL_GAP_SWITCHES = 2
 GC_COVERS = 0.5  # collections covering this share of a gap's excess make it a GC gap
 NATIVE_MIN_INTERVAL_S = 0.01  # the C watchdog's alarm is never set shorter than this
 KEEP_CALLS = 10  # GIL-holding calls kept per rank, the longest first
@@ -113,31 +127,6 @@ class GcRecorder:
 
 
 # ------------------------------------------------------------------ the C watchdog's stack dumps
-
-_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)")
-_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.+)$')
-
-
-def parse_dumps(text: str, thread_id: int) -> list[list[tuple[str, int, str]]]:
-    """faulthandler's text -> one stack per dump for that thread: [(file, line, function)], innermost first."""
-    out, cur, mine = [], None, False
-    for line in text.splitlines():
-        m = _THREAD.match(line)
-        if m:
-            mine = int(m.group(1), 16) == thread_id
-            cur = [] if mine else None
-            if mine:
-                out.append(cur)
-            continue
-        if line.startswith("Timeout ("):
-            mine, cur = False, None
-            continue
-        if mine and cur is not None:
-            f = _FRAME.match(line)
-            if f:
-                cur.append((f.group(1), int(f.group(2)), f.group(3)))
-    return [s for s in out if s]
-
 
 _FORK_HOOKED = []  # the NativeDumps whose watchdog a fork must not inherit (os.register_at_fork once)
 
@@ -231,20 +220,26 @@ class Gaps:
     the sampler's signature key, the native dump file's length), in the sampler thread; it reads that
     thread's run-queue wait (``clock``: a ThreadRunQueue, or a stand-in with ``read()`` in tests)."""
 
-    def __init__(self, interval: float, clock=None):
+    def __init__(self, interval: float, clock=None, switch_s: float | None = None):
         self.interval = interval
         self.threshold = max(GAP_FACTOR * interval, GAP_MIN_S)
+        switch_s = sys.getswitchinterval() if switch_s is None else switch_s
+        self.call_threshold = min(self.threshold, max(GAP_MIN_S, interval + CALL_GAP_SWITCHES * switch_s))
         self.clock = ThreadRunQueue() if clock is None else clock
-        # (t0, t1, key before, key after, offset before, offset after, (run-queue s, timeslices) in the gap or None)
+        # (t0, t1, key before, key after, offset before, offset after, (run-queue s, timeslices) in the gap or
+        # None, the sample after the gap's innermost (code, last instruction) when that is a call, else None)
         self.gaps: list[tuple] = []
         self._last = None
 
-    def seen(self, t: float, key, offset: int) -> None:
+    def seen(self, t: float, key, offset: int, top=None) -> None:
+        """``top``: the sample's innermost frame's (code, last instruction), or None."""
         rq = self.clock.read()
         last = self._last
-        if last is not None and t - last[0] >= self.threshold:
-            waited = (rq[0] - last[3][0], rq[1] - last[3][1]) if rq is not None and last[3] is not None else None
-            self.gaps.append((last[0], t, last[1], key, last[2], offset, waited))
+        if last is not None and t - last[0] >= self.call_threshold:
+            on_call = top if top is not None and at_call(*top) else None
+            if on_call is not None or t - last[0] >= self.threshold:
+                waited = tuple(a - b for a, b in zip(rq, last[3])) if rq is not None and last[3] is not None else None
+                self.gaps.append((last[0], t, last[1], key, last[2], offset, waited, on_call))
         self._last = (t, key, offset, rq)
 
     def runqueue_record(self, steps: int) -> dict:
@@ -275,59 +270,25 @@ def split_gap(excess: float, gc_s: float, runqueue: tuple[float, int] | None) ->
     then whatever the CPUs); the rest is GIL-held (GC, a call) or unexplained."""
     if runqueue is None or runqueue[0] <= 0:
         return 0.0, excess
-    waited, slices = runqueue
+    waited, slices = runqueue[0], runqueue[1]
     if slices > CPU_ONLY_SLICES:
         waited = waited * CPU_ONLY_SLICES / slices
     cpu = min(waited, max(0.0, excess - min(gc_s, excess)))
     return cpu, excess - cpu
 
 
-def classify_frame(sampler, filename: str) -> str:
-    """``user`` or ``lib`` for a file named in a dump (the stack sampler's own rule, by path only)."""
-    fn = filename.replace(os.sep, "/")
-    if fn.startswith(sampler.agent_dir) or "ddpdoctor_capture_agent" in fn:
-        return "skip"
-    parts = fn.split("/")
-    if any(
-        p in ("transformers", "accelerate", "lightning", "pytorch_lightning", "lightning_fabric") for p in parts[-4:-1]
-    ):
-        return "user"
-    if fn.startswith("<") or "/site-packages/" in fn or "/dist-packages/" in fn or fn.startswith(sampler._roots):
-        return "lib"
-    return "user"
-
-
-def _module_of(sampler, filename: str) -> str:
-    fn = filename.replace(os.sep, "/")
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in fn:
-            fn = fn.rsplit(marker, 1)[1]
-            break
-    else:
-        for root in sampler._roots:
-            if fn.startswith(root):
-                fn = fn[len(root) :]
-                break
-    mod = fn[:-3] if fn.endswith(".py") else fn
-    mod = mod.replace("/", ".")
-    return mod[:-9] if mod.endswith(".__init__") else mod
-
-
-def dump_place(sampler, stack: list[tuple[str, int, str]]) -> dict | None:
-    """The innermost user frame of one dumped stack and the library function it called."""
-    callee = None
-    for filename, line, func in stack:
-        kind = classify_frame(sampler, filename)
-        if kind == "user":
-            return {"lib": callee, "func": func, "file": sampler.display_file(filename, ""), "line": line}
-        if kind == "lib":
-            callee = f"{_module_of(sampler, filename)}.{func}"
-    return None
-
-
-def where_text(p: dict) -> str:
-    place = f"{p['func']} ({p['file']}:{p['line']})" if p.get("file") else p["func"]
-    return f"{p['lib']} in {place}" if p.get("lib") else place
+def _dumped_place(sampler, text: str | None, off0: int, off1: int, thread_id: int):
+    """(place, "faulthandler"): the frame most of the C watchdog's dumps inside the gap name, or (None, None)."""
+    if text is None or off1 <= off0:
+        return None, None
+    places = [p for p in (dump_place(sampler, s) for s in parse_dumps(text[off0:off1], thread_id)) if p]
+    if not places:
+        return None, None
+    counts: dict[str, int] = {}
+    for p in places:
+        counts[where_text(p)] = counts.get(where_text(p), 0) + 1
+    best = max(sorted(counts), key=lambda w: counts[w])
+    return next(p for p in places if where_text(p) == best), "faulthandler"
 
 
 def summarize(
@@ -342,45 +303,41 @@ def summarize(
 ) -> dict:
     """Each gap's CPU-starved part set apart (the sampler thread's run-queue wait), the rest attributed
     (GC / a named call / unnamed); the totals per cause and per call.  A gap whose rest with the interval
-    would not reach the gap threshold is ``cpu``: the sampler lacked a CPU, nothing held the GIL."""
+    would not reach its bar (``call_threshold`` when it ended on a call, else ``threshold``) is ``own`` when
+    the sampler thread's own time on a CPU brought it under (its /proc reads), else ``cpu``: the sampler
+    lacked a CPU, nothing held the GIL.  A call is named by the watchdog's dumps inside the gap, else
+    by the call the gap ended on (gil_places.py); a gap that ended elsewhere stays unnamed."""
     by_cause = {"gc": 0.0, "call": 0.0, "unnamed": 0.0}
     cpu_total, cpu_gaps = 0.0, 0
     calls: dict[str, dict] = {}
     listed = []
-    for t0, t1, before, after, off0, off1, rq in gaps.gaps:
+    for t0, t1, _before, after, off0, off1, rq, on_call in gaps.gaps:
         gc_s = gcrec.covered_s(t0, t1) if gcrec is not None else 0.0
-        cpu, excess = split_gap(max(0.0, (t1 - t0) - gaps.interval), gc_s, rq)
+        own = rq[2] if rq is not None and len(rq) > 2 else 0.0  # the sampler thread's own work (its /proc reads)
+        rest = max(0.0, (t1 - t0) - gaps.interval - own)
+        cpu, excess = split_gap(rest, gc_s, rq)
         cpu_total += cpu
         entry = {
             "ms": round((t1 - t0) * 1000, 3),
             "gc_ms": round(gc_s * 1000, 3),
             "runqueue_ms": round(rq[0] * 1000, 3) if rq is not None else None,
             "timeslices": rq[1] if rq is not None else None,
+            "own_ms": round(own * 1000, 3),
             "cpu_ms": round(cpu * 1000, 3),
         }
-        if gaps.interval + excess < gaps.threshold:
+        bar = gaps.call_threshold if on_call is not None else gaps.threshold
+        if gaps.interval + rest < bar:
+            entry["cause"] = "own"  # the sampler was busy with its own reads, nothing kept it out
+        elif gaps.interval + excess < bar:
             cpu_gaps += 1
             entry["cause"] = "cpu"
         elif gc_s >= GC_COVERS * excess:
             by_cause["gc"] += excess
             entry["cause"] = "gc"
         else:
-            place, source = None, None
-            if native_text is not None and native_offsets and off1 > off0:
-                stacks = parse_dumps(native_text[off0:off1], thread_id)
-                places = [p for p in (dump_place(sampler, s) for s in stacks) if p]
-                if places:
-                    counts: dict[str, int] = {}
-                    for p in places:
-                        counts[where_text(p)] = counts.get(where_text(p), 0) + 1
-                    best = max(sorted(counts), key=lambda w: counts[w])
-                    place, source = next(p for p in places if where_text(p) == best), "faulthandler"
+            place, source = _dumped_place(sampler, native_text if native_offsets else None, off0, off1, thread_id)
             if place is None:
-                a, b = sampler.place_of(before), sampler.place_of(after)
-                if a is not None and b is not None and where_text(a) == where_text(b):
-                    place, source = a, "sampler: the same frame before and after the gap"
-                elif b is not None:
-                    place, source = b, "sampler: the frame seen just after the gap"
+                place, source = call_place(sampler, after, on_call), RETURNED
             if place is None:
                 by_cause["unnamed"] += excess
                 entry["cause"] = "unnamed"

@@ -16,8 +16,8 @@ SCHEDSTAT = "/proc/thread-self/schedstat"  # run ns, run-queue wait ns, timeslic
 
 
 class ThreadRunQueue:
-    """The calling thread's cumulative run-queue wait (seconds runnable without a CPU) and timeslices (the
-    times it was put on a CPU), read with one ``pread`` of its schedstat file, opened on the first
+    """The calling thread's cumulative run-queue wait (seconds runnable without a CPU), timeslices (the
+    times it was put on a CPU) and time on a CPU, read with one ``pread`` of its schedstat file, opened on the first
     ``read()``: call it from the thread to measure (``/proc/thread-self`` names the opening thread).
     ``read()`` is None where the file is missing."""
 
@@ -27,15 +27,15 @@ class ThreadRunQueue:
         self.error = None
         self.first = self.last = None
 
-    def read(self) -> tuple[float, int] | None:
-        """(run-queue seconds, timeslices), both cumulative, or None."""
+    def read(self) -> tuple[float, int, float] | None:
+        """(run-queue seconds, timeslices, seconds on a CPU), all cumulative, or None."""
         if self.error is not None:
             return None
         try:
             if self.fd is None:
                 self.fd = os.open(self.path, os.O_RDONLY)
             fields = os.pread(self.fd, 96, 0).split()
-            v = (int(fields[1]) / 1e9, int(fields[2]))
+            v = (int(fields[1]) / 1e9, int(fields[2]), int(fields[0]) / 1e9)
         except (OSError, ValueError, IndexError) as exc:
             self.error = f"{self.path}: {type(exc).__name__}"
             self.close()

@@ -79,6 +79,7 @@ class StackSampler:
         self.cpu_s = None  # the sampler thread's CPU time over the window
         self.busy_s = 0.0  # time spent taking samples (holding the GIL)
         self.last = None  # the last sample's key (gil.Gaps: the frame before/after a gap)
+        self.last_top = None  # its innermost frame's (code, last instruction): the call a gap ended in
         self._kinds: dict = {}  # code object -> (kind, module name, compiling)
         self._roots = _library_roots()
 
@@ -88,6 +89,7 @@ class StackSampler:
         if f is None:
             self.missed += 1
             return
+        self.last_top = (f.f_code, f.f_lasti)
         phase = self.phase_of()
         kinds = self._kinds
         callee = None
