@@ -109,3 +109,20 @@ def test_different_nonzero_param_counts_stay_a_model_mismatch(tmp_path):
     )
     assert f["failure.message.id"] == "ddp.params_differ_across_ranks"
     assert f["failure.root_cause.kind"] == "mismatch"
+
+
+def test_faulthandlers_abort_after_the_ranks_own_timeout_is_its_teardown(tmp_path):
+    # ddpdoctor run turns on faulthandler: the watchdog's SIGABRT then prints "Fatal Python error: Aborted"
+    # and every thread's stack; that is still the tear-down of the timed-out rank, not a crash of its own
+    dump = (
+        "Fatal Python error: Aborted\n\nThread 0x00007f0000000002 (most recent call first):\n"
+        '  File "/home/u/train.py", line 41 in main\n  File "/home/u/train.py", line 70 in <module>\n'
+    )
+    f = _facts(tmp_path, _WRAPPED_TIMEOUT + dump)
+    assert f["failure.root_cause.kind"] == "timeout", f["failure.root_cause.kind"]
+    assert f["failure.crash.ranks"] == []
+
+
+def test_faulthandlers_segfault_after_a_timeout_is_still_a_crash(tmp_path):
+    f = _facts(tmp_path, _WRAPPED_TIMEOUT + "Fatal Python error: Segmentation fault\n")
+    assert f["failure.root_cause.kind"] == "crash"
