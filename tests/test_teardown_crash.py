@@ -97,8 +97,10 @@ def test_manifest_of_a_death_after_the_program_ended(tmp_path, codes, status, af
 
 
 def test_trial_arm_that_died_after_its_program_ended_counts():
-    assert _arm_record("try", 1, Path("b"), 1, "complete", None)["failed"] is False
+    assert _arm_record("try", 1, Path("b"), 1, "complete", None, died_after_end=True)["failed"] is False
     assert _arm_record("try", 1, Path("b"), 1, "failed", None)["failed"] is True
+    # interrupted after its window (status complete, exit 130): still not an arm that measured a whole run
+    assert _arm_record("try", 1, Path("b"), 130, "complete", None, "SIGINT")["failed"] is True
 
 
 def test_real_run_whose_rank_aborts_in_teardown(tmp_path):

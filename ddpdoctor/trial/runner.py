@@ -50,7 +50,9 @@ def _diagnose(bundle: Path):
     return run_analyze([str(bundle)])
 
 
-def _arm_record(arm: str, n: int, bundle: Path, exit_code: int, status: str, report, interrupted_by=None) -> dict:
+def _arm_record(
+    arm: str, n: int, bundle: Path, exit_code: int, status: str, report, interrupted_by=None, died_after_end=False
+) -> dict:
     times = stats.job_step_times_us(report.analysis.summaries) if report and report.analysis else []
     v = report.diagnosis.verdict if report else None
     return {
@@ -63,9 +65,9 @@ def _arm_record(arm: str, n: int, bundle: Path, exit_code: int, status: str, rep
         "step_times_ms": [round(t / 1000, 3) for t in times],
         "verdict": getattr(v, "bottleneck", None),
         "label": getattr(v, "label", None),
-        # a job that exits non-zero only because a process died after its program ended (the bundle's
-        # status stays "complete") measured its steps: the arm counts
-        "failed": bool(getattr(v, "failed", False)) or (exit_code != 0 and status != "complete"),
+        # a job that exits non-zero only because a process died after its program ended (the manifest's
+        # died_after_program_end) measured its steps: the arm counts
+        "failed": bool(getattr(v, "failed", False)) or (exit_code != 0 and not died_after_end),
         "interrupted_by": interrupted_by,
     }
 
@@ -129,7 +131,16 @@ def capture_arm(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> t
         report = _diagnose(bundle)
     except InputError:
         pass  # no trace and no log: the record says the arm has no steps
-    rec = _arm_record(arm, n, bundle, res.exit_code, res.status, report, res.manifest.get("interrupted_by"))
+    rec = _arm_record(
+        arm,
+        n,
+        bundle,
+        res.exit_code,
+        res.status,
+        report,
+        res.manifest.get("interrupted_by"),
+        bool(res.manifest.get("died_after_program_end")),
+    )
     if changes:
         rec["applied"] = _applied(bundle)
     if opts.reports is not None:
