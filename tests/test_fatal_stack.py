@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.logs import analyze_logs
+from ddpdoctor.logs.callsite import last_tracebacks
 from ddpdoctor.logs.fatal_stack import crash_places
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +62,19 @@ def test_a_native_threads_abort_names_where_the_main_thread_was():
     p = crash_places(_lines(ABORT_FROM_NATIVE_THREAD, 0))[0]
     assert p["where"] == "log_loss (train.py:41)" and p["thread"] == "main"
     assert p["call"] == "torch.distributed.distributed_c10d.all_reduce"
+
+
+def test_a_dump_is_no_traceback_of_its_own():
+    """faulthandler's frames (every thread, innermost first) are read as a dump, never as a traceback: a dump with
+    no frame of the script's own code leaves the rank's earlier traceback as its last."""
+    tb = 'Traceback (most recent call last):\n  File "/home/u/train.py", line 9, in main\n'
+    only_libraries = (
+        "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f0000000001 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 331 in wait\n'
+    )
+    assert last_tracebacks(_lines(tb + only_libraries, 0)) == {0: [("/home/u/train.py", 9, "main")]}
+    got = last_tracebacks(_lines(tb + SEGV, 1))[1]
+    assert got[0] == ("/home/u/train.py", 43, "<module>") and got[-1][2] == "string_at", got
 
 
 def test_no_dump_no_place():

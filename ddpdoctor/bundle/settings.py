@@ -295,9 +295,8 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     evidence_params = metric_params()["evidence"]
     facts.update(evidence_facts(ranks, evidence_params))
     facts.update(compile_facts(ranks))  # torch.compile compilations in the window (bundle/compile.py)
-    facts.update(
-        loader_facts(ranks, evidence_params)
-    )  # the DataLoader's window: waiting or computing (bundle/loader.py)
+    # the DataLoader's window: waiting or computing (bundle/loader.py)
+    facts.update(loader_facts(ranks, evidence_params))
     facts.update(cpu_demand_facts(ranks))  # the CPUs the job's processes wanted against its host's (loader_cpus.py)
     facts.update(dataset_facts(ranks))  # what one epoch covers on each rank, and of which data (missing sampler)
 

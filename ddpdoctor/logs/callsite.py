@@ -60,17 +60,23 @@ def last_tracebacks(lines: list, events: list = ()) -> dict[int, list[tuple[str,
             if frames:
                 out[e.rank] = frames
     run: dict[int, list] = {}
+    dumping: set[int] = set()  # ranks inside a faulthandler dump: every thread, innermost first (read below)
     for ln in lines:
         rank, text = ln[3], ln[2]
         if rank is None or not isinstance(text, str):
             continue
+        if text.startswith(("Traceback", "Fatal Python error")):
+            run.pop(rank, None)
+            if text.startswith("Fatal Python error"):
+                dumping.add(rank)
+            else:
+                dumping.discard(rank)
+            continue
         m = FRAME.search(text)
-        if m and m["func"]:
+        if m and m["func"] and rank not in dumping:
             cur = run.setdefault(rank, [])
             cur.append((m["file"], int(m["line"]), m["func"]))
             out[rank] = cur
-        elif rank in run and text.startswith(("Traceback", "Fatal Python error")):
-            run.pop(rank)
     for rank, place in crash_places(lines).items():  # the stack a rank died with (faulthandler): its last
         out[rank] = list(reversed(place["frames"]))
     return out

@@ -257,7 +257,7 @@ def _teardown(e: RootEvidence):
     others = (e.oom, e.exception, e.mismatch, e.first_timeout, e.peer_error, e.network, e.message)
     if not e.program_ended or any(x is not None for x in others) or e.rendezvous or e.usage or e.stuck:
         return None
-    if e.stopped_rank is not None:
+    if e.stopped_rank is not None:  # a rank others waited for: not the end of a finished program
         return None
     deaths = [x for x in (e.killed, e.torchrun_root) if x is not None] + list(e.crashes)
     deaths += [x for x in e.exits if (x.data.get("exitcode") or 0) != 0]
