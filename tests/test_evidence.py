@@ -168,11 +168,15 @@ def test_window_in_process_records_contention_and_stacks(monkeypatch):
     e = ev.Evidence(dict(os.environ), st)
     e.window_start(None, 5)
     e.forward_entered()
-    # spin until this thread has had 0.15 s of CPU and 0.3 s have passed: on a loaded host (another process
-    # on every CPU) a fixed 0.3 s of wall time gave the thread as little as 0.06 s of CPU
+    # spin until this thread has had 0.15 s of CPU, 0.3 s have passed and the sampler has taken 20 samples: on a
+    # loaded host (another process on every CPU) a fixed 0.3 s of wall time gave the thread as little as 0.06 s of
+    # CPU, and the sampler thread as few as 15 turns at 200 Hz
     t0, cpu0 = time.time(), time.thread_time()
     x = 0
-    while (time.time() - t0 < 0.3 or time.thread_time() - cpu0 < 0.15) and time.time() - t0 < 20:
+    sampler = e._sampler
+    while (
+        time.time() - t0 < 0.3 or time.thread_time() - cpu0 < 0.15 or sampler.samples < 20
+    ) and time.time() - t0 < 20:
         for i in range(1000):
             x += i
     wall = time.time() - t0
