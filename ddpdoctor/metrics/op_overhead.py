@@ -1,0 +1,60 @@
+"""Per-operator overhead on a CPU rank: how much of the step goes to operators too small for their
+arithmetic to matter, and to the Python between them.
+
+Every eager operator costs the host a few microseconds whatever its size (Python call, dispatcher,
+autograd bookkeeping). A step of a few large operators (convolutions, big matmuls) spends its time in
+arithmetic; a step of thousands of tiny ones (a recurrent cell stepped in a Python loop, element-wise
+work per sample) spends it in that fixed cost. The trace shows it directly on the training thread:
+the top-level operators (those not nested inside another) shorter than TINY_US, and the gaps shorter
+than TINY_US between consecutive ones (the Python that issues them). Time inside the DataLoader's
+``__next__`` is left out: it is the loader's cost, not the model's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..trace.model import Spans
+from . import intervals as iv
+
+TINY_US = 50.0  # an operator (or a gap between two) this short is mostly fixed per-call cost
+
+
+def top_level(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The spans not nested inside an earlier one, sorted by start."""
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    if not s.size:
+        return s, e
+    reach = np.maximum.accumulate(e)
+    top = np.ones(s.size, dtype=bool)
+    top[1:] = s[1:] >= reach[:-1]
+    return s[top], e[top]
+
+
+def op_overhead_extras(main_ops: Spans, loader: iv.Intervals, ws: np.ndarray, we: np.ndarray) -> dict[str, float]:
+    """cpu_ops_per_step, cpu_op_median_us and tiny_op_share over the step windows (ws, we: sorted)."""
+    if not ws.size or not len(main_ops):
+        return {}
+    s, e = top_level(main_ops.start, main_ops.end)
+    step = np.searchsorted(ws, s, side="right") - 1
+    inside = step >= 0
+    inside[inside] = e[inside] <= we[step[inside]]
+    if loader.total > 0:  # an operator inside a DataLoader __next__ is the loader's
+        in_loader = iv.measure_in_windows(loader, s, e) > 0
+        inside &= ~in_loader
+    s, e, step = s[inside], e[inside], step[inside]
+    total = float(np.sum(we - ws))
+    if not s.size or total <= 0:
+        return {}
+    dur = e - s
+    tiny = float(dur[dur < TINY_US].sum())
+    gap = s[1:] - e[:-1]
+    same_step = step[1:] == step[:-1]
+    short = same_step & (gap >= 0) & (gap < TINY_US)
+    tiny += float(gap[short].sum())
+    return {
+        "cpu_ops_per_step": float(s.size) / ws.size,
+        "cpu_op_median_us": float(np.median(dur)),
+        "tiny_op_share": tiny / total,
+    }
