@@ -264,3 +264,25 @@ def test_a_stale_or_broken_library_first_on_the_path_is_passed_over(tmp_path, mo
     monkeypatch.setattr(fastscan, "_candidates", lambda: [broken])
     lib, why = fastscan._load()
     assert lib is None and why.startswith("the C reader cannot be loaded")
+
+
+def test_forward_inputs_skip_ddps_buffer_broadcast(tmp_path):
+    """DDP's forward first flattens and broadcasts the BatchNorm buffers: the batch is the first op whose
+    first input is one tensor of 2+ dimensions, in both readers."""
+    t0 = 1712195495519000.0
+    events = [
+        _x("ProfilerStep#1", "user_annotation", t0, 1000),
+        _x("DistributedDataParallel.forward", "user_annotation", t0 + 10, 500),
+        _x("aten::flatten_dense_tensors", "cpu_op", t0 + 11, 5, **{"Input Dims": [[[32], [32], [32]]]}),
+        _x("c10d::broadcast_", "cpu_op", t0 + 20, 5, **{"Input Dims": [[[96]], [], []]}),
+        _x("aten::copy_", "cpu_op", t0 + 30, 2, **{"Input Dims": [[32], [32], []]}),
+        _x("aten::conv2d", "cpu_op", t0 + 40, 50, **{"Input Dims": [[8, 3, 32, 32], [16, 3, 3, 3], [16]]}),
+        _x("ProfilerStep#2", "user_annotation", t0 + 1000, 1000),
+        _x("DistributedDataParallel.forward", "user_annotation", t0 + 1010, 500),
+        _x("aten::view", "cpu_op", t0 + 1011, 2, **{"Input Dims": [[32], []]}),  # no op takes a batch: the first
+    ]
+    p = tmp_path / "rank0.json"
+    p.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": events}))
+    old, new = _both(p)
+    _same(old, new)
+    assert [json.loads(d) for _, d in new.forward_inputs] == [[[8, 3, 32, 32], [16, 3, 3, 3], [16]], [[32], []]]

@@ -11,6 +11,7 @@ string and spread with an array take, so no Python code runs per event.
 from __future__ import annotations
 
 import bisect
+import json
 
 import numpy as np
 
@@ -284,9 +285,15 @@ def _collective_messages(rows: np.ndarray, starts: np.ndarray, cols: Columns) ->
     )
 
 
+BATCH_SEARCH_OPS = 64  # main-thread ops with shapes looked at per forward for the one that takes the batch
+
+
 def _forward_inputs(forward: Spans, main_rows: np.ndarray, cols: Columns) -> list[tuple[float, str]]:
-    """(start, input shapes of the first main-thread op of the forward) for each forward span (rows
-    of the main-thread ops): with record_shapes, this is the batch the model received."""
+    """(start, input shapes of the op that takes the batch) for each forward span (rows of the main-thread
+    ops): with record_shapes, the batch the model received. That is the first op of the forward whose first
+    input is one tensor of two or more dimensions: DDP's forward first flattens and broadcasts the module's
+    buffers (a list of tensors, then the 1-D BatchNorm statistics one by one), which says nothing of the
+    batch. Without such an op, the forward's first op with shapes."""
     with_dims = main_rows[cols.args.has_dims(main_rows)]
     if not len(with_dims):
         return []
@@ -298,8 +305,31 @@ def _forward_inputs(forward: Spans, main_rows: np.ndarray, cols: Columns) -> lis
             continue
         j = bisect.bisect_left(starts, fs)
         if j < len(cand) and starts[j] <= fe:
-            out.append((fs, cols.args.input_dims(cand[j][1])))
+            out.append((fs, _batch_dims(cand, starts, j, fe, cols)))
     return out
+
+
+def _batch_dims(cand: list, starts: list, j: int, fe: float, cols: Columns) -> str:
+    first = cols.args.input_dims(cand[j][1])
+    for k in range(j, min(len(cand), j + BATCH_SEARCH_OPS)):
+        if starts[k] > fe:
+            break
+        text = first if k == j else cols.args.input_dims(cand[k][1])
+        if _takes_a_batch(text):
+            return text
+    return first
+
+
+def _takes_a_batch(dims_text: str) -> bool:
+    """The op's first input is one tensor of 2+ dimensions ("[[8, 3, 32, 32], ...]")."""
+    try:
+        dims = json.loads(dims_text)
+    except ValueError:
+        return False
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list):
+        return False
+    head = dims[0]
+    return len(head) >= 2 and all(isinstance(d, int) for d in head)
 
 
 def _py(v):
