@@ -7,7 +7,7 @@ of sample id, label, predicted class and the 20 class probabilities, for each of
 samples of its batch) and calls ``dist.all_gather_object`` on it after every optimizer
 step. Each call pickles the list (~0.8 MB), runs two gloo collectives (the sizes, then the
 padded byte tensors), copies the bytes and unpickles every rank's list; for this small MLP
-(2.6 K parameters) that costs more than the training step itself.
+(3.4 K parameters) that costs more than the training step itself.
 
 Verify (plain torchrun, no ddpdoctor): ``--report`` prints each rank's per-step times, the
 time spent in the metric code (building the records + ``all_gather_object`` + counting) and
