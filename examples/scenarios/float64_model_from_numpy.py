@@ -6,14 +6,17 @@ export defaults to float64) wrapped with ``torch.from_numpy``; the first run fai
 "mat1 and mat2 must have the same dtype", and the author "fixed" it with ``model.double()``.
 The whole MLP now trains in float64: every matmul of the forward and backward passes runs at
 about half the float32 speed on this CPU, and the gradients DDP all-reduces are 2x the bytes.
-The model is kept small (~0.2 M parameters) with a large batch so that the matmuls, not the
+The model is kept small (~0.2 M parameters) with a large batch (1024) so that the matmuls, not the
 all-reduce, are the step.
 
 Verify (plain torchrun, no ddpdoctor): ``--report`` prints each rank's per-step times and the
 median step; ``--float32`` (ablation) casts the data to float32 once
 (``torch.from_numpy(x).float()``) and leaves the model in float32.
-Measured on the 2-core host (median step, steps 5-39): float64 54 ms (rank 0) / 53 ms
-(rank 1); ``--float32`` 29 ms / 29 ms: ~25 ms of each step (~1.9x) is the float64 arithmetic.
+Measured on the 2-core host (median step, steps 5-39; host shared with other jobs; the
+batches are sliced from the in-memory tensors): float64 48 / 48 ms (rank 0 / rank 1),
+``--float32`` 27 / 28 ms; a second pair of runs 48 / 47 vs 24 / 24 ms: ~21-24 ms of each
+step (~1.9x) is the float64 arithmetic. (A first version with per-sample collate measured
+54 vs 29 ms.)
 
     torchrun --standalone --nproc_per_node=2 examples/scenarios/float64_model_from_numpy.py
 """
@@ -28,7 +31,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
 
 def load_features(n=16384, d=96, classes=4, seed=0):
@@ -66,7 +69,8 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     data = TensorDataset(x, y)
     sampler = DistributedSampler(data)
-    loader = DataLoader(data, batch_size=1024, sampler=sampler, drop_last=True)
+    # whole batches are sliced out of the in-memory tensors (no per-sample collate)
+    loader = DataLoader(data, sampler=BatchSampler(sampler, 1024, drop_last=True), batch_size=None)
     step, times = 0, []
     t_last = time.perf_counter()
     for epoch in range(1000):
