@@ -10,9 +10,11 @@ step's gradient all-reduce first and waits there for rank 0 every step.
 Verify (plain torchrun, no ddpdoctor): ``--report`` prints each rank's per-step times, the
 time rank 0 spends in ``log_predictions`` and the medians; ``--no-log`` (ablation) skips the
 dump.
-Measured on the 2-core host (medians, steps 5-39; batch 512, 100 classes, ~0.9 MB of log
-text per step): with the dump, step 56 ms (rank 0) / 57 ms (rank 1), of which rank 0 spends
-29 ms in ``log_predictions``; ``--no-log``: 32 ms / 32 ms.
+Measured on the 2-core host (medians, steps 5-39; batch 512 sliced from in-memory tensors,
+100 classes, ~0.9 MB of log text per step; host shared with other jobs): with the dump, step
+51 / 49 ms (rank 0 / rank 1), rank 0 spending 27 ms in ``log_predictions``; ``--no-log``
+29 / 30 ms. A second pair of runs: 59 / 58 ms (30 ms in ``log_predictions``) vs 29 / 30 ms.
+Rank 1's step is as long as rank 0's: it waits for rank 0 in the next all-reduce.
 
     torchrun --standalone --nproc_per_node=2 examples/scenarios/print_predictions_rank0.py
 """
@@ -28,7 +30,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
 CLASSES = [f"class_{i:03d}" for i in range(100)]
 
@@ -59,7 +61,8 @@ def main():
     n = 32768
     data = TensorDataset(torch.arange(n), torch.randn(n, 128, generator=g), torch.randint(0, 100, (n,), generator=g))
     sampler = DistributedSampler(data)
-    loader = DataLoader(data, batch_size=512, sampler=sampler, drop_last=True)
+    # whole batches are sliced out of the in-memory tensors (no per-sample collate)
+    loader = DataLoader(data, sampler=BatchSampler(sampler, 512, drop_last=True), batch_size=None)
     step, times, in_log = 0, [], []
     folder = tempfile.mkdtemp(prefix="preds_")
     log = open(os.path.join(folder, f"predictions_rank{rank}.log"), "w")
