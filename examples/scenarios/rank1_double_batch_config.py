@@ -9,13 +9,16 @@ all-reduce. The epochs end at different steps (rank 1 has half as many batches p
 but both ranks run the same number of optimizer steps, so nothing hangs: it is only slow.
 
 Verify (plain torchrun, no ddpdoctor): ``--report`` prints each rank's per-step times, its
-batch size and its forward time (purely local compute: the all-reduce runs in the backward),
-and their medians; ``--same-batch`` (ablation) gives rank 1 rank 0's batch size.
-Measured on the 2-core host (medians, steps 5-39): with the bug, step 94 ms on both ranks,
-forward 15 ms on rank 0 (batch 32) vs 25 ms on rank 1 (batch 64); ``--same-batch``: step
-59 ms on both ranks. Rank 0 spends the difference (~35 ms a step) waiting for rank 1 in the
-all-reduce. (The forward times are noisy on a shared 2-core host; in the ablation run they
-were 18 ms / 7 ms.)
+batch size, its forward time (purely local compute) and its backward time (which contains the
+gradient all-reduce, and so the wait for the other rank), and their medians;
+``--same-batch`` (ablation) gives rank 1 rank 0's batch size.
+Measured on the 2-core host (medians, steps 5-39; batches sliced from in-memory tensors;
+host shared with other jobs): with the bug, step 96 / 99 ms (rank 0 / rank 1), forward
+16 ms (batch 32) vs 30 ms (batch 64), backward+all-reduce 78 ms on rank 0 vs 63 ms on rank 1:
+rank 0, with half the work, spends longer in the backward because it waits for rank 1.
+``--same-batch``: step 56 / 56 ms, forward 13 / 10 ms, backward 41 / 44 ms. Other pairs of
+runs: 89 vs 64 ms and 108 vs 95 ms (the shared host's load moves the numbers; the forward
+ratio, ~2-3x, does not).
 
     torchrun --standalone --nproc_per_node=2 examples/scenarios/rank1_double_batch_config.py
 """
@@ -29,7 +32,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
 # per-rank settings, copied from the cluster config (rank 1 was a bigger machine once)
 RANK_CONFIG = {
@@ -68,8 +71,9 @@ def main():
     g = torch.Generator().manual_seed(1)
     data = TensorDataset(torch.randn(8192, 3, 256, generator=g), torch.randint(0, 6, (8192,), generator=g))
     sampler = DistributedSampler(data)
-    loader = DataLoader(data, batch_size=cfg["batch_size"], sampler=sampler, drop_last=True)
-    step, times, fwd = 0, [], []
+    # whole batches are sliced out of the in-memory tensors (no per-sample collate)
+    loader = DataLoader(data, sampler=BatchSampler(sampler, cfg["batch_size"], drop_last=True), batch_size=None)
+    step, times, fwd, bwd = 0, [], [], []
     t_last = time.perf_counter()
     for epoch in range(1000):
         sampler.set_epoch(epoch)
@@ -78,13 +82,15 @@ def main():
             loss = F.cross_entropy(model(x), y)
             fwd.append(time.perf_counter() - t0)
             opt.zero_grad()
-            loss.backward()
+            t1 = time.perf_counter()
+            loss.backward()  # includes the gradient all-reduce, and so the wait for the other rank
+            bwd.append(time.perf_counter() - t1)
             opt.step()
             now = time.perf_counter()
             times.append(now - t_last)
             if args.report:
                 print(f"rank {rank} step {step} batch {len(x)} ms {1000 * (now - t_last):.1f} "
-                      f"forward ms {1000 * fwd[-1]:.1f}", flush=True)
+                      f"forward ms {1000 * fwd[-1]:.1f} backward+all-reduce ms {1000 * bwd[-1]:.1f}", flush=True)
             t_last = now
             step += 1
             if step >= args.steps:
@@ -94,7 +100,7 @@ def main():
     if args.report:
         med = lambda v: sorted(v[5:])[len(v[5:]) // 2]
         print(f"rank {rank} batch {cfg['batch_size']} median step ms {1000 * med(times):.1f} "
-              f"median forward ms {1000 * med(fwd):.1f}", flush=True)
+              f"median forward ms {1000 * med(fwd):.1f} median backward+all-reduce ms {1000 * med(bwd):.1f}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
 
