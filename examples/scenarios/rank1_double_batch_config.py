@@ -18,7 +18,7 @@ host shared with other jobs): with the bug, step 96 / 99 ms (rank 0 / rank 1), f
 rank 0, with half the work, spends longer in the backward because it waits for rank 1.
 ``--same-batch``: step 56 / 56 ms, forward 13 / 10 ms, backward 41 / 44 ms. Other pairs of
 runs: 89 vs 64 ms and 108 vs 95 ms (the shared host's load moves the numbers; the forward
-ratio, ~2-3x, does not).
+ratio, 1.7-3x in five runs, stays well above 1).
 
     torchrun --standalone --nproc_per_node=2 examples/scenarios/rank1_double_batch_config.py
 """
