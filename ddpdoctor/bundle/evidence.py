@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from statistics import NormalDist, median, stdev
 
+from .loop_collectives import loop_collective_facts
 from .values import PROC_TICK_S, as_number, evidence_of, put_fact, safe_where
 
 # ------------------------------------------------------------------ host contention
@@ -367,6 +368,8 @@ def evidence_facts(ranks: dict[int, dict], params: dict) -> dict:
 
     facts = contention_facts(ranks)
     facts.update(python_facts(ranks, params))
+    sampled = {r: st for r, d in ranks.items() if (st := _stacks(d)) and st.get("sampled")}
+    facts.update(loop_collective_facts(sampled))
     facts.update(gc_facts(ranks, params))
     facts.update(gil_facts(ranks, params))
     facts.update(data_facts(ranks))

@@ -8,6 +8,7 @@ the value); everything else is a plain value.  docs/RULES.md lists every name.
 
 from __future__ import annotations
 
+import json
 from statistics import median
 
 import numpy as np
@@ -119,6 +120,36 @@ def _input_facts(analysis, facts: dict) -> None:
         facts["cross.input_shapes_by_rank"] = "; ".join(
             f"rank {r}: {x if len(x) <= 80 else x[:77] + '...'}" for r, x in sorted(by_rank.items())
         )
+        _batch_row_facts(by_rank, facts)
+
+
+def _batch_row_facts(by_rank: dict[int, str], facts: dict) -> None:
+    """The ranks run different batch sizes: each rank's usual batch differs from the others' only in its
+    first dimension (a per-rank batch size from a config, a sampler that splits the global batch unevenly)."""
+    heads = {r: _batch_head(x) for r, x in by_rank.items()}
+    if len(heads) < 2 or any(h is None for h in heads.values()):
+        return
+    if len({tuple(h[1:]) for h in heads.values()}) != 1 or len({h[0] for h in heads.values()}) < 2:
+        return
+    rows = {r: h[0] for r, h in sorted(heads.items())}
+    largest = max(rows.values())
+    facts["cross.batch_rows_by_rank"] = ", ".join(f"rank {r}: {n}" for r, n in rows.items())
+    facts["cross.batch_rows_largest"] = largest
+    facts["cross.batch_rows_smallest"] = min(rows.values())
+    top = [r for r, n in rows.items() if n == largest]
+    if len(top) == 1:
+        facts["cross.largest_batch_rank"] = top[0]
+
+
+def _batch_head(dims_text: str) -> list[int] | None:
+    """The first input's dimensions when it is one tensor of 2+ dimensions."""
+    try:
+        dims = json.loads(dims_text)
+    except ValueError:
+        return None
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or len(dims[0]) < 2:
+        return None
+    return dims[0] if all(isinstance(d, int) for d in dims[0]) else None
 
 
 def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
