@@ -146,7 +146,11 @@ def test_each_cuda_unavailable_message_names_its_own_cause(tmp_path):
 
 def test_the_users_frame_skips_libraries_and_the_capture_agent():
     tb = _alloc_traceback(1, "RuntimeError: boom")
-    assert _own_frame(tb) == ("/home/me/train.py", 89, "batch = torch.zeros(len(samples), self.max_len, dtype=torch.long)")
+    assert _own_frame(tb) == (
+        "/home/me/train.py",
+        89,
+        "batch = torch.zeros(len(samples), self.max_len, dtype=torch.long)",
+    )
     only_libs = (
         "Traceback (most recent call last):\n"
         '  File "/usr/lib/python3.11/site-packages/torch/cuda/__init__.py", line 689, in set_device\n'
