@@ -164,3 +164,31 @@ def test_no_place_is_named_when_the_traceback_has_no_user_frame(tmp_path):
     facts, top = _top(tmp_path, {"rank0.log": line})
     assert "failure.exception.where" not in facts
     assert facts["failure.message.id"] == "cuda.no_gpus_visible" and "nvidia-smi -L" in top.fixes[0].change
+
+
+def test_an_allocation_in_a_dataloader_worker_is_placed_in_the_workers_traceback(tmp_path):
+    """The main process re-raises the worker's error from `for x, y in loader`; the allocation is the worker's."""
+    p = "[rank1]: "
+    log = "".join(
+        p + ln + "\n"
+        for ln in [
+            "Traceback (most recent call last):",
+            '  File "/home/me/train.py", line 130, in main',
+            "    for x, y in loader:",
+            '  File "/usr/lib/python3.11/site-packages/torch/_utils.py", line 733, in reraise',
+            "    raise exception",
+            "RuntimeError: Caught RuntimeError in DataLoader worker process 0.",
+            "Original Traceback (most recent call last):",
+            '  File "/usr/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py", line 57, in fetch',
+            "    return self.collate_fn(data)",
+            '  File "/home/me/train.py", line 89, in __call__',
+            "    batch = torch.zeros(len(samples), self.max_len, dtype=torch.long)",
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 12800000000000 bytes. Error code 12 (Cannot allocate memory)",
+            '  File "/home/me/other.py", line 7, in later',
+        ]
+    )
+    facts, top = _top(tmp_path, {"rank1.log": log})
+    assert facts["failure.message.id"] == "cpu.alloc_impossible_size"
+    assert facts["failure.exception.where"] == "/home/me/train.py:89"
+    assert "/home/me/train.py:89: `batch = torch.zeros(" in top.fixes[0].change
