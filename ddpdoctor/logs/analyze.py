@@ -12,6 +12,7 @@ from ..redact import collect_log_secrets, redact_keys
 from .callsite import apply_callsite_root
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
+from .exception_place import apply_exception_place
 from .failfacts import promote_bad_interface, suspect_p2p
 from .fatal_stack import apply_crash_place
 from .flight import analyze_dumps, load_dump
@@ -247,6 +248,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     suspect_p2p(facts, known)
     promote_bad_interface(facts)
     facts.update(versions(lines, nccl.versions_by_host))
+    apply_exception_place(facts, events, lines)  # the user's file:line the root-cause exception was raised at
     facts.update(message_facts(lines, facts, known, found))
     apply_callsite_root(facts, known, lines, events)  # a size mismatch between two call sites (logs/callsite.py)
     apply_crash_place(facts, lines)  # where a rank that died of a signal was (faulthandler's stacks)
