@@ -15,7 +15,7 @@ import json
 import re
 
 from .model import LogEvent
-from .startup import FRAME, LIBRARY_PARTS, _shown, _traceback_of
+from .startup import FRAME, LIBRARY_PARTS, shown_path, traceback_of
 
 AGENT_PARTS = ("/ddpdoctor_capture_agent/",)
 _PREFIX = re.compile(r"^\s*\[(?:rank|default)\d+\]:")  # torch's and torchrun's rank prefixes
@@ -77,9 +77,9 @@ def apply_exception_place(facts: dict, events: list[LogEvent], lines: list) -> N
     raw = {(ln[0], ln[1]): ln[2] for ln in lines if ln[0] == ev.file}
     by_file = {ev.file: sorted((ln[1], ln[2]) for ln in lines if ln[0] == ev.file)}
     worker = _worker_traceback(ev, raw, by_file)
-    frame = _own_frame(worker) if worker else _own_frame(_traceback_of(ev, raw, by_file))
+    frame = _own_frame(worker) if worker else _own_frame(traceback_of(ev, raw, by_file))
     if frame is None:
         return
-    facts["failure.exception.where"] = f"{_shown(frame[0])}:{frame[1]}"
+    facts["failure.exception.where"] = f"{shown_path(frame[0])}:{frame[1]}"
     if frame[2]:
         facts["failure.exception.code"] = frame[2]

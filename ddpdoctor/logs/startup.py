@@ -45,7 +45,7 @@ def _user_frame(traceback: str) -> tuple[str, int, str] | None:
     return (own or frames or [None])[-1]
 
 
-def _traceback_of(ev: LogEvent, raw: dict[tuple[str, int], str], by_file: dict[str, list]) -> str:
+def traceback_of(ev: LogEvent, raw: dict[tuple[str, int], str], by_file: dict[str, list]) -> str:
     """The traceback text of an exception event: the events.jsonl record's ``traceback``, else the
     log lines before the exception line (back to ``Traceback (most recent call last):``)."""
     text = raw.get((ev.file, ev.line_no))
@@ -73,7 +73,7 @@ def _close_name(path: str) -> str | None:
     return os.path.join(folder, best[0]) if best else None
 
 
-def _shown(path: str) -> str:
+def shown_path(path: str) -> str:
     """The user's path as they would type it here: relative to the current folder when under it."""
     try:
         rel = os.path.relpath(path)
@@ -104,13 +104,13 @@ def startup_facts(events: list[LogEvent], lines: list, world_size: int | None) -
             _ranks(missing),
             world_size,
             rank,
-            message=f"{os.path.basename(m.group('interp'))}: can't open file '{_shown(path)}': "
+            message=f"{os.path.basename(m.group('interp'))}: can't open file '{shown_path(path)}': "
             f"[Errno {m.group('errno')}] {m.group('reason').strip()}",
             exc_type=None,
-            file=_shown(path),
+            file=shown_path(path),
             line=None,
             code=None,
-            suggestion=_shown(close) if close else None,
+            suggestion=shown_path(close) if close else None,
         )
     stepped = {e.rank for e in events if e.kind == "progress" and (e.data.get("step") or 0) >= 0}
     by_file: dict[str, list] = {}
@@ -127,7 +127,7 @@ def startup_facts(events: list[LogEvent], lines: list, world_size: int | None) -
     if not found:
         return {}
     rank, _t, ev, etype = min(found, key=lambda x: (x[1] is None, x[1] or 0))
-    frame = _user_frame(_traceback_of(ev, raw, by_file))
+    frame = _user_frame(traceback_of(ev, raw, by_file))
     message = str(ev.data.get("message") or ev.text.partition(": ")[2])
     if etype in COMPILE_ERRORS:
         message = re.sub(r" \([^()]+, line \d+\)$", "", message)  # the place is named on its own
@@ -139,7 +139,7 @@ def startup_facts(events: list[LogEvent], lines: list, world_size: int | None) -
         rank,
         message=f"{etype}: {message}",
         exc_type=etype,
-        file=_shown(frame[0]) if frame else None,
+        file=shown_path(frame[0]) if frame else None,
         line=frame[1] if frame else None,
         code=(frame[2] or None) if frame else None,
         suggestion=None,
