@@ -32,3 +32,15 @@ def test_two_ranks_share_the_largest_batch():
     facts = {}
     _batch_row_facts({0: "[[32, 8]]", 1: "[[64, 8]]", 2: "[[64, 8]]"}, facts)
     assert facts["cross.batch_rows_largest"] == 64 and "cross.largest_batch_rank" not in facts
+
+
+def test_the_batch_is_the_second_input_of_an_embedding():
+    facts = {}
+    _batch_row_facts({0: "[[1000, 64], [32, 128], [], []]", 1: "[[1000, 64], [48, 128], [], []]"}, facts)
+    assert facts["cross.batch_rows_by_rank"] == "rank 0: 32, rank 1: 48" and facts["cross.largest_batch_rank"] == 1
+
+
+def test_two_inputs_differ_is_not_one_batch_size():
+    facts = {}
+    _batch_row_facts({0: "[[1000, 64], [32, 128]]", 1: "[[999, 64], [48, 128]]"}, facts)
+    assert facts == {}

@@ -124,12 +124,21 @@ def _input_facts(analysis, facts: dict) -> None:
 
 
 def _batch_row_facts(by_rank: dict[int, str], facts: dict) -> None:
-    """The ranks run different batch sizes: each rank's usual batch differs from the others' only in its
-    first dimension (a per-rank batch size from a config, a sampler that splits the global batch unevenly)."""
-    heads = {r: _batch_head(x) for r, x in by_rank.items()}
-    if len(heads) < 2 or any(h is None for h in heads.values()):
+    """The ranks run different batch sizes: each rank's usual inputs differ from the others' only in the first
+    dimension of one tensor (a per-rank batch size from a config, a global batch split unevenly). The tensor
+    need not be the first input: an embedding takes its weight first and the token ids second."""
+    parsed = {r: _dims(x) for r, x in by_rank.items()}
+    if len(parsed) < 2 or any(p is None for p in parsed.values()) or len({len(p) for p in parsed.values()}) != 1:
         return
-    if len({tuple(h[1:]) for h in heads.values()}) != 1 or len({h[0] for h in heads.values()}) < 2:
+    lists = list(parsed.values())
+    differing = [i for i in range(len(lists[0])) if len({json.dumps(p[i]) for p in lists}) > 1]
+    if len(differing) != 1:
+        return
+    heads = {r: p[differing[0]] for r, p in parsed.items()}
+    if (
+        not all(_is_tensor(h) and len(h) >= 2 for h in heads.values())
+        or len({tuple(h[1:]) for h in heads.values()}) != 1
+    ):
         return
     rows = {r: h[0] for r, h in sorted(heads.items())}
     largest = max(rows.values())
@@ -141,15 +150,16 @@ def _batch_row_facts(by_rank: dict[int, str], facts: dict) -> None:
         facts["cross.largest_batch_rank"] = top[0]
 
 
-def _batch_head(dims_text: str) -> list[int] | None:
-    """The first input's dimensions when it is one tensor of 2+ dimensions."""
+def _dims(dims_text: str) -> list | None:
     try:
         dims = json.loads(dims_text)
     except ValueError:
         return None
-    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or len(dims[0]) < 2:
-        return None
-    return dims[0] if all(isinstance(d, int) for d in dims[0]) else None
+    return dims if isinstance(dims, list) else None
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, list) and all(isinstance(d, int) for d in x)
 
 
 def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
