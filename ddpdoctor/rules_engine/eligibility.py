@@ -9,14 +9,23 @@ from .engine import Finding
 
 def is_sporadic(f: Finding, facts: dict, t: dict) -> bool:
     """A cost that shows on some ranks only and in few of their steps. Every rank runs the same
-    training code, so the workload's own cost shows on every rank, step after step."""
+    training code, so the workload's own cost shows on every rank, step after step; unless a measurement
+    of every rank (metrics.toml ``every_rank_pays``) shows the cost material on all of them."""
     analyzed = facts.get("run.ranks_analyzed")
     return (
         isinstance(analyzed, int)
         and 0 < len(f.ranks or []) < analyzed
         and f.agreement is not None
         and f.agreement < t["sporadic_max_agreement"]
+        and not every_rank_pays(f.category, facts, t)
     )
+
+
+def every_rank_pays(category: str, facts: dict, t: dict) -> bool:
+    """The category's every-rank measurement (the least of the ranks) reaches its materiality."""
+    name = t.get("every_rank_pays", {}).get(category)
+    value = facts.get(name) if name else None
+    return isinstance(value, (int, float)) and value >= t.get("materiality", {}).get(category, 0.0)
 
 
 def late_in_a_shared_cost(findings: list[Finding], facts: dict, t: dict) -> Finding | None:
