@@ -53,6 +53,8 @@ SETTINGS_FIELDS = {
     "distributed": "the process group",
     "precision": "dtypes, autocast, GradScaler, TF32",
     "memory": "the device's peak memory",
+    "autograd": "autograd anomaly mode when the window started",
+    "init_process_group": "the world_size / rank the script passed to init_process_group, and the launcher's",
     "evidence": "window evidence, its own schema (bundle/evidence.py reads it)",
     "compile": "torch.compile compilations in the window (bundle/compile.py reads it)",
     "loader_window": "the DataLoader's wait and its workers' CPU (bundle/loader.py reads it)",
@@ -124,6 +126,7 @@ SETTINGS_RECORDS = {
         "device_ids",
         "module",
         "logging_data",
+        "param_bytes_by_dtype",
     ),
     "optimizer": ("type", "module", "param_groups", "lr", "foreach", "fused", "capturable", "differentiable"),
     "train": ("micro_batches_per_step", "synced_micro_batches_per_step", "optimizer_steps_counted"),
@@ -156,6 +159,8 @@ SETTINGS_RECORDS = {
         "num_ooms",
     ),
     "distributed": ("backend", "world_size", "rank"),
+    "autograd": ("anomaly_enabled", "anomaly_check_nan"),
+    "init_process_group": ("world_size_arg", "rank_arg", "env_world_size", "env_rank"),
     "step_time_s": ("count", "median", "min", "max", "last"),
 }
 
@@ -165,6 +170,7 @@ EVENT_KINDS = {
     "step": "a training step ended",
     "step_source": "steps are counted at DDP forward calls (no optimizer step seen)",
     "ddp": "the DDP model was built",
+    "init_process_group": "the script called init_process_group (the world_size / rank it passed)",
     "fsdp": "the first FSDP wrap",
     "profiler_start": "the window's profiler started",
     "trace": "the window's trace was written",

@@ -59,6 +59,7 @@ class WindowProfiler:
         a._evidence_hook(
             "window_start", torch, steps, a.window.typical_step_s() if a.window.step_times else None, a.window.active
         )
+        a.settings.window_autograd(torch)  # the autograd mode the recorded steps run in
         a.event("profiler_start", step=steps, activities=[str(x).split(".")[-1] for x in acts])
         try:
             a.settings.write()  # early copy: a hang or SIGKILL later still leaves the settings

@@ -41,6 +41,8 @@ class SettingsRecorder:
         self.optimizer_info = None
         self.framework_seen = None  # from the call stack at the first optimizer step
         self.param_dtypes = []
+        self.autograd = None  # anomaly mode when the window started (window_autograd)
+        self.init_call = None  # the arguments the script passed to init_process_group
         self.torch_cache = {}  # torch-derived values, for the lite write from another thread
         self.contract_breach_told = False
 
@@ -58,6 +60,15 @@ class SettingsRecorder:
 
     def scaler_created(self, _result, scaler, *args, **kwargs) -> None:
         self.grad_scaler = bool(getattr(scaler, "_enabled", True))
+
+    def window_autograd(self, torch) -> None:
+        with self.agent.errors.quiet("autograd settings"):
+            self.autograd = self.r._autograd_settings(torch)
+
+    def init_called(self, *args, **kwargs) -> None:
+        """init_process_group(...): the world size and rank the script passed, beside the launcher's."""
+        self.init_call = self.r._init_call(args, kwargs, os.environ)
+        self.agent.event("init_process_group", step=self.agent.steps, **self.init_call)
 
     def fsdp1_created(self, _result, fsdp, *args, **kwargs) -> None:
         self._fsdp_created("fsdp1", fsdp, kwargs)
@@ -230,6 +241,10 @@ class SettingsRecorder:
             self.param_dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
         d["precision"] = r._precision(torch, self.param_dtypes, self.autocast, self.grad_scaler, errors=a.errors)
         d["memory"] = r._memory(torch, errors=a.errors)
+        if self.autograd is None and torch is not None:
+            self.window_autograd(torch)  # no window started (a run cut short): the mode at exit
+        d["autograd"] = self.autograd
+        d["init_process_group"] = self.init_call
         d["evidence"] = a.evidence.record()
         d["compile"] = a.compile_watch.record()  # compile.py: None until the window ends
         d["loader_window"] = a.loader_timing.record()

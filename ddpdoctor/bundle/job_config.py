@@ -1,0 +1,58 @@
+"""Facts on the job's own configuration that makes it slow or broken, from each rank's ``settings.json``:
+autograd anomaly mode when the window started (``autograd``), the DDP model's parameter bytes per dtype
+(``ddp.param_bytes_by_dtype``) and the world size / rank the script passed to ``init_process_group``
+beside the launcher's (``init_process_group``).  All written by capture/agent/recorder.py.
+
+``job_config_facts(ranks)``: ``ranks`` = {rank: settings dict}.  A fact is absent when no rank recorded
+it (an older bundle, a run that never reached the call); the lowest rank's value is the run's, with
+``.per_rank`` where ranks differ.  Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+from .values import put_fact
+
+
+def _record(d: dict, field: str) -> dict:
+    rec = d.get(field)
+    return rec if isinstance(rec, dict) else {}
+
+
+def _int(x) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+def _put(facts: dict, name: str, per: dict[int, object]) -> None:
+    per = {r: v for r, v in per.items() if v is not None}
+    if per:
+        put_fact(facts, name, per[min(per)], per)
+
+
+def _float64_share(d: dict) -> float | None:
+    ddp = _record(d, "ddp")
+    by_dtype = ddp.get("param_bytes_by_dtype") if ddp.get("used") else None
+    if not isinstance(by_dtype, dict):
+        return None
+    sizes = {k: v for k, v in by_dtype.items() if _int(v) is not None and v >= 0}
+    total = sum(sizes.values())
+    return round(sizes.get("float64", 0) / total, 6) if total > 0 else None
+
+
+def job_config_facts(ranks: dict[int, dict]) -> dict:
+    facts: dict = {}
+    for name, key in (("config.autograd.anomaly", "anomaly_enabled"), ("config.autograd.anomaly_check_nan", "anomaly_check_nan")):
+        per = {r: _record(d, "autograd").get(key) for r, d in ranks.items()}
+        _put(facts, name, {r: v for r, v in per.items() if isinstance(v, bool)})
+    _put(facts, "config.ddp.float64_param_share", {r: _float64_share(d) for r, d in ranks.items()})
+    inits = {r: _record(d, "init_process_group") for r, d in ranks.items()}
+    _put(facts, "config.init.world_size_arg", {r: _int(i.get("world_size_arg")) for r, i in inits.items()})
+    _put(facts, "config.init.rank_arg", {r: _int(i.get("rank_arg")) for r, i in inits.items()})
+    _put(facts, "config.init.launcher_world_size", {r: _int(i.get("env_world_size")) for r, i in inits.items()})
+    # the script asked for another world size than the launcher started: the store waits for ranks that never come
+    mismatch = {
+        r: i["world_size_arg"] != i["env_world_size"]
+        for r, i in inits.items()
+        if _int(i.get("world_size_arg")) is not None and _int(i.get("env_world_size")) is not None
+    }
+    _put(facts, "config.init.world_size_mismatch", mismatch)
+    return facts
