@@ -127,6 +127,7 @@ SETTINGS_RECORDS = {
         "module",
         "logging_data",
         "param_bytes_by_dtype",
+        "float64_slowdown",
     ),
     "optimizer": ("type", "module", "param_groups", "lr", "foreach", "fused", "capturable", "differentiable"),
     "train": ("micro_batches_per_step", "synced_micro_batches_per_step", "optimizer_steps_counted"),
@@ -159,7 +160,14 @@ SETTINGS_RECORDS = {
         "num_ooms",
     ),
     "distributed": ("backend", "world_size", "rank"),
-    "autograd": ("anomaly_enabled", "anomaly_check_nan"),
+    "autograd": (
+        "anomaly_enabled",
+        "anomaly_check_nan",
+        "anomaly_us_per_node",
+        "anomaly_timed_frames",
+        "graph_nodes_per_forward",
+        "graph_frames_per_forward",
+    ),
     "init_process_group": ("world_size_arg", "rank_arg", "env_world_size", "env_rank"),
     "step_time_s": ("count", "median", "min", "max", "last"),
 }

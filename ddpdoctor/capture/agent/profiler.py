@@ -46,6 +46,7 @@ class WindowProfiler:
         manual = a.window.manual
         if not manual:
             self._agree_length(torch)
+        a.settings.window_autograd(torch, measure=True)  # the recorded steps' autograd mode (timed before the trace)
         prof = profile(activities=acts, record_shapes=True, with_stack=False, profile_memory=False)
         prof._ddpdoctor_own = True
         prof.record_steps = not manual  # without a schedule profile() would not mark ProfilerStep#N
@@ -59,7 +60,6 @@ class WindowProfiler:
         a._evidence_hook(
             "window_start", torch, steps, a.window.typical_step_s() if a.window.step_times else None, a.window.active
         )
-        a.settings.window_autograd(torch)  # the autograd mode the recorded steps run in
         a.event("profiler_start", step=steps, activities=[str(x).split(".")[-1] for x in acts])
         try:
             a.settings.write()  # early copy: a hang or SIGKILL later still leaves the settings

@@ -1,0 +1,111 @@
+"""Part of the capture agent: what two settings of the job's own cost on this host, measured in the rank
+(torch is passed in, never imported).
+
+- Autograd anomaly mode stores a formatted Python traceback with every autograd node the forward creates
+  (and checks every gradient for NaN in the backward).  ``anomaly_cost`` times a chain of tiny
+  differentiable ops with anomaly mode on and off at the agent's hook, restoring the user's mode after; ``graph_nodes`` counts the nodes of one forward's graph and the
+  frames of the tracebacks stored with them.  Together: anomaly mode's forward cost per step
+  (bundle/job_config.py); its backward NaN checks are not counted (a lower bound).
+- float64 parameters: ``float64_slowdown`` times the matmul of the model's largest float64 weight in
+  float64 and in float32 on its device; the ratio is how much slower its arithmetic runs in float64.
+"""
+
+from __future__ import annotations
+
+import time
+
+_CHAIN = 40  # differentiable ops per timed chain
+_REPEATS = 5  # the fastest of these chains counts (other processes on the host only add time)
+
+
+_TRACE_KEY = "traceback_"  # where anomaly mode keeps a node's formatted stack (its metadata dict)
+
+
+def _chain(torch, x) -> tuple[float, int]:
+    """(µs per differentiable op, frames in its stored traceback: 0 with anomaly mode off), fastest of a few."""
+    best, y = None, x
+    for _ in range(_REPEATS):
+        t0 = time.perf_counter()
+        y = x
+        for _ in range(_CHAIN):
+            y = y * 1.0
+        dt = (time.perf_counter() - t0) / _CHAIN
+        best = dt if best is None else min(best, dt)
+    frames = len((getattr(y.grad_fn, "metadata", None) or {}).get(_TRACE_KEY) or ())
+    return best * 1e6, frames
+
+
+def anomaly_cost(torch) -> dict:
+    """What anomaly mode adds to creating one autograd node here (µs, on minus off) and the frames of the
+    traceback it stored: formatting a stack costs more the deeper it is, so the reader scales it down for
+    a model whose nodes have shorter stacks, never up (a timing at two depths was too noisy to scale up)."""
+    was_on, check_nan = torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()
+    with torch.enable_grad():
+        x = torch.ones(4, requires_grad=True)
+        try:
+            torch.autograd.set_detect_anomaly(True, check_nan=check_nan)
+            on, frames = _chain(torch, x)
+            torch.autograd.set_detect_anomaly(False)
+            off, _ = _chain(torch, x)
+        finally:
+            torch.autograd.set_detect_anomaly(was_on, check_nan=check_nan)
+    return {"us_per_node": round(max(0.0, on - off), 3), "frames": frames}
+
+
+def _tensors(out, depth=0):
+    if depth > 3:
+        return
+    if hasattr(out, "grad_fn"):
+        yield out
+    elif isinstance(out, dict):
+        for v in out.values():
+            yield from _tensors(v, depth + 1)
+    elif isinstance(out, (list, tuple)):
+        for v in out:
+            yield from _tensors(v, depth + 1)
+
+
+def graph_nodes(out, limit: int = 200_000) -> tuple[int, int]:
+    """(autograd nodes behind a forward's outputs, frames of the tracebacks anomaly mode stored with them);
+    AccumulateGrad (one per parameter, made once) is left out."""
+    stack = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+    seen, n, frames = set(), 0, 0
+    while stack and len(seen) < limit:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if type(fn).__name__ != "AccumulateGrad":
+            n += 1
+            frames += len((getattr(fn, "metadata", None) or {}).get(_TRACE_KEY) or ())
+        stack.extend(f for f, _ in fn.next_functions)
+    return n, frames
+
+
+def float64_slowdown(torch, params) -> float | None:
+    """float64 matmul time over float32 on the largest float64 weight's shape and device (None: no 2-D one)."""
+    weights = [p for p in params if p.dtype == torch.float64 and p.dim() == 2]
+    if not weights:
+        return None
+    w = max(weights, key=lambda p: p.numel())
+    rows = 256
+
+    def timed(dtype) -> float:
+        with torch.no_grad():
+            a = torch.ones(rows, w.shape[1], dtype=dtype, device=w.device)
+            b = torch.ones(w.shape[1], w.shape[0], dtype=dtype, device=w.device)
+            best = None
+            for _ in range(_REPEATS):
+                if w.device.type == "cuda":
+                    torch.cuda.synchronize(w.device)
+                t0 = time.perf_counter()
+                for _ in range(4):
+                    a @ b
+                if w.device.type == "cuda":
+                    torch.cuda.synchronize(w.device)
+                dt = time.perf_counter() - t0
+                best = dt if best is None else min(best, dt)
+            return best
+
+    t32 = timed(torch.float32)
+    return round(timed(torch.float64) / t32, 3) if t32 > 0 else None
