@@ -117,7 +117,9 @@ def test_float64_share_and_slowdown():
 
 def test_world_size_mismatch_only_when_both_are_known():
     init = {"world_size_arg": 4, "env_world_size": 2, "rank_arg": 0, "env_rank": 0}
-    f = job_config_facts({0: _rank(init_process_group=init), 1: _rank(rank=1, init_process_group=dict(init, rank_arg=1))})
+    f = job_config_facts(
+        {0: _rank(init_process_group=init), 1: _rank(rank=1, init_process_group=dict(init, rank_arg=1))}
+    )
     assert f["config.init.world_size_arg"] == 4 and f["config.init.launcher_world_size"] == 2
     assert f["config.init.world_size_mismatch"] is True and f["config.init.rank_arg.per_rank"] == {0: 0, 1: 1}
     same = job_config_facts({0: _rank(init_process_group=dict(init, world_size_arg=2))})

@@ -26,7 +26,14 @@ def _run(tmp_path, script):
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     out = tmp_path / "bundle"
     cmd = [sys.executable, "-m", "ddpdoctor", "run", "--no-analyze", "--out", str(out), "--"]
-    cmd += [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SCENARIOS / script)]
+    cmd += [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(SCENARIOS / script),
+    ]
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     from ddpdoctor.diagnosis import run_analyze
 

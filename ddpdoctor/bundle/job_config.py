@@ -61,7 +61,10 @@ def _share_of_step(d: dict, ms: float | None) -> float | None:
 
 def job_config_facts(ranks: dict[int, dict]) -> dict:
     facts: dict = {}
-    for name, key in (("config.autograd.anomaly", "anomaly_enabled"), ("config.autograd.anomaly_check_nan", "anomaly_check_nan")):
+    for name, key in (
+        ("config.autograd.anomaly", "anomaly_enabled"),
+        ("config.autograd.anomaly_check_nan", "anomaly_check_nan"),
+    ):
         per = {r: _record(d, "autograd").get(key) for r, d in ranks.items()}
         _put(facts, name, {r: v for r, v in per.items() if isinstance(v, bool)})
     anomaly_ms = {r: _anomaly_ms_per_step(d) for r, d in ranks.items()}
