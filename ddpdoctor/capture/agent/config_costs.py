@@ -6,8 +6,8 @@
   differentiable ops with anomaly mode on and off at the agent's hook, restoring the user's mode after; ``graph_nodes`` counts the nodes of one forward's graph and the
   frames of the tracebacks stored with them.  Together: anomaly mode's forward cost per step
   (bundle/job_config.py); its backward NaN checks are not counted (a lower bound).
-- float64 parameters: ``float64_slowdown`` times the matmul of the model's largest float64 weight in
-  float64 and in float32 on its device; the ratio is how much slower its arithmetic runs in float64.
+- float64 parameters: ``float64_slowdown`` times a 256-row matmul of the model's largest float64 weight's
+  shape (each side capped at 512) in float64 and in float32 on its device; the ratio is how much slower its arithmetic runs in float64.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 
 _CHAIN = 40  # differentiable ops per timed chain
 _REPEATS = 5  # the fastest of these chains counts (other processes on the host only add time)
+_MAX_DIM = 512  # the float64 timing's matmul: each side of the weight's shape capped at this
 
 
 _TRACE_KEY = "traceback_"  # where anomaly mode keeps a node's formatted stack (its metadata dict)
@@ -89,11 +90,15 @@ def float64_slowdown(torch, params) -> float | None:
         return None
     w = max(weights, key=lambda p: p.numel())
     rows = 256
+    inner, outer = (
+        min(int(w.shape[1]), _MAX_DIM),
+        min(int(w.shape[0]), _MAX_DIM),
+    )  # bounded: a few ms, not a big model's matmul
 
     def timed(dtype) -> float:
         with torch.no_grad():
-            a = torch.ones(rows, w.shape[1], dtype=dtype, device=w.device)
-            b = torch.ones(w.shape[1], w.shape[0], dtype=dtype, device=w.device)
+            a = torch.ones(rows, inner, dtype=dtype, device=w.device)
+            b = torch.ones(inner, outer, dtype=dtype, device=w.device)
             best = None
             for _ in range(_REPEATS):
                 if w.device.type == "cuda":
