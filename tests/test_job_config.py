@@ -126,3 +126,23 @@ def test_world_size_mismatch_only_when_both_are_known():
     assert same["config.init.world_size_mismatch"] is False
     not_passed = job_config_facts({0: _rank(init_process_group=dict(init, world_size_arg=None))})
     assert "config.init.world_size_mismatch" not in not_passed and "config.init.world_size_arg" not in not_passed
+
+
+def test_the_wrapped_init_process_group_keeps_torchs_signature():
+    """Libraries probe `"device_id" in inspect.signature(torch.distributed.init_process_group).parameters`."""
+    import inspect
+    import types
+
+    from ddpdoctor.capture.agent import patches
+
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, device_id=None):
+        return world_size
+
+    seen = []
+    mod = types.SimpleNamespace(init_process_group=init_process_group)
+    patches.wrap(mod, "init_process_group", before=lambda *a, **k: seen.append(k), on_error=None)
+    assert mod.init_process_group is not init_process_group
+    assert "device_id" in inspect.signature(mod.init_process_group).parameters
+    assert mod.init_process_group("gloo", world_size=4) == 4 and seen == [{"world_size": 4}]
+    entry = next(p for p in patches.PATCHES if p.target == "init_process_group")
+    assert entry.module == "torch.distributed.distributed_c10d" and entry.before == "settings.init_called"
