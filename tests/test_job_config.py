@@ -47,6 +47,10 @@ def test_anomaly_cost_is_timed_and_the_scripts_mode_restored():
             torch.autograd.set_detect_anomaly(False)
         # formatting a stack of several frames per node: more than nothing, and a stored traceback
         assert cost["us_per_node"] > 0 and cost["frames"] >= 3
+    # as deep as the model's nodes: the chain is padded to their mean traceback length (two functions in turn:
+    # a traceback folds repeats of one line, which would hide the padding)
+    deep = config_costs.anomaly_cost(torch, cost["frames"] + 20.0)
+    assert deep["frames"] == cost["frames"] + 20 and not torch.is_anomaly_enabled()
 
 
 def test_graph_nodes_counts_a_forwards_nodes_and_their_traceback_frames():
@@ -90,9 +94,11 @@ def test_anomaly_facts_and_the_lower_bound_cost():
         "graph_frames_per_forward": 4000,  # 20 frames per node: deeper than timed, never scaled up
     }
     d = _rank(autograd=autograd, step_time_s={"median": 0.1}, train={"micro_batches_per_step": 1.0})
-    f = job_config_facts({0: d, 1: dict(d, rank=1)})
+    slower = dict(d, rank=1, autograd=dict(autograd, anomaly_us_per_node=80.0))  # its timing slowed by others
+    f = job_config_facts({0: slower, 1: d})
     assert f["config.autograd.anomaly"] is True and f["config.autograd.anomaly_check_nan"] is True
-    assert f["config.autograd.anomaly_ms_per_step"] == 10.0  # 50 µs x 200 nodes
+    assert f["config.autograd.anomaly_ms_per_step"] == 10.0  # 50 µs x 200 nodes: the smaller rank's
+    assert f["config.autograd.anomaly_ms_per_step.per_rank"] == {0: 16.0, 1: 10.0}
     assert f["config.autograd.anomaly_share"] == 0.1
     # shorter stacks than the timed one: scaled down; two forwards per optimizer step: twice
     shallow = dict(autograd, graph_frames_per_forward=1000)  # 5 frames per node

@@ -28,6 +28,12 @@ def _put(facts: dict, name: str, per: dict[int, object]) -> None:
         put_fact(facts, name, per[min(per)], per)
 
 
+def _put_min(facts: dict, name: str, per: dict[int, float | None]) -> None:
+    per = {r: v for r, v in per.items() if v is not None}
+    if per:
+        put_fact(facts, name, min(per.values()), per)
+
+
 def _float64_share(d: dict) -> float | None:
     ddp = _record(d, "ddp")
     by_dtype = ddp.get("param_bytes_by_dtype") if ddp.get("used") else None
@@ -67,9 +73,11 @@ def job_config_facts(ranks: dict[int, dict]) -> dict:
     ):
         per = {r: _record(d, "autograd").get(key) for r, d in ranks.items()}
         _put(facts, name, {r: v for r, v in per.items() if isinstance(v, bool)})
+    # the smallest over the ranks: each timing is the fastest of a few, and a rank whose timing other processes
+    # slowed must not raise a lower bound
     anomaly_ms = {r: _anomaly_ms_per_step(d) for r, d in ranks.items()}
-    _put(facts, "config.autograd.anomaly_ms_per_step", anomaly_ms)
-    _put(facts, "config.autograd.anomaly_share", {r: _share_of_step(d, anomaly_ms[r]) for r, d in ranks.items()})
+    _put_min(facts, "config.autograd.anomaly_ms_per_step", anomaly_ms)
+    _put_min(facts, "config.autograd.anomaly_share", {r: _share_of_step(d, anomaly_ms[r]) for r, d in ranks.items()})
     _put(facts, "config.ddp.float64_param_share", {r: _float64_share(d) for r, d in ranks.items()})
     _put(
         facts,

@@ -3,11 +3,13 @@
 
 - Autograd anomaly mode stores a formatted Python traceback with every autograd node the forward creates
   (and checks every gradient for NaN in the backward).  ``anomaly_cost`` times a chain of tiny
-  differentiable ops with anomaly mode on and off at the agent's hook, restoring the user's mode after; ``graph_nodes`` counts the nodes of one forward's graph and the
-  frames of the tracebacks stored with them.  Together: anomaly mode's forward cost per step
+  differentiable ops with anomaly mode on and off as deep in the Python stack as the model's nodes are
+  (their mean traceback length, when its first forward was counted), restoring the user's mode after;
+  ``graph_nodes`` counts the nodes of one forward's graph and the frames of the tracebacks stored with them.  Together: anomaly mode's forward cost per step
   (bundle/job_config.py); its backward NaN checks are not counted (a lower bound).
 - float64 parameters: ``float64_slowdown`` times a 256-row matmul of the model's largest float64 weight's
-  shape (each side capped at 512) in float64 and in float32 on its device; the ratio is how much slower its arithmetic runs in float64.
+  shape (each side capped at 512) in float64 and in float32 on its device; the ratio is how much slower its
+  arithmetic runs in float64.
 """
 
 from __future__ import annotations
@@ -16,38 +18,55 @@ import time
 
 _CHAIN = 40  # differentiable ops per timed chain
 _REPEATS = 5  # the fastest of these chains counts (other processes on the host only add time)
+_MAX_EXTRA_FRAMES = 200  # deepest padding of the anomaly timing's stack
 _MAX_DIM = 512  # the float64 timing's matmul: each side of the weight's shape capped at this
 
 
 _TRACE_KEY = "traceback_"  # where anomaly mode keeps a node's formatted stack (its metadata dict)
 
 
-def _chain(torch, x) -> tuple[float, int]:
+def _chain(torch, x, repeats: int = _REPEATS) -> tuple[float, int]:
     """(µs per differentiable op, frames in its stored traceback: 0 with anomaly mode off), fastest of a few."""
     best, y = None, x
-    for _ in range(_REPEATS):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         y = x
         for _ in range(_CHAIN):
             y = y * 1.0
         dt = (time.perf_counter() - t0) / _CHAIN
         best = dt if best is None else min(best, dt)
-    frames = len((getattr(y.grad_fn, "metadata", None) or {}).get(_TRACE_KEY) or ())
-    return best * 1e6, frames
+    return best * 1e6, _frames(y)
 
 
-def anomaly_cost(torch) -> dict:
+def _frames(y) -> int:
+    """Frames of the traceback anomaly mode stored with the node that made ``y`` (0 with the mode off)."""
+    return len((getattr(y.grad_fn, "metadata", None) or {}).get(_TRACE_KEY) or ())
+
+
+def _deeper(n: int, fn):
+    """fn() called n frames deeper; two functions in turn, since a traceback folds repeats of one line."""
+    return fn() if n <= 0 else _deeper_too(n - 1, fn)
+
+
+def _deeper_too(n: int, fn):
+    return fn() if n <= 0 else _deeper(n - 1, fn)
+
+
+def anomaly_cost(torch, frames_per_node: float | None = None) -> dict:
     """What anomaly mode adds to creating one autograd node here (µs, on minus off) and the frames of the
-    traceback it stored: formatting a stack costs more the deeper it is, so the reader scales it down for
-    a model whose nodes have shorter stacks, never up (a timing at two depths was too noisy to scale up)."""
+    traceback it stored.  Formatting a stack costs per frame: with the model's mean frames per node known (its
+    first forward was counted), the chain runs that many frames deep; the reader scales a deeper timing down
+    to the model's stacks, never a shallower one up (a lower bound)."""
     was_on, check_nan = torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()
     with torch.enable_grad():
         x = torch.ones(4, requires_grad=True)
         try:
             torch.autograd.set_detect_anomaly(True, check_nan=check_nan)
-            on, frames = _chain(torch, x)
+            _, here = _deeper(0, lambda: _chain(torch, x, repeats=1))  # the frames of a chain not padded
+            extra = min(_MAX_EXTRA_FRAMES, max(0, round((frames_per_node or 0) - here)))
+            on, frames = _deeper(extra, lambda: _chain(torch, x))
             torch.autograd.set_detect_anomaly(False)
-            off, _ = _chain(torch, x)
+            off, _ = _deeper(extra, lambda: _chain(torch, x))
         finally:
             torch.autograd.set_detect_anomaly(was_on, check_nan=check_nan)
     return {"us_per_node": round(max(0.0, on - off), 3), "frames": frames}

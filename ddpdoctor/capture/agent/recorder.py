@@ -67,7 +67,8 @@ class SettingsRecorder:
         with self.agent.errors.quiet("autograd settings"):
             self.autograd = self.r._autograd_settings(torch)
             if measure and self.autograd["anomaly_enabled"]:
-                cost = config_costs.anomaly_cost(torch)
+                nodes, frames = self.graph_nodes or (0, 0)
+                cost = config_costs.anomaly_cost(torch, frames / nodes if nodes else None)
                 self.autograd["anomaly_us_per_node"] = cost["us_per_node"]
                 self.autograd["anomaly_timed_frames"] = cost["frames"]
         self._put_graph()
