@@ -117,6 +117,18 @@ def evidence_bundle(root: Path) -> Path:
             )
         )
         s["memory"]["peak_reserved_bytes"] = 1000 * (r + 1)
+        # the job's own configuration (bundle/job_config.py): anomaly mode timed, float64 parameters, world_size=8
+        s["step_time_s"] = {"count": 10, "median": 0.1, "min": 0.09, "max": 0.12, "last": 0.1}
+        s["autograd"] = {
+            "anomaly_enabled": True,
+            "anomaly_check_nan": True,
+            "anomaly_us_per_node": 50.0 + r,
+            "anomaly_timed_frames": 18,
+            "graph_nodes_per_forward": 200,
+            "graph_frames_per_forward": 3600,
+        }
+        s["ddp"].update(param_bytes_by_dtype={"float64": 800}, float64_slowdown=2.0)
+        s["init_process_group"] = {"world_size_arg": 8, "rank_arg": r, "env_world_size": 4, "env_rank": r}
         per_rank[r] = s
     write_node(root / "node0", "node0", [0, 1], per_rank=per_rank)
     write_node(root / "node1", "node1", [2, 3], status="failed", exit_code=1, per_rank=per_rank)

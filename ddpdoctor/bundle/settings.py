@@ -21,6 +21,7 @@ from .compile import compile_facts
 from .events import load_events, problem_events
 from .evidence import evidence_facts
 from .inputs import walk
+from .job_config import job_config_facts
 from .loader import dataset_facts, loader_facts
 from .loader_cpus import cpu_demand_facts
 
@@ -294,6 +295,7 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     # ---- window evidence: host contention, Python stack samples, batch fingerprints (bundle/evidence.py)
     evidence_params = metric_params()["evidence"]
     facts.update(evidence_facts(ranks, evidence_params))
+    facts.update(job_config_facts(ranks))  # anomaly mode, float64 parameters, init_process_group's world size
     facts.update(compile_facts(ranks))  # torch.compile compilations in the window (bundle/compile.py)
     # the DataLoader's window: waiting or computing (bundle/loader.py)
     facts.update(loader_facts(ranks, evidence_params))

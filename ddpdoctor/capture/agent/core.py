@@ -231,6 +231,7 @@ class Agent:
     def ddp_created(self, _result, ddp, *args, **kwargs) -> None:
         if self.settings.ddp_seen(ddp):
             self.event("ddp", step=self.steps)
+            self.settings.measure_float64(ddp)
             if self.changes:
                 try:
                     _overrides.after_ddp(ddp, self.torch or sys.modules.get("torch"), self.changes, self.trial)

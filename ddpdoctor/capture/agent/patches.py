@@ -65,8 +65,10 @@ PATCHES = (
     Patch("torch", "OutOfMemoryError.__init__", after="settings.oom_created", optional=True),
     Patch("torch", "compile", before="compile_called", optional=True),
     Patch("torch.optim.optimizer", "register_optimizer_step_post_hook", register="optimizer_stepped"),
+    # before torch.distributed re-exports it (the wrapper is installed when distributed_c10d finishes importing)
+    Patch("torch.distributed.distributed_c10d", "init_process_group", before="settings.init_called"),
     Patch(_DDP, "DistributedDataParallel.__init__", args="tried_ddp", after="ddp_created"),
-    Patch(_DDP, "DistributedDataParallel.forward", before="ddp_forward"),
+    Patch(_DDP, "DistributedDataParallel.forward", before="ddp_forward", after="settings.ddp_output"),
     Patch(_LOADER, "DataLoader.__init__", args="tried_dataloader", when="tries_dataloader"),
     Patch(_LOADER, "DataLoader.__iter__", around="loader_iter_span"),
     Patch(_LOADER, "_BaseDataLoaderIter.__init__", after="settings.loader_iter"),

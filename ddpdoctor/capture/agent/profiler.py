@@ -46,6 +46,7 @@ class WindowProfiler:
         manual = a.window.manual
         if not manual:
             self._agree_length(torch)
+        a.settings.window_autograd(torch, measure=True)  # the recorded steps' autograd mode (timed before the trace)
         prof = profile(activities=acts, record_shapes=True, with_stack=False, profile_memory=False)
         prof._ddpdoctor_own = True
         prof.record_steps = not manual  # without a schedule profile() would not mark ProfilerStep#N

@@ -14,7 +14,7 @@ import sys
 import traceback
 import weakref
 
-from . import contract
+from . import config_costs, contract
 
 SETTINGS_SCHEMA = contract.SETTINGS_SCHEMA
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,6 +41,10 @@ class SettingsRecorder:
         self.optimizer_info = None
         self.framework_seen = None  # from the call stack at the first optimizer step
         self.param_dtypes = []
+        self.autograd = None  # anomaly mode when the window started (window_autograd)
+        self.init_call = None  # the arguments the script passed to init_process_group
+        self.graph_nodes = None  # autograd nodes of one DDP forward, counted while anomaly mode is on
+        self.float64_slowdown = None  # float64 / float32 matmul time of the model's largest float64 weight
         self.torch_cache = {}  # torch-derived values, for the lite write from another thread
         self.contract_breach_told = False
 
@@ -58,6 +62,32 @@ class SettingsRecorder:
 
     def scaler_created(self, _result, scaler, *args, **kwargs) -> None:
         self.grad_scaler = bool(getattr(scaler, "_enabled", True))
+
+    def window_autograd(self, torch, measure: bool = False) -> None:
+        with self.agent.errors.quiet("autograd settings"):
+            self.autograd = self.r._autograd_settings(torch)
+            if measure and self.autograd["anomaly_enabled"]:
+                nodes, frames = self.graph_nodes or (0, 0)
+                cost = config_costs.anomaly_cost(torch, frames / nodes if nodes else None)
+                self.autograd["anomaly_us_per_node"] = cost["us_per_node"]
+                self.autograd["anomaly_timed_frames"] = cost["frames"]
+        self._put_graph()
+
+    def _put_graph(self) -> None:
+        if self.autograd is not None and self.graph_nodes is not None:
+            self.autograd["graph_nodes_per_forward"], self.autograd["graph_frames_per_forward"] = self.graph_nodes
+
+    def ddp_output(self, result, *args, **kwargs) -> None:
+        """The first DDP forward run with anomaly mode on: the nodes of its graph (what anomaly mode adds to)."""
+        torch = self.agent.torch or sys.modules.get("torch")
+        if self.graph_nodes is None and torch is not None and torch.is_anomaly_enabled():
+            self.graph_nodes = config_costs.graph_nodes(result)
+            self._put_graph()
+
+    def init_called(self, *args, **kwargs) -> None:
+        """init_process_group(...): the world size and rank the script passed, beside the launcher's."""
+        self.init_call = self.r._init_call(args, kwargs, os.environ)
+        self.agent.event("init_process_group", step=self.agent.steps, **self.init_call)
 
     def fsdp1_created(self, _result, fsdp, *args, **kwargs) -> None:
         self._fsdp_created("fsdp1", fsdp, kwargs)
@@ -78,6 +108,12 @@ class SettingsRecorder:
         if self.fsdp_root is None:
             self.fsdp_root = weakref.ref(fsdp)
         return self.fsdp_root() is fsdp
+
+    def measure_float64(self, ddp) -> None:
+        """At DDP construction, before training: how much slower the model's float64 arithmetic is here."""
+        torch = self.agent.torch or sys.modules.get("torch")
+        with self.agent.errors.quiet("float64 timing"):
+            self.float64_slowdown = config_costs.float64_slowdown(torch, list(ddp.module.parameters()))
 
     def ddp_seen(self, ddp) -> bool:
         """True the first time a DDP model is seen (its settings are the job's)."""
@@ -224,12 +260,18 @@ class SettingsRecorder:
         d["framework"] = self.framework_seen or r._framework_from_modules(sys.modules, ddp)
         d["train"] = r._accumulation(w.micro_per_step, w.synced_per_step)
         d["fsdp"] = self.fsdp_info
+        if self.ddp_cache and self.float64_slowdown is not None:
+            self.ddp_cache["float64_slowdown"] = self.float64_slowdown
         d["ddp"] = self.ddp_cache or {"used": self.ddp_ref is not None}
         d["distributed"] = self._distributed(torch, d) or None
         if params:
             self.param_dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
         d["precision"] = r._precision(torch, self.param_dtypes, self.autocast, self.grad_scaler, errors=a.errors)
         d["memory"] = r._memory(torch, errors=a.errors)
+        if self.autograd is None and torch is not None:
+            self.window_autograd(torch)  # no window started (a run cut short): the mode at exit
+        d["autograd"] = self.autograd
+        d["init_process_group"] = self.init_call
         d["evidence"] = a.evidence.record()
         d["compile"] = a.compile_watch.record()  # compile.py: None until the window ends
         d["loader_window"] = a.loader_timing.record()

@@ -222,6 +222,7 @@ def _ddp_settings(ddp, torch, errors=None) -> dict:
     d["param_tensors"] = len(params)
     d["trainable_param_count"] = int(sum(p.numel() for p in trainable))
     d["grad_bytes"] = int(sum(p.numel() * p.element_size() for p in trainable))
+    d["param_bytes_by_dtype"] = _bytes_by_dtype(params)
     # what broadcast_buffers=True sends from rank 0 before every forward (DDP's _sync_buffers)
     buffers = list(ddp.module.buffers())
     d["buffer_tensors"] = len(buffers)
@@ -255,6 +256,40 @@ def _ddp_settings(ddp, torch, errors=None) -> dict:
         if k not in ("master_addr", "master_port")
     }
     return d
+
+
+def _bytes_by_dtype(params) -> dict:
+    """Parameter bytes per dtype ("float64": 123456): float64 parameters double the arithmetic and the gradients."""
+    out: dict = {}
+    for p in params:
+        name = str(p.dtype).replace("torch.", "")
+        out[name] = out.get(name, 0) + int(p.numel() * p.element_size())
+    return out
+
+
+def _autograd_settings(torch) -> dict:
+    """Autograd anomaly mode (torch.autograd.set_detect_anomaly / detect_anomaly), read when the window starts."""
+    out = {"anomaly_enabled": bool(torch.is_anomaly_enabled())}
+    check_nan = getattr(torch, "is_anomaly_check_nan_enabled", None)
+    if callable(check_nan):
+        out["anomaly_check_nan"] = bool(check_nan())
+    return out
+
+
+# init_process_group(backend, init_method, timeout, world_size, rank, ...): the positions of the two
+_INIT_POSITIONS = {"world_size": 3, "rank": 4}
+
+
+def _init_call(args, kwargs, env) -> dict:
+    """The world_size / rank the script passed to init_process_group (None: not passed, or -1, torch's
+    "from the environment"), beside the launcher's WORLD_SIZE / RANK."""
+    out: dict = {}
+    for name, pos in _INIT_POSITIONS.items():
+        v = kwargs.get(name, args[pos] if len(args) > pos else None)
+        out[f"{name}_arg"] = v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+        e = env.get(name.upper())
+        out[f"env_{name}"] = int(e) if e is not None and e.strip().isdigit() else None
+    return out
 
 
 def _precision(torch, dtypes, autocast, grad_scaler, errors=None) -> dict:
