@@ -55,6 +55,11 @@ def test_live_anomaly_detection_left_on(tmp_path):
     assert 0 < f["config.autograd.anomaly_share"] <= 1 and f["config.autograd.anomaly_ms_per_step"] > 0
     cp4 = _finding(rep, "CP004")
     assert cp4.cost is not None and cp4.cost > 0
+    # the cost is a lower bound (cost_is = "lower_bound"): every output says "at least", never "up to"
+    assert cp4.speedup_is_lower_bound
+    v = rep.diagnosis.verdict
+    if v.rule == "CP004":
+        assert v.speedup_is_lower_bound and "Removing it: at least" in v.summary and "up to" not in v.summary
     assert "detect_anomaly" in cp4.fixes[0].title and "set_detect_anomaly(False)" in cp4.fixes[0].title
     rules = [x.rule for x in rep.diagnosis.findings]
     assert "CP001" not in rules or rules.index("CP004") < rules.index("CP001")  # never behind the generic tip

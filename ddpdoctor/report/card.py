@@ -226,7 +226,8 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
         lines.append("")
         lines.append("Also found:")
         for f in others[:MAX_OTHERS]:
-            cost = f" — {100 * f['cost']:.0f} % of the step" if f.get("cost") is not None else ""
+            least = "at least " if f.get("speedup_is_lower_bound") else ""
+            cost = f" — {least}{100 * f['cost']:.0f} % of the step" if f.get("cost") is not None else ""
             lines.append(cut(f"  [{f.get('rule')}] {f.get('title')}{cost}", width))
         if len(others) > MAX_OTHERS:
             lines.append(f"  … and {len(others) - MAX_OTHERS} more (-v)")
@@ -286,8 +287,10 @@ def _numbers(d: dict, v: dict, perf: str | None, conf: str | None, width: int) -
         out += _num("step time", step, width)
     top = next((c for c in d.get("costs") or [] if c.get("rule") == v.get("rule")), None)
     if top and top.get("cost") is not None and not v.get("failed"):
-        gain = f" — up to {v['expected_speedup']:.2f}x faster without it" if v.get("expected_speedup") else ""
-        out += _num("cost", f"{100 * top['cost']:.0f} % of each step{gain}", width)
+        bound = "at least" if v.get("speedup_is_lower_bound") else "up to"
+        gain = f" — {bound} {v['expected_speedup']:.2f}x faster without it" if v.get("expected_speedup") else ""
+        least = "at least " if v.get("speedup_is_lower_bound") else ""
+        out += _num("cost", f"{least}{100 * top['cost']:.0f} % of each step{gain}", width)
     hints = v.get("confidence_hints") or []
     if hints and not v.get("failed"):
         out += _num("confidence", hints[0], width)

@@ -31,6 +31,7 @@ class Verdict(msgspec.Struct, forbid_unknown_fields=False):
     failed: bool = False
     label: Optional[str] = None
     confidence_hints: list[str] = []
+    speedup_is_lower_bound: bool = False  # expected_speedup is "at least", not "up to"
 
 
 class Cost(msgspec.Struct):
@@ -67,6 +68,7 @@ class Finding(msgspec.Struct):
     references: list[str] = []
     cost: Optional[float] = None
     expected_speedup: Optional[float] = None
+    speedup_is_lower_bound: bool = False
     agreement: Optional[float] = None
     confidence: Optional[float] = None
     not_recorded: list[str] = []

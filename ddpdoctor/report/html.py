@@ -77,7 +77,8 @@ def _finding(i: int, f: dict) -> str:
     cost = ""
     if f.get("cost") is not None and f.get("expected_speedup"):
         cost = (
-            f"<span class='gain'>costs {100 * f['cost']:.0f} % of the step: up to "
+            f"<span class='gain'>costs {'at least ' if f.get('speedup_is_lower_bound') else ''}"
+            f"{100 * f['cost']:.0f} % of the step: {'at least' if f.get('speedup_is_lower_bound') else 'up to'} "
             f"{f['expected_speedup']:.2f}x faster if removed</span>"
         )
     out = [
@@ -213,7 +214,8 @@ def render_html(d: dict, plots: list[tuple[str, str, bytes]] | None = None) -> s
         and f"{v['expected_speedup']:.2f}x" not in view.verdict_summary(d)
     ):
         # the upper bound of removing the cost, as report.md says it; not a promise for any one fix
-        parts.append(f"<br><span class='gain'>Removing it: up to {v['expected_speedup']:.2f}x faster steps.</span>")
+        bound = "at least" if v.get("speedup_is_lower_bound") else "up to"
+        parts.append(f"<br><span class='gain'>Removing it: {bound} {v['expected_speedup']:.2f}x faster steps.</span>")
     if (d.get("trial") or {}).get("line"):
         parts.append(
             f"<br><span class='gain'><b>Trial</b> (<code>ddpdoctor run --try</code>, the diagnosis below "

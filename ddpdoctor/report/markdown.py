@@ -53,7 +53,8 @@ def verdict_section(d: dict) -> str:
     if summ:
         lines.append(f"> **Verdict:** {md(summ)}")
     if v.get("expected_speedup") and v.get("bottleneck") and f"{v['expected_speedup']:.2f}x" not in (summ or ""):
-        lines += ["", f"Removing it: up to **{v['expected_speedup']:.2f}x** faster steps."]
+        bound = "at least" if v.get("speedup_is_lower_bound") else "up to"
+        lines += ["", f"Removing it: {bound} **{v['expected_speedup']:.2f}x** faster steps."]
     if (d.get("trial") or {}).get("line"):
         lines += [
             "",
@@ -70,7 +71,11 @@ def finding_block(i: int, f: dict, said: str = "") -> str:
     """One finding; its summary is left out when the verdict above already says it (``said``)."""
     cost = ""
     if f.get("cost") is not None and f.get("expected_speedup"):
-        cost = f"costs {100 * f['cost']:.0f} % of the step, up to {f['expected_speedup']:.2f}x faster"
+        low = f.get("speedup_is_lower_bound")
+        cost = (
+            f"costs {'at least ' if low else ''}{100 * f['cost']:.0f} % of the step, "
+            f"{'at least' if low else 'up to'} {f['expected_speedup']:.2f}x faster"
+        )
     cost_md = " — " + md(cost) if cost else ""
     out = [
         f"### {i}. [{md(f.get('rule'))}] {md(f.get('title'))}{_ranks(f.get('ranks') or [])}{cost_md}",

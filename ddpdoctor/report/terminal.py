@@ -40,7 +40,8 @@ def render_full(d: dict, width: int = WIDTH, report_dir: str | None = None) -> l
             if ranks
             else ""
         )
-        cost = f" — {100 * f['cost']:.0f} % of the step" if f.get("cost") is not None else ""
+        least = "at least " if f.get("speedup_is_lower_bound") else ""
+        cost = f" — {least}{100 * f['cost']:.0f} % of the step" if f.get("cost") is not None else ""
         lines += wrap(f"[{f.get('rule')}] {f.get('title')}{on}{cost}", width, f"{i}. ", "   ")
         lines += wrap(f.get("summary") or "", width, "   ")
         ev = f.get("evidence") or {}

@@ -47,6 +47,7 @@ class Finding:
     references: list[str] = field(default_factory=list)
     cost: float | None = None  # share of step time (0..1)
     expected_speedup: float | None = None  # upper bound if the cost were removed
+    speedup_is_lower_bound: bool = False  # the rule's cost is a lower bound (cost_is = "lower_bound")
     agreement: float | None = None
     confidence: float | None = None
     not_recorded: list[str] = field(default_factory=list)
@@ -219,6 +220,7 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         references=rule.references,
         cost=cost,
         expected_speedup=speedup(cost) if cost is not None else None,
+        speedup_is_lower_bound=rule.cost_is == "lower_bound",
         agreement=agreement,
         confidence=confidence,
         not_recorded=sorted(missing),

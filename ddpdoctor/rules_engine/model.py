@@ -41,6 +41,7 @@ TOP_KEYS = {
     "references",
     "when",
     "cost",
+    "cost_is",
     "agreement",
     "confidence",
     "ranks",
@@ -87,6 +88,7 @@ class Rule:
     path: str = ""
     origin: str = "built-in"  # "built-in" or "user"
     label: str = ""  # how the verdict names this bottleneck (default: "<category>-bound")
+    cost_is: str = "measured"  # "lower_bound": the cost is at least this (the speedup is "at least", not "up to")
     order: str = ""  # the finding's class in rules/metrics.toml [order] (default: see order_class)
 
     def param_values(self, overrides: dict | None = None) -> dict:
@@ -354,6 +356,7 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         origin=origin,
         label=str(data.get("label", "")).strip(),
         order=str(data.get("order", "")),
+        cost_is=str(data.get("cost_is", "measured")),
     )
     rule.fixes = _parse_fixes(c, data.get("fix", []), text, allow)
     rule.tests = _parse_tests(c, data.get("test", []), text, params)

@@ -51,6 +51,7 @@ class Verdict:
     failed: bool = False  # a failure finding was made (it comes first in every output)
     label: str | None = None  # e.g. "dataloader-bound", "host-bound (the GPU waits for the CPU)"
     confidence_hints: list[str] = field(default_factory=list)  # what to record to raise the confidence
+    speedup_is_lower_bound: bool = False  # the deciding rule measured only part of its cost: "at least"
 
 
 # the words every "set aside as machine noise" reason of a Cost contains (the summary looks for them)
@@ -294,7 +295,8 @@ def decide(findings: list[Finding], facts: dict, costs: list[Cost] | None = None
             v.confidence_label = _label(v.confidence)
         v.expected_speedup = None  # no steady state to speed up: fix the failure first
     elif v.expected_speedup:
-        v.summary += f" Removing it: up to {v.expected_speedup:.2f}x faster steps."
+        bound = "at least" if v.speedup_is_lower_bound else "up to"
+        v.summary += f" Removing it: {bound} {v.expected_speedup:.2f}x faster steps."
     return v
 
 
@@ -320,7 +322,16 @@ def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
         top.confidence = conf
         summary = f"{top.label}: {top.summary}"
         return Verdict(
-            top.category, conf, _label(conf), top.expected_speedup, summary, top.rule, failed, top.label, hints
+            top.category,
+            conf,
+            _label(conf),
+            top.expected_speedup,
+            summary,
+            top.rule,
+            failed,
+            top.label,
+            hints,
+            speedup_is_lower_bound=top.speedup_is_lower_bound,
         )
     compute = [f for f in findings if f.category == "compute" and f.cost is None]
     if compute:
