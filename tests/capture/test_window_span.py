@@ -113,7 +113,7 @@ dist.init_process_group("gloo")
 m = DDP(torch.nn.Linear(64, 64)); opt = torch.optim.SGD(m.parameters(), lr=0.01)
 for i in range(14):
     loss = m(torch.randn(32, 64)).sum(); opt.zero_grad(); loss.backward(); opt.step()
-print("finished all", dist.get_rank())
+print(f"finished all {dist.get_rank()}")  # one write: the two ranks share the pipe
 dist.destroy_process_group()
 """
 
