@@ -80,6 +80,22 @@ def test_an_ordinary_cpu_allocation_that_failed_is_the_host_out_of_ram(tmp_path)
     assert "batch size" in first.change and "num_workers" in first.change and "free -g" in first.change
 
 
+def test_an_allocation_beyond_the_hosts_whole_ram_is_a_wrong_size(tmp_path):
+    msg = (
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:117] err == 0. DefaultCPUAllocator: can't allocate memory: "
+        "you tried to allocate 40000000000 bytes. Error code 12 (Cannot allocate memory)"
+    )
+    known = {"host.memory_bytes": 25276502016, "host.local_world_size": 2}
+    facts, top = _top(tmp_path, {"rank1.log": _alloc_traceback(1, msg), "rank0.log": PEER_LOST}, known)
+    assert facts["failure.message.id"] == "cpu.out_of_memory"
+    first = top.fixes[0]
+    assert "40.0 GB is more than this host's whole RAM (25.3 GB): the size is wrong" in first.title, first.title
+    assert "will not fix it" in first.change and "free -g" not in first.change
+    # the same allocation on a host with more RAM than that: the host ran out
+    _, top = _top(tmp_path, {}, {"host.memory_bytes": 256_000_000_000, "host.local_world_size": 2})
+    assert "ran out of memory" in top.fixes[0].title
+
+
 def test_a_negative_size_taken_as_unsigned_is_a_wrong_size(tmp_path):
     line = (
         "[rank0]: RuntimeError: [enforce fail at alloc_cpu.cpp:116] ((ptrdiff_t)nbytes) >= 0. alloc_cpu() seems to "

@@ -213,6 +213,8 @@ def _host_facts(hosts: list[dict], facts: dict) -> None:
         facts["host.gpu_model"] = gpus[0].get("name")
         if gpus[0].get("memory_bytes") is not None:
             facts["host.gpu_memory_bytes"] = gpus[0]["memory_bytes"]
+    if h0.get("memory_bytes") is not None:
+        facts["host.memory_bytes"] = h0["memory_bytes"]
     facts["host.interfaces"] = [i.get("name") for i in h0.get("interfaces") or [] if i.get("name")]
     shm = h0.get("shm") or {}
     if shm.get("total_bytes") is not None:
