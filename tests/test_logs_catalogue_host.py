@@ -137,6 +137,9 @@ def test_a_cuda_call_on_a_cpu_only_build_on_every_rank(tmp_path):
     generic = next(f for f in top.fixes if f.title.startswith("Fix the AttributeError"))
     assert generic.title == "Fix the AttributeError raised on every rank (0, 1)"
     assert "does not say which" not in generic.change and "one rank only" not in generic.change
+    # with the ranks' torch version recorded (settings.json torch_version), the fix quotes it
+    _, top = _top(tmp_path, {}, {"run.world_size": 2, "run.torch_version": "2.13.0+cpu"})
+    assert top.fixes[0].title.startswith("This torch build (2.13.0+cpu) has no CUDA: install a CUDA build")
 
 
 def test_each_cuda_unavailable_message_names_its_own_cause(tmp_path):

@@ -66,6 +66,7 @@ _RANK_FACTS: dict[str, tuple[str, ...]] = {
     "config.tf32": ("precision", "tf32"),
     # frameworks branch: the loop's framework, gradient accumulation, data sharding, FSDP
     "run.framework": ("framework",),
+    "run.torch_version": ("torch_version",),
     "train.micro_batches_per_step": ("train", "micro_batches_per_step"),
     "train.synced_micro_batches_per_step": ("train", "synced_micro_batches_per_step"),
     "data.sharded_by": ("dataloader", "sharded_by"),
