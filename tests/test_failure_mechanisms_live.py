@@ -7,36 +7,13 @@
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = ROOT / "examples" / "scenarios"
+from scenario_run import record_scenario
 
 
 def _run(tmp_path, script):
-    pytest.importorskip("torch")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    out = tmp_path / "bundle"
-    cmd = [sys.executable, "-m", "ddpdoctor", "run", "--no-analyze", "--out", str(out), "--"]
-    cmd += [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        str(SCENARIOS / script),
-    ]
-    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    res, out, rep = record_scenario(tmp_path, script, timeout=240)
     assert res.returncode != 0, res.stdout[-2000:] + res.stderr[-2000:]
-    from ddpdoctor.diagnosis import run_analyze
-
-    rep = run_analyze([str(out)])
     assert rep.facts["run.status"] == "failed" and rep.diagnosis.findings
     return out, rep, rep.diagnosis.findings[0]
 

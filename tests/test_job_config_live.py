@@ -9,35 +9,12 @@
   agent records the argument beside WORLD_SIZE; the rendezvous failure's first fix is the world size.
 """
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = ROOT / "examples" / "scenarios"
+from scenario_run import record_scenario
 
 
 def _run(tmp_path, script):
-    pytest.importorskip("torch")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    out = tmp_path / "bundle"
-    cmd = [sys.executable, "-m", "ddpdoctor", "run", "--no-analyze", "--out", str(out), "--"]
-    cmd += [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        str(SCENARIOS / script),
-    ]
-    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    from ddpdoctor.diagnosis import run_analyze
-
-    return res, run_analyze([str(out)])
+    res, _out, rep = record_scenario(tmp_path, script)
+    return res, rep
 
 
 def _finding(rep, rule):

@@ -1,0 +1,33 @@
+"""Record one example scenario for real (`ddpdoctor run --no-analyze -- torchrun --standalone --nproc_per_node=2`,
+CPU/gloo) into ``tmp_path/bundle`` and analyze it: the harness the live tests share."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "examples" / "scenarios"
+
+
+def record_scenario(tmp_path: Path, script: str, timeout: int = 300):
+    """(the finished run, the bundle's path, the analysis report)."""
+    pytest.importorskip("torch")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    out = tmp_path / "bundle"
+    cmd = [sys.executable, "-m", "ddpdoctor", "run", "--no-analyze", "--out", str(out), "--"]
+    cmd += [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(SCENARIOS / script),
+    ]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+    from ddpdoctor.diagnosis import run_analyze
+
+    return res, out, run_analyze([str(out)])
