@@ -133,13 +133,14 @@ class Comparison:
     def to_dict(self) -> dict:
         return json.loads(json.dumps(self._data, default=str))
 
-    def render(self, fmt: str = "text") -> str:
-        """``"text"``, ``"markdown"`` (or ``"md"``) or ``"json"``."""
+    def render(self, fmt: str = "terminal") -> str:
+        """``"terminal"`` (or ``"text"``), ``"markdown"`` (or ``"md"``) or ``"json"``: the names
+        ``Document.render`` and the CLI's ``--format`` use."""
         from .ticket.compare import render
 
-        fmt = {"markdown": "md"}.get(fmt, fmt)
-        if fmt not in ("text", "md", "json"):
-            raise InputError(f"unknown format {fmt!r} (choose from text, markdown, json)")
+        fmt = {"markdown": "md", "text": "terminal"}.get(fmt, fmt)
+        if fmt not in ("terminal", "md", "json"):
+            raise InputError(f"unknown format {fmt!r} (choose from terminal, markdown, json)")
         return render(self._data, fmt)
 
     def __repr__(self) -> str:
@@ -228,7 +229,7 @@ def load(source: str | os.PathLike) -> Document:
         return Document(prepare(load_diagnosis(os.fspath(source))))
 
 
-def compare(before, after, *, max_regression: float | None = None, hta: str = "off") -> Comparison:
+def compare(before, after, *, max_regression: float | None = None, hta: str = "auto") -> Comparison:
     """Before/after (``ddpdoctor compare BEFORE AFTER``): each side a :class:`Document`, a diagnosis
     dict, or a path (report.json, report folder, bundle archive, or a run folder analyzed on the fly)."""
     with _translated_errors(), _rules_in_force((), (), True) as ruleset:
