@@ -299,4 +299,4 @@ def _translated_errors():
     except UnicodeDecodeError as exc:
         raise InputError(f"input is not valid UTF-8 text (byte {exc.start})") from None
     except MemoryError:
-        raise InputError("out of memory reading the input (see README: input size limits)") from None
+        raise InputError("out of memory reading the input (see docs/REFERENCE.md: hostile inputs and limits)") from None

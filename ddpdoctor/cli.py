@@ -55,7 +55,7 @@ class _Group(click.Group):
         except UnicodeDecodeError as exc:
             _fail(f"input is not valid UTF-8 text (byte {exc.start})", 2)
         except MemoryError:
-            _fail("out of memory reading the input (see README: input size limits)", 2)
+            _fail("out of memory reading the input (see docs/REFERENCE.md: hostile inputs and limits)", 2)
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
             _fail(f"internal error: {type(exc).__name__}: {exc} (set DDPDOCTOR_DEBUG=1 for details)", 1)
         finally:
