@@ -172,3 +172,37 @@ def test_tune_refuses_a_bad_analysis_option_before_running_anything(tmp_path):
     for option in (["--set", "XX001.nope=1"], ["--rules", str(tmp_path / "none")]):
         res = CliRunner().invoke(main, ["tune", "--out", str(out), *option, "--", "python", "x.py"])
         assert res.exit_code == 2 and not out.exists(), res.output
+
+
+def test_tune_writes_the_final_settings_diagnosis_and_is_quiet_with_q(tmp_path, monkeypatch, capfd):
+    """`tune --json/--report` write the diagnosis of the run that stands for the final settings, by
+    `analyze` with the same rule options; `-q` prints nothing (the loop itself is replaced by a fake)."""
+    import sys
+
+    from ddpdoctor.diagnosis import run_analyze
+    from ddpdoctor.trial import tune as tune_loop
+
+    bundle = str(ROOT / "sample_traces" / "capture_gloo_2ranks_slow_rank")
+    seen = {}
+
+    def fake_run_tune(opts, say, emit, write):
+        seen["opts"] = opts
+        say("progress")
+        emit("a trial line")
+        report = run_analyze([bundle])
+        st = tune_loop.State(stopped="nothing left predicts a material gain", best_bundle=bundle)
+        write(st, report, report)
+        return st, report, report
+
+    monkeypatch.setattr(tune_loop, "run_tune", fake_run_tune)
+    out, saved, rep = tmp_path / "t", tmp_path / "final.json", tmp_path / "rep"
+    args = ["tune", "--out", str(out), "--json", str(saved), "--report", str(rep), "--hta", "off", "-q"]
+    args += ["--set", "metrics.straggler.min_late_share=0.95", "--", sys.executable, "-c", "pass"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0 and res.output == "", res.output
+    assert capfd.readouterr() == ("", "")  # nor the analysis it starts
+    assert seen["opts"].analyze_opts.hta == "off" and seen["opts"].ruleset is not None
+    d = json.loads(saved.read_text())
+    assert d["schema"] == "ddpdoctor.diagnosis/1" and (rep / "report.md").is_file() and (out / "tune.json").is_file()
+    # the --set reached the final diagnosis too: no steady straggler at a 95 % lateness threshold
+    assert "IM001" not in [f["rule"] for f in d["findings"]]
