@@ -229,7 +229,7 @@ def load(source: str | os.PathLike) -> Document:
         return Document(prepare(load_diagnosis(os.fspath(source))))
 
 
-def compare(before, after, *, max_regression: float | None = None, hta: str = "auto") -> Comparison:
+def compare(before, after, *, max_regression: float | None = None, hta: str = "off") -> Comparison:
     """Before/after (``ddpdoctor compare BEFORE AFTER``): each side a :class:`Document`, a diagnosis
     dict, or a path (report.json, report folder, bundle archive, or a run folder analyzed on the fly)."""
     with _translated_errors(), _rules_in_force((), (), True) as ruleset:

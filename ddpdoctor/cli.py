@@ -11,6 +11,7 @@ import click
 
 from .cli_options import (
     format_option,
+    hta_option_ignored,
     json_option,
     output_width,
     quiet_option,
@@ -18,6 +19,7 @@ from .cli_options import (
     ruleset_in_force,
     verbose_option,
     with_analysis_options,
+    with_rules_options,
 )
 from .errors import FAILED_RUN, InputError
 from .text import plural
@@ -377,7 +379,8 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
     help="Exit 1 when the median step time grew by more than PCT percent.",
 )
 @format_option(["terminal", "md", "json"], "terminal", "The format to print (text is accepted for terminal).")
-@with_analysis_options
+@with_rules_options
+@hta_option_ignored
 @quiet_option
 def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config, quiet):
     """Before/after: per-category step-time change, the verdict then and now.
@@ -387,18 +390,17 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     """
     from .analysis import AnalyzeOptions
     from .api import analyzer
-    from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
     from .ticket import compare as cmp
 
-    hta_adapter.require(hta)
+    del hta  # compare shows no HTA numbers: its sides are analyzed without the cross-check
     trial = None
     if after is None:  # `compare TRIAL`: its first baseline and first try bundle
         from .trial.folders import trial_sides
 
         before, after, trial = trial_sides(before)
     rs = ruleset_in_force(rules_dirs, sets, no_config)
-    sides = [prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta=hta), rs))) for p in (before, after)]
+    sides = [prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta="off"), rs))) for p in (before, after)]
     c = cmp.compare(*sides, max_regression=max_regression)
     if trial is not None:
         from .trial.runner import summary_line

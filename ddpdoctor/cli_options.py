@@ -41,12 +41,15 @@ def with_analysis_options(f):
     return with_rules_options(hta_option(f))
 
 
+hta_option_help = "Cross-check with HolisticTraceAnalysis on GPU traces (auto: when the traces are small)."
 hta_option = click.option(
-    "--hta",
-    type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    help="Cross-check with HolisticTraceAnalysis on GPU traces (auto: when the traces are small).",
+    "--hta", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help=hta_option_help
+)
+
+# `compare` prints no HTA numbers, so it never runs the cross-check; --hta stays accepted (hidden, the same
+# option) for scripts that pass it to every command
+hta_option_ignored = click.option(
+    "--hta", type=click.Choice(["auto", "on", "off"]), default="auto", hidden=True, help=hta_option_help
 )
 
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
