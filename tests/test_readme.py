@@ -9,6 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import click
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,12 +178,13 @@ def test_every_readme_command_parses_and_names_files_that_exist():
                 assert names <= _registered_markers(), (cmd, names)
             continue
         assert args[0] == "ddpdoctor", cmd
-        sub = main.commands[args[1]]
-        if isinstance(sub, type(main)):  # `ddpdoctor rules list`: the group's command
+        # parsed as `ddpdoctor …` parses it (under the group's context, so its settings such as -h apply)
+        parent = click.Context(main, info_name="ddpdoctor", **main.context_settings)
+        sub, rest = main.commands[args[1]], args[2:]
+        if isinstance(sub, click.Group):  # `ddpdoctor rules list`: the group's command
+            parent = click.Context(sub, info_name=args[1], parent=parent)
             sub, rest = sub.commands[args[2]], args[3:]
-        else:
-            rest = args[2:]
-        sub.make_context(args[1], list(rest))  # raises on an unknown option or a bad value
+        sub.make_context(sub.name, list(rest), parent=parent)  # raises on an unknown option or a bad value
         for word in rest:
             if word.endswith(".py") or word.startswith(("examples/", "sample_traces/", "tests/")):
                 assert (ROOT / word).exists(), (cmd, word)
