@@ -211,3 +211,12 @@ def test_every_readme_analysis_command_runs_as_shown(cmd, tmp_path):
     assert "error:" not in res.stderr, cmd
     written = args[args.index("-o") + 1] if "-o" in args else None
     assert (tmp_path / written).stat().st_size if written else res.stdout.strip(), cmd
+
+
+def test_the_links_of_the_readme_and_the_reference_resolve():
+    """The README links into docs/ and docs/REFERENCE.md back out (the material moved there, issue 41):
+    every relative link names a file or folder that exists."""
+    for page in (ROOT / "README.md", REFERENCE):
+        for target in re.findall(r"\]\(([^)#\s]+)", page.read_text()):
+            if not target.startswith(("http://", "https://")):
+                assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
