@@ -1,6 +1,6 @@
 """`ddpdoctor analyze` against the decode limit and HTA's load, in one run (issue #17).
 
-    python benchmarks/bench_decode_limit.py --set 2x450 --write docs/SPEED.md --write README.md
+    python benchmarks/bench_decode_limit.py --set 2x450 --write docs/SPEED.md
     python benchmarks/bench_decode_limit.py --set 2x450 --before /tmp/old-tree --no-hta
 
 Measured on the same generated traces (bench_analyze.generate, reused from --work):

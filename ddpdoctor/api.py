@@ -133,13 +133,14 @@ class Comparison:
     def to_dict(self) -> dict:
         return json.loads(json.dumps(self._data, default=str))
 
-    def render(self, fmt: str = "text") -> str:
-        """``"text"``, ``"markdown"`` (or ``"md"``) or ``"json"``."""
+    def render(self, fmt: str = "terminal") -> str:
+        """``"terminal"`` (or ``"text"``), ``"markdown"`` (or ``"md"``) or ``"json"``: the names
+        ``Document.render`` and the CLI's ``--format`` use."""
         from .ticket.compare import render
 
-        fmt = {"markdown": "md"}.get(fmt, fmt)
-        if fmt not in ("text", "md", "json"):
-            raise InputError(f"unknown format {fmt!r} (choose from text, markdown, json)")
+        fmt = {"markdown": "md", "text": "terminal"}.get(fmt, fmt)
+        if fmt not in ("terminal", "md", "json"):
+            raise InputError(f"unknown format {fmt!r} (choose from terminal, markdown, json)")
         return render(self._data, fmt)
 
     def __repr__(self) -> str:
@@ -298,4 +299,4 @@ def _translated_errors():
     except UnicodeDecodeError as exc:
         raise InputError(f"input is not valid UTF-8 text (byte {exc.start})") from None
     except MemoryError:
-        raise InputError("out of memory reading the input (see README: input size limits)") from None
+        raise InputError("out of memory reading the input (see docs/REFERENCE.md: hostile inputs and limits)") from None

@@ -10,12 +10,15 @@ import traceback
 import click
 
 from .cli_options import (
-    hta_option,
+    format_option,
+    hta_option_ignored,
     json_option,
     output_width,
     quiet_option,
     report_option,
     ruleset_in_force,
+    verbose_option,
+    with_analysis_options,
     with_rules_options,
 )
 from .errors import FAILED_RUN, InputError
@@ -54,7 +57,7 @@ class _Group(click.Group):
         except UnicodeDecodeError as exc:
             _fail(f"input is not valid UTF-8 text (byte {exc.start})", 2)
         except MemoryError:
-            _fail("out of memory reading the input (see README: input size limits)", 2)
+            _fail("out of memory reading the input (see docs/REFERENCE.md: hostile inputs and limits)", 2)
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
             _fail(f"internal error: {type(exc).__name__}: {exc} (set DDPDOCTOR_DEBUG=1 for details)", 1)
         finally:
@@ -64,7 +67,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="ddpdoctor")
+@click.version_option(__version__, "-V", "--version", prog_name="ddpdoctor")
 def main() -> None:
     """Why is my PyTorch DDP training slow, and what should I change?"""
 
@@ -133,12 +136,10 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @json_option
 @report_option
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["md", "html", "json"]),
-    default=None,
-    help="Print the report in this format on stdout (and nothing else there).",
+@format_option(
+    ["terminal", "md", "html", "json"],
+    None,
+    "Print the report in this format on stdout (and nothing else there); terminal is the card (the default).",
 )
 @click.option("--all-windows", is_flag=True, help="Use every profiling window of a rank, not only the latest one.")
 @click.option(
@@ -169,12 +170,9 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
     metavar="REGEX",
     help="Treat kernels whose name matches REGEX as communication (repeatable).",
 )
-@hta_option
-@with_rules_options
+@with_analysis_options
 @_redact_hosts_option
-@click.option(
-    "-v", "--verbose", is_flag=True, help="Every finding, every fix and the per-rank table, not only the card."
-)
+@verbose_option
 @quiet_option
 @click.option(
     "--force",
@@ -248,7 +246,7 @@ def analyze(
         _write_text(json_path, dumps_json(d))
     if report_dir:
         write_report_dir(d, report_dir, force)
-    if fmt:
+    if fmt and fmt != "terminal":
         sys.stdout.write(render(d, fmt))
     elif not quiet:
         _print_terminal(d, verbose, report_dir)
@@ -268,11 +266,13 @@ def _exit_for(d: dict) -> None:
 
 @main.command("report")
 @click.argument("source", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["terminal", "md", "html", "json"]), default="md", show_default=True)
+@format_option(
+    ["terminal", "md", "html", "json"], "md", "The format to write; terminal is the card (-v: the full view)."
+)
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write to this file instead of stdout."
 )
-@click.option("-v", "--verbose", is_flag=True, help="With --format terminal: every finding and table, not the card.")
+@verbose_option
 @_redact_hosts_option
 def report_cmd(source, fmt, output, verbose, redact_hosts):
     """Re-render a diagnosis without the traces.
@@ -330,16 +330,9 @@ def schema():
     help="Include the trace files (as many as fit the budget).",
 )
 @click.option("--trim-traces", is_flag=True, help="Keep only the profiled steps' events of each trace.")
-@click.option(
-    "--hta",
-    type=click.Choice(["auto", "on", "off"]),
-    default="off",
-    show_default=True,
-    help="HTA cross-check when SOURCE must be analyzed first.",
-)
-@with_rules_options
+@with_analysis_options
 @_redact_hosts_option
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@quiet_option
 def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, sets, no_config, redact_hosts, quiet):
     """Pack a run into one archive to attach to a bug ticket.
 
@@ -385,16 +378,11 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
     metavar="PCT",
     help="Exit 1 when the median step time grew by more than PCT percent.",
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text", show_default=True)
-@click.option(
-    "--hta",
-    type=click.Choice(["auto", "on", "off"]),
-    default="off",
-    show_default=True,
-    help="HTA cross-check when a side must be analyzed first.",
-)
+@format_option(["terminal", "md", "json"], "terminal", "The format to print (text is accepted for terminal).")
 @with_rules_options
-def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config):
+@hta_option_ignored
+@quiet_option
+def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config, quiet):
     """Before/after: per-category step-time change, the verdict then and now.
 
     BEFORE and AFTER are report.json files, report folders, bundle archives or run
@@ -402,18 +390,17 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     """
     from .analysis import AnalyzeOptions
     from .api import analyzer
-    from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
     from .ticket import compare as cmp
 
-    hta_adapter.require(hta)
+    del hta  # compare shows no HTA numbers: its sides are analyzed without the cross-check
     trial = None
     if after is None:  # `compare TRIAL`: its first baseline and first try bundle
         from .trial.folders import trial_sides
 
         before, after, trial = trial_sides(before)
     rs = ruleset_in_force(rules_dirs, sets, no_config)
-    sides = [prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta=hta), rs))) for p in (before, after)]
+    sides = [prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta="off"), rs))) for p in (before, after)]
     c = cmp.compare(*sides, max_regression=max_regression)
     if trial is not None:
         from .trial.runner import summary_line
@@ -431,12 +418,13 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
                 "try_verdict",
             )
         }
-        if fmt != "json":
+        if fmt != "json" and not quiet:
             sys.stdout.write(
                 f"Trial of {', '.join(f'{k}={v}' for k, v in (trial.get('change') or {}).items())}: "
                 f"{summary_line(trial)}\n(over all runs of both arms; below: the first run of each)\n\n"
             )
-    sys.stdout.write(cmp.render(c, fmt))
+    if not quiet:
+        sys.stdout.write(cmp.render(c, fmt))
     if c["regressed"]:
         sys.exit(1)
 

@@ -1,5 +1,6 @@
-"""Click options shared by `analyze` and `run` (and the `rules`, `compare` commands), defined once so
-that the same flag has the same name, default and help everywhere (issue 27)."""
+"""Click options shared by the commands (`analyze`, `run`, `tune`, `compare`, `bundle`, `report`, `rules`),
+defined once so that the same flag has the same name, default and help everywhere (issues 27 and 41;
+tests/test_cli_consistency.py checks every command against the table there)."""
 
 from __future__ import annotations
 
@@ -35,16 +36,29 @@ def with_rules_options(f):
     return f
 
 
+def with_analysis_options(f):
+    """--rules, --set, --no-config and --hta: every command that analyzes a run (or may have to)."""
+    return with_rules_options(hta_option(f))
+
+
+hta_option_help = "Cross-check with HolisticTraceAnalysis on GPU traces (auto: when the traces are small)."
 hta_option = click.option(
-    "--hta",
-    type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    help="Cross-check with HolisticTraceAnalysis on GPU traces (auto: when the traces are small).",
+    "--hta", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help=hta_option_help
 )
 
-quiet_option = click.option(
-    "-q", "--quiet", is_flag=True, help="Print nothing but errors (use with --json or --report)."
+# `compare` prints no HTA numbers, so it never runs the cross-check; --hta stays accepted (hidden, the same
+# option) for scripts that pass it to every command
+hta_option_ignored = click.option(
+    "--hta", type=click.Choice(["auto", "on", "off"]), default="auto", hidden=True, help=hta_option_help
+)
+
+quiet_option = click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+
+verbose_option = click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Every finding, every fix and the per-rank table, not only the card (tune: of the final settings' run).",
 )
 
 json_option = click.option(
@@ -60,6 +74,42 @@ report_option = click.option(
     type=click.Path(file_okay=False),
     help="Write report.md, report.html, report.json and plots/*.png into this folder.",
 )
+
+
+# --format: one vocabulary in every command; the older spellings stay accepted for scripts that use them
+FORMATS = ("terminal", "md", "html", "json")
+FORMAT_ALIASES = {"text": "terminal", "markdown": "md"}
+
+
+class FormatChoice(click.Choice):
+    """A --format choice from FORMATS; an alias (``compare --format text``) is read as its canonical name."""
+
+    def __init__(self, choices):
+        unknown = set(choices) - set(FORMATS)
+        if unknown:
+            raise ValueError(f"--format names outside {FORMATS}: {sorted(unknown)}")
+        self.canonical = tuple(choices)
+        super().__init__(self.canonical)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and FORMAT_ALIASES.get(value) in self.canonical:
+            value = FORMAT_ALIASES[value]
+        return super().convert(value, param, ctx)
+
+
+def format_option(choices, default, help):
+    return click.option(
+        "--format", "fmt", type=FormatChoice(choices), default=default, show_default=default is not None, help=help
+    )
+
+
+def default_folder(kind: str, now: float | None = None):
+    """The folder `run --try` ("trial") or `tune` ("tune") writes when --out is not given, beside `run`'s
+    ddpdoctor-out-YYYYmmdd-HHMMSS; all three are in the repository's .gitignore."""
+    import time
+    from pathlib import Path
+
+    return Path(time.strftime(f"ddpdoctor-{kind}-%Y%m%d-%H%M%S", time.localtime(now)))
 
 
 def analysis_args(

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import click
 
-from .cli_options import analysis_args, hta_option, json_option, quiet_option, report_option, with_rules_options
+from .cli_options import (
+    analysis_args,
+    json_option,
+    quiet_option,
+    report_option,
+    verbose_option,
+    with_analysis_options,
+)
 from .errors import InputError
 from .text import plural
 
@@ -23,7 +30,8 @@ from .text import plural
     "out",
     type=click.Path(file_okay=False),
     default=None,
-    help="Bundle folder (default: ddpdoctor-out-YYYYmmdd-HHMMSS). Never overwritten without --force.",
+    help="Bundle folder (default: ddpdoctor-out-YYYYmmdd-HHMMSS; with --try ddpdoctor-trial-YYYYmmdd-HHMMSS). "
+    "Never overwritten without --force.",
 )
 @click.option("--force", is_flag=True, help="Replace an existing bundle folder.")
 @click.option(
@@ -53,9 +61,8 @@ from .text import plural
 @click.option("--no-analyze", is_flag=True, help="Only capture; do not analyze the bundle afterwards.")
 @report_option
 @json_option
-@hta_option
-@with_rules_options
-@click.option("-v", "--verbose", is_flag=True, help="Show every finding and table after the run, not only the card.")
+@with_analysis_options
+@verbose_option
 @quiet_option
 @click.option(
     "--try",
@@ -118,20 +125,24 @@ def run(
         command = command[1:]
     if not command:
         raise InputError("no command to run: ddpdoctor run [OPTIONS] -- torchrun --nproc_per_node=N train.py ARGS")
-    if tries and (report_dir or json_path or rules_dirs or sets or hta != "auto"):
+    if tries and (report_dir or json_path):
         raise InputError(
-            "--report, --json, --rules, --set and --hta belong to the analysis of one run; analyze "
+            "--report and --json belong to the analysis of one run; analyze "
             "a trial's arm afterwards: ddpdoctor analyze TRIAL_FOLDER --report DIR"
         )
-    if not no_analyze and not tries:  # a bad rule folder or --set fails now, not after the training
+    ruleset = None
+    if not no_analyze or tries:  # a bad rule folder or --set fails now, not after the training
         from .cli_options import ruleset_in_force
         from .metrics import hta_adapter
 
         hta_adapter.require(hta)
-        ruleset_in_force(rules_dirs, sets, no_config)
+        ruleset = ruleset_in_force(rules_dirs, sets, no_config)
     analysis = analysis_args(rules_dirs, sets, no_config, hta, quiet, json_path, report_dir, verbose, force)
     if tries:
-        _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline)
+        from .analysis import AnalyzeOptions
+
+        arm_analysis = (ruleset, AnalyzeOptions(hta=hta))  # every arm is diagnosed with the rules in force
+        _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline, arm_analysis, quiet)
         return
     if repeat is not None or baseline is not None:
         raise InputError("--repeat and --baseline belong to --try (a trial of one change)")
@@ -224,11 +235,11 @@ def _bundle_line(result) -> str:
 _RULE_ID = r"[A-Z]{2,4}\d{3}"  # as rules_engine.model.ID_PATTERN: a prefix of two to four letters
 
 
-def _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline) -> None:
+def _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline, arm_analysis, quiet) -> None:
     import re
 
     from .capture.agent.overrides import OverrideError, parse_changes
-    from .capture.host.launcher import default_out_dir
+    from .cli_options import default_folder
     from .trial.folders import prepare_output_folder
     from .trial.runner import TrialOptions, run_trial, summary_line
 
@@ -241,7 +252,7 @@ def _trial(command, out, force, warmup, active, keep_going, tries, repeat, basel
         changes = None if rules else parse_changes(list(tries))
     except OverrideError as exc:
         raise InputError(str(exc)) from None
-    target = Path(out) if out else default_out_dir().with_name(default_out_dir().name.replace("-out-", "-trial-"))
+    target = Path(out) if out else default_folder("trial")
     prepare_output_folder(target, force, "trial.json", "trial")
     t = run_trial(
         TrialOptions(
@@ -254,13 +265,16 @@ def _trial(command, out, force, warmup, active, keep_going, tries, repeat, basel
             warmup=warmup,
             active=active,
             force=force,
+            ruleset=arm_analysis[0],
+            analyze_opts=arm_analysis[1],
         ),
-        say=lambda m: click.echo(m, err=True),
+        say=(lambda m: None) if quiet else (lambda m: click.echo(m, err=True)),
     )
-    click.echo(f"ddpdoctor: {summary_line(t)}")
-    for key, why in ((t.get("applied") or {}).get("skipped") or {}).items():
-        click.echo(f"ddpdoctor: not applied: {key}: {why}", err=True)
-    click.echo(f"ddpdoctor: trial {target / 'trial.json'}", err=True)
+    if not quiet:
+        click.echo(f"ddpdoctor: {summary_line(t)}")
+        for key, why in ((t.get("applied") or {}).get("skipped") or {}).items():
+            click.echo(f"ddpdoctor: not applied: {key}: {why}", err=True)
+        click.echo(f"ddpdoctor: trial {target / 'trial.json'}", err=True)
     failed = next((a for a in t["arms"] if a["arm"] == t.get("failed_arm") and a["exit_code"]), None)
     sys.exit(failed["exit_code"] if failed else 0)
 

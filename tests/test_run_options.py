@@ -15,6 +15,7 @@ from ddpdoctor.cli_options import analysis_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ("quiet", "sets", "rules_dirs", "no_config", "hta", "json_path", "report_dir", "verbose")
+# (every command's shared options: tests/test_cli_consistency.py)
 
 
 def _params(name):
@@ -57,11 +58,17 @@ def test_a_bad_analysis_option_stops_run_before_the_training(tmp_path, option):
     assert res.exit_code == 2 and not out.exists(), res.output
 
 
-def test_try_refuses_options_of_a_single_runs_analysis():
-    res = CliRunner().invoke(
-        main, ["run", "--try", "DL001", "--set", "DL001.min_wait_share=0.2", "--", "python", "x.py"]
-    )
+def test_try_refuses_the_files_of_a_single_runs_analysis(tmp_path):
+    res = CliRunner().invoke(main, ["run", "--try", "DL001", "--report", str(tmp_path / "r"), "--", "python", "x.py"])
     assert res.exit_code == 2 and "analyze a trial's arm afterwards" in res.output
+
+
+def test_a_bad_analysis_option_stops_try_before_the_first_arm(tmp_path):
+    """--set/--rules/--hta are accepted with --try (every arm is diagnosed with them: tests/trial/
+    test_tune_units.py); a bad one stops before the first arm."""
+    out = tmp_path / "trial"
+    res = CliRunner().invoke(main, ["run", "--try", "DL001", "--out", str(out), "--set", "XX001.nope=1", "--", "x"])
+    assert res.exit_code == 2 and not out.exists(), res.output
 
 
 def test_run_quiet_with_json_prints_nothing_of_its_own(tmp_path):

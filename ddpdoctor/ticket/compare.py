@@ -151,4 +151,4 @@ def render_md(c: dict) -> str:
 def render(c: dict, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(c, indent=1, default=str) + "\n"
-    return render_md(c) if fmt == "md" else render_text(c)
+    return render_md(c) if fmt in ("md", "markdown") else render_text(c)  # "terminal" (or "text"): the table

@@ -42,12 +42,16 @@ class TrialOptions:
     reuse_arm: dict | None = None
     reuse_report: object = None
     reports: dict | None = None
+    # the rules and analysis options every arm is diagnosed with (--rules/--set/--no-config, --hta);
+    # None: the built-in rules and the defaults
+    ruleset: object = None
+    analyze_opts: object = None
 
 
-def _diagnose(bundle: Path):
+def _diagnose(bundle: Path, opts: TrialOptions):
     from ..diagnosis import run_analyze
 
-    return run_analyze([str(bundle)])
+    return run_analyze([str(bundle)], opts.analyze_opts, opts.ruleset)
 
 
 def _arm_record(
@@ -128,7 +132,7 @@ def capture_arm(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> t
     )
     report = None
     try:
-        report = _diagnose(bundle)
+        report = _diagnose(bundle, opts)
     except InputError:
         pass  # no trace and no log: the record says the arm has no steps
     rec = _arm_record(
@@ -166,7 +170,7 @@ def run_trial(opts: TrialOptions, say=print) -> dict:
     base_report = None
     changes = opts.changes
     if opts.baseline is not None:
-        base_report = _diagnose(opts.baseline)
+        base_report = _diagnose(opts.baseline, opts)
         arms.append(_arm_record("baseline", 0, opts.baseline, 0, "given", base_report))
     elif opts.reuse_arm is not None:
         base_report = opts.reuse_report

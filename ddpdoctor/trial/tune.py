@@ -33,6 +33,8 @@ class TuneOptions:
     repeat: int | None = None
     warmup: int = 5
     active: int = 5
+    ruleset: object = None  # the rules every run is diagnosed with (--rules/--set/--no-config); None: built-in
+    analyze_opts: object = None  # AnalyzeOptions of those diagnoses (--hta); None: the defaults
 
 
 @dataclass
@@ -59,6 +61,7 @@ class State:
     run_seconds: list = field(default_factory=list)
     stopped: str = ""
     exit_code: int = 0
+    best_bundle: str = ""  # the bundle of the run that stands for the best settings (what --report diagnoses)
 
 
 def threshold() -> float:
@@ -223,6 +226,7 @@ def run_tune(
     st.run_seconds.append(clock() - t0)
     st.arms.append(({}, rec))
     best_rec, best_report = rec, base_report
+    st.best_bundle = rec["bundle"]
     if rec.get("interrupted_by"):
         st.stopped, st.exit_code = "interrupted by you (Ctrl-C) during the baseline", rec["exit_code"] or 130
     elif rec["exit_code"] != 0:
@@ -280,14 +284,11 @@ def run_tune(
         started = clock()
         try:
             t = run_trial(
-                runner.TrialOptions(
-                    command=opts.command,
-                    out=opts.out / f"trial-{n}",
-                    changes=c.change,
+                _trial_options(
+                    opts,
+                    opts.out / f"trial-{n}",
+                    c.change,
                     repeat=opts.repeat,
-                    warmup=opts.warmup,
-                    active=opts.active,
-                    force=True,
                     base_changes=dict(st.best),
                     reuse_arm=best_rec,
                     reuse_report=best_report,
@@ -315,6 +316,7 @@ def run_tune(
             st.values.update({k: c.value for k in c.change})
             last = [a for a in fresh if a["arm"] == "try"][-1]
             best_rec, best_report = last, reports.get(("try", last["repeat"]))
+            st.best_bundle = last["bundle"]
             if best_report is None:
                 st.stopped = f"the kept run could not be diagnosed again (see {last['bundle']})"
         write(st, base_report, best_report)
@@ -369,9 +371,21 @@ def trial_line(r: dict) -> str:
     return f"trial {r['trial']}: {r['shown']} — {pred}, {meas}: {'kept' if r['kept'] else 'rejected'} ({r['why']})"
 
 
+def _trial_options(opts: TuneOptions, out: Path, changes: dict | None, **more) -> runner.TrialOptions:
+    """A trial (or the baseline capture) of the tune: its command, window and rules in force."""
+    return runner.TrialOptions(
+        command=opts.command,
+        out=out,
+        changes=changes,
+        warmup=opts.warmup,
+        active=opts.active,
+        force=True,
+        ruleset=opts.ruleset,
+        analyze_opts=opts.analyze_opts,
+        **more,
+    )
+
+
 def _capture_baseline(opts: TuneOptions):
     """The job as it is, captured and diagnosed once (an ordinary `run` bundle under OUT/baseline)."""
-    topts = runner.TrialOptions(
-        command=opts.command, out=opts.out, changes=None, warmup=opts.warmup, active=opts.active, force=True
-    )
-    return runner.capture_arm(topts, "baseline", 0, None)
+    return runner.capture_arm(_trial_options(opts, opts.out, None), "baseline", 0, None)

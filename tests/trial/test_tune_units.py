@@ -480,3 +480,33 @@ def test_tune_refuses_bad_input_in_one_line(tmp_path):
         cwd=tmp_path,
     )
     assert res.returncode == 2 and "Invalid value for '--max-trials'" in res.stderr
+
+
+def test_the_rules_in_force_reach_every_diagnosis_of_a_tune_and_a_trial(tmp_path):
+    """`tune --set/--rules/--no-config/--hta` (issue 41): the options travel to every trial, and an arm is
+    diagnosed with them (here a straggler threshold above rank 1's lateness: no steady straggler is named)."""
+    from ddpdoctor.analysis import AnalyzeOptions
+    from ddpdoctor.rules_engine.registry import build_ruleset
+    from ddpdoctor.trial import runner
+
+    first = _report([_finding("DL001", 4.0, [_fix("dataloader.num_workers", "6")])])
+    job = FakeJob({"dataloader.num_workers=6": (2.0, (1.5, 2.6))}, {"dataloader.num_workers=6": first}, first)
+    marker, hta = object(), AnalyzeOptions(hta="off")
+    st, *_ = _run(job, _opts(tmp_path, max_trials=1, ruleset=marker, analyze_opts=hta))
+    assert job.calls and all(c.ruleset is marker and c.analyze_opts is hta for c in job.calls)
+    assert st.best_bundle == "T1b"  # the kept run: what `tune --report` diagnoses
+
+    bundle = Path(__file__).resolve().parents[2] / "sample_traces" / "capture_gloo_2ranks_slow_rank"
+    strict = build_ruleset([], ["metrics.straggler.min_late_share=0.95"], use_config=False)
+    from ddpdoctor.resources import set_metric_overrides
+
+    def rules(opts):
+        set_metric_overrides(opts.ruleset.metrics if opts.ruleset else None)
+        try:
+            return [f.rule for f in runner._diagnose(bundle, opts).diagnosis.findings]
+        finally:
+            set_metric_overrides(None)
+
+    plain = runner.TrialOptions(command=["x"], out=tmp_path, changes=None, analyze_opts=hta)
+    assert "IM001" in rules(plain)
+    assert "IM001" not in rules(runner.TrialOptions(command=["x"], out=tmp_path, changes=None, ruleset=strict))
