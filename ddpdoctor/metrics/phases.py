@@ -36,25 +36,18 @@ def _named(sp: Spans, prefix: str) -> Spans:
 
 
 def _to_device(main_ops: Spans) -> iv.Intervals:
+    """The top-level copy ops (not nested in another op) on the training thread."""
     if not len(main_ops) or not main_ops.names:
         return iv.EMPTY
-    s, e = top_level(main_ops.start, main_ops.end)
-    if not s.size:
+    copies = [i for i, n in enumerate(main_ops.names) if n in TO_DEVICE_OPS]
+    if not copies:
         return iv.EMPTY
-    # the top-level spans that are one of the copy ops: match each back to its name
-    order = np.argsort(main_ops.start, kind="stable")
-    starts = main_ops.start[order]
-    keep_s, keep_e = [], []
-    for a, b in zip(s.tolist(), e.tolist()):
-        j = int(np.searchsorted(starts, a, side="left"))
-        while j < starts.size and starts[j] == a:
-            k = int(order[j])
-            if main_ops.end[k] == b and main_ops.names[k] in TO_DEVICE_OPS:
-                keep_s.append(a)
-                keep_e.append(b)
-                break
-            j += 1
-    return iv.union(np.asarray(keep_s), np.asarray(keep_e))
+    s, e = top_level(main_ops.start, main_ops.end)
+    tops = set(zip(s.tolist(), e.tolist()))
+    keep = [(main_ops.start[i], main_ops.end[i]) for i in copies if (main_ops.start[i], main_ops.end[i]) in tops]
+    if not keep:
+        return iv.EMPTY
+    return iv.union(np.asarray([a for a, _ in keep]), np.asarray([b for _, b in keep]))
 
 
 def phase_extras(rt: RankTrace, ws: np.ndarray, we: np.ndarray, collectives: iv.Intervals) -> dict[str, float | None]:
