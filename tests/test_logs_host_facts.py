@@ -99,7 +99,7 @@ def test_a_wrapped_watchdog_report_is_a_timeout_and_collective_1_asks_for_the_de
         "  ran for 721595 milliseconds before timing out.\n",
     )
     assert facts["failure.root_cause.kind"] == "timeout" and facts["failure.timeout.seq"] == 1
-    assert top.rule == "FL003" and top.summary.startswith("A rank (the log does not say which) timed out")
+    assert top.rule == "FL003" and top.summary.startswith("A rank timed out")
     assert "set_device" in top.fixes[0].change and "barrier()" in top.fixes[0].change
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from statistics import NormalDist, median, stdev
 
+from ..frames import is_tool_frame
 from .loop_collectives import loop_collective_facts
 from .values import PROC_TICK_S, as_number, evidence_of, put_fact, safe_where
 
@@ -248,6 +249,8 @@ def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] 
         ms_per_sample = as_number(sampled[r].get("ms_per_sample")) or 0.0
         steps = as_number(sampled[r].get("steps")) or 1.0
         for key, f in mine.items():
+            if is_tool_frame(key[1]):
+                continue  # ddpdoctor's own code (the capture agent): never the user's place
             if _model_pass(key[0]) or _optimizer_step(f.get("where")):
                 continue  # the model's own forward/backward/optimizer step: every rank runs it
             if r in loader_workers and _waits_for_workers(f.get("where")):

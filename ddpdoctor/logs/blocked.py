@@ -11,6 +11,9 @@ it exists where the analysis runs.
   ``lock.acquire()``, ``ready.wait()``, ``q.get()`` without a timeout): blocked, if the later samples did
   not move to another line of that function;
 - a sleep, a subprocess, a socket or a thread join stays busy: one rank's own work that takes time;
+- the DataLoader's ``__next__`` with none of the user's code deeper (the workers make the batch): waiting for its
+  DataLoader, named at the user's line that asked for the batch (``for x, y in loader:``), never at the capture
+  agent's patch around ``__next__``;
 - CPU time over the wait, when the dump has it (``cpu_s``), above half the wall time: busy, whatever the stack.
 
 A lock taken by a ``with``/``acquire`` line whose function is already on the same stack further out is the
@@ -23,6 +26,8 @@ from __future__ import annotations
 import linecache
 import os
 import re
+
+from ..frames import is_dataloader_next, is_tool_frame
 
 # waits that only another thread of the same rank can end: a lock, a condition or event, a queue.  A sleep,
 # a subprocess, a socket or a thread join is work of the rank's own that takes time (a download, a
@@ -65,13 +70,46 @@ def _cpu_share(state: dict) -> float | None:
     return float(cpu) / wall
 
 
+def user_frame(stack: list[dict]) -> dict | None:
+    """The innermost frame of the user's code: not ddpdoctor's (the agent's patches), not torch's, not the
+    standard library's."""
+    own = [
+        f
+        for f in stack
+        if not is_tool_frame(f.get("file"))
+        and "/torch/" not in str(f.get("file"))
+        and not _is_stdlib(str(f.get("file")))
+    ]
+    return own[-1] if own else None
+
+
+def loader_wait(stack: list[dict]) -> dict | None:
+    """The rank waits in its DataLoader's ``__next__`` with none of the user's code deeper (their dataset's
+    ``__getitem__`` would be the rank's own work): the frame of the user's ``next(loader)`` / ``for … in loader``."""
+    idx = next((i for i, f in enumerate(stack) if is_dataloader_next(f.get("file"), f.get("function"))), None)
+    if idx is None or user_frame(stack[idx + 1 :]) is not None:
+        return None
+    return user_frame(stack[:idx])
+
+
 def blocked_in(state: dict) -> dict | None:
     """What a rank recorded as 'busy' waited on, or None when it worked (or the dump cannot tell):
-    ``{"kind", "where", "function", "code", "holder", "cpu_share"}``."""
+    ``{"kind", "where", "function", "code", "holder", "cpu_share"}``; kind ``dataloader`` when it waited for
+    its DataLoader (where: the user's line that asked it for a batch)."""
     stack = [f for f in state.get("stack") or [] if isinstance(f, dict)]
     share = _cpu_share(state)
     if (share is not None and share > BUSY_CPU) or not stack:
         return None
+    at = loader_wait(stack)
+    if at is not None:
+        return {
+            "kind": "dataloader",
+            "where": _where(at),
+            "function": at.get("function"),
+            "code": _code(at),
+            "holder": None,
+            "cpu_share": round(share, 3) if share is not None else None,
+        }
     kind, at = None, None
     inner = stack[-1]
     base = os.path.basename(str(inner.get("file")))
@@ -79,8 +117,7 @@ def blocked_in(state: dict) -> dict | None:
         kind = (
             "queue" if base == "queue.py" else ("lock" if inner.get("function") in ("acquire", "__enter__") else "wait")
         )
-        user = [f for f in stack if "/torch/" not in str(f.get("file")) and not _is_stdlib(str(f.get("file")))]
-        at = user[-1] if user else inner
+        at = user_frame(stack) or inner
     else:
         code = _code(inner) or ""
         kind = next((k for k, rx in _CODE_WAITS if rx.search(code)), None)

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import re
 
+from ..frames import is_tool_frame
 from .model import LogEvent
 from .startup import FRAME, LIBRARY_PARTS, shown_path, traceback_of
 
-AGENT_PARTS = ("/ddpdoctor_capture_agent/",)
 _PREFIX = re.compile(r"^\s*\[(?:rank|default)\d+\]:")  # torch's and torchrun's rank prefixes
 # the header of the traceback a DataLoader worker's ExceptionWrapper carries (traceback structure, not wording)
 _WORKER_TB = "Original Traceback (most recent call last)"
@@ -33,7 +33,9 @@ def _own_frame(traceback: str) -> tuple[str, int, str] | None:
             nxt = lines[i + 1] if i + 1 < len(lines) else ""
             src = _PREFIX.sub("", nxt).strip() if not FRAME.search(nxt) else ""
             frames.append((m.group("file"), int(m.group("line")), src))
-    own = [f for f in frames if not any(p in f[0].replace("\\", "/") for p in LIBRARY_PARTS + AGENT_PARTS)]
+    own = [
+        f for f in frames if not any(p in f[0].replace("\\", "/") for p in LIBRARY_PARTS) and not is_tool_frame(f[0])
+    ]
     return own[-1] if own else None
 
 

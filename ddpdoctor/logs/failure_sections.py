@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from .mismatch_quotes import QUOTE_KEYS, model_check_facts, side_facts
 from .model import LogEvent
 from .patterns import ADDRESS_IN_USE
 from .watchdog_teardown import watchdog_teardown
@@ -242,6 +243,7 @@ def mismatch(g, f: dict) -> LogEvent | None:
         "dtype_b",
         "behind_rank",
         "text",
+        *QUOTE_KEYS,
     ):
         f[f"failure.mismatch.{key}"] = None
     f["failure.mismatch.ranks"], f["failure.mismatch.aspects"] = [], []
@@ -249,7 +251,10 @@ def mismatch(g, f: dict) -> LogEvent | None:
         return None
     a, b = m.data.get("a") or {}, m.data.get("b") or {}
     ra, rb = m.data.get("rank_a"), m.data.get("rank_b")
-    if rb is None and a:
+    if m.data.get("aspect") == "model":
+        model_check_facts(m, f)
+        ra = m.rank if ra is None else ra  # DDP's size check: the rank that logs it is the one that differs
+    if rb is None and a and m.data.get("aspect") != "model":
         # the older form: each rank reports only its own fingerprint ("Rank 0 is running inconsistent
         # collective: …", then the same line from rank 1): pair it with another rank's report
         other = next(
@@ -277,8 +282,8 @@ def mismatch(g, f: dict) -> LogEvent | None:
         aspects.append(m.data["aspect"])
     if sa is not None and sb is not None and sa != sb:
         behind = ra if sa < sb else rb
-    else:
-        behind = rb if rb is not None else ra
+    else:  # DDP's construction check: rank_a is the rank whose model differs
+        behind = ra if m.data.get("aspect") == "model" or rb is None else rb
     f.update(
         {
             "failure.mismatch.rank_a": ra,
@@ -297,6 +302,7 @@ def mismatch(g, f: dict) -> LogEvent | None:
             "failure.mismatch.text": m.text[:400],
         }
     )
+    side_facts(f)
     return m
 
 

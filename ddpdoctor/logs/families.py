@@ -116,7 +116,12 @@ def mismatch_text(msg: str) -> dict | None:
                 "differ": "model",
                 "aspect": "model",
             }
-        return {"rank_a": int(m.group("r0")), "rank_b": None, "a": {}, "b": {}, "differ": "model", "aspect": "model"}
+        # "params[0] in this process with sizes [384, 128] appears not to match sizes of the same param in process
+        # 0": the rank that logs it differs from process 0 (the parser knows the logging rank, not this text)
+        a = {"param": int(m.group("param"))} if m.group("param") else {}
+        if m.group("dims"):
+            a[m.group("what").lower()] = m.group("dims")
+        return {"rank_a": None, "rank_b": int(m.group("r0")), "a": a, "b": {}, "differ": "model", "aspect": "model"}
     return None
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 
+from ..frames import is_tool_frame
 from .startup import FRAME, LIBRARY_PARTS
 
 _FATAL = re.compile(r"Fatal Python error: (?P<what>[^\n]+)")
@@ -29,7 +30,7 @@ _THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+ \(most
 
 def _own(path: str) -> bool:
     p = path.replace(os.sep, "/")
-    return not any(part in p for part in LIBRARY_PARTS) and "ddpdoctor_capture_agent" not in p
+    return not any(part in p for part in LIBRARY_PARTS) and not is_tool_frame(p)
 
 
 def _dumps(lines: list) -> dict[int, dict]:

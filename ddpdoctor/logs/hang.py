@@ -15,7 +15,8 @@ import os
 import re
 from pathlib import Path
 
-from .blocked import blocked_in
+from ..frames import is_tool_frame
+from .blocked import blocked_in, user_frame
 from .model import LogEvent
 
 MAX_HANG_FILE = 8 * 1024 * 1024
@@ -56,6 +57,16 @@ def _where(w: dict | None) -> str | None:
     return f"{os.path.basename(str(w.get('file')))}:{w.get('line')}"
 
 
+def _users_place(state: dict) -> dict | None:
+    """The state's ``where``, or, when the agent named one of ddpdoctor's own frames (its patch around the
+    DataLoader's ``__next__``), the innermost frame of the user's code on the recorded stack."""
+    w = state.get("where")
+    if not isinstance(w, dict) or not is_tool_frame(w.get("file")):
+        return w
+    stack = [f for f in state.get("stack") or [] if isinstance(f, dict)]
+    return user_frame(stack)
+
+
 def _longest(states: list[dict], kind: str) -> dict | None:
     best = None
     for s in states:
@@ -82,11 +93,12 @@ def hang_facts(dumps: dict[int, dict], events: list[LogEvent], world_size: int |
             states = d["states"]
             coll, work = _longest(states, "collective"), _longest(states, "busy")
             if work is not None and (coll is None or work["seconds"] >= coll["seconds"] or coll["seconds"] < 1):
+                place = _users_place(work)
                 st.update(
                     state="busy",
-                    where=_where(work.get("where")),
+                    where=_where(place),
                     seconds=work["seconds"],
-                    function=(work.get("where") or {}).get("function"),
+                    function=(place or {}).get("function"),
                 )
                 wait = blocked_in(work)
                 if wait is None:
@@ -97,7 +109,7 @@ def hang_facts(dumps: dict[int, dict], events: list[LogEvent], world_size: int |
                     blocked.append((work["seconds"], r, st))
             elif coll is not None:
                 st.update(
-                    state="collective", op=coll.get("op"), seconds=coll["seconds"], where=_where(coll.get("where"))
+                    state="collective", op=coll.get("op"), seconds=coll["seconds"], where=_where(_users_place(coll))
                 )
                 waiting.append(r)
         e = exits.get(r)
@@ -143,7 +155,9 @@ def _sentence(s: dict) -> str:
     elif s["state"] == "blocked":
         code = f" (`{s['wait_code']}`)" if s.get("wait_code") else ""
         text = (
-            f"rank {r} was blocked, not computing, in {s['function']}() at {s['where']}{code} for {s.get('seconds')} s"
+            f"rank {r} waited for its DataLoader in {s['function']}() at {s['where']}{code} for {s.get('seconds')} s"
+            if s.get("wait_kind") == "dataloader"
+            else f"rank {r} was blocked, not computing, in {s['function']}() at {s['where']}{code} for {s.get('seconds')} s"
         )
     elif s["state"] == "collective":
         text = f"rank {r} waited in {s.get('op')} for {s.get('seconds')} s"

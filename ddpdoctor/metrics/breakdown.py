@@ -18,6 +18,7 @@ from . import intervals as iv
 from .collective_groups import collective_group_extras, launch_times
 from .columns import COLUMNS, CROSS_RANK, GPU_ONLY, PARTITION_CPU, PARTITION_GPU
 from .op_overhead import op_overhead_extras
+from .phases import optimizer_class, phase_extras
 from .steps import ACTIVITY_SPAN, OPTIMIZER_STEP, StepWindow, step_windows
 
 HOST_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
@@ -62,6 +63,7 @@ class RankSummary:
     input_shapes: list[str | None] = field(default_factory=list)  # per step: shapes the forward received
     timeline: dict | None = None  # the median-duration step's segments and top kernels, see _timeline
     decoder: str = ""  # the trace reader that ran (RankTrace.decoder)
+    optimizer_class: str | None = None  # the optimizer whose step the trace shows ("Adam"), see phases.py
 
 
 def _union(sp: Spans) -> iv.Intervals:
@@ -156,6 +158,7 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
     extras.update(_message_extras(rt.coll_messages, host_ws, host_we))
     extras.update(_group_extras(rt, comm_k, host_coll, comm_source, segs["comm_exposed"], (ws, we, host_ws, host_we)))
     extras["dataloader_single_process"] = _single_process_loader(rt.dataloader.names)
+    extras.update(phase_extras(rt, host_ws, host_we, _union(host_coll)))
     timeline = _timeline(windows, step_time, segs, gpu, kernels | comm_k)
     rows = {c: (None if values[c] is None else [float(v) for v in values[c]]) for c in COLUMNS}
     return RankSummary(
@@ -178,6 +181,7 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
         extras=extras,
         input_shapes=_step_inputs(rt.forward_inputs, ws, we),
         timeline=timeline,
+        optimizer_class=optimizer_class(rt.optimizer),
     )
 
 

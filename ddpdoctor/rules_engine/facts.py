@@ -8,7 +8,6 @@ the value); everything else is a plain value.  docs/RULES.md lists every name.
 
 from __future__ import annotations
 
-import json
 from statistics import median
 
 import numpy as np
@@ -16,6 +15,8 @@ import numpy as np
 from ..expr import Vec
 from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
 from ..resources import metric_params
+from .input_work import input_work_facts
+from .phases import phase_facts
 
 # derived columns: the exposed communication split into waiting for peers and transfer
 DERIVED = ("comm_wait_exposed", "comm_transfer_exposed")
@@ -102,6 +103,7 @@ def trace_facts(analysis) -> dict:
     )
     _cross_facts(analysis, facts, ranks)
     _input_facts(analysis, facts)
+    phase_facts(analysis.summaries, facts)
     return facts
 
 
@@ -120,46 +122,7 @@ def _input_facts(analysis, facts: dict) -> None:
         facts["cross.input_shapes_by_rank"] = "; ".join(
             f"rank {r}: {x if len(x) <= 80 else x[:77] + '...'}" for r, x in sorted(by_rank.items())
         )
-        _batch_row_facts(by_rank, facts)
-
-
-def _batch_row_facts(by_rank: dict[int, str], facts: dict) -> None:
-    """The ranks run different batch sizes: each rank's usual inputs differ from the others' only in the first
-    dimension of one tensor (a per-rank batch size from a config, a global batch split unevenly). The tensor
-    need not be the first input: an embedding takes its weight first and the token ids second."""
-    parsed = {r: _dims(x) for r, x in by_rank.items()}
-    if len(parsed) < 2 or any(p is None for p in parsed.values()) or len({len(p) for p in parsed.values()}) != 1:
-        return
-    lists = list(parsed.values())
-    differing = [i for i in range(len(lists[0])) if len({json.dumps(p[i]) for p in lists}) > 1]
-    if len(differing) != 1:
-        return
-    heads = {r: p[differing[0]] for r, p in parsed.items()}
-    if (
-        not all(_is_tensor(h) and len(h) >= 2 for h in heads.values())
-        or len({tuple(h[1:]) for h in heads.values()}) != 1
-    ):
-        return
-    rows = {r: h[0] for r, h in sorted(heads.items())}
-    largest = max(rows.values())
-    facts["cross.batch_rows_by_rank"] = ", ".join(f"rank {r}: {n}" for r, n in rows.items())
-    facts["cross.batch_rows_largest"] = largest
-    facts["cross.batch_rows_smallest"] = min(rows.values())
-    top = [r for r, n in rows.items() if n == largest]
-    if len(top) == 1:
-        facts["cross.largest_batch_rank"] = top[0]
-
-
-def _dims(dims_text: str) -> list | None:
-    try:
-        dims = json.loads(dims_text)
-    except ValueError:
-        return None
-    return dims if isinstance(dims, list) else None
-
-
-def _is_tensor(x) -> bool:
-    return isinstance(x, list) and all(isinstance(d, int) for d in x)
+        input_work_facts(by_rank, facts)
 
 
 def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
