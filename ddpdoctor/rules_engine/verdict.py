@@ -22,6 +22,7 @@ import numpy as np
 from ..expr import Vec
 from ..resources import metric_params
 from .confidence import calibrate
+from .edge import at_line_reason, edge_confidence, name_at_line
 from .eligibility import (
     is_sporadic,
     late_in_a_shared_cost,
@@ -69,6 +70,7 @@ class Cost:
     material: bool  # reaches its category's materiality
     eligible: bool = True  # may decide the verdict (False: noise, see `why_not`)
     why_not: str | None = None
+    at_line: bool = False  # within the step-to-step noise of its rule's threshold (edge.py): decides nothing
 
 
 @dataclass
@@ -126,6 +128,8 @@ def _order(f: Finding, verdict_rule: str | None) -> tuple:
         and classes.index("verdict") < classes.index(cls)
     ):
         cls = "verdict"
+    if f.edge is not None and f.edge.at_line and f.rule != verdict_rule and cls in ("verdict", "cost"):
+        cls = classes[-1]  # at its line (edge.py): context, not what to fix first
     within = (0, -f.cost, 0) if f.cost is not None else (1, 0.0, SEVERITY_ORDER[f.severity])
     return (classes.index(cls), *within, f.rule)
 
@@ -208,6 +212,9 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
                 f"on a contended host: {NOISE} (which runs the same code on every rank)"
             )
             sporadic.append(c)
+        if c.eligible and f.edge is not None and f.edge.at_line:
+            c.eligible, c.at_line = False, True
+            c.why_not = at_line_reason(f)
         out.append(c)
     if sporadic and reevaluate is not None:
         _judge_net_of_wait(out, sporadic, facts, t, reevaluate)
@@ -308,6 +315,12 @@ def _is_failure(f: Finding) -> bool:
 
 
 def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
+    v = _decide_one(findings, facts, costs)
+    name_at_line(v, costs, {f.rule: f for f in findings}, _label)
+    return v
+
+
+def _decide_one(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
     failed = any(_is_failure(f) for f in findings)
     by_rule = {f.rule: f for f in findings}
     winners = [c for c in costs if c.material and c.eligible]
@@ -319,6 +332,7 @@ def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
             agreement = top.agreement if top.agreement is not None else 0.5
             top.confidence = round(0.5 * margin + 0.5 * agreement, 3)
         conf, hints = calibrate(top.confidence, top.rule, facts, top.category)
+        conf, hints = edge_confidence(conf, hints, top)
         top.confidence = conf
         summary = f"{top.label}: {top.summary}"
         return Verdict(
@@ -340,6 +354,7 @@ def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
             top.confidence if top.confidence is not None else (top.agreement if top.agreement is not None else 0.5)
         )
         conf, hints = calibrate(evidence, top.rule, facts, top.category)
+        conf, hints = edge_confidence(conf, hints, top)
         top.confidence = conf
         return Verdict(
             "compute", conf, _label(conf), None, f"{top.label}: {top.summary}", top.rule, failed, top.label, hints
