@@ -186,7 +186,7 @@ def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
             "straggler.steps": worst.steps,
         }
     )
-    # its lateness step by step (the edge of IM001: how far from its threshold, in step-to-step noise)
+    # its lateness step by step (a straggler rule's edge: how far from its threshold, in step-to-step noise)
     med_step = facts.get("run.median_step_us") or 0.0
     by_step = [rel[worst.rank] for rel in cr.arrival_by_step.values() if worst.rank in rel]
     if by_step and med_step > 0:
