@@ -255,9 +255,15 @@ RECORDING = "recording"
 CONTENTION_MATERIAL_SHARE = 0.5
 
 
+def _at_line(f: dict | None, d: dict) -> bool:
+    """A finding within the step-to-step noise of the threshold that made it fire (rules_engine/edge.py), other
+    than the verdict's own: the verdict names it when it was material; the card neither lists nor fixes it."""
+    return bool(((f or {}).get("edge") or {}).get("at_line")) and f.get("rule") != (d.get("verdict") or {}).get("rule")
+
+
 def _worth_listing(f: dict, d: dict) -> bool:
-    if (f.get("edge") or {}).get("at_line") and f.get("rule") != (d.get("verdict") or {}).get("rule"):
-        return False  # within the step-to-step noise of its threshold (the verdict names it when it was material)
+    if _at_line(f, d):
+        return False
     if f.get("order") != RECORDING:
         return True
     if any("machine noise" in str(c.get("why_not") or "") for c in d.get("costs") or []):
@@ -308,6 +314,8 @@ def _first_fix(d: dict, deciding: dict | None) -> tuple[dict | None, str | None,
     v = d.get("verdict") or {}
     ordered = ([deciding] if deciding and v.get("failed") else []) + findings(d)
     for f in ordered:
+        if f is not deciding and _at_line(f, d):
+            continue  # within the step-to-step noise of its threshold: not what to change first
         # a fix predicted at no gain never leads (trial/predict.annotate put it last in its finding)
         worth = [fx for fx in (f or {}).get("fixes") or [] if not no_gain(fx)]
         if worth:
