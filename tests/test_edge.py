@@ -127,3 +127,16 @@ def test_the_card_does_not_list_a_finding_at_its_line():
     assert "[IM001]" not in text and "Look at rank 1" not in text
     clear = dict(at_line, value=0.4, noise=0.01, distance=35.0, at_line=False)
     assert "[IM001]" in "\n".join(render_card(_card_doc(clear)))
+
+
+def test_a_cost_at_its_line_under_the_deciding_cost_changes_nothing():
+    """slow_loader in 2 of 10 runs: an 11 % transfer at its line beside a 78 % DataLoader wait. It would not
+    have decided, so the verdict's label and confidence stay as they are (stable from run to run)."""
+    facts = _comm_facts([0.04, 0.20, 0.08, 0.15, 0.08], [0.06, 0.18, 0.10, 0.12, 0.09])
+    wait = [0.75, 0.80, 0.78, 0.79, 0.77]
+    facts["step.share.dataloader_wait"] = _steps(wait, wait)
+    facts["rank.share.dataloader_wait"] = Vec(np.array([0.78, 0.78]), np.array([0, 1]))
+    d = diagnose(facts, build_ruleset())
+    assert next(c for c in d.costs if c.rule == "CM001").at_line
+    assert d.verdict.rule == "DL001" and d.verdict.label == "dataloader-bound", d.verdict.label
+    assert "at its line" not in d.verdict.summary

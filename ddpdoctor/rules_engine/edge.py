@@ -95,10 +95,13 @@ def edge_confidence(conf: float, hints: list[str], top) -> tuple[float, list[str
 
 
 def name_at_line(v, costs: list, by_rule: dict, label) -> None:
-    """A material cost set aside at its line is named beside the verdict ("compute-bound; communication at the
-    10 % line"), caps the verdict's confidence under "high" (``at_line_max_confidence``: the verdict would flip
-    with it), and says how to settle it. ``label(confidence)`` names a confidence (verdict._label)."""
-    near = [c for c in costs if c.at_line and c.material]
+    """A material cost set aside at its line that would have decided otherwise is named beside the verdict
+    ("compute-bound; communication at the 10 % line"), caps the verdict's confidence under "high"
+    (``at_line_max_confidence``: the verdict would flip with it), and says how to settle it. ``label(confidence)`` names a confidence (verdict._label)."""
+    # only a cost that would have decided instead: ranked before the verdict's own (a 11 % transfer at its line
+    # beside a 78 % DataLoader wait changes nothing, and naming it would make the label vary from run to run)
+    ahead = costs[: next((n for n, c in enumerate(costs) if c.rule == v.rule), len(costs))]
+    near = [c for c in ahead if c.at_line and c.material]
     if not near:
         return
     named = v.label or (f"{v.bottleneck}-bound" if v.bottleneck else "no dominant avoidable cost")
