@@ -115,9 +115,11 @@ def _label(c: float | None) -> str | None:
     return "high" if c >= t["high_from"] else "medium" if c >= t["medium_from"] else "low"
 
 
-def _order(f: Finding, verdict_rule: str | None) -> tuple:
+def _order(f: Finding, verdict_rule: str | None, noise: frozenset[str] = frozenset()) -> tuple:
     """Every output's order of findings: by class (rules/metrics.toml [order]), then within a class by a
-    measured cost, largest first, then severity, then rule id."""
+    measured cost, largest first, then severity, then rule id. A finding at its line (edge.py) or whose cost
+    was set aside as machine noise (the rule ids in `noise`) goes to the last class: it says how the run was
+    recorded, not what to change first."""
     spec = metric_params().get("order", {})
     classes = list(spec.get("classes", ["failure", "verdict", "cost"]))
     cls = f.order if f.order in classes else "cost"
@@ -128,8 +130,9 @@ def _order(f: Finding, verdict_rule: str | None) -> tuple:
         and classes.index("verdict") < classes.index(cls)
     ):
         cls = "verdict"
-    if f.edge is not None and f.edge.at_line and f.rule != verdict_rule and cls in ("verdict", "cost"):
-        cls = classes[-1]  # at its line (edge.py): context, not what to fix first
+    at_line = f.edge is not None and f.edge.at_line
+    if (at_line or f.rule in noise) and f.rule != verdict_rule and cls in ("verdict", "cost"):
+        cls = classes[-1]  # context, not what to fix first
     within = (0, -f.cost, 0) if f.cost is not None else (1, 0.0, SEVERITY_ORDER[f.severity])
     return (classes.index(cls), *within, f.rule)
 
@@ -406,7 +409,8 @@ def diagnose(facts: dict, ruleset: RuleSet, log_search=None) -> Diagnosis:
 
     costs = ranked_costs(findings, facts, reevaluate)
     verdict = decide(findings, facts, costs)
-    findings.sort(key=lambda f: _order(f, verdict.rule))
+    noise = frozenset(c.rule for c in costs if NOISE in (c.why_not or ""))
+    findings.sort(key=lambda f: _order(f, verdict.rule, noise))
     fired_categories = {f.category for f in findings}
     abstained, not_assessed = [], []
     for o in outcomes:
