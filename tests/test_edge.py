@@ -140,3 +140,14 @@ def test_a_cost_at_its_line_under_the_deciding_cost_changes_nothing():
     assert next(c for c in d.costs if c.rule == "CM001").at_line
     assert d.verdict.rule == "DL001" and d.verdict.label == "dataloader-bound", d.verdict.label
     assert "at its line" not in d.verdict.summary
+
+
+def test_no_dominant_cost_does_not_call_a_cost_at_its_line_small():
+    """accum_without_no_sync on a loaded host: 15 % ± 8.5 % transfer at CM001's line, nothing else material."""
+    facts = _comm_facts([0.264, 0.242, 0.099, 0.199, 0.039], [0.141, 0.286, 0.027, 0.131, 0.106])
+    facts["step.share.compute"] = Vec(np.full(10, 0.4), facts["step.share.compute"].ranks)
+    facts["rank.share.compute"] = Vec(np.array([0.4, 0.4]), np.array([0, 1]))
+    v = diagnose(facts, build_ruleset()).verdict
+    assert v.bottleneck is None and v.label == "no dominant avoidable cost; communication at the 10 % line"
+    assert "stays small" not in v.summary and "within the step-to-step noise of its threshold" in v.summary
+    assert "Communication (CM001) is at its line" in v.summary and ": ;" not in v.summary

@@ -383,7 +383,7 @@ def _no_dominant_summary(costs: list[Cost], findings: list[Finding]) -> str:
         return ", ".join(f"{c.label} {c.cost:.1%}" for c in cs[:3])
 
     noise = [c for c in costs if c.material and not c.eligible and NOISE in (c.why_not or "")]
-    rest = [c for c in costs if c not in noise]
+    rest = [c for c in costs if c not in noise and not c.at_line]  # at its line: said by edge.name_at_line
     parts = []
     if noise:
         contention = sorted(
@@ -395,6 +395,8 @@ def _no_dominant_summary(costs: list[Cost], findings: list[Finding]) -> str:
         )
     if rest:
         parts.append(f"what {'else ' if noise else ''}the rules found stays small ({listed(rest)})")
+    if not parts:  # only costs at their line (edge.name_at_line says which)
+        parts.append("what the rules found is within the step-to-step noise of its threshold")
     return f"no dominant avoidable cost: {'; '.join(parts)}; no single change promises a large gain"
 
 
