@@ -151,3 +151,18 @@ def test_no_dominant_cost_does_not_call_a_cost_at_its_line_small():
     assert v.bottleneck is None and v.label == "no dominant avoidable cost; communication at the 10 % line"
     assert "stays small" not in v.summary and "within the step-to-step noise of its threshold" in v.summary
     assert "Communication (CM001) is at its line" in v.summary and ": ;" not in v.summary
+
+
+def test_ranks_that_take_turns_in_a_cost_the_job_pays_every_step_are_not_noise():
+    """io_wait_loader_workers2: 2 workers feed the ranks in turn, so each rank's DataLoader wait alternates
+    between 0 and 30-80 % of its step while the job waits about a quarter of every step. The standard error is
+    that of the job's per-step mean over ranks, not of one rank's alternating steps."""
+    r0 = [0.289, 0.002, 0.558, 0.001, 0.169, 0.003, 0.36]
+    r1 = [0.002, 0.81, 0.001, 0.336, 0.001, 0.712, 0.001]
+    e = measure(_steps(r0, r1), 0.10, edge_noise=2.0)
+    job = (np.array(r0) + np.array(r1)) / 2
+    assert e.noise == pytest.approx(job.std(ddof=1) / math.sqrt(7), rel=1e-3)
+    assert e.value == pytest.approx(0.232, abs=0.002) and e.distance > 2.9 and not e.at_line
+    # ranks with different numbers of steps: each rank's own spread (median over ranks)
+    e = measure(_steps(r0, r1[:6]), 0.10, edge_noise=2.0)
+    assert e.noise == pytest.approx(np.median([np.std(r0, ddof=1), np.std(r1[:6], ddof=1)]) / math.sqrt(6.5), rel=1e-3)

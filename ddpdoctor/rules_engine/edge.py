@@ -2,8 +2,8 @@
 
 A rule that declares ``edge = { value = "<per-(rank, step) expression>", threshold = "<expression>" }`` (the
 measurement its ``when`` compares with a threshold) gets an :class:`Edge`: the mean of that measurement over the
-recorded steps (median over ranks), the standard error of that mean (the spread of the steps over the square
-root of their number: how much another recording of as many steps would move it), and the distance to the
+recorded steps (median over ranks), the standard error of that mean (the spread of the job's steps over the
+square root of their number: how much another recording of as many steps would move it), and the distance to the
 threshold in those standard errors. Within ``[verdict] edge_noise`` of them the finding is *at its line*: a
 re-recording may land on either side, so it decides no verdict (verdict.ranked_costs) and the verdict says so;
 up to ``edge_clear`` its distance lowers the verdict's confidence (confidence.calibrate).
@@ -32,21 +32,34 @@ class Edge:
 
 def measure(values, threshold, edge_noise: float) -> Edge | None:
     """The edge of one finding, from its per-(rank, step) values and its threshold; None when the values are
-    not a per-step vector with at least two steps on some rank, or the threshold is not a number."""
+    not a per-step vector with at least two steps on some rank, or the threshold is not a number.
+
+    The noise is that of the job's step, not of one rank's: when every rank recorded the same steps, the
+    standard error is taken of the per-step mean over ranks (a loader with 2 workers feeds rank 0 and rank 1
+    in turn, so each rank's wait alternates between 0 and 80 % while the job waits about the same every step:
+    io_wait_loader_workers2); otherwise of each rank's steps, the median over ranks."""
     if not isinstance(values, Vec) or isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
         return None
     x, ranks = np.asarray(values.values, dtype=float), np.asarray(values.ranks)
-    means, sds, counts = [], [], []
-    for r in np.unique(ranks):
-        v = x[(ranks == r) & np.isfinite(x)]
-        if v.size >= 2:
-            means.append(float(v.mean()))
-            sds.append(float(v.std(ddof=1)))
-            counts.append(v.size)
-    if not means:
+    per_rank = [x[ranks == r] for r in np.unique(ranks)]
+    usable = [v[np.isfinite(v)] for v in per_rank]
+    usable = [v for v in usable if v.size >= 2]
+    if not usable:
         return None
-    value, thr = float(np.median(means)), float(threshold)
-    noise = float(np.median(sds)) / math.sqrt(float(np.median(counts)))
+    value, thr = float(np.median([v.mean() for v in usable])), float(threshold)
+    n = per_rank[0].size
+    if len(per_rank) > 1 and all(v.size == n for v in per_rank) and n >= 2:
+        with np.errstate(all="ignore"):
+            steps = np.nanmean(np.vstack(per_rank), axis=0)  # the job's step: the mean over ranks
+        steps = steps[np.isfinite(steps)]
+    else:
+        steps = None
+    if steps is not None and steps.size >= 2:
+        noise = float(steps.std(ddof=1)) / math.sqrt(steps.size)
+    else:
+        noise = float(np.median([v.std(ddof=1) for v in usable])) / math.sqrt(
+            float(np.median([v.size for v in usable]))
+        )
     gap = abs(value - thr)
     distance = gap / noise if noise > 0 else (math.inf if gap > 0 else 0.0)
     return Edge(round(thr, 6), round(value, 6), round(noise, 6), round(distance, 3), distance < edge_noise)
