@@ -13,6 +13,7 @@ from ddpdoctor.report import view
 from ddpdoctor.report.card import partial_reasons, render_card
 from ddpdoctor.report.terminal import render_full
 from ddpdoctor.text import block, shell, wrap
+from ddpdoctor.trial.predict import annotate
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
@@ -107,7 +108,7 @@ def _doc(**kw):
         },
     }
     d.update(kw)
-    return d
+    return annotate(d)  # as report/json_report.to_dict builds it: each tryable fix with its prediction
 
 
 def test_card_puts_the_verdict_first_and_a_try_command_next():

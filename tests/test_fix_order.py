@@ -160,7 +160,7 @@ def _fix(title, change="x = 1", knob=None, value=None):
 
 
 def _doc(findings, verdict_rule, bottleneck, facts=None):
-    return {
+    doc = {
         "schema": "ddpdoctor.diagnosis/1",
         "inputs": ["runs/a"],
         "partial": False,
@@ -180,6 +180,7 @@ def _doc(findings, verdict_rule, bottleneck, facts=None):
         "findings": findings,
         "facts": {"run.command": "torchrun --nproc_per_node=2 t.py", **(facts or {})},
     }
+    return predict.annotate(doc)  # as report/json_report.to_dict builds it
 
 
 def test_a_correctness_bug_leads_the_card_before_a_generic_verdict():
@@ -210,30 +211,40 @@ def test_a_long_fix_is_cut_only_by_whole_trailing_items():
     assert fix_body(change, 80, max_lines=1)[:2] == whole[:2]
 
 
-def test_a_try_is_suggested_only_when_its_prediction_is_worth_measuring():
-    """comm_heavy on one CPU per rank: smaller buckets are predicted at 1.00x (no core to overlap on) and
-    a 16-bit hook too (on CPU it measured 1.38x slower), so the card does not send the user to --try them;
-    on a GPU a 16-bit hook halves the exposed transfer and is worth a trial."""
+def test_a_fix_predicted_at_no_gain_never_leads_and_the_card_says_it_will_not_help():
+    """comm_heavy on one CPU per rank (issue 41 item 2): smaller buckets are predicted at 1.00x (no core to
+    overlap on) and a 16-bit hook too (on CPU it measured 1.38x slower). Neither leads: the card leads with the
+    change that addresses the mechanism (accumulation under no_sync()), says plainly that the two will not help,
+    and sends nobody to --try them. On a GPU a 16-bit hook halves the exposed transfer and is worth a trial."""
     ev = {"grad_mb": 51.0, "colls": 1, "buckets": 1, "all_transfer_share": 0.30}
     one_core = {"run.device": "cpu", "host.cpus_per_local_rank": 1.0}
-    buckets = _fd(
-        "CM001",
-        "communication",
-        "Gradient communication is not hidden",
-        cost=0.35,
-        evidence=ev,
-        fixes=[_fix("Use smaller gradient buckets", knob="ddp.bucket_cap_mb", value="9")],
+    buckets = _fix("Use smaller gradient buckets", knob="ddp.bucket_cap_mb", value="9")
+    hook = _fix("Compress gradients to 16 bits", knob="ddp.comm_hook", value="fp16_compress_hook")
+    accumulate = _fix("Accumulate gradients locally and synchronize every N micro-batches", "+ with model.no_sync():")
+    cm = _fd(
+        "CM001", "communication", "Gradient communication is not hidden", [buckets, hook, accumulate], 0.35, evidence=ev
     )
-    hook = dict(
-        buckets, fixes=[_fix("Compress gradients to 16 bits", knob="ddp.comm_hook", value="fp16_compress_hook")]
-    )
-    for finding, change in ((buckets, "ddp.bucket_cap_mb=9"), (hook, "ddp.comm_hook=fp16_compress_hook")):
-        text = "\n".join(render_card(_doc([finding], "CM001", "communication", one_core)))
-        assert "ddpdoctor run --try" not in text and "--report report-a" in text
-        assert f"--try not suggested: {change} is predicted at 1.00x" in " ".join(text.split())
+    doc = _doc([cm], "CM001", "communication", one_core)
+    fixes = doc["findings"][0]["fixes"]
+    # the prediction is stored in the document, and the order with it: report.json and the card agree
+    assert [f["title"][:10] for f in fixes] == ["Accumulate", "Use smalle", "Compress g"]
+    assert [f.get("predicted_speedup") for f in fixes] == [None, 1.0, 1.0]
+    text = "\n".join(render_card(doc))
+    flat = " ".join(text.split())
+    assert "Fix first [CM001]: Accumulate gradients locally" in text
+    assert "Will not help here: ddp.bucket_cap_mb=9, predicted at 1.00x (smaller buckets pay off by" in flat
+    assert "ddp.comm_hook=fp16_compress_hook, 1.00x." in flat
+    assert "ddpdoctor run --try" not in text and "--report report-a" in text
+    # a finding whose only fix is predicted at no gain gives no "Fix first" at all, only the plain warning
+    alone = _fd("CM001", "communication", "Gradient communication is not hidden", [dict(buckets)], 0.35, evidence=ev)
+    text = "\n".join(render_card(_doc([alone], "CM001", "communication", one_core)))
+    assert "Fix first" not in text and "Will not help here: ddp.bucket_cap_mb=9" in text
+    assert "ddpdoctor run --try" not in text
+    gpu = _fd("CM001", "communication", "Gradient communication is not hidden", [dict(hook)], 0.35, evidence=ev)
     text = "\n".join(
-        render_card(_doc([hook], "CM001", "communication", {"run.device": "gpu", "host.cpus_per_local_rank": 8}))
+        render_card(_doc([gpu], "CM001", "communication", {"run.device": "gpu", "host.cpus_per_local_rank": 8}))
     )
+    assert "Fix first [CM001]: Compress gradients to 16 bits" in text and "Will not help" not in text
     assert "Next: ddpdoctor run --try CM001 -- torchrun --nproc_per_node=2 t.py" in text
     assert "(predicted: up to 1.18x)" in text  # half of the 30 % exposed transfer
 

@@ -13,7 +13,7 @@ import statistics
 from ..bundle.discover import compact_ranks
 from ..resources import metric_params
 from ..text import WIDTH, block_items, command, cut, plural, shell, wrap
-from ..trial.predict import fix_prediction
+from ..trial.predict import no_gain
 from .view import analysis, findings, verdict_summary
 
 FAILURE_CATEGORIES = ("failure", "network", "memory")
@@ -135,7 +135,8 @@ def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | Non
     cmd = facts.get("run.command")
     inputs = " ".join(_as_typed(p) for p in d.get("inputs") or []) or "RUN_FOLDER"
     failed = (d.get("verdict") or {}).get("failed")
-    predicted = (fix_prediction(d, fix) or {}).get("predicted_speedup") if cmd and rule and not failed else None
+    # the prediction the analysis stored with the fix (trial/predict.annotate): the card computes none of its own
+    predicted = (fix or {}).get("predicted_speedup") if cmd and rule and not failed and fix.get("knob") else None
     if predicted and predicted > metric_params()["trial"]["min_predicted_speedup"] and not d.get("trial"):
         return (
             f"ddpdoctor run --try {rule} -- {cmd}",
@@ -146,12 +147,7 @@ def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | Non
     after = (
         ["ddpdoctor run --out after -- …", f"ddpdoctor compare {inputs} after"] if cmd and fix and not failed else []
     )
-    # a fix run could try, predicted at no measurable gain here: say so rather than send the user to measure it
-    no_try = (
-        f"; --try not suggested: {fix['knob']}={fix['value']} is predicted at {predicted:.2f}x on this run"
-        if predicted and not d.get("trial")
-        else ""
-    )
+    no_try = ""  # a fix predicted at no gain never leads: the card's "Will not help here" line says it
     if report_dir:
         return (
             "",
@@ -204,6 +200,7 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
         label = "partial:" if partial and not _only_a_note(reason) else "note:"
         lines += wrap(reason, width, f"  {label:<12}", " " * 14)
     fix, rule, source = _first_fix(d, deciding)
+    futile = _will_not_help(d, deciding, source)
     if fix:
         lines.append("")
         head = f"Fix first [{rule}]: " if deciding or v.get("bottleneck") else f"Worth a look [{rule}]: "
@@ -217,6 +214,9 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
                 "this run did not record " + ", ".join(fix["not_recorded"]) + "; check it applies", width, "  (", "   "
             )
             lines[-1] += ")"
+    if futile and not fix:
+        lines.append("")
+    lines += _futile_lines(futile[:MAX_FUTILE], width, after_fix=bool(fix))
     others = [
         f
         for f in findings(d)
@@ -255,7 +255,15 @@ RECORDING = "recording"
 CONTENTION_MATERIAL_SHARE = 0.5
 
 
+def _at_line(f: dict | None, d: dict) -> bool:
+    """A finding within the step-to-step noise of the threshold that made it fire (rules_engine/edge.py), other
+    than the verdict's own: the verdict names it when it was material; the card neither lists nor fixes it."""
+    return bool(((f or {}).get("edge") or {}).get("at_line")) and f.get("rule") != (d.get("verdict") or {}).get("rule")
+
+
 def _worth_listing(f: dict, d: dict) -> bool:
+    if _at_line(f, d):
+        return False
     if f.get("order") != RECORDING:
         return True
     if any("machine noise" in str(c.get("why_not") or "") for c in d.get("costs") or []):
@@ -306,9 +314,43 @@ def _first_fix(d: dict, deciding: dict | None) -> tuple[dict | None, str | None,
     v = d.get("verdict") or {}
     ordered = ([deciding] if deciding and v.get("failed") else []) + findings(d)
     for f in ordered:
-        if f and f.get("fixes"):
-            return f["fixes"][0], f.get("rule"), f
+        if f is not deciding and _at_line(f, d):
+            continue  # within the step-to-step noise of its threshold: not what to change first
+        # a fix predicted at no gain never leads (trial/predict.annotate put it last in its finding)
+        worth = [fx for fx in (f or {}).get("fixes") or [] if not no_gain(fx)]
+        if worth:
+            return worth[0], f.get("rule"), f
     return None, None, None
+
+
+MAX_FUTILE = 2
+
+
+def _will_not_help(d: dict, deciding: dict | None, source: dict | None) -> list[dict]:
+    """The fixes `run --try` could apply that the analysis predicts at no gain, of the finding the first fix comes
+    from or of the verdict's own: said plainly, so that the user does not spend a trial on them."""
+    out = []
+    for f in (source, deciding):
+        for fx in (f or {}).get("fixes") or []:
+            if no_gain(fx) and fx not in out:
+                out.append(fx)
+    return out
+
+
+def _futile_lines(fixes: list[dict], width: int, after_fix: bool) -> list[str]:
+    """'Will not help here: ddp.bucket_cap_mb=9, predicted at 1.00x (why); ddp.comm_hook=fp16, 1.00x.'"""
+    if not fixes:
+        return []
+    parts = []
+    for n, fx in enumerate(fixes):
+        change = f"{fx.get('knob')}={fx.get('value')}"
+        if n:
+            parts.append(f"{change}, {fx['predicted_speedup']:.2f}x")
+            continue
+        note = str(fx.get("prediction_note") or "")
+        why = note.split("; ", 1)[1] if "; " in note else note.split(": ", 1)[-1]
+        parts.append(f"{change}, predicted at {fx['predicted_speedup']:.2f}x" + (f" ({why})" if why else ""))
+    return wrap("; ".join(parts) + ".", width, "  Will not help here: " if after_fix else "Will not help here: ", "  ")
 
 
 def fix_body(change: str, width: int, max_lines: int = MAX_FIX_LINES) -> list[str]:

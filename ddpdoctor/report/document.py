@@ -42,6 +42,7 @@ class Cost(msgspec.Struct):
     material: bool
     eligible: bool = True
     why_not: Optional[str] = None
+    at_line: bool = False  # within the step-to-step noise of its rule's threshold: decides no verdict
 
 
 class Fix(msgspec.Struct):
@@ -52,6 +53,18 @@ class Fix(msgspec.Struct):
     knob: Optional[str] = None
     value: Optional[str] = None
     framework: Optional[str] = None
+    predicted_speedup: Optional[float] = None  # what `run --try` is predicted to gain (trial/predict.annotate)
+    prediction_note: Optional[str] = None  # how that prediction was made
+
+
+class Edge(msgspec.Struct):
+    """How far a finding is from the threshold that made it fire (rules_engine/edge.py)."""
+
+    threshold: float
+    value: float
+    noise: float
+    distance: Optional[float] = None  # None: the steps agree exactly (infinitely far)
+    at_line: bool = False
 
 
 class Finding(msgspec.Struct):
@@ -73,6 +86,7 @@ class Finding(msgspec.Struct):
     confidence: Optional[float] = None
     not_recorded: list[str] = []
     label: Optional[str] = None
+    edge: Optional[Edge] = None
 
 
 class Abstained(msgspec.Struct):

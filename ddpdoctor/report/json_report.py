@@ -122,25 +122,29 @@ def _logs_dict(logs) -> dict | None:
 
 
 def to_dict(report) -> dict:
+    from ..trial.predict import annotate
+
     d = report.diagnosis
-    return _clean(
-        {
-            "schema": SCHEMA,
-            "ddpdoctor_version": __version__,
-            "inputs": report.inputs,
-            "partial": report.partial,
-            "warnings": report.warnings,
-            "verdict": asdict(d.verdict),
-            "costs": [asdict(c) for c in getattr(d, "costs", [])],
-            "findings": [_finding_dict(f) for f in d.findings],
-            "abstained": d.abstained,
-            "not_assessed": d.not_assessed,
-            "rule_errors": d.errors,
-            "rules_evaluated": d.rules_evaluated,
-            "rule_notes": d.notes,
-            "facts": _plain_facts(report.facts),
-            "analysis": analysis_dict(report.analysis) if report.analysis is not None else None,
-            "logs": _logs_dict(report.logs),
-            "timing": {"seconds": report.seconds},
-        }
+    return annotate(
+        _clean(
+            {
+                "schema": SCHEMA,
+                "ddpdoctor_version": __version__,
+                "inputs": report.inputs,
+                "partial": report.partial,
+                "warnings": report.warnings,
+                "verdict": asdict(d.verdict),
+                "costs": [asdict(c) for c in getattr(d, "costs", [])],
+                "findings": [_finding_dict(f) for f in d.findings],
+                "abstained": d.abstained,
+                "not_assessed": d.not_assessed,
+                "rule_errors": d.errors,
+                "rules_evaluated": d.rules_evaluated,
+                "rule_notes": d.notes,
+                "facts": _plain_facts(report.facts),
+                "analysis": analysis_dict(report.analysis) if report.analysis is not None else None,
+                "logs": _logs_dict(report.logs),
+                "timing": {"seconds": report.seconds},
+            }
+        )
     )

@@ -54,7 +54,17 @@ def load_base_facts(folder: Path) -> dict:
 
 def rule_fact_names(rule: Rule) -> set[str]:
     """The dotted fact names a rule reads anywhere (conditions, evidence, texts, fix conditions)."""
-    parts = [rule.when, rule.summary, rule.cost, rule.agreement, rule.confidence, rule.ranks, *rule.evidence.values()]
+    parts = [
+        rule.when,
+        rule.summary,
+        rule.cost,
+        rule.agreement,
+        rule.confidence,
+        rule.edge_value,
+        rule.edge_threshold,
+        rule.ranks,
+        *rule.evidence.values(),
+    ]
     for fx in rule.fixes:
         parts += [fx.title, fx.change, fx.applies_if, fx.value, fx.leads_if, fx.trails_if]
     names: set[str] = set()

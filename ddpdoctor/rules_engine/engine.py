@@ -17,6 +17,8 @@ import numpy as np
 
 from ..expr import ExprError, Missing, Vec
 from ..expr_functions import speedup
+from ..resources import metric_params
+from .edge import Edge, measure
 from .frameworks import phrase, phrased_change
 from .model import Rule, metric_value, order_class
 
@@ -53,6 +55,7 @@ class Finding:
     not_recorded: list[str] = field(default_factory=list)
     label: str = ""
     order: str = "cost"  # its class in rules/metrics.toml [order] (model.order_class)
+    edge: Edge | None = None  # how far from the threshold that made it fire, in step-to-step noise (edge.py)
 
 
 @dataclass
@@ -169,6 +172,9 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         cost = min(max(cost, 0.0), 1.0)
     agreement = _number(rule.agreement(look)) if rule.agreement is not None else None
     confidence = _number(rule.confidence(look)) if rule.confidence is not None else None
+    edge = None
+    if rule.edge_value is not None and rule.edge_threshold is not None:
+        edge = measure(rule.edge_value(look), rule.edge_threshold(look), metric_params()["verdict"]["edge_noise"])
     fixes, place = [], []
     for fx in rule.fixes:
         assumed: set[str] = set()
@@ -226,4 +232,5 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         not_recorded=sorted(missing),
         label=rule.label or f"{rule.category}-bound",
         order=order_class(rule.order, rule.category, rule.severity),
+        edge=edge,
     )

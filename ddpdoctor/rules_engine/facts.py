@@ -149,6 +149,11 @@ def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
             "straggler.steps": worst.steps,
         }
     )
+    # its lateness step by step (a straggler rule's edge: how far from its threshold, in step-to-step noise)
+    med_step = facts.get("run.median_step_us") or 0.0
+    by_step = [rel[worst.rank] for rel in cr.arrival_by_step.values() if worst.rank in rel]
+    if by_step and med_step > 0:
+        facts["straggler.late_share_by_step"] = Vec(np.asarray(by_step) / med_step, np.full(len(by_step), worst.rank))
     # where the straggler's extra time goes: its mean per column minus the median of the others
     by_rank = {s.rank: s for s in analysis.summaries}
     me = by_rank[worst.rank]

@@ -44,6 +44,7 @@ TOP_KEYS = {
     "cost_is",
     "agreement",
     "confidence",
+    "edge",
     "ranks",
     "summary",
     "params",
@@ -81,6 +82,9 @@ class Rule:
     cost: Expr | None = None  # share of step time this finding costs (0..1)
     agreement: Expr | None = None  # share of ranks/steps that agree (0..1)
     confidence: Expr | None = None  # overrides the engine's confidence (0..1)
+    # the per-(rank, step) measurement `when` compares with a threshold, and that threshold (rules_engine/edge.py)
+    edge_value: Expr | None = None
+    edge_threshold: Expr | None = None
     ranks: Expr | None = None
     fixes: list[Fix] = field(default_factory=list)
     tests: list[RuleCase] = field(default_factory=list)
@@ -335,6 +339,10 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
     def opt_expr(key):
         return c.expr(key, data[key], allow) if key in data else None
 
+    edge = data.get("edge")
+    if edge is not None and (not isinstance(edge, dict) or set(edge) != {"value", "threshold"}):
+        c.fail("edge", 'edge is written edge = { value = "<per-step expression>", threshold = "<expression>" }')
+
     rule = Rule(
         id=rid,
         name=data["name"],
@@ -350,6 +358,8 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         cost=opt_expr("cost"),
         agreement=opt_expr("agreement"),
         confidence=opt_expr("confidence"),
+        edge_value=c.expr("edge", edge["value"], allow) if edge else None,
+        edge_threshold=c.expr("edge", edge["threshold"], allow) if edge else None,
         ranks=opt_expr("ranks"),
         log_patterns=log_patterns,
         path=str(path),

@@ -22,6 +22,7 @@ import numpy as np
 from ..expr import Vec
 from ..resources import metric_params
 from .confidence import calibrate
+from .edge import at_line_reason, edge_confidence, name_at_line
 from .eligibility import (
     is_sporadic,
     late_in_a_shared_cost,
@@ -69,6 +70,7 @@ class Cost:
     material: bool  # reaches its category's materiality
     eligible: bool = True  # may decide the verdict (False: noise, see `why_not`)
     why_not: str | None = None
+    at_line: bool = False  # within the step-to-step noise of its rule's threshold (edge.py): decides nothing
 
 
 @dataclass
@@ -113,9 +115,11 @@ def _label(c: float | None) -> str | None:
     return "high" if c >= t["high_from"] else "medium" if c >= t["medium_from"] else "low"
 
 
-def _order(f: Finding, verdict_rule: str | None) -> tuple:
+def _order(f: Finding, verdict_rule: str | None, noise: frozenset[str] = frozenset()) -> tuple:
     """Every output's order of findings: by class (rules/metrics.toml [order]), then within a class by a
-    measured cost, largest first, then severity, then rule id."""
+    measured cost, largest first, then severity, then rule id. A finding at its line (edge.py) or whose cost
+    was set aside as machine noise (the rule ids in `noise`) goes to the last class: it says how the run was
+    recorded, not what to change first."""
     spec = metric_params().get("order", {})
     classes = list(spec.get("classes", ["failure", "verdict", "cost"]))
     cls = f.order if f.order in classes else "cost"
@@ -126,6 +130,9 @@ def _order(f: Finding, verdict_rule: str | None) -> tuple:
         and classes.index("verdict") < classes.index(cls)
     ):
         cls = "verdict"
+    at_line = f.edge is not None and f.edge.at_line
+    if (at_line or f.rule in noise) and f.rule != verdict_rule and cls in ("verdict", "cost"):
+        cls = classes[-1]  # context, not what to fix first
     within = (0, -f.cost, 0) if f.cost is not None else (1, 0.0, SEVERITY_ORDER[f.severity])
     return (classes.index(cls), *within, f.rule)
 
@@ -208,6 +215,9 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
                 f"on a contended host: {NOISE} (which runs the same code on every rank)"
             )
             sporadic.append(c)
+        if c.eligible and f.edge is not None and f.edge.at_line:
+            c.eligible, c.at_line = False, True
+            c.why_not = at_line_reason(f)
         out.append(c)
     if sporadic and reevaluate is not None:
         _judge_net_of_wait(out, sporadic, facts, t, reevaluate)
@@ -308,6 +318,12 @@ def _is_failure(f: Finding) -> bool:
 
 
 def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
+    v = _decide_one(findings, facts, costs)
+    name_at_line(v, costs, {f.rule: f for f in findings}, _label)
+    return v
+
+
+def _decide_one(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
     failed = any(_is_failure(f) for f in findings)
     by_rule = {f.rule: f for f in findings}
     winners = [c for c in costs if c.material and c.eligible]
@@ -319,6 +335,7 @@ def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
             agreement = top.agreement if top.agreement is not None else 0.5
             top.confidence = round(0.5 * margin + 0.5 * agreement, 3)
         conf, hints = calibrate(top.confidence, top.rule, facts, top.category)
+        conf, hints = edge_confidence(conf, hints, top)
         top.confidence = conf
         summary = f"{top.label}: {top.summary}"
         return Verdict(
@@ -340,6 +357,7 @@ def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
             top.confidence if top.confidence is not None else (top.agreement if top.agreement is not None else 0.5)
         )
         conf, hints = calibrate(evidence, top.rule, facts, top.category)
+        conf, hints = edge_confidence(conf, hints, top)
         top.confidence = conf
         return Verdict(
             "compute", conf, _label(conf), None, f"{top.label}: {top.summary}", top.rule, failed, top.label, hints
@@ -365,7 +383,7 @@ def _no_dominant_summary(costs: list[Cost], findings: list[Finding]) -> str:
         return ", ".join(f"{c.label} {c.cost:.1%}" for c in cs[:3])
 
     noise = [c for c in costs if c.material and not c.eligible and NOISE in (c.why_not or "")]
-    rest = [c for c in costs if c not in noise]
+    rest = [c for c in costs if c not in noise and not c.at_line]  # at its line: said by edge.name_at_line
     parts = []
     if noise:
         contention = sorted(
@@ -377,6 +395,8 @@ def _no_dominant_summary(costs: list[Cost], findings: list[Finding]) -> str:
         )
     if rest:
         parts.append(f"what {'else ' if noise else ''}the rules found stays small ({listed(rest)})")
+    if not parts:  # only costs at their line (edge.name_at_line says which)
+        parts.append("what the rules found is within the step-to-step noise of its threshold")
     return f"no dominant avoidable cost: {'; '.join(parts)}; no single change promises a large gain"
 
 
@@ -391,7 +411,8 @@ def diagnose(facts: dict, ruleset: RuleSet, log_search=None) -> Diagnosis:
 
     costs = ranked_costs(findings, facts, reevaluate)
     verdict = decide(findings, facts, costs)
-    findings.sort(key=lambda f: _order(f, verdict.rule))
+    noise = frozenset(c.rule for c in costs if NOISE in (c.why_not or ""))
+    findings.sort(key=lambda f: _order(f, verdict.rule, noise))
     fired_categories = {f.category for f in findings}
     abstained, not_assessed = [], []
     for o in outcomes:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from ..resources import metric_params
 from .fix_traits import traits
 
 # the cost a setting acts on, when no fix of the diagnosis names the setting itself (e.g. on a 2-CPU host
@@ -180,3 +181,26 @@ def fix_prediction(doc: dict, fix: dict | None) -> dict | None:
     if not fix or not fix.get("knob") or fix.get("value") is None:
         return None
     return predict({fix["knob"]: fix["value"]}, doc)
+
+
+def no_gain(fix: dict) -> bool:
+    """A fix whose stored prediction is at or under [trial] min_predicted_speedup: a trial of a few steps per arm
+    could not tell it from noise, so it never leads (:func:`annotate`)."""
+    p = fix.get("predicted_speedup")
+    return isinstance(p, (int, float)) and p <= metric_params()["trial"]["min_predicted_speedup"]
+
+
+def annotate(doc: dict) -> dict:
+    """Store in the diagnosis document the prediction of every fix `run --try` can apply (``predicted_speedup``,
+    ``prediction_note``) and move a fix predicted at no gain after the other fixes of its finding, so that every
+    output (the card, -v, the reports, report.json) reads one prediction and one order and none computes its own.
+    Called once, where the document is built (report/json_report.to_dict)."""
+    for f in doc.get("findings") or []:
+        fixes = f.get("fixes") or []
+        for fx in fixes:
+            p = fix_prediction(doc, fx)
+            if p is not None and p.get("predicted_speedup") is not None:
+                fx["predicted_speedup"] = p["predicted_speedup"]
+                fx["prediction_note"] = p.get("prediction_note")
+        f["fixes"] = sorted(fixes, key=no_gain)  # stable: the rule's own order otherwise
+    return doc
