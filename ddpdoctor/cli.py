@@ -10,10 +10,12 @@ import traceback
 import click
 
 from .cli_options import (
+    force_file_option,
     hta_option,
     json_option,
     output_width,
     quiet_option,
+    refuse_overwrite,
     report_option,
     ruleset_in_force,
     with_rules_options,
@@ -179,7 +181,8 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
 @click.option(
     "--force",
     is_flag=True,
-    help="Write the --report folder even when it holds other files (an earlier report is always replaced).",
+    help="Replace an existing --json file; write the --report folder even when it holds other files (an "
+    "earlier report is always replaced).",
 )
 def analyze(
     paths,
@@ -216,8 +219,9 @@ def analyze(
     from .report.json_report import to_dict
     from .report.redaction import HostRedactor
 
+    refuse_overwrite(json_path, force, "--json")  # before the analysis: a refusal costs nothing
     if report_dir:
-        check_report_dir(report_dir, force)  # before the analysis: a refused folder costs nothing
+        check_report_dir(report_dir, force)
 
     for p in comm_patterns:
         try:
@@ -274,7 +278,8 @@ def _exit_for(d: dict) -> None:
 )
 @click.option("-v", "--verbose", is_flag=True, help="With --format terminal: every finding and table, not the card.")
 @_redact_hosts_option
-def report_cmd(source, fmt, output, verbose, redact_hosts):
+@force_file_option
+def report_cmd(source, fmt, output, verbose, redact_hosts, force):
     """Re-render a diagnosis without the traces.
 
     SOURCE is a report.json (from `analyze --report` or `--json`), a report folder, or a
@@ -282,6 +287,7 @@ def report_cmd(source, fmt, output, verbose, redact_hosts):
     """
     from .report.files import load_diagnosis, prepare, render
 
+    refuse_overwrite(output, force, "-o")
     d = prepare(load_diagnosis(source), redact_hosts)
     if fmt == "terminal" and not output:
         _print_terminal(d, verbose)
@@ -340,7 +346,10 @@ def schema():
 @with_rules_options
 @_redact_hosts_option
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, sets, no_config, redact_hosts, quiet):
+@force_file_option
+def bundle(
+    source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, sets, no_config, redact_hosts, quiet, force
+):
     """Pack a run into one archive to attach to a bug ticket.
 
     SOURCE is a run folder (a `ddpdoctor run` bundle, traces, logs); it is analyzed
@@ -357,6 +366,7 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
     from .report.redaction import HostRedactor
     from .ticket.archive import build_bundle
 
+    refuse_overwrite(output, force, "-o")  # before the analysis: a refusal costs nothing
     hta_adapter.require(hta)
     hosts = HostRedactor() if redact_hosts else None
     with _progress(quiet) as progress:
