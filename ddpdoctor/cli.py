@@ -408,20 +408,31 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     """Before/after: per-category step-time change, the verdict then and now.
 
     BEFORE and AFTER are report.json files, report folders, bundle archives or run
-    folders (analyzed on the fly).  Exit code 1 when --max-regression is exceeded.
+    folders (analyzed on the fly).  A `run --try` folder stands for its baseline arm as
+    BEFORE and its try arm as AFTER; a `tune` folder for the original job as BEFORE and the
+    final settings as AFTER (the first run of each).  One folder alone: a trial's baseline
+    against its try arm, a tune's original job against its final settings.  Exit code 1
+    when --max-regression is exceeded.
     """
     from .analysis import AnalyzeOptions
     from .api import analyzer
     from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
     from .ticket import compare as cmp
+    from .trial.folders import compare_side, folder_kind, trial_sides, tune_sides
 
     hta_adapter.require(hta)
-    trial = None
-    if after is None:  # `compare TRIAL`: its first baseline and first try bundle
-        from .trial.folders import trial_sides
-
+    trial, notes = None, []
+    if after is None and folder_kind(before) == "tune":  # `compare TUNE`: the original job against the final
+        before, after, note = tune_sides(before)
+        notes.append(note)
+    elif after is None:  # `compare TRIAL`: its first baseline and first try bundle
         before, after, trial = trial_sides(before)
+    else:  # a --try or tune folder on either side stands for one of its runs (compare_side says which)
+        (before, note_b), (after, note_a) = compare_side(before, "BEFORE"), compare_side(after, "AFTER")
+        notes += [n for n in (note_b, note_a) if n]
+    for note in notes:
+        click.echo(f"ddpdoctor: {note}", err=True)
     rs = ruleset_in_force(rules_dirs, sets, no_config)
     sides = [prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta=hta), rs))) for p in (before, after)]
     c = cmp.compare(*sides, max_regression=max_regression)
