@@ -101,7 +101,16 @@ def _diff(change: str) -> bool:
 
 
 def cut(line: str, width: int = WIDTH) -> str:
-    return line if len(line) <= width else line[: width - 1] + "…"
+    """``line`` within ``width`` characters, ending in "…" when cut: at the end of a word (never inside one,
+    "failure of ano…"), unless the last word starts in the first half of the line."""
+    if len(line) <= width:
+        return line
+    head = line[: width - 1]
+    if not line[width - 1].isspace():
+        space = head.rfind(" ")
+        if space > width // 2:
+            head = head[:space]
+    return head.rstrip(" ,;:—-") + "…"
 
 
 def command(argv: list[str] | str) -> str:
