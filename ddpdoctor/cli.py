@@ -419,44 +419,19 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
     from .ticket import compare as cmp
-    from .trial.folders import compare_side, folder_kind, trial_sides, tune_sides
+    from .trial.folders import compare_sides, trial_header
 
     hta_adapter.require(hta)
-    trial, notes = None, []
-    if after is None and folder_kind(before) == "tune":  # `compare TUNE`: the original job against the final
-        before, after, note = tune_sides(before)
-        notes.append(note)
-    elif after is None:  # `compare TRIAL`: its first baseline and first try bundle
-        before, after, trial = trial_sides(before)
-    else:  # a --try or tune folder on either side stands for one of its runs (compare_side says which)
-        (before, note_b), (after, note_a) = compare_side(before, "BEFORE"), compare_side(after, "AFTER")
-        notes += [n for n in (note_b, note_a) if n]
+    before, after, trial, notes = compare_sides(before, after)
     for note in notes:
         click.echo(f"ddpdoctor: {note}", err=True)
     rs = ruleset_in_force(rules_dirs, sets, no_config)
     sides = [prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta=hta), rs))) for p in (before, after)]
     c = cmp.compare(*sides, max_regression=max_regression)
     if trial is not None:
-        from .trial.runner import summary_line
-
-        c["trial"] = {
-            k: trial.get(k)
-            for k in (
-                "change",
-                "measured_speedup",
-                "ci95",
-                "median_speedup",
-                "predicted_speedup",
-                "predicted_by",
-                "baseline_verdict",
-                "try_verdict",
-            )
-        }
+        c["trial"], header = trial_header(trial)
         if fmt != "json":
-            sys.stdout.write(
-                f"Trial of {', '.join(f'{k}={v}' for k, v in (trial.get('change') or {}).items())}: "
-                f"{summary_line(trial)}\n(over all runs of both arms; below: the first run of each)\n\n"
-            )
+            sys.stdout.write(header)
     sys.stdout.write(cmp.render(c, fmt))
     if c["regressed"]:
         sys.exit(1)

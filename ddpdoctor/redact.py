@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-REDACTED = "<redacted>"
+from .redact_der import DER_KEY, DER_PREFIXES, REDACTED, der_redacted, redact_der_keys
 
 # parts of a variable / option name that mark its value as secret
 SECRET_NAME_PARTS = (
@@ -60,22 +60,6 @@ NOT_SECRET_NAMES = {
 _PEM_BLOCK = re.compile(
     r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S
 )
-# the base64 body of a DER private key (or certificate) wherever it appears, with or without PEM markers: DER
-# starts with a SEQUENCE, 0x30 then its length, which base64 writes as `MII` (a 2-byte length: RSA and big
-# PKCS#8 keys, certificates), `MIG`/`MH` (a 1-byte length: EC PKCS#8 and SEC1 keys) or `MC4CAQAw` (Ed25519
-# PKCS#8); an OpenSSH key starts `b3BlbnNzaC1rZXktdjE` (openssh-key-v1). At least key length (the shortest,
-# Ed25519, is 64 characters); the body may go on across real or escaped (`\n`) line breaks, as a repr() of
-# a PEM file prints it.
-_DER_KEY = re.compile(
-    r"(?<![A-Za-z0-9+/])(?:MII[A-Za-z0-9+/]{57,}|MIG[A-Za-z0-9+/]{57,}|MH[A-Za-z0-9+/]{58,}"
-    r"|MC4CAQAw[A-Za-z0-9+/]{40,}|b3BlbnNzaC1rZXktdjE[A-Za-z0-9+/]{45,})"
-    # the next piece: a whole line of base64 after a line break (a `[rank0]:` prefix kept), or a piece after an
-    # escaped `\\n` that ends at the next one or the string's end
-    r"(?:(?:\r?\n[ \t]*(?:\[[^\]\n]{0,60}\]:?[ \t]*)?[A-Za-z0-9+/]{4,}(?==*[ \t]*(?:\r?\n|$)))"
-    r"|(?:(?:\\r)?\\n[A-Za-z0-9+/]{4,}(?==*(?:\\r|\\n|[\'\"]|$))))*={0,2}"
-)
-_DER_PREFIXES = ("MII", "MIG", "MH", "MC4CAQAw", "b3BlbnNzaC1rZXktdjE")
-_DER_BREAK = re.compile(r"(?:(?:\\r)?\\n|\r?\n)[ \t]*(?:\[[^\]\n]{0,60}\]:?[ \t]*)?")
 # where a token may start: not after a letter or digit (`\b` would miss `rank1_sk-proj-…` in a file name)
 _TOKEN_START = r"(?<![A-Za-z0-9])"
 # values that look like credentials wherever they appear
@@ -95,7 +79,7 @@ _VALUE_PATTERNS = [  # (pattern, literals one of which a match holds: a text wit
     (re.compile(_TOKEN_START + r"AIza[0-9A-Za-z_\-]{35}"), ("AIza",)),  # Google API keys
     (re.compile(_TOKEN_START + r"eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}"), ("eyJ",)),  # JWT
     (_PEM_BLOCK, ("PRIVATE KEY",)),
-    (_DER_KEY, _DER_PREFIXES),
+    (DER_KEY, DER_PREFIXES),
     (re.compile(_TOKEN_START + r"xapp-[A-Za-z0-9\-]{10,}"), ("xapp-",)),  # Slack app tokens
     (re.compile(_TOKEN_START + r"npm_[A-Za-z0-9]{30,}"), ("npm_",)),
 ]
@@ -336,23 +320,6 @@ def redact_key_lines(text: str) -> str:
     return "".join(out)
 
 
-def _der_redacted(m: re.Match) -> str:
-    """A DER key body hidden piece by piece: its line breaks and log prefixes stay, so that line numbers
-    still point at the file and a `[rank0]:` still says whose line it was."""
-    body, out, pos = m.group(0), [], 0
-    for b in _DER_BREAK.finditer(body):
-        out += [REDACTED, b.group(0)]
-        pos = b.end()
-    return "".join(out) + REDACTED if pos < len(body) else "".join(out)
-
-
-def redact_der_keys(text: str) -> str:
-    """Base64 DER private-key bodies (``MII…`` of key length), with or without PEM markers."""
-    if not text or not any(x in text for x in _DER_PREFIXES):
-        return text
-    return _DER_KEY.sub(_der_redacted, text)
-
-
 def redact_keys(text: str) -> str:
     """Private keys in a whole log before it is parsed: PEM blocks (one ``<redacted>`` per line, so
     line numbers still point at the file) and key lines (:func:`redact_key_lines`)."""
@@ -377,7 +344,7 @@ def _structured(out: str) -> str:
     )
     for p, lits in _VALUE_PATTERNS:
         if any(x in out for x in lits):
-            out = p.sub(_der_redacted if p is _DER_KEY else REDACTED, out)
+            out = p.sub(der_redacted if p is DER_KEY else REDACTED, out)
     out = redact_key_lines(out)
     return _known(out) if _KNOWN_SECRETS else out
 

@@ -87,7 +87,7 @@ def block_items(change: str, width: int = WIDTH, indent: str = "  ", cut_code: b
         elif is_code(line) and not (bullet and line.startswith("  ") and not diff):
             if para:
                 flush()
-            code.append(cut(indent + line.rstrip(), width) if cut_code else indent + line.rstrip())
+            code.append(cut(indent + line.rstrip(), width, at_word=False) if cut_code else indent + line.rstrip())
         else:
             if code:
                 flush()
@@ -100,17 +100,18 @@ def _diff(change: str) -> bool:
     return any(x.startswith("+") for x in change.splitlines())
 
 
-def cut(line: str, width: int = WIDTH) -> str:
-    """``line`` within ``width`` characters, ending in "…" when cut: at the end of a word (never inside one,
-    "failure of ano…"), unless the last word starts in the first half of the line."""
+def cut(line: str, width: int = WIDTH, at_word: bool = True) -> str:
+    """``line`` within ``width`` characters, ending in "…" when cut: prose at the end of a word (never inside
+    one, "failure of ano…") unless the last word starts in the first half of the line; code (``at_word``
+    False) where the width ends, so that as much of it shows as fits."""
     if len(line) <= width:
         return line
     head = line[: width - 1]
-    if not line[width - 1].isspace():
+    if at_word and not line[width - 1].isspace():
         space = head.rfind(" ")
         if space > width // 2:
             head = head[:space]
-    return head.rstrip(" ,;:—-") + "…"
+    return (head.rstrip(" ,;:—-") if at_word else head) + "…"
 
 
 def command(argv: list[str] | str) -> str:

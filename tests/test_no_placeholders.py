@@ -309,7 +309,7 @@ def test_measured_lines_are_words_a_user_knows(slow_rank):
             "wait_share": 0.09,
         }
     )
-    assert items == ["collectives per step 1", "gradients 51 MB", "exposed wait for peers 9 %"], items
+    assert items == ["collectives per step 1", "gradients 51 MB", "wait 9 %"], items
     import numpy as np
 
     assert evidence_items({"bandwidth_bound": np.bool_(True)}) == []  # a rule's own decision, not a measurement

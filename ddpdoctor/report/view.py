@@ -244,7 +244,8 @@ def _evidence_key(k: str) -> tuple[str, str]:
     return k.replace("_", " "), ""
 
 
-# the words of a rule's evidence names, where the name abbreviates (CM001's `colls`, `bcast_n`, `grad_mb`)
+# the words of a rule's evidence names, where the name abbreviates (the exposed-communication rule's `colls`,
+# `bcast_n`, `grad_mb`)
 EVIDENCE_WORDS = {
     "colls": "collectives per step",
     "bcast": "forward broadcasts",
@@ -259,15 +260,11 @@ EVIDENCE_WORDS = {
     "synced": "gradient syncs per optimizer step",
     "micro": "micro-batches per optimizer step",
     "comm": "communication",
-    "all transfer": "all communication transfer",
-    "transfer": "exposed transfer",
-    "wait": "exposed wait for peers",
     "bucket cap": "bucket_cap_mb",
     "buckets": "gradient buckets",
     "cpus": "CPUs",
     "job cpus": "CPUs of the job",
     "steal": "CPU steal",
-    "other": "other collectives",
 }
 # evidence a rule computes to choose its text or its suggestion (a suggested value, a threshold crossed), not a
 # measurement of the job: not listed under "Measured"

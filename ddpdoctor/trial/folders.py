@@ -156,3 +156,39 @@ def tune_sides(path: str) -> tuple[str, str, str]:
     if original == final:
         raise InputError(f"{path}: tune kept no change, so its final run is the original job's: nothing to compare")
     return str(original), str(final), f"tune {path}: the original job's run against {what}"
+
+
+def compare_sides(before: str, after: str | None) -> tuple[str, str, dict | None, list[str]]:
+    """`compare`'s two sides as runs to analyze: a lone `tune` folder (original against final) or `run --try`
+    folder (its first baseline and try bundles, and the trial), else each side as :func:`compare_side` reads
+    it. Returns BEFORE, AFTER, the trial (or None) and the sentences that say which runs were taken."""
+    if after is None and folder_kind(before) == "tune":
+        before, after, note = tune_sides(before)
+        return before, after, None, [note]
+    if after is None:
+        before, after, trial = trial_sides(before)
+        return before, after, trial, []
+    (before, note_b), (after, note_a) = compare_side(before, "BEFORE"), compare_side(after, "AFTER")
+    return before, after, None, [n for n in (note_b, note_a) if n]
+
+
+TRIAL_KEYS = (
+    "change",
+    "measured_speedup",
+    "ci95",
+    "median_speedup",
+    "predicted_speedup",
+    "predicted_by",
+    "baseline_verdict",
+    "try_verdict",
+)
+
+
+def trial_header(trial: dict) -> tuple[dict, str]:
+    """What a comparison of a trial's arms carries of the trial, and the line said above it."""
+    from .runner import summary_line
+
+    change = ", ".join(f"{k}={v}" for k, v in (trial.get("change") or {}).items())
+    return {k: trial.get(k) for k in TRIAL_KEYS}, (
+        f"Trial of {change}: {summary_line(trial)}\n(over all runs of both arms; below: the first run of each)\n\n"
+    )
