@@ -173,3 +173,15 @@ PHASE_WORDS: dict[str, str] = {
     "host_idle": "host-side work while the GPU idles",
     "other": "work outside any traced operator",
 }
+
+
+# ESC-introduced terminal sequences (CSI, OSC, single-character) and other C0 controls but \t \n \r
+_TERMINAL = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]?|\x9b[0-?]*[ -/]*[@-~]"
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+)
+
+
+def strip_terminal(text: str) -> str:
+    """Terminal escape sequences (colors, OSC titles and links) and control characters removed."""
+    return _TERMINAL.sub("", text) if text else text
