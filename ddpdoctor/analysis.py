@@ -17,7 +17,7 @@ import numpy as np
 from . import executors, sources
 from .bundle.discover import Discovery, TraceFile, discover
 from .bundle.hosts import HostIdentity, identify_hosts
-from .errors import InputError
+from .errors import InputError, NoTracesError
 from .metrics.breakdown import Collectives, RankSummary, summarize
 from .metrics.columns import COLUMNS
 from .metrics.cross_rank import CrossRank, analyze_cross_rank
@@ -183,11 +183,12 @@ def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None,
         results = executors.in_process(_worker, sorted(tasks, key=lambda t: t[0]), on_result)
     else:
         results = executors.local_processes(_worker, tasks, jobs, on_result)
-    summaries, errors = [], []
-    for _rank, summary, warns, err in sorted(results, key=lambda r: r[0]):
+    summaries, errors, unread = [], [], []
+    for rank, summary, warns, err in sorted(results, key=lambda r: r[0]):
         warnings.extend(warns)
         if err:
             errors.append(err)
+            unread.append(rank)
         else:
             summaries.append(summary)
     if errors and not summaries:
@@ -199,11 +200,19 @@ def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None,
             if opts.scheduler
             else ""
         )
-        raise InputError((errors[0] if len(errors) == 1 else f"{errors[0]} (and {len(errors) - 1} more)") + where)
-    for err in errors:
-        warnings.append(f"skipped {err}")
+        # not bad input as a whole: a failed run's logs are still read (diagnosis.run_analyze)
+        raise NoTracesError(
+            "no readable trace: "
+            + (errors[0] if len(errors) == 1 else f"{errors[0]} (and {len(errors) - 1} more)")
+            + where
+            + "".join(f"; {w}" for w in disc.warnings if w.startswith("ignored"))
+        )
+    for rank, err in zip(unread, errors):
+        warnings.append(
+            f"skipped {err}: rank {rank} is left out of the step breakdown and of the comparison between ranks"
+        )
     if not any(s.steps for s in summaries):
-        raise InputError("the traces hold no activity to analyze (no steps, no operators, no kernels)")
+        raise NoTracesError("the traces hold no activity to analyze (no steps, no operators, no kernels)")
     # each rank's host (trace host_name > the trace handler's file name > node folder): the clocks are per host
     hosts = identify_hosts({s.rank: s.host for s in summaries}, disc, list(paths))
     for s in summaries:

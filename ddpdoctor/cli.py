@@ -10,11 +10,13 @@ import traceback
 import click
 
 from .cli_options import (
+    force_file_option,
     format_option,
     hta_option_ignored,
     json_option,
     output_width,
     quiet_option,
+    refuse_overwrite,
     report_option,
     ruleset_in_force,
     verbose_option,
@@ -177,7 +179,8 @@ def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = Non
 @click.option(
     "--force",
     is_flag=True,
-    help="Write the --report folder even when it holds other files (an earlier report is always replaced).",
+    help="Replace an existing --json file; write the --report folder even when it holds other files (an "
+    "earlier report is always replaced).",
 )
 def analyze(
     paths,
@@ -214,8 +217,9 @@ def analyze(
     from .report.json_report import to_dict
     from .report.redaction import HostRedactor
 
+    refuse_overwrite(json_path, force, "--json")  # before the analysis: a refusal costs nothing
     if report_dir:
-        check_report_dir(report_dir, force)  # before the analysis: a refused folder costs nothing
+        check_report_dir(report_dir, force)
 
     for p in comm_patterns:
         try:
@@ -274,7 +278,8 @@ def _exit_for(d: dict) -> None:
 )
 @verbose_option
 @_redact_hosts_option
-def report_cmd(source, fmt, output, verbose, redact_hosts):
+@force_file_option
+def report_cmd(source, fmt, output, verbose, redact_hosts, force):
     """Re-render a diagnosis without the traces.
 
     SOURCE is a report.json (from `analyze --report` or `--json`), a report folder, or a
@@ -282,6 +287,7 @@ def report_cmd(source, fmt, output, verbose, redact_hosts):
     """
     from .report.files import load_diagnosis, prepare, render
 
+    refuse_overwrite(output, force, "-o")
     d = prepare(load_diagnosis(source), redact_hosts)
     if fmt == "terminal" and not output:
         _print_terminal(d, verbose)
@@ -333,7 +339,10 @@ def schema():
 @with_analysis_options
 @_redact_hosts_option
 @quiet_option
-def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, sets, no_config, redact_hosts, quiet):
+@force_file_option
+def bundle(
+    source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, sets, no_config, redact_hosts, quiet, force
+):
     """Pack a run into one archive to attach to a bug ticket.
 
     SOURCE is a run folder (a `ddpdoctor run` bundle, traces, logs); it is analyzed
@@ -350,6 +359,7 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
     from .report.redaction import HostRedactor
     from .ticket.archive import build_bundle
 
+    refuse_overwrite(output, force, "-o")  # before the analysis: a refusal costs nothing
     hta_adapter.require(hta)
     hosts = HostRedactor() if redact_hosts else None
     with _progress(quiet) as progress:
@@ -386,43 +396,29 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     """Before/after: per-category step-time change, the verdict then and now.
 
     BEFORE and AFTER are report.json files, report folders, bundle archives or run
-    folders (analyzed on the fly).  Exit code 1 when --max-regression is exceeded.
+    folders (analyzed on the fly).  A `run --try` folder stands for its baseline arm as
+    BEFORE and its try arm as AFTER; a `tune` folder for the original job as BEFORE and the
+    final settings as AFTER (the first run of each).  One folder alone: a trial's baseline
+    against its try arm, a tune's original job against its final settings.  Exit code 1
+    when --max-regression is exceeded.
     """
     from .analysis import AnalyzeOptions
     from .api import analyzer
     from .report.files import load_diagnosis, prepare
     from .ticket import compare as cmp
+    from .trial.folders import compare_sides, trial_header
 
     del hta  # compare shows no HTA numbers: its sides are analyzed without the cross-check
-    trial = None
-    if after is None:  # `compare TRIAL`: its first baseline and first try bundle
-        from .trial.folders import trial_sides
-
-        before, after, trial = trial_sides(before)
+    before, after, trial, notes = compare_sides(before, after)
+    for note in notes:
+        click.echo(f"ddpdoctor: {note}", err=True)
     rs = ruleset_in_force(rules_dirs, sets, no_config)
     sides = [prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta="off"), rs))) for p in (before, after)]
     c = cmp.compare(*sides, max_regression=max_regression)
     if trial is not None:
-        from .trial.runner import summary_line
-
-        c["trial"] = {
-            k: trial.get(k)
-            for k in (
-                "change",
-                "measured_speedup",
-                "ci95",
-                "median_speedup",
-                "predicted_speedup",
-                "predicted_by",
-                "baseline_verdict",
-                "try_verdict",
-            )
-        }
+        c["trial"], header = trial_header(trial)
         if fmt != "json" and not quiet:
-            sys.stdout.write(
-                f"Trial of {', '.join(f'{k}={v}' for k, v in (trial.get('change') or {}).items())}: "
-                f"{summary_line(trial)}\n(over all runs of both arms; below: the first run of each)\n\n"
-            )
+            sys.stdout.write(header)
     if not quiet:
         sys.stdout.write(cmp.render(c, fmt))
     if c["regressed"]:

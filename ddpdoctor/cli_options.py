@@ -5,9 +5,13 @@ tests/test_cli_consistency.py checks every command against the table there)."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
+from pathlib import Path
 
 import click
+
+from .errors import InputError
 
 RULES_OPTIONS = [
     click.option(
@@ -112,6 +116,27 @@ def default_folder(kind: str, now: float | None = None):
     return Path(time.strftime(f"ddpdoctor-{kind}-%Y%m%d-%H%M%S", time.localtime(now)))
 
 
+force_file_option = click.option(
+    "--force", is_flag=True, help="Replace the output file when it already exists (never done without it)."
+)
+
+
+def refuse_overwrite(path, force: bool, option: str) -> None:
+    """An output file the user already has is replaced only with --force: checked before any work, so a
+    refusal costs nothing. A folder is never a file to write; a device or FIFO (/dev/null) is written to."""
+    if not path:
+        return
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError:
+        return  # nothing there (or a dangling link): a new file
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{option} {p}: is a folder; give the name of a file to write")
+    if stat.S_ISREG(st.st_mode) and not force:
+        raise InputError(f"{option} {p}: the file already exists; add --force to replace it, or choose another name")
+
+
 def analysis_args(
     rules_dirs=(),
     sets=(),
@@ -127,7 +152,7 @@ def analysis_args(
     args = [a for d in rules_dirs for a in ("--rules", str(d))] + [a for s in sets for a in ("--set", s)]
     args += (["--no-config"] if no_config else []) + (["--hta", hta] if hta != "auto" else [])
     args += (["--json", str(json_path)] if json_path else []) + (["--report", str(report_dir)] if report_dir else [])
-    args += ["--force"] if report_dir and force else []
+    args += ["--force"] if (report_dir or json_path) and force else []
     return args + (["-q"] if quiet else []) + (["-v"] if verbose else [])
 
 

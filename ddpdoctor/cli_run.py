@@ -33,7 +33,7 @@ from .text import plural
     help="Bundle folder (default: ddpdoctor-out-YYYYmmdd-HHMMSS; with --try ddpdoctor-trial-YYYYmmdd-HHMMSS). "
     "Never overwritten without --force.",
 )
-@click.option("--force", is_flag=True, help="Replace an existing bundle folder.")
+@click.option("--force", is_flag=True, help="Replace an existing bundle folder (and --json file).")
 @click.option(
     "--warmup",
     type=click.IntRange(0),
@@ -146,10 +146,13 @@ def run(
         return
     if repeat is not None or baseline is not None:
         raise InputError("--repeat and --baseline belong to --try (a trial of one change)")
+    from .cli_options import refuse_overwrite
+
+    refuse_overwrite(json_path, force, "--json")  # before the job runs, not after it
     if report_dir:
         from .report.files import check_report_dir
 
-        check_report_dir(report_dir, force)  # before the job runs, not after it
+        check_report_dir(report_dir, force)
     opts = RunOptions(
         command=command,
         out=Path(out) if out else None,

@@ -85,7 +85,7 @@ def run_analyze(
             f"{no_traces}; no log files either (*.log, *.txt, *.out, *.err, NCCL debug files): nothing to analyze"
         )
     if analysis is None:
-        warnings.append(f"no traces ({no_traces}): performance not assessed, logs only")
+        warnings.append(f"{no_traces}; performance not assessed, logs only")
     # a log file or record that could not be read (a FIFO, a record nested too deeply) is said, not dropped
     warnings.extend(w for w in getattr(logs, "warnings", None) or [] if w.startswith("skipped "))
     if analysis is not None:  # every analyze path (analyze, bundle, compare) honours --hta

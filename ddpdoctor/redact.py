@@ -12,6 +12,8 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from .text import strip_terminal  # noqa: F401  (re-exported: report and ticket code redact and strip at once)
+
 REDACTED = "<redacted>"
 
 # parts of a variable / option name that mark its value as secret
@@ -60,6 +62,20 @@ NOT_SECRET_NAMES = {
 _PEM_BLOCK = re.compile(
     r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S
 )
+# a DER private key's (or certificate's) base64 body anywhere, with or without PEM markers: a SEQUENCE (0x30)
+# and its length read `MII` (RSA, big PKCS#8), `MIG`/`MH` (EC), `MC4CAQAw` (Ed25519), `b3BlbnNzaC1rZXktdjE`
+# (openssh-key-v1); of key length, across real or escaped (`\n`, a PEM file's repr()) line breaks
+DER_KEY = re.compile(
+    r"(?<![A-Za-z0-9+/])(?:MII[A-Za-z0-9+/]{57,}|MIG[A-Za-z0-9+/]{57,}|MH[A-Za-z0-9+/]{58,}"
+    r"|MC4CAQAw[A-Za-z0-9+/]{40,}|b3BlbnNzaC1rZXktdjE[A-Za-z0-9+/]{45,})"
+    # the next piece: a base64 line after a line break (`[rank0]:` kept), or a piece after an escaped `\\n`
+    r"(?:(?:\r?\n[ \t]*(?:\[[^\]\n]{0,60}\]:?[ \t]*)?[A-Za-z0-9+/]{4,}(?==*[ \t]*(?:\r?\n|$)))"
+    r"|(?:(?:\\r)?\\n[A-Za-z0-9+/]{4,}(?==*(?:\\r|\\n|[\'\"]|$))))*={0,2}"
+)
+DER_PREFIXES = ("MII", "MIG", "MH", "MC4CAQAw", "b3BlbnNzaC1rZXktdjE")
+_DER_BREAK = re.compile(r"(?:(?:\\r)?\\n|\r?\n)[ \t]*(?:\[[^\]\n]{0,60}\]:?[ \t]*)?")
+
+
 # where a token may start: not after a letter or digit (`\b` would miss `rank1_sk-proj-…` in a file name)
 _TOKEN_START = r"(?<![A-Za-z0-9])"
 # values that look like credentials wherever they appear
@@ -79,6 +95,7 @@ _VALUE_PATTERNS = [  # (pattern, literals one of which a match holds: a text wit
     (re.compile(_TOKEN_START + r"AIza[0-9A-Za-z_\-]{35}"), ("AIza",)),  # Google API keys
     (re.compile(_TOKEN_START + r"eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}"), ("eyJ",)),  # JWT
     (_PEM_BLOCK, ("PRIVATE KEY",)),
+    (DER_KEY, DER_PREFIXES),
     (re.compile(_TOKEN_START + r"xapp-[A-Za-z0-9\-]{10,}"), ("xapp-",)),  # Slack app tokens
     (re.compile(_TOKEN_START + r"npm_[A-Za-z0-9]{30,}"), ("npm_",)),
 ]
@@ -92,11 +109,6 @@ _BEARER = re.compile(r"(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/\-]{8,}=*)")
 _WANDB = re.compile(r"(?i)(\bwandb\s+login\s+(?:--?[\w\-]+(?:=\S+)?\s+)*)([0-9a-f]{40})\b")
 # a printed Python list of argv: ['--api-key', 'abc'] / ("--password", "x")
 _ARGV_LIST_PAIR = re.compile(r"(['\"])(--?[A-Za-z][\w\-]*)\1(\s*,\s*)(['\"])([^'\"\n]*)\4")
-# ESC-introduced terminal sequences (CSI, OSC, single-character) and other C0 controls but \t \n \r
-_TERMINAL = re.compile(
-    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]?|\x9b[0-?]*[ -/]*[@-~]"
-    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
-)
 # scheme://user:password@host  -> scheme://user:<redacted>@host
 _URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):([^@\s/]+)@")
 # key=value / key:value pairs inside a longer string (query strings, connection strings)
@@ -237,11 +249,6 @@ def _known(text: str) -> str:
     return text
 
 
-def strip_terminal(text: str) -> str:
-    """Terminal escape sequences (colors, OSC titles and links) and control characters removed."""
-    return _TERMINAL.sub("", text) if text else text
-
-
 def _headers(out: str) -> str:
     out = _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) + ' ' if m.group(3) else ''}{REDACTED}", out)
     return _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", out)
@@ -319,6 +326,23 @@ def redact_key_lines(text: str) -> str:
     return "".join(out)
 
 
+def der_redacted(m: re.Match) -> str:
+    """A DER key body hidden piece by piece: its line breaks and log prefixes stay, so that line numbers
+    still point at the file and a `[rank0]:` still says whose line it was."""
+    body, out, pos = m.group(0), [], 0
+    for b in _DER_BREAK.finditer(body):
+        out += [REDACTED, b.group(0)]
+        pos = b.end()
+    return "".join(out) + REDACTED if pos < len(body) else "".join(out)
+
+
+def redact_der_keys(text: str) -> str:
+    """Base64 DER private-key bodies (``MII…`` of key length), with or without PEM markers."""
+    if not text or not any(x in text for x in DER_PREFIXES):
+        return text
+    return DER_KEY.sub(der_redacted, text)
+
+
 def redact_keys(text: str) -> str:
     """Private keys in a whole log before it is parsed: PEM blocks (one ``<redacted>`` per line, so
     line numbers still point at the file) and key lines (:func:`redact_key_lines`)."""
@@ -326,7 +350,7 @@ def redact_keys(text: str) -> str:
         return text
     if "PRIVATE KEY" in text:
         text = _PEM_BLOCK.sub(lambda m: "\n".join(REDACTED for _ in range(m.group(0).count("\n") + 1)), text)
-    return redact_key_lines(text)
+    return redact_key_lines(redact_der_keys(text))
 
 
 def _structured(out: str) -> str:
@@ -343,7 +367,7 @@ def _structured(out: str) -> str:
     )
     for p, lits in _VALUE_PATTERNS:
         if any(x in out for x in lits):
-            out = p.sub(REDACTED, out)
+            out = p.sub(der_redacted if p is DER_KEY else REDACTED, out)
     out = redact_key_lines(out)
     return _known(out) if _KNOWN_SECRETS else out
 

@@ -87,7 +87,7 @@ def block_items(change: str, width: int = WIDTH, indent: str = "  ", cut_code: b
         elif is_code(line) and not (bullet and line.startswith("  ") and not diff):
             if para:
                 flush()
-            code.append(cut(indent + line.rstrip(), width) if cut_code else indent + line.rstrip())
+            code.append(cut(indent + line.rstrip(), width, at_word=False) if cut_code else indent + line.rstrip())
         else:
             if code:
                 flush()
@@ -100,8 +100,18 @@ def _diff(change: str) -> bool:
     return any(x.startswith("+") for x in change.splitlines())
 
 
-def cut(line: str, width: int = WIDTH) -> str:
-    return line if len(line) <= width else line[: width - 1] + "…"
+def cut(line: str, width: int = WIDTH, at_word: bool = True) -> str:
+    """``line`` within ``width`` characters, ending in "…" when cut: prose at the end of a word (never inside
+    one, "failure of ano…") unless the last word starts in the first half of the line; code (``at_word``
+    False) where the width ends, so that as much of it shows as fits."""
+    if len(line) <= width:
+        return line
+    head = line[: width - 1]
+    if at_word and not line[width - 1].isspace():
+        space = head.rfind(" ")
+        if space > width // 2:
+            head = head[:space]
+    return (head.rstrip(" ,;:—-") if at_word else head) + "…"
 
 
 def command(argv: list[str] | str) -> str:
@@ -163,3 +173,15 @@ PHASE_WORDS: dict[str, str] = {
     "host_idle": "host-side work while the GPU idles",
     "other": "work outside any traced operator",
 }
+
+
+# ESC-introduced terminal sequences (CSI, OSC, single-character) and other C0 controls but \t \n \r
+_TERMINAL = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]?|\x9b[0-?]*[ -/]*[@-~]"
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+)
+
+
+def strip_terminal(text: str) -> str:
+    """Terminal escape sequences (colors, OSC titles and links) and control characters removed."""
+    return _TERMINAL.sub("", text) if text else text

@@ -219,7 +219,7 @@ def test_evidence_in_words():
             "where": "other",
             "extra_us": 39653.0,
             "wait_share": 0.4,
-            "bandwidth_bound": False,
+            "bandwidth_bound": False,  # a rule's own decision, not a measurement: not listed (issue 41)
             "oom_ranks": [1, 3],
         }
     )
@@ -228,7 +228,6 @@ def test_evidence_in_words():
         "where: work outside any traced operator",
         "extra 39.7 ms",
         "wait 40 %",
-        "bandwidth bound no",
         "oom ranks 1, 3",
     ]
 

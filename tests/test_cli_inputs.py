@@ -89,6 +89,46 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, kind, needle):
         assert digest(target) == before
 
 
+OOM_LOG = (
+    "[rank0]: Traceback (most recent call last):\n"
+    '[rank0]:   File "/job/train.py", line 30, in <module>\n'
+    "[rank0]:     loss = model(x).sum()\n"
+    "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+    "of 79.15 GiB of which 1.20 GiB is free.\n"
+)
+
+
+@pytest.mark.parametrize("rank0_name", ["rank0.pt.trace.json.gz.tmp.json", "rank0.pt.trace.json"])
+def test_a_truncated_trace_never_costs_a_failed_runs_card(tmp_path, rank0_name):
+    """Issue 41: a rank that died while exporting its trace left it truncated; the run's logs still give the
+    failure card (exit 3), and the card says what the unreadable files cost."""
+    (tmp_path / "output.log").write_text(OOM_LOG)
+    for rank, name in ((0, rank0_name), (1, "rank1.pt.trace.json")):
+        good = json.dumps(gpu_step_trace(rank=rank, world_size=2).to_dict()).encode()
+        (tmp_path / name).write_bytes(good[: len(good) // 2])
+    before = digest(tmp_path)
+    res = run_cli("analyze", tmp_path, "--hta", "off")
+    assert res.returncode == 3, (res.returncode, res.stdout, res.stderr)
+    assert res.stdout.startswith("Verdict: the run failed: A rank ran out of GPU memory"), res.stdout
+    flat = " ".join(res.stdout.split())
+    assert "rank1.pt.trace.json: invalid or truncated JSON" in flat or "(and 1 more)" in flat
+    assert "invalid or truncated JSON" in flat and "performance not assessed" in flat
+    if rank0_name.endswith(".tmp.json"):
+        assert "rank 0's trace was being written when its process stopped" in flat
+    assert "ddpdoctor: error" not in res.stderr and digest(tmp_path) == before
+
+
+def test_one_truncated_rank_is_a_warning_with_its_cost(tmp_path):
+    gpu_step_trace(rank=1, world_size=2).write(tmp_path / "rank1.json")
+    good = json.dumps(gpu_step_trace(rank=0, world_size=2).to_dict()).encode()
+    (tmp_path / "rank0.json").write_bytes(good[: len(good) // 2])
+    res = run_cli("analyze", tmp_path, "--hta", "off")
+    assert res.returncode == 0, res.stderr
+    flat = " ".join(res.stdout.split())
+    assert "rank0.json: invalid or truncated JSON" in flat
+    assert "rank 0 is left out of the step breakdown and of the comparison between ranks" in flat
+
+
 def test_missing_ranks_warn_and_give_partial_results(tmp_path):
     for r in range(6):
         gpu_step_trace(rank=r, world_size=8).write(tmp_path / f"rank{r}.json")
@@ -121,7 +161,7 @@ def test_ranks_analyzes_the_chosen_ranks_only_and_every_output_says_so(tmp_path)
     for name in ("report.md", "report.html", "report.json"):
         assert notice in " ".join((report / name).read_text().split()), name
     # without --ranks the same folder is whole
-    whole = run_cli("analyze", traces, "--hta", "off", "--no-config", "--json", out)
+    whole = run_cli("analyze", traces, "--hta", "off", "--no-config", "--json", out, "--force")
     assert whole.returncode == 0 and json.loads(out.read_text())["partial"] is False
 
 

@@ -138,3 +138,40 @@ def test_other_json_beside_the_traces_is_a_note_not_a_partial_result(tmp_path):
     (tmp_path / "rank1.json").write_bytes(whole[: len(whole) // 2])  # rank 1's trace cut short
     a = analyze([str(tmp_path)], AnalyzeOptions(jobs=1, hta="off"))
     assert a.partial is True and any(w.startswith("skipped") and "rank1.json" in w for w in a.warnings), a.warnings
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["rank0.pt.trace.json.gz.tmp.json", "rank0.pt.trace.json.tmp.gz", "rank0.part.json", "rank0.json.gz.partial.gz"],
+)
+def test_a_temporary_file_is_never_a_trace(name, tmp_path):
+    """Issue 41: an export that stopped part-way leaves `….tmp.json`; the reader never takes it for a trace."""
+    gpu_step_trace(rank=1, world_size=2).write(tmp_path / "rank1.pt.trace.json")
+    gpu_step_trace(rank=0, world_size=2).write(tmp_path / name)  # even a whole one: its name says unfinished
+    d = discover([str(tmp_path)])
+    assert d.ranks == [1]
+    assert any(w.startswith(f"ignored {name}") and "rank 0's trace was being written" in w for w in d.warnings)
+
+
+def test_only_a_temporary_file_says_the_rank_stopped_while_writing(tmp_path):
+    from ddpdoctor.errors import NoTracesError
+
+    (tmp_path / "rank0.pt.trace.json.gz.tmp.json").write_text('{"traceEvents": [{"ph": "X", "na')
+    with pytest.raises(NoTracesError, match="rank 0 stopped while writing its trace"):
+        discover([str(tmp_path)])
+
+
+def test_a_temporary_name_given_explicitly_is_read(tmp_path):
+    p = tmp_path / "rank0.json.tmp.json"
+    gpu_step_trace(rank=0).write(p)
+    assert discover([str(p)]).ranks == [0]
+
+
+def test_a_file_given_is_not_a_folder_in_the_message(tmp_path):
+    from ddpdoctor.errors import NoTracesError
+
+    log = tmp_path / "launcher.log"
+    log.write_text("hello\n")
+    with pytest.raises(NoTracesError) as err:
+        discover([str(log)])
+    assert f"among {log}" in str(err.value) and "under" not in str(err.value)

@@ -241,3 +241,113 @@ def test_findings_on_sample_traces_and_logs_have_no_placeholders():
                         problems.append(f"{path.name} {f.rule}: …{text[max(0, m.start() - 50) : m.end() + 30]}…")
     assert findings > 50, findings  # the check saw real findings
     assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------- issue 41, item 6: what the card and report say
+
+
+def _document(path: Path, *args) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    res = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(path), "--hta", "off", "--format", "json", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode in (0, 3), res.stderr
+    return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def slow_rank() -> dict:
+    return _document(ROOT / "sample_traces" / "capture_gloo_2ranks_slow_rank")
+
+
+def _card(d: dict) -> str:
+    from ddpdoctor.report.card import render_card
+
+    return " ".join(" ".join(render_card(d, 200)).split())
+
+
+def test_next_gives_the_recorded_command_in_full(slow_rank):
+    card = _card(slow_rank)
+    cmd = slow_rank["facts"]["run.command"]
+    assert f"ddpdoctor run --out after -- {cmd}" in card, card
+    assert "-- …" not in card
+
+
+def test_one_stragglers_lateness_is_said_once(slow_rank):
+    """The lateness, the column difference and the sampler's time measure the same delay: said once."""
+    card = re.sub(r"step time .*? each", "", _card(slow_rank))  # (the step time is another quantity)
+    numbers = re.findall(r"\d+\.\d ms", card.split("Also found")[0])
+    late = next(n for n in numbers if n in card.split("after the median")[0])
+    assert [n for n in numbers if abs(float(n[:-3]) - float(late[:-3])) <= 0.2 * float(late[:-3])] == [late], card
+    shares = re.findall(r"(\d+) % of (?:the|a|each) step", card)
+    assert len(shares) == len(set(shares)) == 1, shares  # one share, said once
+
+
+def test_the_speedup_is_said_once_on_the_card():
+    d = _document(ROOT / "sample_traces" / "capture_gloo_2ranks_comm_heavy")
+    card = _card(d)
+    x = f"{d['verdict']['expected_speedup']:.2f}x"
+    assert card.count(x) == 1, card
+
+
+def test_measured_lines_are_words_a_user_knows(slow_rank):
+    from ddpdoctor.report.view import evidence_items
+
+    items = evidence_items(
+        {
+            "bcast_leads": False,
+            "loop_n": 0,
+            "hook": "fp16_compress_hook",
+            "colls": 1,
+            "grad_mb": 51.0,
+            "wait_share": 0.09,
+        }
+    )
+    assert items == ["collectives per step 1", "gradients 51 MB", "wait 9 %"], items
+    import numpy as np
+
+    assert evidence_items({"bandwidth_bound": np.bool_(True)}) == []  # a rule's own decision, not a measurement
+    for f in slow_rank["findings"]:
+        for item in evidence_items(f.get("evidence") or {}):
+            assert not re.search(r"\b(?:True|False|None)\b|_hook\b", item), (f["rule"], item)
+
+
+def test_a_log_event_without_a_rank_is_named_not_questioned(tmp_path):
+    from ddpdoctor.report.view import event_rank
+
+    assert event_rank({"rank": 3}) == "3"
+    assert event_rank({"rank": None, "kind": "exception", "text": "…errors.ChildFailedError:"}) == "launcher"
+    assert event_rank({"rank": None, "kind": "killed", "file": "run/launcher.log"}) == "launcher"
+    assert event_rank({"rank": None, "kind": "killed", "text": "Caught signal 7"}) == "no rank named"
+    d = _document(ROOT / "tests" / "real_logs" / "shm__pipedream-76-nccl-sigbus-docker", "--report", tmp_path / "r")
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "| ? |" not in md and "| launcher | exception |" in md
+    assert d["verdict"]["failed"]
+
+
+def test_a_logs_only_failure_card_does_not_speak_of_recorded_steps():
+    d = _document(ROOT / "tests" / "real_logs" / "shm__pipedream-76-nccl-sigbus-docker")
+    card = _card(d)
+    assert d["analysis"] is None and "nothing material to fix in the recorded steps" not in card, card
+    assert "rank ?" not in card
+
+
+@pytest.mark.parametrize(
+    "line,width,expect",
+    [
+        ("  [FL002] torchrun named rank 3 but the first failure of another rank came earlier", 60, "failure of…"),
+        ("x" * 100, 20, "x" * 19 + "…"),
+        ("short", 20, "short"),
+    ],
+)
+def test_a_cut_line_ends_at_a_word(line, width, expect):
+    from ddpdoctor.text import cut
+
+    out = cut(line, width)
+    assert len(out) <= width and out.endswith(expect), out

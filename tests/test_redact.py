@@ -11,6 +11,7 @@ from ddpdoctor.redact import (
     redact_argv,
     redact_env,
     redact_key_lines,
+    redact_keys,
     redact_known_formats,
     redact_text,
     secret_name,
@@ -181,3 +182,62 @@ def test_a_printed_secret_is_hidden_where_echoed():
         assert "echoedKey4455aa" not in redact_text("connecting with echoedKey4455aa")
     finally:
         forget_secrets()
+
+
+def _der_key(header_hex: str, n_bytes: int) -> str:
+    """The base64 of a DER body (its real header, then deterministic bytes): what a key file holds."""
+    import base64
+    import hashlib
+
+    body = b"".join(hashlib.sha256(bytes([i % 256, i // 256])).digest() for i in range(n_bytes // 32 + 1))
+    return base64.b64encode(bytes.fromhex(header_hex) + body[:n_bytes]).decode()
+
+
+# (name, base64 of a private key as its DER header starts it): RSA PKCS#8 (2048 bits), RSA PKCS#1, EC PKCS#8
+# (P-256), EC SEC1, Ed25519 PKCS#8, an OpenSSH key body
+DER_KEYS = [
+    ("rsa pkcs8", _der_key("308204bd020100300d06092a864886f70d0101010500048204a7", 1190)),
+    ("rsa pkcs1", _der_key("308204a40201000282010100", 1180)),
+    ("ec pkcs8", _der_key("308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b0201010420", 105)),
+    ("ec sec1", _der_key("30770201010420", 112)),
+    ("ed25519", _der_key("302e020100300506032b657004220420", 32)),
+    ("openssh", "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQAAACD3kq"),
+]
+
+
+@pytest.mark.parametrize("name,key", DER_KEYS, ids=[k[0] for k in DER_KEYS])
+def test_der_key_body_inside_a_line_without_markers(name, key):
+    """Issue 41: a key's base64 body inside an error line, no BEGIN/END anywhere, is hidden by every redactor."""
+    line = f"[rank0]: RuntimeError: cannot load signing key {key} (from $DEPLOY_KEY)"
+    for redact in (redact_text, redact_known_formats, redact_keys):
+        out = redact(line)
+        assert key[:24] not in out and key[-24:] not in out, (redact.__name__, out)
+        assert out == f"[rank0]: RuntimeError: cannot load signing key {REDACTED} (from $DEPLOY_KEY)"
+    assert looks_like_secret(key)
+
+
+def test_der_key_printed_as_a_repr_or_across_prefixed_lines():
+    key = DER_KEYS[0][1]
+    pem_lines = [key[i : i + 64] for i in range(0, len(key), 64)]
+    as_repr = "ValueError: " + repr("\n".join(pem_lines)) + " is not a key"
+    out = redact_text(as_repr)
+    assert not any(p in out for p in pem_lines) and out.endswith(" is not a key")
+    logged = "start\n" + "\n".join(f"[rank1]: {p}" for p in pem_lines) + "\n[rank1]: RuntimeError: bad key\nEpoch 1\n"
+    out = redact_keys(logged)
+    assert not any(p in out for p in pem_lines)
+    assert out.count("\n") == logged.count("\n") and out.count(f"[rank1]: {REDACTED}") == len(pem_lines)
+    assert out.endswith("[rank1]: RuntimeError: bad key\nEpoch 1\n")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "MIIB is short",  # a prefix alone
+        "MIIaGoodNameForAVariable",  # shorter than any key
+        "tensor MHz 2400 MIG profile 1g.10gb",  # words
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL MII",
+        "sha256 " + "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    ],
+)
+def test_der_prefix_in_ordinary_text_stays(text):
+    assert redact_known_formats(text) == text and redact_keys(text) == text

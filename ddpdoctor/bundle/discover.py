@@ -49,6 +49,9 @@ LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
 OWN_FILES = {"manifest.json", "truth.json", "facts.json", "report.json", "analysis.json", "settings.json"}
 # folders of a `ddpdoctor run` bundle whose JSON files are not traces (hosts/<hostname>.json)
 OWN_DIRS = {"hosts"}
+# a file still being written, or left by a writer that stopped part-way (`rank0.pt.trace.json.gz.tmp.json`,
+# `….json.part`, an editor's `~` or swap file): never a trace, whatever its name ends with
+_TEMPORARY_NAME = re.compile(r"(?:\.(?:tmp|temp|part|partial|crdownload|swp)(?:\.[A-Za-z0-9]+)*|~)$", re.IGNORECASE)
 NAMING_HELP = (
     "name each file after its rank (e.g. rank3.pt.trace.json or worker3.json) or record with "
     "torch.distributed initialized so the trace carries distributedInfo"
@@ -83,7 +86,14 @@ class Discovery:
         return sorted(self.by_rank)
 
 
-def find_trace_files(paths: list[str], inputs=None) -> list[Path]:
+def temporary_name(name: str) -> bool:
+    """A temporary file's name (a trace being written when its process stopped), not a trace's."""
+    return _TEMPORARY_NAME.search(name) is not None or name.startswith(".~")
+
+
+def find_trace_files(paths: list[str], inputs=None, temporary: list | None = None) -> list[Path]:
+    """The trace files under ``paths``; files with a temporary name found in a folder are left out (and added
+    to ``temporary`` when given): a file named on the command line is always read."""
     found: list = []
     for p in paths:
         if sources.is_url(p):
@@ -99,6 +109,10 @@ def find_trace_files(paths: list[str], inputs=None) -> list[Path]:
             continue
         for root, _dirs, files in walk(path, inputs):
             for name in sorted(files):
+                if temporary_name(name):
+                    if temporary is not None and name.endswith((".json", ".gz")):
+                        temporary.append(Path(root) / name)
+                    continue
                 if (
                     name.endswith((".json", ".json.gz"))
                     and name not in OWN_FILES
@@ -293,13 +307,38 @@ def _choose(by_rank: dict, skipped: dict, spec: str, warnings: list[str]) -> Non
         skipped.pop(r, None)
 
 
+def _where(paths: list[str]) -> str:
+    """'under FOLDER' for folders, 'among FILE' for files given by name (a log is not a folder)."""
+    folders = [p for p in paths if sources.is_url(p) or Path(p).is_dir()]
+    files = [p for p in paths if p not in folders]
+    return " and ".join(
+        ([f"under {', '.join(folders)}"] if folders else []) + ([f"among {', '.join(files)}"] if files else [])
+    )
+
+
+def _temporary_warning(f: Path, paths: list[str]) -> str:
+    rank = rank_from_name(f)
+    whose = f"rank {rank}'s trace" if rank is not None else "a trace"
+    return (
+        f"ignored {_beside(f, paths)}: a temporary file ({whose} was being written when its process stopped), "
+        "not a complete trace"
+    )
+
+
 def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: str | None = None) -> Discovery:
-    files = find_trace_files(paths, inputs)
+    temporary: list[Path] = []
+    files = find_trace_files(paths, inputs, temporary)
     explicit = {_resolve(Path(p)) for p in paths if not sources.is_url(p) and not Path(p).is_dir()}
     explicit |= {str(f) for f in files if isinstance(f, sources.RemoteFile) and f.given}
     if not files:
-        raise NoTracesError(f"no trace files (*.json, *.json.gz) under {', '.join(paths)}")
-    warnings: list[str] = []
+        if temporary:
+            rank = rank_from_name(temporary[0])
+            raise NoTracesError(
+                f"no complete trace {_where(paths)}: {f'rank {rank}' if rank is not None else 'a process'} "
+                f"stopped while writing its trace ({_beside(temporary[0], paths)} is a temporary file)"
+            )
+        raise NoTracesError(f"no trace files (*.json, *.json.gz) {_where(paths)}")
+    warnings: list[str] = [_temporary_warning(f, paths) for f in temporary]
     described: list[TraceFile] = []
     errors: list[str] = []
     others: list = []
@@ -326,7 +365,7 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
     if not described and not errors and others:
         errors = [e for _, e in others]  # nothing but other JSON: say what was found
     if not described and not errors:
-        raise NoTracesError(f"no trace files under {', '.join(paths)}: only ddpdoctor's own outputs")
+        raise NoTracesError(f"no trace files {_where(paths)}: only ddpdoctor's own outputs")
     if not described:
         more = (
             f" (and {len(errors) - 1} more unreadable file{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""

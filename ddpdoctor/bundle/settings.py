@@ -353,6 +353,8 @@ def _run_facts(mans: list[dict], ranks: dict[int, dict], facts: dict[str, object
         ):
             status = "complete"  # per-node/per-task bundles that together hold every rank
         facts["run.status"] = status
+        if any(m.get("run_id") and not m.get("end_time") and m.get("exit_code") is None for m in mans):
+            facts["run.unfinished"] = True  # `ddpdoctor run` never finished its bundle: it was killed (or still runs)
         stopped_by = next((m["interrupted_by"] for m in mans if m.get("interrupted_by")), None)
         if stopped_by:  # ddpdoctor run forwarded a SIGINT/SIGTERM/SIGHUP to the job
             facts["run.interrupted_by"] = stopped_by

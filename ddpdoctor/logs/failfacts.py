@@ -94,6 +94,28 @@ def network_facts(nets: list[LogEvent], settings: list[LogEvent], world_size: in
     }
 
 
+# signals that stop a process from outside (a launcher stopping its ranks, a scheduler, `timeout`, a user, a
+# closed terminal); SIGSEGV, SIGABRT and the like come from inside the process (a crash)
+STOP_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP")
+
+
+def signal_name(code) -> str | None:
+    """The signal a negative exit code stands for (a launcher's -15 is SIGTERM), else None."""
+    import signal
+
+    if not isinstance(code, int) or isinstance(code, bool) or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return None
+
+
+def _stopped_from_outside(codes: dict[int, int], known: set) -> bool:
+    """Every rank the logs know of ended on a stop signal: a stop from outside, not the script's own exit."""
+    return bool(codes) and set(codes) >= set(known) and all(signal_name(c) in STOP_SIGNALS for c in codes.values())
+
+
 def exit_facts(exits: list[LogEvent], usage: list[LogEvent], known: set) -> dict:
     codes: dict[int, int] = {}
     for e in exits:
@@ -110,7 +132,9 @@ def exit_facts(exits: list[LogEvent], usage: list[LogEvent], known: set) -> dict
         "failure.exit.ranks": sorted(set(codes) | set(usage_ranks)),
         "failure.exit.codes": {str(r): c for r, c in sorted(codes.items())},
         "failure.exit.code": (2 if u is not None and first is None else first.data.get("exitcode") if first else None),
-        "failure.exit.signal": first.data.get("signal") if first else None,
+        "failure.exit.signal": (first.data.get("signal") or signal_name(first.data.get("exitcode"))) if first else None,
+        "failure.exit.signals": sorted({n for c in codes.values() if (n := signal_name(c))}),
+        "failure.exit.from_outside": _stopped_from_outside(codes, known) and u is None,
         "failure.exit.usage": u.data.get("message") if u else None,
         "failure.exit.usage_ranks": usage_ranks,
         "failure.exit.program": u.data.get("prog") if u else None,

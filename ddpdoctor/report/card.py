@@ -58,11 +58,14 @@ def _problem_line(p: dict) -> str:
     when = ""
     if isinstance(p.get("time"), (int, float)):
         when = " at " + _dt.datetime.fromtimestamp(p["time"], _dt.timezone.utc).strftime("%H:%M:%S UTC")
-    what = (p.get("type") or p.get("kind") or "error").rsplit(".", 1)[-1]
+    what = (p.get("type") or (p.get("kind") == "signal" and p.get("signal")) or p.get("kind") or "error").rsplit(
+        ".", 1
+    )[-1]
+    who = f"rank {p['rank']}" if p.get("rank") is not None else "a process"
     if p.get("step") == 0:  # (step: the steps the rank had completed)
-        return f"rank {p.get('rank', '?')}: {what}{when}, before any step completed"
+        return f"{who}: {what}{when}, before any step completed"
     step = f", step {p['step']}" if p.get("step") is not None else ""
-    return f"rank {p.get('rank', '?')}: {what}{step}{when}"
+    return f"{who}: {what}{step}{when}"
 
 
 def partial_note(d: dict) -> str:
@@ -145,7 +148,9 @@ def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | Non
             [],
         )
     after = (
-        ["ddpdoctor run --out after -- …", f"ddpdoctor compare {inputs} after"] if cmd and fix and not failed else []
+        [f"ddpdoctor run --out after -- {cmd}", f"ddpdoctor compare {inputs} after"]
+        if cmd and fix and not failed
+        else []
     )
     no_try = ""  # a fix predicted at no gain never leads: the card's "Will not help here" line says it
     if report_dir:
@@ -191,7 +196,9 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
     why = (deciding or {}).get("summary") if v.get("failed") else verdict_summary(d)
     why_lines = wrap(why or v.get("summary") or "", width, "  ")
     if len(why_lines) > MAX_WHY_LINES:
-        why_lines = why_lines[: MAX_WHY_LINES - 1] + [cut(why_lines[MAX_WHY_LINES - 1], width - 2) + " …"]
+        last = why_lines[MAX_WHY_LINES - 1]
+        last = last.rstrip(" ,;:") + " …" if len(last) <= width - 2 else cut(last, width)
+        why_lines = why_lines[: MAX_WHY_LINES - 1] + [last]
     lines += why_lines
     lines.append("")
     lines += _numbers(d, v, perf, conf, width)
@@ -297,12 +304,17 @@ def _numbers(d: dict, v: dict, perf: str | None, conf: str | None, width: int) -
     if top and top.get("cost") is not None and not v.get("failed"):
         bound = "at least" if v.get("speedup_is_lower_bound") else "up to"
         gain = f" — {bound} {v['expected_speedup']:.2f}x faster without it" if v.get("expected_speedup") else ""
+        if gain and f"{v['expected_speedup']:.2f}x" in (verdict_summary(d) or ""):
+            gain = ""  # the verdict's sentence above already says it: each number once on the card
         least = "at least " if v.get("speedup_is_lower_bound") else ""
-        out += _num("cost", f"{least}{100 * top['cost']:.0f} % of each step{gain}", width)
+        share = f"{100 * top['cost']:.0f} %"
+        if gain or f"{share} of the step" not in (verdict_summary(d) or ""):  # (else the sentence above said both)
+            out += _num("cost", f"{least}{share} of each step{gain}", width)
     hints = v.get("confidence_hints") or []
     if hints and not v.get("failed"):
         out += _num("confidence", hints[0], width)
-    if not out and v.get("summary") and not perf:
+    # (a failed run, or one without traces, recorded no steps to judge: its summary says what it has)
+    if not out and v.get("summary") and not perf and not v.get("failed") and d.get("analysis") is not None:
         out += _num("status", "nothing material to fix in the recorded steps", width)
     return out
 

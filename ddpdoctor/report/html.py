@@ -186,7 +186,7 @@ def _logs_section(d: dict) -> str:
     key = view.ordered_events(d)
     rows = [
         [
-            "?" if e.get("rank") is None else e["rank"],
+            view.event_rank(e),
             view.event_kind(e.get("kind")),
             view.plain(e.get("text"))[:500],
             f"{e.get('file', '')}:{e.get('line_no', '')}",

@@ -270,7 +270,7 @@ def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[
             key = view.ordered_events(d)
             rows = [
                 [
-                    md("?" if e.get("rank") is None else e["rank"]),
+                    md(view.event_rank(e)),
                     md(view.event_kind(e.get("kind"))),
                     md(view.plain(e.get("text"))[:300]),
                     md(f"{e.get('file', '')}:{e.get('line_no', '')}"),

@@ -192,7 +192,9 @@ def failure(d: dict) -> bytes | None:
             label=view.event_kind(kind),
             zorder=1 if kind == "progress" else 3,
         )
-    labels = [f"rank {r}" for r in ranks] + (["rank ?"] if any(e.get("rank") is None for _, e in pts) else [])
+    unranked = [e for _, e in pts if e.get("rank") is None]
+    who = "launcher" if unranked and all(view.from_launcher(e) for e in unranked) else "no rank named"
+    labels = [f"rank {r}" for r in ranks] + ([who] if unranked else [])
     if len(labels) <= 24:
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.margins(x=0.05, y=0.25)

@@ -108,7 +108,7 @@ def _table(d: dict, width: int) -> list[str]:
         "Per rank: ",
         "  ",
     )
-    out += wrap(" ".join(partial_reasons(d)), width, "  partial: ", "  ") if d.get("partial") else []
+    out += wrap("; ".join(partial_reasons(d)), width, "  partial: ", "  ") if d.get("partial") else []
     out += _hosts(a, width)
     out += _decoders(ranks, width)
     out.append("")

@@ -168,6 +168,24 @@ def event_kind(kind) -> str:
     return EVENT_WORDS.get(kind) or str(kind or "").replace("_", " ")
 
 
+def event_rank(e: dict) -> str:
+    """A log event's rank column: its rank, else who wrote the line (torchrun's summary and ChildFailedError
+    name no rank of their own: the launcher), never a question mark."""
+    if e.get("rank") is not None:
+        return str(e["rank"])
+    return "launcher" if from_launcher(e) else "no rank named"
+
+
+def from_launcher(e: dict) -> bool:
+    """A line the launcher wrote (its log, torchrun's summary, ChildFailedError), not a rank."""
+    name = str(e.get("file") or "").replace("\\", "/").rsplit("/", 1)[-1]
+    return (
+        str(e.get("kind") or "").startswith("torchrun")
+        or name == "launcher.log"
+        or "ChildFailedError" in str(e.get("text") or "")
+    )
+
+
 def log_events(d: dict) -> list[dict]:
     return list((d.get("logs") or {}).get("events") or [])
 
@@ -226,18 +244,50 @@ def _evidence_key(k: str) -> tuple[str, str]:
     return k.replace("_", " "), ""
 
 
+# the words of a rule's evidence names, where the name abbreviates (the exposed-communication rule's `colls`,
+# `bcast_n`, `grad_mb`)
+EVIDENCE_WORDS = {
+    "colls": "collectives per step",
+    "bcast": "forward broadcasts",
+    "bcast n": "forward broadcasts per step",
+    "grad": "gradients",
+    "grad us": "exposed gradient all-reduce per step",
+    "bcast us": "exposed forward broadcasts per step",
+    "loop us": "exposed training-loop collectives per step",
+    "other us": "exposed other collectives per step",
+    "loop": "training-loop collectives",
+    "loop n": "training-loop collectives per step",
+    "synced": "gradient syncs per optimizer step",
+    "micro": "micro-batches per optimizer step",
+    "comm": "communication",
+    "bucket cap": "bucket_cap_mb",
+    "buckets": "gradient buckets",
+    "cpus": "CPUs",
+    "job cpus": "CPUs of the job",
+    "steal": "CPU steal",
+}
+# evidence a rule computes to choose its text or its suggestion (a suggested value, a threshold crossed), not a
+# measurement of the job: not listed under "Measured"
+_SUGGESTION = ("smaller_", "larger_", "suggested", "hook")
+
+
 def evidence_items(ev: dict) -> list[str]:
-    """A finding's evidence in words: units applied, column names as phrases, no raw keys."""
+    """A finding's evidence in words: units applied, column names as phrases, no raw keys; only what was measured
+    of this job: not the rule's own decisions (yes/no), suggestions (a hook, a bucket size to try) or a zero
+    (what the job does not do)."""
     from ..text import PHASE_WORDS
 
     out = []
     for k, v in (ev or {}).items():
         words, unit = _evidence_key(str(k))
-        if v is None or v == "" or v == [] or v == {}:
+        words = EVIDENCE_WORDS.get(str(k).replace("_", " "), EVIDENCE_WORDS.get(words, words))
+        if isinstance(v, bool) or type(v).__name__ in ("bool_", "bool") or str(k).startswith(_SUGGESTION):
             continue
-        if isinstance(v, bool):
-            text = "yes" if v else "no"
-        elif isinstance(v, (int, float)) and unit == "us":
+        if v is None or (isinstance(v, (str, list, dict)) and not v):
+            continue
+        if isinstance(v, (int, float)) and v == 0:
+            continue
+        if isinstance(v, (int, float)) and unit == "us":
             text = f"{v / 1000:.1f} ms" if abs(v) >= 1000 else f"{v:.0f} µs"
         elif isinstance(v, (int, float)) and unit == "share":
             text = f"{100 * v:.0f} %"

@@ -36,6 +36,7 @@ from .eligibility import (
 from .engine import Finding, Outcome, evaluate
 from .model import VERDICT_CATEGORIES
 from .registry import RuleSet
+from .undetermined import undetermined_summary
 
 SEVERITY_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3, "info": 4}
 FIRST = ("failure", "network")
@@ -370,9 +371,7 @@ def _decide_one(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verd
         return Verdict(
             None, None, None, None, _no_dominant_summary(costs, findings), None, failed, "no dominant avoidable cost"
         )
-    return Verdict(
-        None, None, None, None, "undetermined: no rule could classify this run (see the abstentions)", None, failed
-    )
+    return Verdict(None, None, None, None, f"undetermined: {undetermined_summary(facts)}", None, failed)
 
 
 def _no_dominant_summary(costs: list[Cost], findings: list[Finding]) -> str:

@@ -35,6 +35,8 @@ SECRETS = {
     "argv_hf": "Namespace(hf_token='hfplaintok77')  cmd: --hf-token hfplaintok77",
     "password_flag": "--password pa55wordValue",
     "harmless_env": "MY_HEADER=Bearer harmlessNameTok55aa",
+    # a key's base64 body inside an error line, no BEGIN/END markers anywhere (issue 41)
+    "der_inline": "RuntimeError: could not parse key MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKjMzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvuNMoSfm76oqFvAp8Gy0iz5sxjZmSnXyCdPEovGhLa0VzMaQ8s+CLOyS56YyCFGeJZqgtzJ6GR3eqoYSW9b9UMvkBpZODSctWSNGj3P7jRFDO5VoTwCQAWbFnOjDfH5Ulgp2PKSQnSJP3AJLQNFNe7br1XbrhV//eO+t51mIpGSDCUv3E0DDFcWDTH9cXDTTlRZVEiR2BwpZOOkE/Z0/BVnhZYL71oZV34bKfWjQIt6V/isSMahdsAASACp4ZTGtwiVuNd9tybAgMBAAECggEBAKTmjaS6tkK8BlPXClTQ2vpz/N6uxDeS35mXpqasqskVlaAidgg/sWqpjXDbXr93otIMLlWsM+X0CqMDgSXKejLS2jx4GDjI1ZTXg++0AMJ8sJ74pWzVDOfmCEQ/7wXs3+cbnXhKriO8Z036q92Qc1+N87SI38nkGa0ABH9CN83HmQqt4fB7UdHzuIRe/me2PGhIq5ZBzj6h3BpoPGzEP+x3l9YmK8t/1cN0pqI+dQwYdgfGjackLu/2qH80MCF7IyQaseZUOJyKrCLtSD/Iixv/hzDEUPfOCjFDgTpzf3cwta8+oE4wHCo1iI1/4TlPkwmXx4qSXtmw4aQPz7IDQvECgYEA8KNThCO2gsC2I9PQDM/8Cw0O983WCDY+oi+7JPiNAJwv5DYBqEZB1QYdj06YD16XlC/HAZMsMku1na2TN0driwenQQWzoev3g2S7gRDoS/FCJSI3jJ+kjgtaA7Qmzlgk1TxODN+G1H91HW7t0l7VnL27IWyYo2qRRK3jzxqUiPUCgYEAx0oQs2reBQGMVZnApD1jeq7n4MvNLcPvt8b/eU9iUv6Y4Mj0Suo/AU8lYZXm8ubbqAlwz2VSVunD2tOplHyMUrtCtObAfVDUAhCndKaA9gApgfb3xw1IKbuQ1u4IF1FJl3VtumfQn//LiH1B3rXhcdyo3/vIttEk48RakUKClU8CgYEAzV7W3COOlDDcQd935DdtKBFRAPRPAlspQUnzMi5eSHMD/ISLDY5IiQHbIH83D4bvXq0X7qQoSBSNP7Dvv3HYuqMhf0DaegrlBuJllFVVq9qPVRnKxt1Il2HgxOBvbhOT+9in1BzA+YJ99UzC85O0Qz06A+CmtHEy4aZ2kj5hHjECgYEAmNS4+A8Fkss8Js1RieK2LniBxMgmYml3pfVLKGnzmng7H2+cwPLhPIzIuwytXywh2bzbsYEfYx3EoEVgMEpPhoarQnYPukrJO4gwE2o5Te6T5mJSZGlQJQj9q4ZB2Dfzet6INsK0oG8XVGXSpQvQh3RUYekCZQkBBFcpqWpbIEsCgYAnM3DQf3FJoSnXaMhrVBIovic5l0xFkEHskAjFTevO86Fsz1C2aSeRKSqGFoOQ0tmJzBEs1R6KqnHInicDTQrKhArgLXX4v3CddjfTRJkFWDbE/CkvKZNOrcf1nhaGCPspRJj2KUkj1Fhl9Cncdn/RsYEONbwQSjIfMPkvxF+8HQ== (from DEPLOY_KEY)",
 }
 # the part of each planted line that must never appear in an output
 SECRET_VALUES = {
@@ -55,6 +57,7 @@ SECRET_VALUES = {
     "argv_hf": "hfplaintok77",
     "password_flag": "pa55wordValue",
     "harmless_env": "harmlessNameTok55aa",
+    "der_inline": "MvDuictGeurT8jNbvJZHtCSuYEvuNMoSfm76oqFvAp8Gy0iz5sxjZmSnXyCd",
 }
 PEM_LINE2 = "PemBodyLine2abcdef"
 # an OpenSSH-style key body printed line by line (64 base64 characters a line, a short last line)
@@ -349,7 +352,9 @@ def build_cases(root: Path) -> list[Case]:
             f"starting\n{line}\nTraceback (most recent call last):\n  RuntimeError: request failed {line}\n"
         )
         secrets = [SECRET_VALUES[key]] + ([PEM_LINE2] if key == "pem" else [])
-        cases += _commands("secrets", f"secret_{key}", d, out, (OK,), secrets=secrets)
+        # (an error line of its own, the key's: analyze may call the run failed, exit 3)
+        expect = (OK, FAILED_RUN) if key == "der_inline" else (OK,)
+        cases += _commands("secrets", f"secret_{key}", d, out, expect, secrets=secrets)
     d = run_folder(root, "secret_records", 2)
     (d / "manifest.json").write_text(
         json.dumps(
