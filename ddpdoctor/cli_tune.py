@@ -33,7 +33,9 @@ from .errors import InputError
     help="Folder for tune.json and every trial (default: ddpdoctor-tune-YYYYmmdd-HHMMSS).",
 )
 @click.option(
-    "--force", is_flag=True, help="Replace an earlier tune folder (one holding tune.json) and the --report folder."
+    "--force",
+    is_flag=True,
+    help="Replace an earlier tune folder (one holding tune.json), the --report folder and the --json file.",
 )
 @click.option(
     "--budget",
@@ -131,6 +133,9 @@ def tune(
 
     hta_adapter.require(hta)  # a bad --hta, rule folder or --set fails now, not after the first run
     ruleset = ruleset_in_force(rules_dirs, sets, no_config)
+    from .cli_options import refuse_overwrite
+
+    refuse_overwrite(json_path, force, "--json")  # before the first run, not after the last
     if report_dir:
         from .report.files import check_report_dir
 

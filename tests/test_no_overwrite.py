@@ -51,6 +51,12 @@ CASES = [
     ("run --out (a file)", lambda p, i, j, m: ["run", "--out", str(p), *_job(m)], str(Path("x").name)),
     ("run --try --out (a file)", lambda p, i, j, m: ["run", "--try", "env.X=1", "--out", str(p), *_job(m)], ""),
     ("tune --out (a file)", lambda p, i, j, m: ["tune", "--out", str(p), *_job(m)], ""),
+    ("tune --json", lambda p, i, j, m: ["tune", "--out", str(m.parent / "b"), "--json", str(p), *_job(m)], "--json"),
+    (
+        "tune --report (a file)",
+        lambda p, i, j, m: ["tune", "--out", str(m.parent / "b"), "--report", str(p), *_job(m)],
+        "--report",
+    ),
 ]
 
 
