@@ -57,10 +57,6 @@ class _Group(click.Group):
             _fail("out of memory reading the input (see README: input size limits)", 2)
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
             _fail(f"internal error: {type(exc).__name__}: {exc} (set DDPDOCTOR_DEBUG=1 for details)", 1)
-        finally:
-            from .resources import set_metric_overrides
-
-            set_metric_overrides(None)  # --set metrics.* lasts one command (CliRunner runs many)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -210,6 +206,7 @@ def analyze(
     import re
 
     from .analysis import AnalyzeOptions
+    from .analysis_context import AnalysisContext
     from .diagnosis import run_analyze
     from .metrics import hta_adapter
     from .report.files import check_report_dir, dumps_json, prepare, render, write_report_dir
@@ -228,7 +225,7 @@ def analyze(
 
     hta_adapter.require(hta)
     paths, trial = trial_arm(list(paths), quiet)
-    ruleset = ruleset_in_force(rules_dirs, sets, no_config)
+    context = AnalysisContext.of(ruleset_in_force(rules_dirs, sets, no_config))  # this analysis's own
     opts = AnalyzeOptions(
         all_windows=all_windows,
         jobs=jobs,
@@ -238,12 +235,12 @@ def analyze(
         ranks=ranks_spec,
     )
     with _progress(quiet) as progress:
-        report = run_analyze(list(paths), opts, ruleset, progress=progress)
+        report = run_analyze(list(paths), opts, context, progress=progress)
     hosts = HostRedactor() if redact_hosts else None
     raw = to_dict(report)
     if trial is not None:
         raw["trial"] = trial  # redacted with the rest (the trial's paths and command line)
-    d = prepare(raw, redact_hosts, hosts)
+    d = prepare(raw, redact_hosts, hosts, context.secrets)
     if json_path:
         _write_text(json_path, dumps_json(d))
     if report_dir:
@@ -351,6 +348,7 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
     from pathlib import Path
 
     from .analysis import AnalyzeOptions
+    from .analysis_context import AnalysisContext
     from .api import analyzer
     from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
@@ -359,16 +357,16 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
 
     hta_adapter.require(hta)
     hosts = HostRedactor() if redact_hosts else None
+    context = AnalysisContext.of(ruleset_in_force(rules_dirs, sets, no_config))
     with _progress(quiet) as progress:
-        raw = load_diagnosis(
-            source, analyzer(AnalyzeOptions(hta=hta), ruleset_in_force(rules_dirs, sets, no_config), progress)
-        )
+        raw = load_diagnosis(source, analyzer(AnalyzeOptions(hta=hta), context, progress))
     if hosts is not None:
         from .ticket.archive import bundle_files, hosts_from_records
 
         hosts_from_records(bundle_files(Path(source)), hosts)
-    d = prepare(raw, redact_hosts, hosts)
-    res = build_bundle(source, output, d, max_mb=max_mb, with_traces=with_traces, trim_traces=trim_traces, hosts=hosts)
+    d = prepare(raw, redact_hosts, hosts, context.secrets)
+    kept = dict(max_mb=max_mb, with_traces=with_traces, trim_traces=trim_traces, hosts=hosts, secrets=context.secrets)
+    res = build_bundle(source, output, d, **kept)
     if not quiet:
         click.echo(f"{res.path}: {res.size / 1024 / 1024:.2f} MiB, {plural(len(res.members), 'file')}")
         for x in res.left_out:
@@ -401,6 +399,7 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     folders (analyzed on the fly).  Exit code 1 when --max-regression is exceeded.
     """
     from .analysis import AnalyzeOptions
+    from .analysis_context import AnalysisContext
     from .api import analyzer
     from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
@@ -413,7 +412,9 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
 
         before, after, trial = trial_sides(before)
     rs = ruleset_in_force(rules_dirs, sets, no_config)
-    sides = [prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta=hta), rs))) for p in (before, after)]
+    sides = []
+    for p, context in ((before, AnalysisContext.of(rs)), (after, AnalysisContext.of(rs))):  # each its own
+        sides.append(prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta=hta), context)), secrets=context.secrets))
     c = cmp.compare(*sides, max_regression=max_regression)
     if trial is not None:
         from .trial.runner import summary_line

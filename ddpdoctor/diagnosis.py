@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from . import sources
 from .analysis import Analysis, AnalyzeOptions, analyze
+from .analysis_context import AnalysisContext
 from .bundle.inputs import Inputs
 from .bundle.settings import load_bundle_facts
 from .errors import InputError, NoTracesError
 from .logs import LogAnalysis, analyze_logs
 from .rules_engine.facts import merge_facts, trace_facts
-from .rules_engine.registry import RuleSet, build_ruleset
 from .rules_engine.verdict import Diagnosis, diagnose
 
 
@@ -39,9 +39,9 @@ class Report:
         )
 
 
-def _bundle_facts(paths: list[str], warnings: list[str], inputs: Inputs) -> dict:
+def _bundle_facts(paths: list[str], warnings: list[str], inputs: Inputs, context: AnalysisContext) -> dict:
     try:
-        return load_bundle_facts(paths, inputs) or {}
+        return load_bundle_facts(paths, inputs, context.thresholds) or {}
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - settings are a bonus; a bad file must not stop the analysis
@@ -49,9 +49,11 @@ def _bundle_facts(paths: list[str], warnings: list[str], inputs: Inputs) -> dict
         return {}
 
 
-def _logs(paths: list[str], known: dict, warnings: list[str], inputs: Inputs):
+def _logs(paths: list[str], known: dict, warnings: list[str], inputs: Inputs, context: AnalysisContext):
     try:
-        return analyze_logs(paths, known_facts=known, inputs=inputs)
+        return analyze_logs(
+            paths, known_facts=known, inputs=inputs, thresholds=context.thresholds, secrets=context.secrets
+        )
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - a log we cannot parse must not hide the trace analysis
@@ -60,15 +62,19 @@ def _logs(paths: list[str], known: dict, warnings: list[str], inputs: Inputs):
 
 
 def run_analyze(
-    paths: list[str], opts: AnalyzeOptions | None = None, ruleset: RuleSet | None = None, progress=None
+    paths: list[str], opts: AnalyzeOptions | None = None, context: AnalysisContext | None = None, progress=None
 ) -> Report:
+    """One analysis; ``context`` (default: a fresh one with the default rules) is its own: the rules, the
+    thresholds and the secrets memory it reads and fills are handed down from here, never kept in a module."""
     t0 = time.perf_counter()
+    ctx = context if context is not None else AnalysisContext.of()
+    t = ctx.thresholds
     warnings: list[str] = []
     analysis = None
     no_traces: NoTracesError | None = None
     inputs = Inputs(list(paths))  # one walk of each folder, shared by traces, bundle records and logs
     try:
-        analysis = analyze(paths, opts, progress=progress, inputs=inputs)
+        analysis = analyze(paths, opts, progress=progress, inputs=inputs, thresholds=t)
     except NoTracesError as exc:
         no_traces = exc
     local = [p for p in paths if not sources.is_url(p)]  # URL inputs: traces only (sources.py)
@@ -77,9 +83,9 @@ def run_analyze(
             "logs and bundle records are read from local paths only, not from "
             + ", ".join(p for p in paths if sources.is_url(p))
         )
-    bundle = _bundle_facts(local, warnings, inputs)
-    tfacts = trace_facts(analysis) if analysis is not None else {"trace.present": False}
-    logs = _logs(local, merge_facts(tfacts, bundle), warnings, inputs)
+    bundle = _bundle_facts(local, warnings, inputs, ctx)
+    tfacts = trace_facts(analysis, t) if analysis is not None else {"trace.present": False}
+    logs = _logs(local, merge_facts(tfacts, bundle, thresholds=t), warnings, inputs, ctx)
     if analysis is None and logs is None:
         raise InputError(
             f"{no_traces}; no log files either (*.log, *.txt, *.out, *.err, NCCL debug files): nothing to analyze"
@@ -92,15 +98,14 @@ def run_analyze(
         from .metrics import hta_adapter
 
         analysis.hta = hta_adapter.cross_check(analysis, mode=(opts or AnalyzeOptions()).hta)
-    facts = merge_facts(tfacts, bundle, getattr(logs, "facts", None))
+    facts = merge_facts(tfacts, bundle, getattr(logs, "facts", None), thresholds=t)
     if bundle.get("capture.agent_errors"):
         warnings.append(
             "the capture agent hit errors it went on after ("
             + "; ".join(bundle.get("capture.agent_error_places") or [])[:300]
             + "): settings or events of those ranks may be incomplete (settings.json agent_errors)"
         )
-    rs = ruleset or build_ruleset()
-    diag = diagnose(facts, rs, log_search=getattr(logs, "search", None))
+    diag = diagnose(facts, ctx.ruleset, log_search=getattr(logs, "search", None), thresholds=t)
     return Report(
         inputs=list(paths),
         analysis=analysis,

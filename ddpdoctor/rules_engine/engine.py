@@ -84,8 +84,9 @@ def plain(v):
 
 
 class _Lookup:
-    def __init__(self, facts: dict, params: dict, match: dict | None):
+    def __init__(self, facts: dict, params: dict, match: dict | None, thresholds: dict | None):
         self.values: dict = {}
+        self.thresholds = thresholds
         self.params = params
         self.facts = facts
         self.match = match or {}
@@ -101,7 +102,7 @@ class _Lookup:
             return self.facts[name]
         if name.startswith("metrics."):
             try:
-                return metric_value(name)
+                return metric_value(name, self.thresholds)
             except (KeyError, TypeError):
                 pass
         return Missing(frozenset({name}))
@@ -121,14 +122,17 @@ def _single(v, what: str):
     return v
 
 
-def evaluate(rule: Rule, facts: dict, params: dict | None = None, log_search=None) -> Outcome:
-    """Evaluate one rule.  ``log_search(patterns) -> dict`` serves rules with log patterns."""
+def evaluate(
+    rule: Rule, facts: dict, params: dict | None = None, log_search=None, thresholds: dict | None = None
+) -> Outcome:
+    """Evaluate one rule.  ``log_search(patterns) -> dict`` serves rules with log patterns; ``thresholds``:
+    the analysis's rules/metrics.toml that ``metrics.*`` names read (default: as shipped)."""
     match = None
     if rule.log_patterns:
         if log_search is None:
             return Outcome(rule.id, "abstain", missing=["logs"])
         match = log_search(rule.log_patterns)
-    look = _Lookup(facts, rule.param_values(params), match)
+    look = _Lookup(facts, rule.param_values(params), match, thresholds)
     try:
         for name, e in rule.evidence.items():
             look.values[name] = e(look)
@@ -212,7 +216,7 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         category=rule.category,
         severity=rule.severity,
         title=rule.title,
-        summary=re.sub(r"\s+", " ", summary).strip(),
+        summary=re.sub(r"\s+", " ", summary or "").strip(),
         ranks=ranks,
         evidence=evidence,
         fixes=fixes,

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..expr import Vec
 from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
-from ..resources import metric_params
+from ..resources import metric_defaults
 
 # derived columns: the exposed communication split into waiting for peers and transfer
 DERIVED = ("comm_wait_exposed", "comm_transfer_exposed")
@@ -26,7 +26,7 @@ def _f(v) -> float:
 
 
 def _step_rows(analysis) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    cols = {c: [] for c in (*COLUMNS, *DERIVED)}
+    cols: dict[str, list[float]] = {c: [] for c in (*COLUMNS, *DERIVED)}
     ranks = []
     for s in analysis.summaries:
         for i in range(len(s.steps)):
@@ -41,8 +41,9 @@ def _step_rows(analysis) -> tuple[dict[str, np.ndarray], np.ndarray]:
     return {c: np.asarray(v, dtype=float) for c, v in cols.items()}, np.asarray(ranks, dtype=int)
 
 
-def trace_facts(analysis) -> dict:
-    """Facts from the per-(rank, step) table and the cross-rank metrics."""
+def trace_facts(analysis, thresholds: dict | None = None) -> dict:
+    """Facts from the per-(rank, step) table and the cross-rank metrics (``thresholds``: the analysis's
+    rules/metrics.toml, default as shipped)."""
     facts: dict = {"trace.present": True}
     rows, row_ranks = _step_rows(analysis)
     step_time = rows["step_time"]
@@ -101,15 +102,15 @@ def trace_facts(analysis) -> dict:
         row_ranks,
     )
     _cross_facts(analysis, facts, ranks)
-    _input_facts(analysis, facts)
+    _input_facts(analysis, facts, (thresholds or metric_defaults())["inference"])
     return facts
 
 
-def _input_facts(analysis, facts: dict) -> None:
+def _input_facts(analysis, facts: dict, inference: dict) -> None:
     """Do the ranks get inputs of the same shape?  (traces recorded with record_shapes)"""
     rows = [(s.rank, x) for s in analysis.summaries for x in (s.input_shapes or [])]
     seen = [x for _, x in rows if x]
-    if len(seen) < 2 or len(seen) < metric_params()["inference"]["input_shapes_min_coverage"] * len(rows):
+    if len(seen) < 2 or len(seen) < inference["input_shapes_min_coverage"] * len(rows):
         return
     distinct = list(dict.fromkeys(seen))
     facts["cross.input_shapes"] = "constant" if len(distinct) == 1 else "varying"
@@ -127,8 +128,8 @@ def _batch_row_facts(by_rank: dict[int, str], facts: dict) -> None:
     """The ranks run different batch sizes: each rank's usual inputs differ from the others' only in the first
     dimension of one tensor (a per-rank batch size from a config, a global batch split unevenly). The tensor
     need not be the first input: an embedding takes its weight first and the token ids second."""
-    parsed = {r: _dims(x) for r, x in by_rank.items()}
-    if len(parsed) < 2 or any(p is None for p in parsed.values()) or len({len(p) for p in parsed.values()}) != 1:
+    parsed = {r: dims for r, x in by_rank.items() if (dims := _dims(x)) is not None}
+    if len(parsed) < 2 or len(parsed) < len(by_rank) or len({len(p) for p in parsed.values()}) != 1:
         return
     lists = list(parsed.values())
     differing = [i for i in range(len(lists[0])) if len({json.dumps(p[i]) for p in lists}) > 1]
@@ -203,7 +204,7 @@ def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
         if mine and theirs:
             extra[c] = float(np.mean(mine)) - median(theirs)
     if extra:
-        col = max(extra, key=extra.get)
+        col = max(extra, key=extra.__getitem__)
         facts["straggler.extra"] = {k: round(v, 1) for k, v in sorted(extra.items(), key=lambda kv: -kv[1])}
         facts["straggler.extra_column"] = col
         facts["straggler.extra_us"] = extra[col]
@@ -211,9 +212,10 @@ def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
         facts["straggler.extra_share"] = extra[col] / med_step if med_step > 0 else None
 
 
-def merge_facts(*sources: dict | None) -> dict:
+def merge_facts(*sources: dict | None, thresholds: dict | None = None) -> dict:
     """Earlier sources win on a name both give (trace facts first: they were measured).
-    Settings the trace implies fill in what the bundle did not record."""
+    Settings the trace implies fill in what the bundle did not record (``thresholds``: the analysis's
+    rules/metrics.toml, default as shipped)."""
     out: dict = {}
     for src in sources:
         for k, v in (src or {}).items():
@@ -225,7 +227,7 @@ def merge_facts(*sources: dict | None) -> dict:
         if is_single and "config.dataloader.num_workers" not in out:
             out["config.dataloader.num_workers"] = 0
             out["config.dataloader.num_workers_source"] = "trace (_SingleProcessDataLoaderIter)"
-    _infer_precision(out)
+    _infer_precision(out, (thresholds or metric_defaults())["inference"])
     if "config.dataloader.num_workers" in out:
         out.setdefault("config.dataloader.num_workers_source", "recorded by ddpdoctor run")
     return out
@@ -240,14 +242,13 @@ def _median_of(facts: dict, name: str) -> float | None:
     return float(np.median(arr)) if arr.size else None
 
 
-def _infer_precision(out: dict) -> None:
+def _infer_precision(out: dict, t: dict) -> None:
     """Mixed precision as the GPU kernel names show it, when the bundle did not record it."""
     if "config.mixed_precision" in out:
         return
     fp8, lowp = _median_of(out, "rank.fp8_kernel_share"), _median_of(out, "rank.lowp_kernel_share")
     if fp8 is None or lowp is None:
         return
-    t = metric_params()["inference"]
     if fp8 >= t["fp8_min_kernel_share"]:
         value = "fp8"
     elif lowp >= t["lowp_min_kernel_share"]:
