@@ -271,7 +271,7 @@ def _paths(paths) -> list[str]:
 def _context(rules, overrides, use_config):
     """A new AnalysisContext for one call: the rule set (``rules`` folders, ``overrides``, config files),
     its thresholds and an empty secrets memory."""
-    from .analysis_context import AnalysisContext
+    from .diagnosis import AnalysisContext
 
     if isinstance(overrides, Mapping):
         sets = [f"{k}={v}" for k, v in overrides.items()]

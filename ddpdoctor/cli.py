@@ -206,8 +206,7 @@ def analyze(
     import re
 
     from .analysis import AnalyzeOptions
-    from .analysis_context import AnalysisContext
-    from .diagnosis import run_analyze
+    from .diagnosis import AnalysisContext, run_analyze
     from .metrics import hta_adapter
     from .report.files import check_report_dir, dumps_json, prepare, render, write_report_dir
     from .report.json_report import to_dict
@@ -348,8 +347,8 @@ def bundle(source, output, max_mb, with_traces, trim_traces, hta, rules_dirs, se
     from pathlib import Path
 
     from .analysis import AnalyzeOptions
-    from .analysis_context import AnalysisContext
     from .api import analyzer
+    from .diagnosis import AnalysisContext
     from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
     from .report.redaction import HostRedactor
@@ -399,8 +398,8 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     folders (analyzed on the fly).  Exit code 1 when --max-regression is exceeded.
     """
     from .analysis import AnalyzeOptions
-    from .analysis_context import AnalysisContext
     from .api import analyzer
+    from .diagnosis import AnalysisContext
     from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
     from .ticket import compare as cmp

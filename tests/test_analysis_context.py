@@ -1,5 +1,5 @@
 """One analysis, one context: the thresholds, the rule set and the secrets an analysis remembers are its own
-(ddpdoctor/analysis_context.py), so analyses in parallel threads never see each other's."""
+(ddpdoctor/diagnosis.py), so analyses in parallel threads never see each other's."""
 
 import threading
 from pathlib import Path

@@ -177,8 +177,7 @@ def test_real_bf16_ddp_trace_gets_sized_buckets_and_no_16_bit_hook(real_traces):
     BFloat16 per step. CM001 sizes the buckets from them instead of 'not recorded for this run', and does
     not offer bf16 compression for gradients that already travel in 16 bits."""
     from ddpdoctor.analysis import AnalyzeOptions
-    from ddpdoctor.analysis_context import AnalysisContext
-    from ddpdoctor.diagnosis import run_analyze
+    from ddpdoctor.diagnosis import AnalysisContext, run_analyze
     from ddpdoctor.rules_engine.registry import build_ruleset
 
     r = run_analyze(

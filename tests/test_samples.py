@@ -104,8 +104,7 @@ VERDICTS = {
 @pytest.mark.parametrize("example", CAPTURED)
 def test_captured_samples_keep_their_verdict(example):
     from ddpdoctor.analysis import AnalyzeOptions
-    from ddpdoctor.analysis_context import AnalysisContext
-    from ddpdoctor.diagnosis import run_analyze
+    from ddpdoctor.diagnosis import AnalysisContext, run_analyze
     from ddpdoctor.rules_engine.registry import build_ruleset
 
     r = run_analyze(

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.analysis import AnalyzeOptions
-from ddpdoctor.analysis_context import AnalysisContext
-from ddpdoctor.diagnosis import run_analyze
+from ddpdoctor.diagnosis import AnalysisContext, run_analyze
 from ddpdoctor.resources import metric_params
 from ddpdoctor.rules_engine.registry import build_ruleset
 from ddpdoctor_synth import generate, scenario_from_shares

@@ -422,13 +422,6 @@ def test_the_fix_keys_are_checked_where_the_rule_is_loaded():
             parse_rule(__import__("tomllib").loads(RULE + extra), Path("r.toml"), RULE + extra)
 
 
-def test_no_rule_id_is_written_in_the_trial_package():
-    """What a prediction needs is declared on the rules' [[fix]] tables (predict, changes_numerics)."""
-    for p in sorted((ROOT / "ddpdoctor" / "trial").glob("*.py")):
-        found = re.findall(r"\b[A-Z]{2,4}\d{3}\b", p.read_text())
-        assert not found, (p.name, found)
-
-
 def test_try_takes_rule_ids_of_four_letters(tmp_path):
     """NET001 is a rule id like DL001: two of them are refused as such, not as a malformed KEY=VALUE."""
     res = subprocess.run(
