@@ -36,6 +36,7 @@ def _guarded_popen_init(self, args, *a, **kw):
     if item is not None and item.get_closest_marker("live") is None:
         job = job_launched(args)
         if job is not None:
+            self._child_created = False  # nothing started: Popen.__del__ has nothing to reap
             pytest.fail(
                 f"{item.nodeid} launches a job ({job}) without the `live` marker: mark it "
                 "@pytest.mark.live (or `pytestmark = pytest.mark.live` for the module)",

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 from ddpdoctor.bundle.evidence import contention_facts
 
@@ -164,8 +165,7 @@ def _run(tmp_path, *args) -> dict:
     from ddpdoctor.bundle.settings import load_bundle_facts
 
     out = tmp_path / "bundle"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = project_env()
     res = subprocess.run(
         [
             sys.executable,
