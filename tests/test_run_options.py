@@ -64,6 +64,7 @@ def test_try_refuses_options_of_a_single_runs_analysis():
     assert res.exit_code == 2 and "analyze a trial's arm afterwards" in res.output
 
 
+@pytest.mark.live
 def test_run_quiet_with_json_prints_nothing_of_its_own(tmp_path):
     pytest.importorskip("torch")
     env = project_env()

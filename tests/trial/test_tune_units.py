@@ -422,6 +422,7 @@ def test_the_fix_keys_are_checked_where_the_rule_is_loaded():
             parse_rule(__import__("tomllib").loads(RULE + extra), Path("r.toml"), RULE + extra)
 
 
+@pytest.mark.live
 def test_try_takes_rule_ids_of_four_letters(tmp_path):
     """NET001 is a rule id like DL001: two of them are refused as such, not as a malformed KEY=VALUE."""
     res = subprocess.run(
@@ -448,6 +449,7 @@ def test_try_takes_rule_ids_of_four_letters(tmp_path):
     assert res.returncode == 2 and "give it alone" in res.stderr, res.stderr
 
 
+@pytest.mark.live
 def test_tune_refuses_bad_input_in_one_line(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep me")
