@@ -164,7 +164,9 @@ def _worker(args):
         return rank, None, warnings, str(exc)
 
 
-def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None, inputs=None) -> Analysis:
+def analyze(
+    paths: list[str], opts: AnalyzeOptions | None = None, progress=None, inputs=None, thresholds: dict | None = None
+) -> Analysis:
     opts = opts or AnalyzeOptions()
     t0 = time.perf_counter()
     disc = discover(paths, all_windows=opts.all_windows, inputs=inputs, ranks=opts.ranks)
@@ -217,7 +219,7 @@ def analyze(paths: list[str], opts: AnalyzeOptions | None = None, progress=None,
     hosts = identify_hosts({s.rank: s.host for s in summaries}, disc, list(paths))
     for s in summaries:
         s.host = hosts.host.get(s.rank)
-    cross = analyze_cross_rank(summaries)
+    cross = analyze_cross_rank(summaries, thresholds)  # the analysis's metrics.toml (default: as shipped)
     if hosts.note:  # said once: with what the end times suggest, when they do
         est = cross.clock
         if est is not None and est.suggested:

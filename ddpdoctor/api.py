@@ -85,7 +85,8 @@ class Document:
         """``"terminal"`` (the card; ``verbose``: every finding), ``"markdown"``, ``"html"`` or ``"json"``."""
         if fmt not in _FORMATS:
             raise InputError(f"unknown format {fmt!r} (choose from terminal, markdown, html, json)")
-        if fmt == TERMINAL:
+        ext = _FORMATS[fmt]
+        if ext is None:  # the terminal
             from .report.card import render_card
             from .report.terminal import render_full
 
@@ -94,13 +95,13 @@ class Document:
             return "\n".join(lines) + "\n"
         from .report.files import render
 
-        return render(self._data, _FORMATS[fmt])
+        return render(self._data, ext)
 
     def write_report(self, folder: str | os.PathLike) -> list[str]:
         """report.md, report.html, report.json and plots/*.png in ``folder`` (``analyze --report``)."""
         from .report.files import write_report_dir
 
-        return [str(p) for p in write_report_dir(self._data, folder)]
+        return [str(p) for p in write_report_dir(self._data, os.fspath(folder))]
 
     def raise_for_failure(self) -> Document:
         """Raise :class:`FailedRunError` when the run failed (``analyze``'s exit code 3); else return self."""
@@ -151,13 +152,14 @@ class Comparison:
 # ---------------------------------------------------------------------- entry points
 
 
-def analyzer(opts, ruleset, progress=None):
+def analyzer(opts, context, progress=None):
     """The analysis of one path into a diagnosis dict, for report.files.load_diagnosis (a renderer
-    does not run the pipeline below it: the CLI and this API hand it this function)."""
+    does not run the pipeline below it: the CLI and this API hand it this function).  ``context``: the
+    AnalysisContext of that analysis (its secrets are the caller's to hand to ``prepare``)."""
     from .diagnosis import run_analyze
     from .report.json_report import to_dict
 
-    return lambda path: to_dict(run_analyze([path], opts, ruleset, progress=progress))
+    return lambda path: to_dict(run_analyze([path], opts, context, progress=progress))
 
 
 def analyze(
@@ -194,7 +196,8 @@ def analyze(
             raise InputError(f"comm_kernels {p!r} is not a valid regular expression ({exc})") from None
     if hta not in ("auto", "on", "off"):
         raise InputError(f"hta={hta!r}: choose from auto, on, off")
-    with _translated_errors(), _rules_in_force(rules, overrides, use_config) as ruleset:
+    with _translated_errors():
+        context = _context(rules, overrides, use_config)  # this call's own: nothing shared with another
         from .analysis import AnalyzeOptions
         from .diagnosis import run_analyze
         from .metrics import hta_adapter
@@ -213,10 +216,10 @@ def analyze(
             scheduler=scheduler,
             ranks=ranks,
         )
-        raw = to_dict(run_analyze(paths, opts, ruleset))
+        raw = to_dict(run_analyze(paths, opts, context))
         if trial is not None:
             raw["trial"] = trial
-        doc = Document(prepare(raw, redact_hosts, HostRedactor() if redact_hosts else None))
+        doc = Document(prepare(raw, redact_hosts, HostRedactor() if redact_hosts else None, context.secrets))
     return doc.raise_for_failure() if check else doc
 
 
@@ -232,7 +235,7 @@ def load(source: str | os.PathLike) -> Document:
 def compare(before, after, *, max_regression: float | None = None, hta: str = "off") -> Comparison:
     """Before/after (``ddpdoctor compare BEFORE AFTER``): each side a :class:`Document`, a diagnosis
     dict, or a path (report.json, report folder, bundle archive, or a run folder analyzed on the fly)."""
-    with _translated_errors(), _rules_in_force((), (), True) as ruleset:
+    with _translated_errors():
         from .analysis import AnalyzeOptions
         from .report.document import validate
         from .report.files import load_diagnosis, prepare
@@ -243,7 +246,10 @@ def compare(before, after, *, max_regression: float | None = None, hta: str = "o
                 return x._data
             if isinstance(x, Mapping):
                 return prepare(validate(dict(x), name))
-            return prepare(load_diagnosis(os.fspath(x), analyzer(AnalyzeOptions(hta=hta), ruleset)))
+            context = _context((), (), True)  # each side analyzed on the fly is its own analysis
+            return prepare(
+                load_diagnosis(os.fspath(x), analyzer(AnalyzeOptions(hta=hta), context)), secrets=context.secrets
+            )
 
         return Comparison(cmp.compare(side(before, "before"), side(after, "after"), max_regression=max_regression))
 
@@ -263,12 +269,10 @@ def _paths(paths) -> list[str]:
     return out
 
 
-@contextlib.contextmanager
-def _rules_in_force(rules, overrides, use_config):
-    """The rule set and its metrics overrides for one call, reset afterwards (the CLI resets them at
-    the end of each command)."""
-    from .resources import set_metric_overrides
-    from .rules_engine.registry import build_ruleset
+def _context(rules, overrides, use_config):
+    """A new AnalysisContext for one call: the rule set (``rules`` folders, ``overrides``, config files),
+    its thresholds and an empty secrets memory."""
+    from .diagnosis import AnalysisContext
 
     if isinstance(overrides, Mapping):
         sets = [f"{k}={v}" for k, v in overrides.items()]
@@ -277,12 +281,7 @@ def _rules_in_force(rules, overrides, use_config):
     else:
         sets = list(overrides)
     rules = [os.fspath(r) for r in ([rules] if isinstance(rules, (str, os.PathLike)) else rules)]
-    try:
-        rs = build_ruleset(rules, sets, use_config=use_config)
-        set_metric_overrides(rs.metrics)
-        yield rs
-    finally:
-        set_metric_overrides(None)
+    return AnalysisContext.build(rules, sets, use_config=use_config)
 
 
 @contextlib.contextmanager

@@ -62,10 +62,6 @@ class _Group(click.Group):
             _fail("out of memory reading the input (see docs/REFERENCE.md: hostile inputs and limits)", 2)
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
             _fail(f"internal error: {type(exc).__name__}: {exc} (set DDPDOCTOR_DEBUG=1 for details)", 1)
-        finally:
-            from .resources import set_metric_overrides
-
-            set_metric_overrides(None)  # --set metrics.* lasts one command (CliRunner runs many)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -211,7 +207,7 @@ def analyze(
     import re
 
     from .analysis import AnalyzeOptions
-    from .diagnosis import run_analyze
+    from .diagnosis import AnalysisContext, run_analyze
     from .metrics import hta_adapter
     from .report.files import check_report_dir, dumps_json, prepare, render, write_report_dir
     from .report.json_report import to_dict
@@ -230,7 +226,7 @@ def analyze(
 
     hta_adapter.require(hta)
     paths, trial = trial_arm(list(paths), quiet)
-    ruleset = ruleset_in_force(rules_dirs, sets, no_config)
+    context = AnalysisContext.of(ruleset_in_force(rules_dirs, sets, no_config))  # this analysis's own
     opts = AnalyzeOptions(
         all_windows=all_windows,
         jobs=jobs,
@@ -240,12 +236,12 @@ def analyze(
         ranks=ranks_spec,
     )
     with _progress(quiet) as progress:
-        report = run_analyze(list(paths), opts, ruleset, progress=progress)
+        report = run_analyze(list(paths), opts, context, progress=progress)
     hosts = HostRedactor() if redact_hosts else None
     raw = to_dict(report)
     if trial is not None:
         raw["trial"] = trial  # redacted with the rest (the trial's paths and command line)
-    d = prepare(raw, redact_hosts, hosts)
+    d = prepare(raw, redact_hosts, hosts, context.secrets)
     if json_path:
         _write_text(json_path, dumps_json(d))
     if report_dir:
@@ -354,6 +350,7 @@ def bundle(
 
     from .analysis import AnalyzeOptions
     from .api import analyzer
+    from .diagnosis import AnalysisContext
     from .metrics import hta_adapter
     from .report.files import load_diagnosis, prepare
     from .report.redaction import HostRedactor
@@ -362,16 +359,16 @@ def bundle(
     refuse_overwrite(output, force, "-o")  # before the analysis: a refusal costs nothing
     hta_adapter.require(hta)
     hosts = HostRedactor() if redact_hosts else None
+    context = AnalysisContext.of(ruleset_in_force(rules_dirs, sets, no_config))
     with _progress(quiet) as progress:
-        raw = load_diagnosis(
-            source, analyzer(AnalyzeOptions(hta=hta), ruleset_in_force(rules_dirs, sets, no_config), progress)
-        )
+        raw = load_diagnosis(source, analyzer(AnalyzeOptions(hta=hta), context, progress))
     if hosts is not None:
         from .ticket.archive import bundle_files, hosts_from_records
 
         hosts_from_records(bundle_files(Path(source)), hosts)
-    d = prepare(raw, redact_hosts, hosts)
-    res = build_bundle(source, output, d, max_mb=max_mb, with_traces=with_traces, trim_traces=trim_traces, hosts=hosts)
+    d = prepare(raw, redact_hosts, hosts, context.secrets)
+    kept = dict(max_mb=max_mb, with_traces=with_traces, trim_traces=trim_traces, hosts=hosts, secrets=context.secrets)
+    res = build_bundle(source, output, d, **kept)
     if not quiet:
         click.echo(f"{res.path}: {res.size / 1024 / 1024:.2f} MiB, {plural(len(res.members), 'file')}")
         for x in res.left_out:
@@ -404,6 +401,7 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     """
     from .analysis import AnalyzeOptions
     from .api import analyzer
+    from .diagnosis import AnalysisContext
     from .report.files import load_diagnosis, prepare
     from .ticket import compare as cmp
     from .trial.folders import compare_sides, trial_header
@@ -413,7 +411,9 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     for note in notes:
         click.echo(f"ddpdoctor: {note}", err=True)
     rs = ruleset_in_force(rules_dirs, sets, no_config)
-    sides = [prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta="off"), rs))) for p in (before, after)]
+    sides = []
+    for p, context in ((before, AnalysisContext.of(rs)), (after, AnalysisContext.of(rs))):  # each its own
+        sides.append(prepare(load_diagnosis(p, analyzer(AnalyzeOptions(hta="off"), context)), secrets=context.secrets))
     c = cmp.compare(*sides, max_regression=max_regression)
     if trial is not None:
         c["trial"], header = trial_header(trial)

@@ -157,14 +157,11 @@ def analysis_args(
 
 
 def ruleset_in_force(rules_dirs, sets, no_config=False):
-    """The rules in force (--rules, --set, --no-config); the metrics.toml overrides it carries stay in
-    force until the command ends."""
-    from .resources import set_metric_overrides
+    """The rules in force (--rules, --set, --no-config), with the metrics.toml overrides they carry (an
+    analysis applies them in its own context: ``AnalysisContext.of(ruleset)``)."""
     from .rules_engine.registry import build_ruleset
 
-    rs = build_ruleset(list(rules_dirs), list(sets), use_config=not no_config)
-    set_metric_overrides(rs.metrics)
-    return rs
+    return build_ruleset(list(rules_dirs), list(sets), use_config=not no_config)
 
 
 def output_width(widest: int = 100) -> int:

@@ -168,85 +168,86 @@ def looks_like_secret(value: str) -> bool:
     return False
 
 
-# values seen under a secret name in this process: redacted wherever they reappear
-_KNOWN_SECRETS: set[str] = set()
 _MIN_KNOWN_LEN = 6
-
-
-def remember_secret(value) -> None:
-    """Mark ``value`` as a secret: every later redaction hides it wherever it occurs."""
-    if isinstance(value, str):
-        v = value.strip().strip("'\"")
-        if len(v) >= _MIN_KNOWN_LEN and v != REDACTED and v.lower() not in ("bearer", "basic", "digest"):
-            _KNOWN_SECRETS.add(v)
-
-
-def collect_secrets(obj, _key: str | None = None) -> None:
-    """Remember the secret values in a JSON-like object or text (values of secret-named keys,
-    of secret-named options and NAME=value pairs) before anything is redacted, so that the
-    same value printed elsewhere (a log echoing its argv) is hidden too."""
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            collect_secrets(v, str(k))
-        return
-    if isinstance(obj, (list, tuple)):
-        items = list(obj)
-        for i, v in enumerate(items):
-            if isinstance(v, str) and v.startswith("-") and secret_name(v.split("=", 1)[0].lstrip("-")):
-                if "=" in v:
-                    remember_secret(v.split("=", 1)[1])
-                elif i + 1 < len(items):
-                    remember_secret(items[i + 1])
-            collect_secrets(v, _key)
-        return
-    if not isinstance(obj, str):
-        return
-    if _key is not None and secret_name(_key):
-        remember_secret(obj)
-    if len(obj) > 64 << 20:
-        return
-    for m in _INLINE_PAIR.finditer(obj):
-        if secret_name(m.group(1)):
-            remember_secret(m.group(3))
-    for m in _ARGV_LIST_PAIR.finditer(obj):
-        if secret_name(m.group(2).lstrip("-")):
-            remember_secret(m.group(5))
-    for m in re.finditer(r"(?<![\w\-])(--?[A-Za-z][\w\-]*)(?:=|\s+)([^\s\"'-][^\s\"']*)", obj):
-        if secret_name(m.group(1).lstrip("-")):
-            remember_secret(m.group(2))
-    for m in _BEARER.finditer(obj):
-        remember_secret(m.group(3))
-
-
 _SECRET_HINT = re.compile(r"(?i)token|key|secret|passw|pwd|auth|bearer|cookie|session|credential|signature|login")
 
 
-def collect_log_secrets(text: str) -> None:
-    """:func:`collect_secrets` over the lines of a log that name a secret (`Namespace(hf_token='…')`,
-    `--api-key X`, `Bearer …`), so that the same value echoed on another line is hidden too.  Only
-    those lines are scanned: the full scan costs about a second per MB."""
-    if not text:
-        return
-    seen = -1
-    for m in _SECRET_HINT.finditer(text):
-        if m.start() <= seen:
-            continue
-        start = text.rfind("\n", 0, m.start()) + 1
-        end = text.find("\n", m.end())
-        end = len(text) if end < 0 else end
-        collect_secrets(text[start:end])
-        seen = end
+class SecretMemory:
+    """The values one analysis (or one ``ddpdoctor bundle`` archive) has seen under a secret name: hidden
+    wherever they reappear in what that analysis writes.  Each analysis has its own (``AnalysisContext``);
+    nothing is remembered across analyses or shared between threads."""
 
+    def __init__(self) -> None:
+        self.values: set[str] = set()
 
-def forget_secrets() -> None:
-    _KNOWN_SECRETS.clear()
+    def __bool__(self) -> bool:
+        return bool(self.values)
 
+    def remember(self, value) -> None:
+        """Mark ``value`` as a secret: every later redaction with this memory hides it wherever it occurs."""
+        if isinstance(value, str):
+            v = value.strip().strip("'\"")
+            if len(v) >= _MIN_KNOWN_LEN and v != REDACTED and v.lower() not in ("bearer", "basic", "digest"):
+                self.values.add(v)
 
-def _known(text: str) -> str:
-    for v in sorted(_KNOWN_SECRETS, key=len, reverse=True):
-        if v in text:
-            text = text.replace(v, REDACTED)
-    return text
+    def collect(self, obj, _key: str | None = None) -> None:
+        """Remember the secret values in a JSON-like object or text (values of secret-named keys,
+        of secret-named options and NAME=value pairs) before anything is redacted, so that the
+        same value printed elsewhere (a log echoing its argv) is hidden too."""
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                self.collect(v, str(k))
+            return
+        if isinstance(obj, (list, tuple)):
+            items = list(obj)
+            for i, v in enumerate(items):
+                if isinstance(v, str) and v.startswith("-") and secret_name(v.split("=", 1)[0].lstrip("-")):
+                    if "=" in v:
+                        self.remember(v.split("=", 1)[1])
+                    elif i + 1 < len(items):
+                        self.remember(items[i + 1])
+                self.collect(v, _key)
+            return
+        if not isinstance(obj, str):
+            return
+        if _key is not None and secret_name(_key):
+            self.remember(obj)
+        if len(obj) > 64 << 20:
+            return
+        for m in _INLINE_PAIR.finditer(obj):
+            if secret_name(m.group(1)):
+                self.remember(m.group(3))
+        for m in _ARGV_LIST_PAIR.finditer(obj):
+            if secret_name(m.group(2).lstrip("-")):
+                self.remember(m.group(5))
+        for m in re.finditer(r"(?<![\w\-])(--?[A-Za-z][\w\-]*)(?:=|\s+)([^\s\"'-][^\s\"']*)", obj):
+            if secret_name(m.group(1).lstrip("-")):
+                self.remember(m.group(2))
+        for m in _BEARER.finditer(obj):
+            self.remember(m.group(3))
+
+    def collect_log(self, text: str) -> None:
+        """:meth:`collect` over the lines of a log that name a secret (`Namespace(hf_token='…')`,
+        `--api-key X`, `Bearer …`), so that the same value echoed on another line is hidden too.  Only
+        those lines are scanned: the full scan costs about a second per MB."""
+        if not text:
+            return
+        seen = -1
+        for m in _SECRET_HINT.finditer(text):
+            if m.start() <= seen:
+                continue
+            start = text.rfind("\n", 0, m.start()) + 1
+            end = text.find("\n", m.end())
+            end = len(text) if end < 0 else end
+            self.collect(text[start:end])
+            seen = end
+
+    def hide(self, text: str) -> str:
+        """``text`` with every remembered value replaced (the longest first)."""
+        for v in sorted(self.values, key=len, reverse=True):
+            if v in text:
+                text = text.replace(v, REDACTED)
+        return text
 
 
 def _headers(out: str) -> str:
@@ -353,7 +354,7 @@ def redact_keys(text: str) -> str:
     return redact_key_lines(redact_der_keys(text))
 
 
-def _structured(out: str) -> str:
+def _structured(out: str, known: SecretMemory | None) -> str:
     out = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", out)
     out = _headers(out)
     out = _WANDB.sub(lambda m: f"{m.group(1)}{REDACTED}", out)
@@ -369,27 +370,27 @@ def _structured(out: str) -> str:
         if any(x in out for x in lits):
             out = p.sub(der_redacted if p is DER_KEY else REDACTED, out)
     out = redact_key_lines(out)
-    return _known(out) if _KNOWN_SECRETS else out
+    return known.hide(out) if known else out
 
 
-def redact_known_formats(text: str) -> str:
-    """Only URL passwords, headers, known token formats and values known to be secret: for names
+def redact_known_formats(text: str, known: SecretMemory | None = None) -> str:
+    """Only URL passwords, headers, known token formats and the values ``known`` remembers: for names
     read from traces (kernel names, paths), where the high-entropy heuristic would hide mangled
     C++ names."""
     if not text:
         return text
-    return _structured(text)
+    return _structured(text, known)
 
 
-def redact_text(text: str) -> str:
+def redact_text(text: str, known: SecretMemory | None = None) -> str:
     """Redact credential-looking parts inside a free-form string (URL passwords, known token
-    formats, key=value pairs with secret names, long high-entropy tokens)."""
+    formats, key=value pairs with secret names, long high-entropy tokens, the values ``known`` remembers)."""
     if not text:
         return text
     out = _INLINE_PAIR.sub(
         lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if secret_name(m.group(1)) else m.group(0), _headers(text)
     )
-    out = _structured(out)
+    out = _structured(out, known)
 
     def _tok(m: re.Match) -> str:
         return REDACTED if looks_like_secret(m.group(0)) else m.group(0)

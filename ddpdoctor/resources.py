@@ -1,12 +1,13 @@
 """Locate the data files shipped with ddpdoctor (the top-level ``rules/`` folder), and
-serve the thresholds of ``rules/metrics.toml`` with the run's overrides applied
-(``--set metrics.<section>.<name>=VALUE``, ``[metrics]`` in a config file)."""
+serve the thresholds of ``rules/metrics.toml`` with one analysis's overrides applied
+(``--set metrics.<section>.<name>=VALUE``, ``[metrics]`` in a config file): the analysis holds
+them (``AnalysisContext.thresholds``), nothing here does."""
 
 from __future__ import annotations
 
 import copy
 import tomllib
-from contextlib import contextmanager
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
@@ -29,37 +30,17 @@ def metric_defaults() -> dict:
         return tomllib.load(fh)
 
 
-_active: dict = {"overrides": {}, "merged": None}
-
-
-def metric_params() -> dict:
-    """The thresholds in force: rules/metrics.toml with the overrides of :func:`set_metric_overrides`."""
-    if not _active["overrides"]:
+def metric_params(overrides: Mapping[str, object] | None = None) -> dict:
+    """The thresholds of one analysis: rules/metrics.toml with ``overrides`` ("section.name" -> value, checked
+    by the rule registry) applied to a copy.  Pure: nothing is remembered between calls; callers read the
+    result and never modify it (without overrides it is the shared, cached :func:`metric_defaults`)."""
+    if not overrides:
         return metric_defaults()
-    if _active["merged"] is None:
-        merged = copy.deepcopy(metric_defaults())
-        for key, value in _active["overrides"].items():
-            *path, leaf = key.split(".")
-            node = merged
-            for part in path:
-                node = node[part]
-            node[leaf] = value
-        _active["merged"] = merged
-    return _active["merged"]
-
-
-def set_metric_overrides(overrides: dict[str, object] | None) -> None:
-    """Replace the overrides in force ("section.name" -> value, checked by the rule registry)."""
-    _active["overrides"] = dict(overrides or {})
-    _active["merged"] = None
-
-
-@contextmanager
-def metric_overrides(overrides: dict[str, object] | None):
-    """Apply overrides for the length of a ``with`` block (library callers: around run_analyze)."""
-    before = _active["overrides"]
-    set_metric_overrides(overrides)
-    try:
-        yield
-    finally:
-        set_metric_overrides(before)
+    merged = copy.deepcopy(metric_defaults())
+    for key, value in overrides.items():
+        *path, leaf = key.split(".")
+        node = merged
+        for part in path:
+            node = node[part]
+        node[leaf] = value
+    return merged

@@ -140,7 +140,7 @@ def read_stream_capped(fh, cap: int, path: Path | str = "input") -> bytes:
     return b"".join(parts)
 
 
-def gunzip_capped(raw: bytes, path: Path | str, cap: int, env: str = "DDPDOCTOR_MAX_TRACE_BYTES") -> bytes:
+def gunzip_capped(raw: bytes | bytearray, path: Path | str, cap: int, env: str = "DDPDOCTOR_MAX_TRACE_BYTES") -> bytes:
     """Streamed gzip decompression (concatenated members too) that stops at ``cap`` bytes, or
     earlier at DDPDOCTOR_MAX_GZIP_RATIO times the compressed size (past 256 MiB): profiler JSON
     compresses about 10-30x, a bomb of zeros about 1000x."""

@@ -1,10 +1,13 @@
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from live_guard import job_launched  # tests/ is put on sys.path just above
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "real_traces"
 
@@ -20,11 +23,35 @@ def real_traces() -> Path:
     return root
 
 
-@pytest.fixture(autouse=True)
-def _no_secrets_carried_over():
-    """Secret values remembered by one analysis (redact.collect_secrets, collect_log_secrets) are process-wide:
-    forget them after each test so one test's logs cannot hide text in another's."""
-    yield
-    from ddpdoctor.redact import forget_secrets
+# ------------------------------------------------------------------ the `live` marker's guard
+# A test that launches a job (live_guard.job_launched) must be marked `live`: the fast tier is
+# `pytest -m "not live"`.  Every process a test starts goes through subprocess.Popen; the item being
+# run (its fixtures included) is known from pytest_runtest_protocol.
+_running: dict[str, pytest.Item | None] = {"item": None}
+_popen_init = subprocess.Popen.__init__
 
-    forget_secrets()
+
+def _guarded_popen_init(self, args, *a, **kw):
+    item = _running["item"]
+    if item is not None and item.get_closest_marker("live") is None:
+        job = job_launched(args)
+        if job is not None:
+            self._child_created = False  # nothing started: Popen.__del__ has nothing to reap
+            pytest.fail(
+                f"{item.nodeid} launches a job ({job}) without the `live` marker: mark it "
+                "@pytest.mark.live (or `pytestmark = pytest.mark.live` for the module)",
+                pytrace=False,
+            )
+    _popen_init(self, args, *a, **kw)
+
+
+subprocess.Popen.__init__ = _guarded_popen_init
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running["item"] = item
+    try:
+        return (yield)
+    finally:
+        _running["item"] = None

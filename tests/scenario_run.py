@@ -1,12 +1,12 @@
 """Record one example scenario for real (`ddpdoctor run --no-analyze -- torchrun --standalone --nproc_per_node=2`,
 CPU/gloo) into ``tmp_path/bundle`` and analyze it: the harness the live tests share."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "examples" / "scenarios"
@@ -15,8 +15,7 @@ SCENARIOS = ROOT / "examples" / "scenarios"
 def record_scenario(tmp_path: Path, script: str, timeout: int = 300):
     """(the finished run, the bundle's path, the analysis report)."""
     pytest.importorskip("torch")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = project_env()
     out = tmp_path / "bundle"
     cmd = [sys.executable, "-m", "ddpdoctor", "run", "--no-analyze", "--out", str(out), "--"]
     cmd += [

@@ -177,13 +177,13 @@ def test_real_bf16_ddp_trace_gets_sized_buckets_and_no_16_bit_hook(real_traces):
     BFloat16 per step. CM001 sizes the buckets from them instead of 'not recorded for this run', and does
     not offer bf16 compression for gradients that already travel in 16 bits."""
     from ddpdoctor.analysis import AnalyzeOptions
-    from ddpdoctor.diagnosis import run_analyze
+    from ddpdoctor.diagnosis import AnalysisContext, run_analyze
     from ddpdoctor.rules_engine.registry import build_ruleset
 
     r = run_analyze(
         [str(real_traces / "tracelens_ddp_resnet_actckpt_8xMI300X_rank0")],
         AnalyzeOptions(jobs=1, hta="off"),
-        build_ruleset(use_config=False),
+        AnalysisContext.of(build_ruleset(use_config=False)),
     )
     ex = r.analysis.summaries[0].extras
     assert ex["allreduce_bytes_per_step"] == pytest.approx(23_379_024) and ex["allreduce_msgs_per_step"] == 2

@@ -3,12 +3,12 @@ collectives that differ by op and a rank that left first from what `ddpdoctor ru
 per epoch, passes that ended, the hang dumps' ops and lines, exits) before any re-run is asked for; and the
 same for real: `ddpdoctor run --keep-going -- torchrun` of 2 gloo ranks with a 5 s process-group timeout."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 from ddpdoctor.logs.progress import apply_bundle_root, progress_facts
 
@@ -133,8 +133,7 @@ def test_logs_without_a_bundle_say_what_is_missing():
 
 def _run(tmp_path, mode):
     pytest.importorskip("torch")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = project_env()
     out = tmp_path / mode
     res = subprocess.run(
         [
@@ -170,6 +169,7 @@ def _run(tmp_path, mode):
     return rep, rep.diagnosis.findings[0]
 
 
+@pytest.mark.live
 def test_live_uneven_batches_per_rank(tmp_path):
     rep, first = _run(tmp_path, "uneven")
     f = rep.facts
@@ -189,12 +189,14 @@ def test_live_uneven_batches_per_rank(tmp_path):
     assert not any(x.rule == "FL003" for x in rep.diagnosis.findings)
 
 
+@pytest.mark.live
 def test_live_ranks_in_different_collectives(tmp_path):
     rep, first = _run(tmp_path, "mismatch")
     assert rep.facts["failure.root_cause.kind"] == "op_mismatch" and first.rule == "FL021"
     assert "`barrier` at uneven_batches_hang.py:" in first.summary and "all-reduce" in first.summary
 
 
+@pytest.mark.live
 def test_live_a_rank_that_left_first(tmp_path):
     rep, first = _run(tmp_path, "early_exit")
     assert rep.facts["failure.root_cause.kind"] == "early_exit" and rep.facts["failure.root_cause.rank"] == 1

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 from ddpdoctor.analysis import AnalyzeOptions, analyze
 from ddpdoctor.bundle.settings import load_bundle_facts
@@ -19,6 +20,7 @@ from ddpdoctor.capture.agent import contract
 from ddpdoctor.capture.host.processes import _pids_of_run
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -35,10 +37,7 @@ WEIRD_ARGS = ["a b", '"quoted"', "it's", "--", "--out", "x", "--force", "$HOME",
 
 
 def _env(**extra):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.update(extra)
-    return env
+    return project_env(extra)
 
 
 def ddpdoctor_run(out, command, options=("--no-analyze",), timeout=180, **env):
@@ -150,10 +149,12 @@ def test_comm_heavy_is_communication_bound(example):
     assert min(shares(a, "comm")) > 0.2
     assert min(shares(a, "comm_exposed")) > max(shares(a, "dataloader_wait"))
     from ddpdoctor.analysis import AnalyzeOptions
-    from ddpdoctor.diagnosis import run_analyze
+    from ddpdoctor.diagnosis import AnalysisContext, run_analyze
     from ddpdoctor.rules_engine.registry import build_ruleset
 
-    r = run_analyze([str(c.out)], AnalyzeOptions(jobs=1, hta="off"), build_ruleset(use_config=False))
+    r = run_analyze(
+        [str(c.out)], AnalyzeOptions(jobs=1, hta="off"), AnalysisContext.of(build_ruleset(use_config=False))
+    )
     assert "CM001" in {f.rule for f in r.diagnosis.findings}  # the verdict may add machine noise on 2 CPUs
     assert c.settings(0)["ddp"]["grad_bytes"] > 40e6
 

@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 pytest.importorskip("torch")
 
@@ -30,8 +33,7 @@ def cpu_burners():
 
 def test_a_rank_still_exporting_its_trace_is_not_taken_for_stuck(tmp_path, cpu_burners):
     out = tmp_path / "bundle"
-    env = dict(os.environ, DDPDOCTOR_STUCK_S="1")
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = project_env(dict(DDPDOCTOR_STUCK_S="1"))
     res = subprocess.run(
         [
             sys.executable,

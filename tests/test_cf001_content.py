@@ -89,6 +89,7 @@ def test_samples_per_epoch():
 # ------------------------------------------------------------------ real 2-rank runs
 
 
+@pytest.mark.live
 @pytest.mark.parametrize(
     "job, fires",
     [

@@ -14,7 +14,7 @@ from ddpdoctor.metrics.clocks import end_matrix, estimate_offsets
 from ddpdoctor.metrics.columns import COLUMNS
 from ddpdoctor.metrics.cross_rank import analyze_cross_rank
 from ddpdoctor.metrics.steps import StepWindow
-from ddpdoctor.resources import metric_overrides
+from ddpdoctor.resources import metric_params
 from ddpdoctor_synth import Scenario, generate
 
 HOSTS = ["a"] * 4 + ["b"] * 4
@@ -153,8 +153,7 @@ def test_cross_rank_corrects_lateness_and_sync_wait(skew):
 
 
 def test_cross_rank_without_correction_blames_the_skewed_host():
-    with metric_overrides(NO_CORRECTION):
-        cr = analyze_cross_rank(job(2000.0))
+    cr = analyze_cross_rank(job(2000.0), metric_params(NO_CORRECTION))
     assert set(cr.clock_offset_us.values()) == {0.0}
     assert {s.rank for s in cr.stragglers} == {2, 3}
 
@@ -227,8 +226,7 @@ def test_skew_without_a_straggler_names_none(tmp_path, skew_ms):
     a = analyze([str(two_nodes(tmp_path, skew_ms, straggler=None))], AnalyzeOptions(jobs=1))
     assert a.cross.stragglers == []
     assert a.cross.clock_offset_us[7] == pytest.approx(skew_ms * 1000, abs=50)
-    with metric_overrides(NO_CORRECTION):
-        raw = analyze([str(tmp_path)], AnalyzeOptions(jobs=1))
+    raw = analyze([str(tmp_path)], AnalyzeOptions(jobs=1), thresholds=metric_params(NO_CORRECTION))
     assert raw.cross.stragglers  # uncorrected, a whole node looks late
 
 

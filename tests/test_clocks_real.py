@@ -5,7 +5,7 @@ import pytest
 
 from ddpdoctor.analysis import AnalyzeOptions, analyze
 from ddpdoctor.metrics.cross_rank import analyze_cross_rank
-from ddpdoctor.resources import metric_overrides
+from ddpdoctor.resources import metric_params
 
 BEFORE_DLRM = {0: 1707, 1: -3732, 2: 2871, 3: -2708, 4: -1748, 5: -1602, 6: 2868, 7: 3293}  # µs, at ebb0807
 
@@ -20,8 +20,7 @@ def test_dlrm_one_node_is_unchanged(dlrm):
     assert set(cr.clock_offset_us.values()) == {0.0} and not cr.clock.applied
     assert {r: round(v) for r, v in cr.arrival_late_us.items()} == BEFORE_DLRM
     assert [s.rank for s in cr.stragglers] == [7, 2, 6, 0]
-    with metric_overrides({"clock.min_offset_us": 1e12}):
-        raw = analyze_cross_rank(dlrm.summaries)
+    raw = analyze_cross_rank(dlrm.summaries, metric_params({"clock.min_offset_us": 1e12}))
     assert raw.arrival_late_us == cr.arrival_late_us
 
 

@@ -4,14 +4,16 @@ step (CP003 leads, its first fix names `dynamic`; the compile time is not taken 
 the loop, DL003), and the same job with one fixed length (compiled once before the window: quiet)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 from ddpdoctor.bundle.settings import load_bundle_facts
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 pytest.importorskip("torch")
 
@@ -22,8 +24,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 def _run(tmp_path, mode):
     out = tmp_path / mode
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = project_env()
     # warm-up 2: the first compilations happen before the window; 4 recorded steps stay under Dynamo's
     # recompile limit (8) with one new length per step
     res = subprocess.run(

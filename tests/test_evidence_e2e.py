@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 from ddpdoctor.bundle.settings import load_bundle_facts
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 pytest.importorskip("torch")
 
@@ -25,8 +28,7 @@ def bundles(tmp_path_factory):
     def get(mode):
         if mode not in cache:
             out = tmp_path_factory.mktemp(mode) / "bundle"
-            env = dict(os.environ)
-            env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            env = project_env()
             res = subprocess.run(
                 [
                     sys.executable,

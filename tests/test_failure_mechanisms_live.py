@@ -8,7 +8,10 @@
 
 import json
 
+import pytest
 from scenario_run import record_scenario
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 
 def _run(tmp_path, script):

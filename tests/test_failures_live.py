@@ -9,16 +9,18 @@
 The runs start together once per module; the time-sensitive evaluation run goes alone after them."""
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 from ddpdoctor.diagnosis import run_analyze
 from ddpdoctor.logs import analyze_logs
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 pytest.importorskip("torch")
 
@@ -42,8 +44,7 @@ CASES = {
 
 
 def _start(out: Path, args, env_extra):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = project_env()
     env.update(env_extra)
     return subprocess.Popen(
         [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--", *TORCHRUN, *args],

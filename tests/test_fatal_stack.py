@@ -92,6 +92,7 @@ def test_the_place_reaches_the_failure_facts(tmp_path):
     assert f["failure.crash.where"] == "decode_record (train.py:18)" and f["failure.crash.call"] == "ctypes.string_at"
 
 
+@pytest.mark.live
 def test_real_segfault_is_named_at_its_line(tmp_path):
     pytest.importorskip("torch")
     out, js = tmp_path / "b", tmp_path / "d.json"

@@ -13,6 +13,7 @@ import pytest
 
 from ddpdoctor.expr import Vec
 from ddpdoctor.report.card import fix_body, render_card
+from ddpdoctor.resources import metric_params
 from ddpdoctor.rules_engine.engine import Finding, evaluate
 from ddpdoctor.rules_engine.model import RuleError, load_rule_file
 from ddpdoctor.rules_engine.registry import build_ruleset
@@ -22,6 +23,7 @@ from ddpdoctor.trial.runner import summary_line
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
+ORDER = metric_params()["order"]  # rules/metrics.toml [order] as shipped
 
 RULE = """\
 id = "US001"
@@ -107,25 +109,19 @@ def test_findings_are_ordered_by_mechanism_then_cost():
         _f("DL001", "dataloader", cost=0.40),
     ]
     # the verdict's finding comes right after failures and correctness bugs, whatever its cost
-    got = [f.rule for f in sorted(findings, key=lambda f: _order(f, "CM001"))]
+    got = [f.rule for f in sorted(findings, key=lambda f: _order(f, "CM001", ORDER))]
     assert got == ["FL001", "CF001", "CM001", "DL001", "DL002", "NET003", "CP001", "IM004"]
     # a generic verdict (compile the model) keeps its place after the specific findings
-    got = [f.rule for f in sorted(findings, key=lambda f: _order(f, "CP001"))]
+    got = [f.rule for f in sorted(findings, key=lambda f: _order(f, "CP001", ORDER))]
     assert got == ["FL001", "CF001", "DL001", "CM001", "DL002", "NET003", "CP001", "IM004"]
 
 
-def test_the_order_is_data(monkeypatch):
+def test_the_order_is_data():
     """Swapping two classes in rules/metrics.toml (as --set or a config file would) swaps the findings."""
-    from ddpdoctor.rules_engine import verdict
-
-    params = verdict.metric_params()
-    swapped = dict(
-        params,
-        order=dict(params["order"], classes=["failure", "verdict", "correctness", "cost", "generic", "recording"]),
-    )
-    monkeypatch.setattr(verdict, "metric_params", lambda: swapped)
+    swapped = metric_params({"order.classes": ["failure", "verdict", "correctness", "cost", "generic", "recording"]})
     findings = [_f("CF001", "config", order="correctness"), _f("CM001", "communication", cost=0.12)]
-    assert [f.rule for f in sorted(findings, key=lambda f: _order(f, "CM001"))] == ["CM001", "CF001"]
+    assert [f.rule for f in sorted(findings, key=lambda f: _order(f, "CM001", ORDER))] == ["CF001", "CM001"]
+    assert [f.rule for f in sorted(findings, key=lambda f: _order(f, "CM001", swapped["order"]))] == ["CM001", "CF001"]
 
 
 def test_builtin_rules_declare_their_mechanism():

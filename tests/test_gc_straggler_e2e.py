@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 pytest.importorskip("torch")
 
@@ -19,8 +22,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 
 def _run(out: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = project_env()
     return subprocess.run(
         [
             sys.executable,

@@ -4,14 +4,16 @@ calls pickle.dumps on a large dict every step (tests/scripts/gil_call_rank0.py).
 called it, and the diagnosis must carry that name."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 from ddpdoctor.capture.agent.gil_places import RETURNED
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 pytest.importorskip("torch")
 
@@ -26,9 +28,8 @@ WHERE = f"pickle.dumps in snapshot (gil_call_rank0.py:{CALL_LINE})"
 def gil_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gil") / "bundle"
     out.mkdir()
-    env = dict(os.environ)
+    env = project_env()
     env.pop("DDPDOCTOR_NATIVE_SAMPLER", None)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--json", str(out / "d.json")]
     cmd += ["--warmup", "4", "--active", "6", "--", *TORCHRUN, str(SCRIPT), "14"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+
 SCRIPT = Path(__file__).parent / "scripts" / "gloo_toy_train.py"
 
 

@@ -5,7 +5,10 @@ operators shorter than 50 µs and the Python between them, and the verdict's rul
 overhead), not the generic compute-bound CP001.
 """
 
+import pytest
 from scenario_run import record_scenario
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 
 def test_live_python_loop_of_tiny_operators_is_host_bound(tmp_path):

@@ -9,7 +9,10 @@
   agent records the argument beside WORLD_SIZE; the rendezvous failure's first fix is the world size.
 """
 
+import pytest
 from scenario_run import record_scenario
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 
 def _run(tmp_path, script):

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 from ddpdoctor.bundle.evidence import contention_facts
 
@@ -164,8 +165,7 @@ def _run(tmp_path, *args) -> dict:
     from ddpdoctor.bundle.settings import load_bundle_facts
 
     out = tmp_path / "bundle"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = project_env()
     res = subprocess.run(
         [
             sys.executable,
@@ -208,6 +208,7 @@ def _im004_fires(facts: dict) -> bool:
     return evaluate(rule, facts, rules.params.get(rule.id), None).finding is not None
 
 
+@pytest.mark.live
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the job tree is read from /proc (Linux)")
 def test_e2e_the_jobs_own_grandchild_is_not_contention(tmp_path):
     pytest.importorskip("torch")
@@ -242,6 +243,7 @@ def cpu_burners():
         p.wait()
 
 
+@pytest.mark.live
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the job tree is read from /proc (Linux)")
 def test_e2e_burners_outside_the_job_are_contention(tmp_path, cpu_burners):
     pytest.importorskip("torch")

@@ -11,6 +11,8 @@ import pytest
 
 from ddpdoctor.logs import analyze_logs
 
+pytestmark = pytest.mark.live  # every test here reads the logs of real torchrun runs (a module fixture)
+
 SCRIPT = Path(__file__).parent / "scripts" / "failure_toy_train.py"
 MODES = ("oom", "stop", "kill")
 

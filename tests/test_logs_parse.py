@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 from ddpdoctor.logs import analyze_logs, find_log_files
 from ddpdoctor.logs.flight import load_dump
@@ -617,7 +618,7 @@ def test_log_analysis_does_not_import_torch(tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
-        env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env=project_env(),
     )
     assert res.returncode == 0, res.stderr
 

@@ -221,7 +221,7 @@ def test_root_cause_priority_is_data_in_metrics_toml():
     only says which evidence each kind has."""
     from ddpdoctor.logs.causal import ROOT_EVIDENCE, RootEvidence, root_cause
     from ddpdoctor.logs.model import LogEvent
-    from ddpdoctor.resources import metric_defaults, set_metric_overrides
+    from ddpdoctor.resources import metric_defaults, metric_params
 
     assert set(metric_defaults()["failures"]["root_cause_priority"]) == set(ROOT_EVIDENCE)
     oom = LogEvent(rank=1, time=10.0, kind="oom", text="", file="r1.log", line_no=4)
@@ -235,9 +235,8 @@ def test_root_cause_priority_is_data_in_metrics_toml():
     ev = RootEvidence(facts, oom=oom, first_timeout=timeout)
     assert root_cause(ev) == ("oom", 1, oom)
     order = metric_defaults()["failures"]["root_cause_priority"]
-    try:
-        set_metric_overrides({"failures.root_cause_priority": ["timeout"] + [k for k in order if k != "timeout"]})
-        assert root_cause(ev) == ("timeout", 0, timeout)
-    finally:
-        set_metric_overrides(None)
+    timeout_first = metric_params({"failures.root_cause_priority": ["timeout"] + [k for k in order if k != "timeout"]})
+    swapped = RootEvidence(facts, failure_params=timeout_first["failures"], oom=oom, first_timeout=timeout)
+    assert root_cause(swapped) == ("timeout", 0, timeout)
+    assert root_cause(ev) == ("oom", 1, oom)  # the other evidence keeps its own (the shipped) order
     assert root_cause(RootEvidence(facts)) == (None, None, None)

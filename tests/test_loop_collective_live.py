@@ -1,7 +1,10 @@
 """Live (real torchrun, gloo, CPU): the script's own all_gather_object every step is timed on every rank by the
 stack sampler and named by its call site (bundle/loop_collectives.py), and CM001, where it fires, leads with it."""
 
+import pytest
 from scenario_run import record_scenario
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 
 def test_live_all_gather_object_every_step_is_named(tmp_path):

@@ -218,13 +218,13 @@ def test_findings_on_sample_traces_and_logs_have_no_placeholders():
     placeholder, except inside words quoted from the logs as logged ("DataLoader worker (pid(s) 25) exited"), and
     its fixes' changes and values (code, where "is None" is fine) no stand-in for a value."""
     from ddpdoctor.analysis import AnalyzeOptions
-    from ddpdoctor.diagnosis import run_analyze
+    from ddpdoctor.diagnosis import AnalysisContext, run_analyze
     from ddpdoctor.rules_engine.registry import build_ruleset
 
     rs = build_ruleset(use_config=False)
     problems, findings = [], 0
     for path in _inputs():
-        diagnosis = run_analyze([str(path)], AnalyzeOptions(), rs).diagnosis
+        diagnosis = run_analyze([str(path)], AnalyzeOptions(), AnalysisContext.of(rs)).diagnosis
         logged = None
         for f in diagnosis.findings:
             findings += 1

@@ -65,6 +65,7 @@ def test_check_report_dir_units(tmp_path):
         write_report_dir({}, tmp_path)
 
 
+@pytest.mark.live
 def test_run_refuses_the_report_folder_before_the_job_runs(tmp_path):
     """`run --report DIR` checks DIR before starting the job: a refused folder costs no run."""
     (tmp_path / "rep").mkdir()

@@ -3,7 +3,6 @@ torchrun's own output goes to launcher.log and the card leads; a script that can
 the interpreter's words at the user's file:line; Ctrl-C exits 130 and keeps the performance verdict."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
 
 pytest.importorskip("torch")
 
@@ -19,8 +21,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 
 def _env():
-    env = dict(os.environ, COLUMNS="80")
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = project_env(dict(COLUMNS="80"))
     return env
 
 

@@ -2,13 +2,13 @@
 `run` hands them to the analysis it starts; a bad --set or --rules stops `run` before the training."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from subprocesses import project_env
 
 from ddpdoctor.cli import main
 from ddpdoctor.cli_options import analysis_args
@@ -71,10 +71,10 @@ def test_a_bad_analysis_option_stops_try_before_the_first_arm(tmp_path):
     assert res.exit_code == 2 and not out.exists(), res.output
 
 
+@pytest.mark.live
 def test_run_quiet_with_json_prints_nothing_of_its_own(tmp_path):
     pytest.importorskip("torch")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = project_env()
     res = subprocess.run(
         [
             sys.executable,

@@ -104,13 +104,13 @@ VERDICTS = {
 @pytest.mark.parametrize("example", CAPTURED)
 def test_captured_samples_keep_their_verdict(example):
     from ddpdoctor.analysis import AnalyzeOptions
-    from ddpdoctor.diagnosis import run_analyze
+    from ddpdoctor.diagnosis import AnalysisContext, run_analyze
     from ddpdoctor.rules_engine.registry import build_ruleset
 
     r = run_analyze(
         [str(SAMPLES / f"capture_gloo_2ranks_{example}")],
         AnalyzeOptions(jobs=1, hta="off"),
-        build_ruleset(use_config=False),
+        AnalysisContext.of(build_ruleset(use_config=False)),
     )
     d = r.diagnosis
     if example == "oom_skip_batch":

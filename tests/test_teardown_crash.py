@@ -103,6 +103,7 @@ def test_trial_arm_that_died_after_its_program_ended_counts():
     assert _arm_record("try", 1, Path("b"), 130, "complete", None, "SIGINT")["failed"] is True
 
 
+@pytest.mark.live
 def test_real_run_whose_rank_aborts_in_teardown(tmp_path):
     pytest.importorskip("torch")
     out, js = tmp_path / "b", tmp_path / "d.json"

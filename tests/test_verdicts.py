@@ -11,17 +11,19 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.analysis import AnalyzeOptions
-from ddpdoctor.diagnosis import run_analyze
+from ddpdoctor.diagnosis import AnalysisContext, run_analyze
+from ddpdoctor.resources import metric_params
 from ddpdoctor.rules_engine.registry import build_ruleset
 from ddpdoctor_synth import generate, scenario_from_shares
 
 ROOT = Path(__file__).resolve().parents[1]
+VERDICT = metric_params()["verdict"]  # rules/metrics.toml [verdict] as shipped
 SAMPLES = ROOT / "sample_traces"
 OPTS = AnalyzeOptions(jobs=1, hta="off")
 
 
 def diagnose(path, sets=()):
-    return run_analyze([str(path)], OPTS, build_ruleset(sets=list(sets), use_config=False))
+    return run_analyze([str(path)], OPTS, AnalysisContext.of(build_ruleset(sets=list(sets), use_config=False)))
 
 
 def fired(report) -> dict:
@@ -554,14 +556,14 @@ def test_no_dominant_cost_says_which_costs_were_set_aside_as_noise_and_which_are
         evidence={},
         fixes=[],
     )
-    text = _no_dominant_summary(costs, [contention])
+    text = _no_dominant_summary(costs, [contention], VERDICT)
     # a 21 % cost set aside as noise is not called small (it was, before)
     assert (
         "set aside as machine noise on a contended host (imbalance-bound 21.3%, communication-bound 10.7%; see IM004"
         in text
     )
     assert "what else the rules found stays small (dataloader-bound 2.0%)" in text
-    only_small = _no_dominant_summary(costs[2:], [])
+    only_small = _no_dominant_summary(costs[2:], [], VERDICT)
     assert only_small.startswith("no dominant avoidable cost: what the rules found stays small (dataloader-bound 2.0%)")
     assert "noise" not in only_small
 

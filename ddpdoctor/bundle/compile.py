@@ -11,6 +11,7 @@ Pure Python: no torch.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from statistics import median
 
 from .values import as_number, put_fact, safe_where
@@ -23,7 +24,7 @@ def _record(d: dict) -> dict | None:
     return rec if isinstance(rec, dict) else None
 
 
-def _median(values: dict[int, float]) -> float:
+def _median(values: Mapping[int, float]) -> float:
     return median(values.values())
 
 
@@ -46,7 +47,7 @@ def compile_facts(ranks: dict[int, dict]) -> dict:
         return facts
     compiles = {r: int(as_number(rec.get("compiles")) or 0) for r, rec in measured.items()}
     ms = {r: as_number(rec.get("compile_ms")) or 0.0 for r, rec in measured.items()}
-    share = {r: round(ms[r] / as_number(rec["window_ms"]), 4) for r, rec in measured.items()}
+    share = {r: round(ms[r] / float(rec["window_ms"]), 4) for r, rec in measured.items()}  # a number > 0: above
     per_step = {r: round(ms[r] / len(rec["steps"]), 3) for r, rec in measured.items()}
     steps_with = {
         r: sum(1 for s in rec["steps"] if isinstance(s, dict) and (as_number(s.get("compiles")) or 0) > 0)

@@ -204,10 +204,9 @@ def describe(path: Path) -> TraceFile:
         raise NotATrace(f"{path}: JSON is not a profiler trace (no 'traceEvents')")
     info = None
     m = _DIST_INFO.search(head)
-    remote = isinstance(path, sources.RemoteFile)
     if m is None and not gz:
-        size = path.size if remote else path.stat().st_size
-        if size > PEEK_BYTES and remote:
+        size = path.size if isinstance(path, sources.RemoteFile) else path.stat().st_size
+        if size > PEEK_BYTES and isinstance(path, sources.RemoteFile):
             m = _DIST_INFO.search(sources.read_range(path, size - 64 * 1024, size))
         elif size > PEEK_BYTES:
             with safe_io.open_regular(path) as fh:
@@ -233,7 +232,7 @@ def describe(path: Path) -> TraceFile:
     pid_m = _PID.search(head)
     base = _BASE_TIME.search(head)
     tm = _TIME_IN_NAME.search(path.name)
-    size, mtime_ns = (path.size, path.mtime_ns) if remote else _size_mtime(path)
+    size, mtime_ns = (path.size, path.mtime_ns) if isinstance(path, sources.RemoteFile) else _size_mtime(path)
     order = (int(tm.group(1)) if tm else 0, int(base.group(1)) if base else 0, mtime_ns)
     world = safe_io.sane_world_size(info.world_size, str(path)) if info else None
     return TraceFile(path, size, rank, source, world, int(pid_m.group(1)) if pid_m else None, order)
@@ -385,7 +384,8 @@ def discover(paths: list[str], all_windows: bool = False, inputs=None, ranks: st
             raise InputError(f"{unranked[0].path}: cannot tell which rank this trace is: {NAMING_HELP}")
     groups: dict[int, list[TraceFile]] = {}
     for t in described:
-        groups.setdefault(t.rank, []).append(t)
+        if t.rank is not None:  # every trace has one by now (or the error above was raised)
+            groups.setdefault(t.rank, []).append(t)
     by_rank, skipped = {}, {}
     for rank, group in groups.items():
         group.sort(key=lambda t: t.order_key)

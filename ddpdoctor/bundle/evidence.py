@@ -9,7 +9,9 @@ what it needs (a plain trace, an old bundle, a probe that failed: Linux-only cou
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from statistics import NormalDist, median, stdev
+from typing import Any
 
 from ..frames import is_tool_frame
 from .loop_collectives import loop_collective_facts
@@ -37,8 +39,9 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
         + [int(c["local_world_size"]) for c in cons.values() if isinstance(c.get("local_world_size"), int)]
     )
     out: dict = {"ranks_on_host": n_local}
-    masks = [ranks[r].get("cpu_affinity") for r in members]
-    if all(isinstance(m, list) and m for m in masks):
+    masks = [m for r in members if isinstance(m := ranks[r].get("cpu_affinity"), list) and m]
+    usable: int | None
+    if len(masks) == len(members):
         usable = len(set().union(*map(set, masks)))
     else:
         counts = [c.get("affinity_cpus") for c in cons.values() if isinstance(c.get("affinity_cpus"), int)]
@@ -50,10 +53,11 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
             out["threads_per_cpu"] = sum(threads) / len(threads) * n_local / usable
     busy, steal, own, loads = [], [], [], []
     for c in cons.values():
-        if not _host_reading_resolves(c):
+        reading = _host_reading(c)
+        if reading is None:
             continue
+        total, idle = reading
         host = c.get("host") or {}
-        total, idle = as_number(host.get("total_s")), as_number(host.get("idle_s"))
         busy.append(max(0.0, total - idle) / total)
         st = as_number(host.get("steal_s"))
         steal.append(None if st is None else max(0.0, st) / total)
@@ -68,10 +72,11 @@ def _host_contention(ranks: dict[int, dict], members: list[int]) -> dict:
         job = _job_outside_busy(cons)
         if job is not None:  # the job's whole process tree, measured in the same window as the host
             out["other_busy_share"] = job
-        elif len(own) == n_local and None not in own:  # every rank on the host measured its own CPU time
-            out["other_busy_share"] = min(1.0, max(0.0, median(busy) - sum(own)))
-        if None not in steal:
-            out["steal_share"] = median(steal)
+        elif len(own) == n_local and all(x is not None for x in own):  # every rank on the host measured its own
+            out["other_busy_share"] = min(1.0, max(0.0, median(busy) - sum(x for x in own if x is not None)))
+        steal_known = [x for x in steal if x is not None]
+        if len(steal_known) == len(steal):
+            out["steal_share"] = median(steal_known)
     if loads:
         out["load_per_cpu"] = median(loads)
         tree = any(isinstance(c.get("job"), dict) and c["job"].get("outside_runnable_samples") for c in cons.values())
@@ -115,12 +120,16 @@ def _job_outside_runnable(cons: dict[int, dict]) -> float | None:
 MIN_TICKS_PER_CPU = 20
 
 
-def _host_reading_resolves(c: dict) -> bool:
-    """This rank's window is long enough for its /proc/stat reading to measure a share of the host."""
+def _host_reading(c: dict) -> tuple[float, float] | None:
+    """This rank's /proc/stat reading of the host (total, idle CPU seconds), when its window is long enough to
+    measure a share of the host; else None."""
     host = c.get("host") or {}
     total, idle = as_number(host.get("total_s")), as_number(host.get("idle_s"))
-    cpus = c.get("host_cpus") if isinstance(c.get("host_cpus"), int) and c.get("host_cpus") > 0 else 1
-    return bool(total) and total / cpus >= MIN_TICKS_PER_CPU * PROC_TICK_S and idle is not None
+    n = c.get("host_cpus")
+    cpus = n if isinstance(n, int) and n > 0 else 1
+    if not total or total / cpus < MIN_TICKS_PER_CPU * PROC_TICK_S or idle is None:
+        return None
+    return total, idle
 
 
 def _job_outside_busy(cons: dict[int, dict]) -> float | None:
@@ -130,11 +139,11 @@ def _job_outside_busy(cons: dict[int, dict]) -> float | None:
     seconds); the median over such ranks, within [0, 1]."""
     shares = []
     for c in cons.values():
-        job, host = c.get("job"), c.get("host") or {}
-        cpu = as_number((job or {}).get("cpu_s"))
-        if cpu is None or not _host_reading_resolves(c):
+        cpu = as_number((c.get("job") or {}).get("cpu_s"))
+        reading = _host_reading(c)
+        if cpu is None or reading is None:
             continue
-        total, idle = as_number(host["total_s"]), as_number(host["idle_s"])
+        total, idle = reading
         shares.append(min(1.0, max(0.0, (total - idle - cpu) / total)))
     return median(shares) if shares else None
 
@@ -143,7 +152,8 @@ def _other_runnable(cons: dict[int, dict]) -> float | None:
     """Runnable tasks outside the job per CPU: the host's runnable count (median over ranks of each
     rank's mean) less every rank's own runnable threads and loader workers (their means, summed);
     None unless every rank on the host counted its own."""
-    total, own, cpus = [], 0.0, None
+    total: list[float] = []
+    own, cpus = 0.0, 1  # cpus: set by every rank counted (used only when one was)
     for c in cons.values():
         samples = [s for s in c.get("runnable_samples") or [] if isinstance(s, int)]
         mine = [s for s in c.get("own_runnable_samples") or [] if isinstance(s, int)]
@@ -186,7 +196,7 @@ def contention_facts(ranks: dict[int, dict]) -> dict:
     for r in sorted(rank_host):
         c = evidence_of(ranks[r])["contention"]
         th, wall = c.get("thread") or {}, as_number(c.get("wall_s"))
-        if isinstance(th.get("nivcsw"), (int, float)) and wall and wall > 0 and _host_reading_resolves(c):
+        if isinstance(th.get("nivcsw"), (int, float)) and wall and wall > 0 and _host_reading(c) is not None:
             switches[r] = round(th["nivcsw"] / wall, 2)
     if switches:
         put_fact(facts, "host.contention.involuntary_switches_per_s", max(switches.values()), switches)
@@ -227,7 +237,7 @@ def _has_workers(d: dict) -> bool:
     return isinstance(dl, dict) and isinstance(dl.get("num_workers"), int) and dl["num_workers"] > 0
 
 
-def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] = frozenset()) -> dict | None:
+def extra_work(sampled: dict[int, dict], params: dict, loader_workers: AbstractSet[int] = frozenset()) -> dict | None:
     """The rank that spends materially more time in one user function (waits for peers
     excluded) than the median of the other ranks, or None.  Materially: the excess reaches
     ``extra_work_min_share`` of the median step and ``extra_work_min_samples`` samples, and
@@ -262,7 +272,7 @@ def extra_work(sampled: dict[int, dict], params: dict, loader_workers: set[int] 
             n_others = others * steps / ms_per_sample if ms_per_sample > 0 else 0.0
             candidates.append((r, key, f, ms, others, excess, n_mine, n_others))
     z_crit = NormalDist().inv_cdf(1 - 0.05 / (2 * max(1, len(candidates))))
-    best = None
+    best: dict[str, Any] | None = None
     for r, key, f, ms, others, excess, n_mine, n_others in candidates:
         excess_samples = n_mine - n_others
         if (
@@ -324,7 +334,7 @@ def python_facts(ranks: dict[int, dict], params: dict) -> dict:
         if isinstance(st.get("input"), dict) and as_number(st["input"].get("ms_per_step")) is not None
     }
     if inputs:
-        ms = {r: as_number(i["ms_per_step"]) for r, i in inputs.items()}
+        ms = {r: float(i["ms_per_step"]) for r, i in inputs.items()}  # a number: as_number above
         # the input work EVERY rank does (the least of the ranks): what one rank does beyond that is
         # that rank's extra work (python.extra_work: the straggler rule), not the pipeline's
         med = min(ms.values())

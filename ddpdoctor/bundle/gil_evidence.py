@@ -35,11 +35,14 @@ def _excess(per_rank: dict[int, float], step_ms: float, min_share: float, min_ra
 
 def gc_facts(ranks: dict[int, dict], params: dict) -> dict:
     facts: dict = {}
-    recs = {r: evidence_of(d).get("gc") for r, d in sorted(ranks.items())}
-    recs = {r: g for r, g in recs.items() if isinstance(g, dict) and as_number(g.get("ms_per_step")) is not None}
+    recs = {
+        r: g
+        for r, d in sorted(ranks.items())
+        if isinstance(g := evidence_of(d).get("gc"), dict) and as_number(g.get("ms_per_step")) is not None
+    }
     if not recs:
         return facts
-    ms = {r: round(as_number(g["ms_per_step"]), 3) for r, g in recs.items()}
+    ms = {r: round(float(g["ms_per_step"]), 3) for r, g in recs.items()}  # a number: as_number above
     put_fact(facts, "python.gc.ms_per_step", max(ms.values()), ms)
     steps = [s for s in (_step_ms(ranks[r]) for r in recs) if s]
     if len(recs) < 2 or not steps:
@@ -64,15 +67,15 @@ def gc_facts(ranks: dict[int, dict], params: dict) -> dict:
             "python.gc.window_steps": windows,
         }
     )
-    if as_number(full.get("max_ms")) is not None:
-        facts["python.gc.max_pause_ms"] = round(as_number(full["max_ms"]), 1)
+    max_ms = as_number(full.get("max_ms"))
+    if max_ms is not None:
+        facts["python.gc.max_pause_ms"] = round(max_ms, 1)
     return facts
 
 
 def gil_facts(ranks: dict[int, dict], params: dict) -> dict:
     facts: dict = {}
-    recs = {r: evidence_of(d).get("gil") for r, d in sorted(ranks.items())}
-    recs = {r: g for r, g in recs.items() if isinstance(g, dict)}
+    recs = {r: g for r, d in sorted(ranks.items()) if isinstance(g := evidence_of(d).get("gil"), dict)}
     if not recs:
         return facts
     starved = {
@@ -80,8 +83,7 @@ def gil_facts(ranks: dict[int, dict], params: dict) -> dict:
         for r, g in recs.items()
     }
     put_fact(facts, "python.sampler_starved_ms_per_step", max(starved.values()), starved)
-    cpu = {r: as_number(g.get("cpu_starved_ms_per_step")) for r, g in recs.items()}
-    cpu = {r: round(v, 3) for r, v in cpu.items() if v is not None}
+    cpu = {r: round(v, 3) for r, g in recs.items() if (v := as_number(g.get("cpu_starved_ms_per_step"))) is not None}
     if cpu:
         put_fact(facts, "python.sampler_cpu_starved_ms_per_step", max(cpu.values()), cpu)
     natives = {r: (g.get("native") or {}).get("sampler") for r, g in recs.items()}

@@ -64,9 +64,10 @@ def node_folders(paths: list[str], files_by_rank: dict[int, list]) -> dict[int, 
         if any(isinstance(f.path, sources.RemoteFile) for f in files):
             return {}
         labels = {_folder_of(Path(f.path), roots, local) for f in files}
-        if len(labels) != 1 or None in labels:
-            return {}  # a rank in two folders: not one folder per node
-        out[rank] = labels.pop()
+        label = labels.pop() if len(labels) == 1 else None
+        if label is None:
+            return {}  # a rank in two folders (or in none of them): not one folder per node
+        out[rank] = label
     if len(set(out.values())) < 2:
         return {}
     return out

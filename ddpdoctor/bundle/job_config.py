@@ -29,9 +29,9 @@ def _put(facts: dict, name: str, per: dict[int, object]) -> None:
 
 
 def _put_min(facts: dict, name: str, per: dict[int, float | None]) -> None:
-    per = {r: v for r, v in per.items() if v is not None}
-    if per:
-        put_fact(facts, name, min(per.values()), per)
+    known = {r: v for r, v in per.items() if v is not None}
+    if known:
+        put_fact(facts, name, min(known.values()), known)
 
 
 def _float64_share(d: dict) -> float | None:
@@ -51,8 +51,8 @@ def _anomaly_ms_per_step(d: dict) -> float | None:
     step.  The backward's NaN checks are not counted (a lower bound too)."""
     rec = _record(d, "autograd")
     keys = ("anomaly_us_per_node", "anomaly_timed_frames", "graph_nodes_per_forward", "graph_frames_per_forward")
-    vals = [as_number(rec.get(k)) for k in keys]
-    if not rec.get("anomaly_enabled") or any(v is None for v in vals) or not vals[2]:
+    vals = [v for k in keys if (v := as_number(rec.get(k))) is not None]
+    if not rec.get("anomaly_enabled") or len(vals) < len(keys) or not vals[2]:
         return None
     per_node, timed_frames, nodes, frames = vals
     scale = min(1.0, frames / nodes / timed_frames) if timed_frames else 1.0

@@ -25,7 +25,7 @@ from statistics import median
 from .values import PROC_TICK_S, as_number
 
 
-def rank_loader(rec: dict) -> dict | None:
+def rank_loader(rec: object) -> dict | None:
     """One rank's window: cpu_share, batch_latency_ms, compute_ms_per_batch, workers_needed (None if unmeasured)."""
     if not isinstance(rec, dict):
         return None

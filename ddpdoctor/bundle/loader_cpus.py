@@ -45,15 +45,15 @@ def _rank_demand(d: dict) -> dict | None:
 
 def _usable_cpus(members: list[dict]) -> int | None:
     """The CPUs the ranks of one host may run on: the union of their affinity masks, else the host's count."""
-    masks = [d.get("cpu_affinity") for d in members]
-    if masks and all(isinstance(m, list) and m for m in masks):
+    masks = [m for d in members if isinstance(m := d.get("cpu_affinity"), list) and m]
+    if masks and len(masks) == len(members):
         return len(set().union(*map(set, masks)))
-    counts = [
+    found = [
         c.get("affinity_cpus") or c.get("host_cpus")
         for d in members
         if isinstance(c := evidence_of(d).get("contention"), dict)
     ]
-    counts = [n for n in counts if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+    counts = [n for n in found if isinstance(n, int) and not isinstance(n, bool) and n > 0]
     return max(counts) if counts else None
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import safe_io
 from ..capture.agent import contract
 from ..errors import InputError
-from ..resources import metric_params
+from ..resources import metric_defaults
 from .compile import compile_facts
 from .events import load_events, problem_events
 from .evidence import evidence_facts
@@ -225,7 +225,7 @@ def _host_facts(hosts: list[dict], facts: dict) -> None:
     facts["host.ib_devices"] = list(h0.get("ib_devices") or [])
 
 
-def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
+def load_bundle_facts(paths: list[str], inputs=None, thresholds: dict | None = None) -> dict[str, object]:
     manifests, host_files, settings_files = find_bundle_files(paths, inputs)
     facts: dict[str, object] = {}
     ranks: dict[int, dict] = {}
@@ -234,8 +234,8 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
         if not d or d.get("schema") != SETTINGS_SCHEMA:
             continue
         try:
-            r = int(d.get("rank"))
-        except (TypeError, ValueError):
+            r = int(d["rank"])
+        except (KeyError, TypeError, ValueError):
             continue
         ranks.setdefault(r, d)
     mans = [m for m in (_read_json(p) for p in manifests) if m and m.get("schema") == MANIFEST_SCHEMA]
@@ -281,7 +281,7 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     _memory_facts(ranks, facts)
 
     # ---- errors the capture agent swallowed (settings.json agent_errors): a gap in what was recorded
-    errs = {r: d.get("agent_errors") for r, d in ranks.items() if isinstance(d.get("agent_errors"), list)}
+    errs = {r: lst for r, d in ranks.items() if isinstance(lst := d.get("agent_errors"), list)}
     if errs:
         facts["capture.agent_errors"] = sum(
             int(e.get("count") or 0) for lst in errs.values() for e in lst if isinstance(e, dict)
@@ -296,7 +296,7 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
         )
 
     # ---- window evidence: host contention, Python stack samples, batch fingerprints (bundle/evidence.py)
-    evidence_params = metric_params()["evidence"]
+    evidence_params = (thresholds or metric_defaults())["evidence"]  # the analysis's metrics.toml
     facts.update(evidence_facts(ranks, evidence_params))
     facts.update(job_config_facts(ranks))  # anomaly mode, float64 parameters, init_process_group's world size
     facts.update(compile_facts(ranks))  # torch.compile compilations in the window (bundle/compile.py)
@@ -307,8 +307,7 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
 
     if hosts:
         _host_facts(hosts, facts)
-    nnodes = [m.get("nnodes") for m in mans if m.get("nnodes")] + [h.get("nnodes") for h in hosts if h.get("nnodes")]
-    nnodes += [d.get("nnodes") for d in ranks.values() if d.get("nnodes")]
+    nnodes = [n for rec in (*mans, *hosts, *ranks.values()) if (n := rec.get("nnodes"))]
     if nnodes:
         facts["host.nnodes"] = max(nnodes)
     elif hosts or mans:
@@ -320,8 +319,9 @@ def load_bundle_facts(paths: list[str], inputs=None) -> dict[str, object]:
     problems = problem_events(load_events(roots)) if roots else []
     if problems:
         keep = ("time", "rank", "kind", "step", "type", "message", "caught", "signal", "thread")
-        facts["run.problems"] = [{k: e[k] for k in keep if k in e} for e in problems[:20]]
-        facts["run.first_problem"] = facts["run.problems"][0]
+        listed = [{k: e[k] for k in keep if k in e} for e in problems[:20]]
+        facts["run.problems"] = listed
+        facts["run.first_problem"] = listed[0]
     return facts
 
 
@@ -329,10 +329,8 @@ def _run_facts(mans: list[dict], ranks: dict[int, dict], facts: dict[str, object
     """The run.* facts of the manifests and the ranks' settings: status, exit, window, world, ranks present."""
     if mans or ranks:
         facts["run.captured"] = True
-    worlds = [m.get("world_size") for m in mans if m.get("world_size")] + [
-        d.get("world_size") for d in ranks.values() if d.get("world_size")
-    ]
-    present = set()
+    worlds = [w for rec in (*mans, *ranks.values()) if (w := rec.get("world_size"))]
+    present: set[int] = set()
     for m in mans:
         present.update(int(r) for r in m.get("ranks_present") or [])
     for d in ranks.values():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 
 from ..redact import REDACTED, looks_like_secret
 
@@ -20,7 +21,7 @@ def evidence_of(d: dict) -> dict:
     return ev if isinstance(ev, dict) else {}
 
 
-def put_fact(facts: dict, name: str, value, per_rank: dict[int, object] | None = None) -> None:
+def put_fact(facts: dict, name: str, value, per_rank: Mapping[int, object] | None = None) -> None:
     if value is None:
         return
     facts[name] = value

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from .. import safe_io
 from ..errors import InputError
-from ..redact import collect_log_secrets, redact_keys
+from ..redact import SecretMemory, redact_keys
 from .callsite import apply_callsite_root
 from .causal import failure_facts, time_str
 from .discover import LogFile, find_logs
@@ -168,7 +168,16 @@ def _order(events: list[LogEvent]) -> list[LogEvent]:
     return timed + [e for e in events if e.time is None]
 
 
-def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None) -> LogAnalysis | None:
+def analyze_logs(
+    paths: list[str],
+    known_facts: dict | None = None,
+    inputs=None,
+    *,
+    thresholds: dict | None = None,
+    secrets: SecretMemory | None = None,
+) -> LogAnalysis | None:
+    """``thresholds``: the analysis's rules/metrics.toml (default: as shipped); ``secrets``: the analysis's
+    memory of secret values, given the values the logs print under a secret name."""
     known = dict(known_facts or {})
     files = find_logs(paths, inputs)
     if not files:
@@ -194,7 +203,8 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
                 read.append(str(lf.path))
                 continue
             text = redact_keys(safe_io.read_log_text(lf.path, warnings))  # key material is never evidence
-            collect_log_secrets(text)  # a value the script printed under a secret name, hidden where echoed
+            if secrets is not None:  # a value the script printed under a secret name, hidden where echoed
+                secrets.collect_log(text)
         except OSError as exc:
             warnings.append(f"{lf.path}: unreadable ({exc.strerror})")
             continue
@@ -236,7 +246,7 @@ def analyze_logs(paths: list[str], known_facts: dict | None = None, inputs=None)
     facts["logs.event_counts"] = _counts(events)
     facts["logs.has_timestamps"] = any(e.time is not None for e in events)
     found = scan(lines)  # the catalogue's messages (rules/messages/)
-    facts.update(failure_facts(events, fr, world, cause_event(found)))
+    facts.update(failure_facts(events, fr, world, cause_event(found), thresholds))
     apply_startup(facts, events, lines, world)  # the script never started: that is the cause
     facts.update(hang_facts(hang_dumps(paths), events, world))
     apply_busy_root(facts)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import time as _time
 from dataclasses import dataclass, field
 
-from ..resources import metric_params
+from ..resources import metric_defaults
 from . import failure_sections as S
 from .catalogue import message_by_id
 from .failfacts import exit_facts, network_facts
@@ -48,9 +48,14 @@ def time_str(t: float | None) -> str:
 
 
 def failure_facts(
-    events: list[LogEvent], fr: dict | None, world_size: int | None, message: LogEvent | None = None
+    events: list[LogEvent],
+    fr: dict | None,
+    world_size: int | None,
+    message: LogEvent | None = None,
+    thresholds: dict | None = None,
 ) -> dict:
-    """``message``: the first line of a cause-role catalogue message (messages.cause_event), evidence of its own."""
+    """``message``: the first line of a cause-role catalogue message (messages.cause_event), evidence of its own;
+    ``thresholds``: the analysis's rules/metrics.toml (its [failures] table orders the root causes)."""
     by: dict[str, list] = {}
     for e in events:
         by.setdefault(e.kind, []).append(e)
@@ -85,6 +90,7 @@ def failure_facts(
     root = root_cause(
         RootEvidence(
             f,
+            failure_params=(thresholds or metric_defaults())["failures"],
             oom=o,
             killed=k,
             crashes=crashes,
@@ -167,6 +173,7 @@ class RootEvidence:
     rules/metrics.toml [failures] root_cause_priority."""
 
     facts: dict
+    failure_params: dict = field(default_factory=lambda: metric_defaults()["failures"])  # metrics.toml [failures]
     oom: LogEvent | None = None
     killed: LogEvent | None = None
     crashes: list = field(default_factory=list)
@@ -210,7 +217,7 @@ def _own(e: RootEvidence, shared: str, ev: LogEvent):
 def _network(e: RootEvidence, specific: bool):
     if e.network is None:
         return None
-    vague = e.facts["failure.network.problem"] in (None, *metric_params()["failures"]["vague_network"])
+    vague = e.facts["failure.network.problem"] in (None, *e.failure_params["vague_network"])
     if specific and vague:
         return None
     return "network", _own(e, "failure.network.shared", e.network), e.network
@@ -322,7 +329,7 @@ def root_cause_kinds() -> set[str]:
 
 def root_cause(e: RootEvidence) -> tuple:
     """(kind, rank, event) of the first kind in the configured priority that has evidence."""
-    for kind in metric_params()["failures"]["root_cause_priority"]:
+    for kind in e.failure_params["root_cause_priority"]:
         found = ROOT_EVIDENCE[kind](e)
         if found is not None:
             return found

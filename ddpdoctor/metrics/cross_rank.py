@@ -25,7 +25,7 @@ from statistics import median
 
 import numpy as np
 
-from ..resources import metric_params
+from ..resources import metric_defaults
 from .breakdown import RankSummary
 from .clocks import DEFAULTS as CLOCK_DEFAULTS
 from .clocks import SYNC_KINDS, ClockEstimate, end_matrix, estimate_offsets
@@ -63,7 +63,9 @@ def step_key(summary: RankSummary, i: int) -> str:
     return str(w.number) if w.number is not None else f"#{i}"
 
 
-def analyze_cross_rank(summaries: list[RankSummary]) -> CrossRank:
+def analyze_cross_rank(summaries: list[RankSummary], thresholds: dict | None = None) -> CrossRank:
+    """``thresholds``: the analysis's rules/metrics.toml ([straggler], [clock]; default: as shipped)."""
+    t = thresholds or metric_defaults()
     out = CrossRank(ranks=[s.rank for s in summaries])
     if len(summaries) < 2:
         out.notes.append(
@@ -72,8 +74,8 @@ def analyze_cross_rank(summaries: list[RankSummary]) -> CrossRank:
         )
         _per_rank_means(summaries, out)
         return out
-    groups = _match_collectives(summaries, out)
-    _arrivals(summaries, groups, out)
+    groups = _match_collectives(summaries, out, t.get("clock"))
+    _arrivals(summaries, groups, out, t["straggler"])
     _shapes_by_rank(summaries, out)
     _spread_and_imbalance(summaries, out)
     _per_rank_means(summaries, out)
@@ -93,7 +95,7 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
 Group = list[tuple[RankSummary, int, float, float]]  # (rank summary, step index, start, duration)
 
 
-def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tuple, Group]:
+def _match_collectives(summaries: list[RankSummary], out: CrossRank, clock: dict | None) -> dict[tuple, Group]:
     groups: dict[tuple, Group] = defaultdict(list)
     for s in summaries:
         c = s.collectives
@@ -103,7 +105,7 @@ def _match_collectives(summaries: list[RankSummary], out: CrossRank) -> dict[tup
             base = (step_key(s, int(c.step[j])), c.kind[j])
             groups[base + (seen[base],)].append((s, int(c.step[j]), float(c.start[j]), float(dur[j])))
             seen[base] += 1
-    offsets = _align_clocks(summaries, groups, out)
+    offsets = _align_clocks(summaries, groups, out, clock)
     if any(offsets.values()):
         groups = defaultdict(list, {k: [(s, i, t - offsets[s.rank], d) for s, i, t, d in v] for k, v in groups.items()})
     waits: dict[tuple[int, int], list] = defaultdict(list)  # (rank, step) -> wait intervals
@@ -179,12 +181,14 @@ def _merge(pieces: list[list[float]]) -> list[list[float]]:
     return out
 
 
-def _align_clocks(summaries: list[RankSummary], groups: dict[tuple, Group], out: CrossRank) -> dict[int, float]:
+def _align_clocks(
+    summaries: list[RankSummary], groups: dict[tuple, Group], out: CrossRank, clock: dict | None
+) -> dict[int, float]:
     """Estimate the hosts' clock offsets from the matched synchronizing collectives' end times
     (rank -> µs to subtract; all 0 on one host, with unknown hosts or when a guard holds)."""
     ranks = [s.rank for s in summaries]
     sync = [[(s.rank, t + d) for s, _, t, d in v] for k, v in groups.items() if len(v) >= 2 and k[1] in SYNC_KINDS]
-    params = {**CLOCK_DEFAULTS, **(metric_params().get("clock") or {})}
+    params = {**CLOCK_DEFAULTS, **(clock or {})}
     est = estimate_offsets(end_matrix(sync, ranks), [s.host for s in summaries], ranks, params)
     out.clock = est
     out.clock_offset_us = dict(est.offset_us_by_rank)
@@ -192,7 +196,7 @@ def _align_clocks(summaries: list[RankSummary], groups: dict[tuple, Group], out:
     return est.offset_us_by_rank
 
 
-def _arrivals(summaries: list[RankSummary], groups: dict[tuple, Group], out: CrossRank) -> None:
+def _arrivals(summaries: list[RankSummary], groups: dict[tuple, Group], out: CrossRank, params: dict) -> None:
     by_step: dict[str, list[Group]] = defaultdict(list)
     for key, members in groups.items():
         by_step[key[0]].append(members)
@@ -231,7 +235,6 @@ def _arrivals(summaries: list[RankSummary], groups: dict[tuple, Group], out: Cro
     if not steps:
         return
     out.arrival_late_us = {r: float(median(v)) for r, v in sorted(late.items())}
-    params = metric_params()["straggler"]
     med_step = median(step_times) if step_times else 0.0
     latest = max(out.arrival_late_us.values())
     for r, lateness in out.arrival_late_us.items():

@@ -11,7 +11,7 @@ import datetime as _dt
 import statistics
 
 from ..bundle.discover import compact_ranks
-from ..resources import metric_params
+from ..resources import metric_defaults
 from ..text import WIDTH, block_items, command, cut, plural, shell, wrap
 from ..trial.predict import no_gain
 from .view import analysis, findings, verdict_summary
@@ -133,14 +133,15 @@ def _as_typed(path: str) -> str:
 def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | None = None) -> tuple[str, str, list[str]]:
     """The one command to run next, what it is for, and the commands to compare after the fix: measure
     the fix on the same job when `run --try` can apply it and it is predicted to gain more than noise
-    (metrics.toml [trial]), else keep the files for the ticket."""
+    (rules/metrics.toml [trial] as shipped: a renderer reads the document, not an analysis's overrides), else
+    keep the files for the ticket."""
     facts = d.get("facts") or {}
     cmd = facts.get("run.command")
     inputs = " ".join(_as_typed(p) for p in d.get("inputs") or []) or "RUN_FOLDER"
     failed = (d.get("verdict") or {}).get("failed")
     # the prediction the analysis stored with the fix (trial/predict.annotate): the card computes none of its own
     predicted = (fix or {}).get("predicted_speedup") if cmd and rule and not failed and fix.get("knob") else None
-    if predicted and predicted > metric_params()["trial"]["min_predicted_speedup"] and not d.get("trial"):
+    if predicted and predicted > metric_defaults()["trial"]["min_predicted_speedup"] and not d.get("trial"):
         return (
             f"ddpdoctor run --try {rule} -- {cmd}",
             f"runs the job with and without {fix['knob']}={fix['value']} and measures the difference "
@@ -212,7 +213,7 @@ def render_card(d: dict, width: int = WIDTH, verbose_hint: bool = True, report_d
         lines.append("")
         head = f"Fix first [{rule}]: " if deciding or v.get("bottleneck") else f"Worth a look [{rule}]: "
         lines += wrap(fix.get("title") or "", width, head, "  ")
-        if source is not deciding and source.get("title"):
+        if source is not None and source is not deciding and source.get("title"):
             # the fix comes from another finding than the verdict's (a correctness bug before a speed-up)
             lines += wrap(f"({source['title']})", width, "  ", "   ")
         lines += fix_body(fix.get("change") or "", width)

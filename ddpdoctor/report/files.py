@@ -14,14 +14,18 @@ from pathlib import Path
 
 from .. import safe_io
 from ..errors import InputError
+from ..redact import SecretMemory
 from .json_report import SCHEMA
 from .redaction import HostRedactor, redact_report
 
 FORMATS = ("md", "html", "json")
 
 
-def prepare(d: dict, redact_hosts: bool = False, hosts: HostRedactor | None = None) -> dict:
-    return redact_report(d, redact_hosts=redact_hosts, hosts=hosts)
+def prepare(
+    d: dict, redact_hosts: bool = False, hosts: HostRedactor | None = None, secrets: SecretMemory | None = None
+) -> dict:
+    """The document every renderer reads: ``d`` redacted (``secrets``: what its analysis remembered)."""
+    return redact_report(d, redact_hosts=redact_hosts, hosts=hosts, secrets=secrets)
 
 
 def _public(d: dict) -> dict:

@@ -7,6 +7,7 @@ detail, plots, logs, warnings, facts."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Set as AbstractSet
 
 from . import view
 from .escape import h
@@ -35,7 +36,7 @@ img{max-width:100%;border:1px solid #e9ecef;margin:6px 0}figure{margin:12px 0}fi
 """
 
 
-def _table(head: list[str], rows: list[list], left: set[int] = frozenset({0})) -> str:
+def _table(head: list[str], rows: list[list], left: AbstractSet[int] = frozenset({0})) -> str:
     th = "".join(f"<th class='l'>{h(x)}</th>" if i in left else f"<th>{h(x)}</th>" for i, x in enumerate(head))
     body = "".join(
         "<tr>"
@@ -108,7 +109,7 @@ def _finding(i: int, f: dict) -> str:
 
 
 def _rank_rows(d: dict, ranks: list[str]) -> list[list]:
-    a = view.analysis(d)
+    a = view.analysis(d) or {}  # called with the ranks of the analysis: never without one
     late = (a.get("cross_rank") or {}).get("arrival_late_us") or {}
     rows = []
     for r in ranks:

@@ -59,7 +59,10 @@ def analysis_dict(a: Analysis) -> dict:
             "steps": n,
             "events": s.n_events,
             "collectives": len(s.collectives),
-            "mean_us": {c: (None if s.values[c][0] is None or not n else sum(s.values[c]) / n) for c in COLUMNS},
+            "mean_us": {
+                c: (None if s.values[c][0] is None or not n else sum(v for v in s.values[c] if v is not None) / n)
+                for c in COLUMNS
+            },
             "share": a.rank_share(s),
             "notes": s.notes,
             "timeline": getattr(s, "timeline", None),
@@ -112,7 +115,7 @@ def _logs_dict(logs) -> dict | None:
         return None
     events = []
     for e in list(getattr(logs, "events", []))[:MAX_LOG_EVENTS]:
-        events.append(asdict(e) if is_dataclass(e) else dict(e))
+        events.append(asdict(e) if is_dataclass(e) and not isinstance(e, type) else dict(e))
     return {
         "files": [str(f) for f in getattr(logs, "files", [])],
         "ranks": list(getattr(logs, "ranks", [])),

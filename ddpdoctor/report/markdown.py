@@ -10,6 +10,7 @@ is escaped (:mod:`ddpdoctor.report.escape`); the whole text stays under
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from ..text import is_code
 from . import view
@@ -223,7 +224,7 @@ def rank_table(d: dict, all_ranks: bool = False, limit: int | None = None) -> st
     return _table(["rank", "steps", "step ms", *[view.LABEL[c] for c in cats], "late ms", "host"], rows)
 
 
-def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[str, callable]]:
+def detail_sections(d: dict, plots: list[tuple[str, str]] | None) -> list[tuple[str, Callable[[int], str]]]:
     """(name, render(max_rows)) of each detail section, in order."""
     a = view.analysis(d)
     parts = []

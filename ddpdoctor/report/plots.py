@@ -174,7 +174,7 @@ def failure(d: dict) -> bytes | None:
         key = [p for p in pts if p[1]["kind"] != "progress"]
         rest = [p for p in pts if p[1]["kind"] == "progress"]
         pts = key + rest[:: max(1, len(rest) // max(1, 400 - len(key)))]
-    ranks = sorted({e.get("rank") for _, e in pts if e.get("rank") is not None})
+    ranks = sorted({e["rank"] for _, e in pts if e.get("rank") is not None})
     row = {r: i for i, r in enumerate(ranks)}
     unknown = len(ranks)
     fig, ax = _fig(9, 1.4 + 0.32 * min(len(ranks) + 1, 24))

@@ -15,14 +15,15 @@ from __future__ import annotations
 import copy
 import re
 
-from ..redact import REDACTED, collect_secrets, redact_known_formats, redact_text, secret_name, strip_terminal
+from ..redact import REDACTED, SecretMemory, redact_known_formats, redact_text, secret_name, strip_terminal
 
 # `--name value` / `--name=value` inside a command line held as one string
 _OPTION = re.compile(r"(?<![\w\-])(--?[A-Za-z][A-Za-z0-9_\-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
 
 
-def redact_string(text: str) -> str:
-    """One string with credentials removed (command-line options with secret names too)."""
+def redact_string(text: str, known: SecretMemory | None = None) -> str:
+    """One string with credentials removed (command-line options with secret names too, and the values
+    ``known`` remembers)."""
     if not text:
         return text
 
@@ -31,13 +32,14 @@ def redact_string(text: str) -> str:
             return f"{m.group(1)}{m.group(2)}{REDACTED}"
         return m.group(0)
 
-    return redact_text(_OPTION.sub(opt, text))
+    return redact_text(_OPTION.sub(opt, text), known)
 
 
-def redact_secrets(obj, _key: str | None = None, lenient: bool = False):
+def redact_secrets(obj, _key: str | None = None, lenient: bool = False, known: SecretMemory | None = None):
     """A copy of a JSON-like object with secrets removed: the value of a secret-named key
     (and everything under it) is replaced, every other string is scanned (``lenient``: for
-    known credential formats only, as for kernel names and paths from traces)."""
+    known credential formats only, as for kernel names and paths from traces; ``known``: the
+    values an analysis remembered as secret, hidden wherever they appear)."""
     if _key is not None and secret_name(_key) and obj not in (None, "", [], {}):
         if isinstance(obj, str):  # numbers under such names (token counts) are not secrets
             return REDACTED
@@ -45,20 +47,22 @@ def redact_secrets(obj, _key: str | None = None, lenient: bool = False):
             return [REDACTED for _ in obj]
     if isinstance(obj, str):
         obj = strip_terminal(obj)
-        return redact_known_formats(obj) if lenient else redact_string(obj)
+        return redact_known_formats(obj, known) if lenient else redact_string(obj, known)
     if isinstance(obj, dict):
         return {
-            (redact_known_formats(strip_terminal(k)) if isinstance(k, str) else k): redact_secrets(v, str(k), lenient)
+            (redact_known_formats(strip_terminal(k), known) if isinstance(k, str) else k): redact_secrets(
+                v, str(k), lenient, known
+            )
             for k, v in obj.items()
         }
     if isinstance(obj, (list, tuple)):
         if not lenient and obj and all(isinstance(x, str) for x in obj):  # an argv: `--hf-token`, `X`
-            return _redact_argv_list(list(obj))
-        return [redact_secrets(v, None, lenient) for v in obj]
+            return _redact_argv_list(list(obj), known)
+        return [redact_secrets(v, None, lenient, known) for v in obj]
     return obj
 
 
-def _redact_argv_list(argv: list[str]) -> list[str]:
+def _redact_argv_list(argv: list[str], known: SecretMemory | None) -> list[str]:
     out, hide = [], False
     for a in argv:
         if hide:
@@ -67,7 +71,7 @@ def _redact_argv_list(argv: list[str]) -> list[str]:
             continue
         if a.startswith("-") and "=" not in a and secret_name(a.lstrip("-")) and len(a) > 2:
             hide = True
-        out.append(redact_string(a))
+        out.append(redact_string(a, known))
     return out
 
 
@@ -145,17 +149,21 @@ class HostRedactor:
         return obj
 
 
-def redact_report(d: dict, redact_hosts: bool = False, hosts: HostRedactor | None = None) -> dict:
+def redact_report(
+    d: dict, redact_hosts: bool = False, hosts: HostRedactor | None = None, secrets: SecretMemory | None = None
+) -> dict:
     """The diagnosis dict every renderer sees: secrets always removed, hosts on request.
     ``analysis`` (kernel names, paths, devices read from traces) is scanned for known
     credential formats only; everything else with every pattern.  The input is not modified.
-    Values under secret names anywhere in ``d`` are hidden wherever else they appear."""
-    collect_secrets(d)
+    Values under secret names anywhere in ``d`` are hidden wherever else they appear, and so are those the
+    analysis remembered in ``secrets`` (its logs' secrets: ``AnalysisContext.secrets``)."""
+    known = SecretMemory() if secrets is None else secrets
+    known.collect(d)
     out = {
         k: (
-            redact_secrets(copy.deepcopy(v), k, lenient=True)
+            redact_secrets(copy.deepcopy(v), k, lenient=True, known=known)
             if k == "analysis"
-            else redact_secrets(copy.deepcopy(v), k)
+            else redact_secrets(copy.deepcopy(v), k, known=known)
         )
         for k, v in d.items()
     }

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..expr import Vec
-from ..resources import metric_params
+from ..resources import metric_defaults
 
 
 def _step_cv(facts: dict) -> float | None:
@@ -52,9 +52,12 @@ def _unexplained_cv(facts: dict, columns: tuple[str, ...]) -> float | None:
     return float((job - explained).std() / mean) if mean > 0 else None
 
 
-def calibrate(evidence: float, rule: str, facts: dict, category: str | None = None) -> tuple[float, list[str]]:
-    """Confidence from the rule's evidence, the coverage of ranks and steps, noise and inference."""
-    t = metric_params()["verdict"]
+def calibrate(
+    evidence: float, rule: str, facts: dict, category: str | None = None, thresholds: dict | None = None
+) -> tuple[float, list[str]]:
+    """Confidence from the rule's evidence, the coverage of ranks and steps, noise and inference
+    (``thresholds``: the analysis's rules/metrics.toml, default as shipped)."""
+    t = (thresholds or metric_defaults())["verdict"]
     hints = []
     conf = evidence
     analyzed, world = facts.get("run.ranks_analyzed"), facts.get("run.world_size")

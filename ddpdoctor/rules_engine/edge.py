@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..expr import Vec
-from ..resources import metric_params
 
 
 @dataclass
@@ -94,9 +93,9 @@ def at_line_reason(f) -> str:
     )
 
 
-def edge_confidence(conf: float, hints: list[str], top) -> tuple[float, list[str]]:
+def edge_confidence(conf: float, hints: list[str], top, t: dict) -> tuple[float, list[str]]:
     """The deciding finding's distance to its own threshold scales its confidence (:func:`confidence_factor`)."""
-    factor = confidence_factor(top.edge, metric_params()["verdict"])
+    factor = confidence_factor(top.edge, t)
     if factor >= 1.0:
         return conf, hints
     e = top.edge
@@ -107,7 +106,7 @@ def edge_confidence(conf: float, hints: list[str], top) -> tuple[float, list[str
     return round(conf * factor, 3), [hint, *hints]
 
 
-def name_at_line(v, costs: list, by_rule: dict, label) -> None:
+def name_at_line(v, costs: list, by_rule: dict, label, t: dict) -> None:
     """A material cost set aside at its line that would have decided otherwise is named beside the verdict
     ("compute-bound; communication at the 10 % line"), caps the verdict's confidence under "high"
     (``at_line_max_confidence``: the verdict would flip with it), and says how to settle it. ``label(confidence)`` names a confidence (verdict._label)."""
@@ -126,7 +125,7 @@ def name_at_line(v, costs: list, by_rule: dict, label) -> None:
         "threshold, so another recording may land on either side; it does not decide the verdict."
     )
     if v.confidence is not None:
-        v.confidence = min(v.confidence, metric_params()["verdict"]["at_line_max_confidence"])
+        v.confidence = min(v.confidence, t["at_line_max_confidence"])
         v.confidence_label = label(v.confidence)
     v.confidence_hints.insert(
         0,

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..expr import ExprError, Missing, Vec
 from ..expr_functions import speedup
-from ..resources import metric_params
+from ..resources import metric_defaults
 from .edge import Edge, measure
 from .frameworks import phrase, phrased_change
 from .model import Rule, metric_value, order_class
@@ -87,8 +87,9 @@ def plain(v):
 
 
 class _Lookup:
-    def __init__(self, facts: dict, params: dict, match: dict | None):
+    def __init__(self, facts: dict, params: dict, match: dict | None, thresholds: dict | None):
         self.values: dict = {}
+        self.thresholds = thresholds
         self.params = params
         self.facts = facts
         self.match = match or {}
@@ -104,7 +105,7 @@ class _Lookup:
             return self.facts[name]
         if name.startswith("metrics."):
             try:
-                return metric_value(name)
+                return metric_value(name, self.thresholds)
             except (KeyError, TypeError):
                 pass
         return Missing(frozenset({name}))
@@ -124,14 +125,17 @@ def _single(v, what: str):
     return v
 
 
-def evaluate(rule: Rule, facts: dict, params: dict | None = None, log_search=None) -> Outcome:
-    """Evaluate one rule.  ``log_search(patterns) -> dict`` serves rules with log patterns."""
+def evaluate(
+    rule: Rule, facts: dict, params: dict | None = None, log_search=None, thresholds: dict | None = None
+) -> Outcome:
+    """Evaluate one rule.  ``log_search(patterns) -> dict`` serves rules with log patterns; ``thresholds``:
+    the analysis's rules/metrics.toml that ``metrics.*`` names read (default: as shipped)."""
     match = None
     if rule.log_patterns:
         if log_search is None:
             return Outcome(rule.id, "abstain", missing=["logs"])
         match = log_search(rule.log_patterns)
-    look = _Lookup(facts, rule.param_values(params), match)
+    look = _Lookup(facts, rule.param_values(params), match, thresholds)
     try:
         for name, e in rule.evidence.items():
             look.values[name] = e(look)
@@ -174,7 +178,8 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
     confidence = _number(rule.confidence(look)) if rule.confidence is not None else None
     edge = None
     if rule.edge_value is not None and rule.edge_threshold is not None:
-        edge = measure(rule.edge_value(look), rule.edge_threshold(look), metric_params()["verdict"]["edge_noise"])
+        edge_noise = (look.thresholds or metric_defaults())["verdict"]["edge_noise"]
+        edge = measure(rule.edge_value(look), rule.edge_threshold(look), edge_noise)
     fixes, place = [], []
     for fx in rule.fixes:
         assumed: set[str] = set()
@@ -218,7 +223,7 @@ def _finding(rule: Rule, look: _Lookup) -> Finding:
         category=rule.category,
         severity=rule.severity,
         title=rule.title,
-        summary=re.sub(r"\s+", " ", summary).strip(),
+        summary=re.sub(r"\s+", " ", summary or "").strip(),
         ranks=ranks,
         evidence=evidence,
         fixes=fixes,

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..expr import Vec
 from ..metrics.columns import COLUMNS, PARTITION_CPU, PARTITION_GPU
-from ..resources import metric_params
+from ..resources import metric_defaults
 from .input_work import input_work_facts
 from .phases import phase_facts
 
@@ -27,7 +27,7 @@ def _f(v) -> float:
 
 
 def _step_rows(analysis) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    cols = {c: [] for c in (*COLUMNS, *DERIVED)}
+    cols: dict[str, list[float]] = {c: [] for c in (*COLUMNS, *DERIVED)}
     ranks = []
     for s in analysis.summaries:
         for i in range(len(s.steps)):
@@ -42,8 +42,9 @@ def _step_rows(analysis) -> tuple[dict[str, np.ndarray], np.ndarray]:
     return {c: np.asarray(v, dtype=float) for c, v in cols.items()}, np.asarray(ranks, dtype=int)
 
 
-def trace_facts(analysis) -> dict:
-    """Facts from the per-(rank, step) table and the cross-rank metrics."""
+def trace_facts(analysis, thresholds: dict | None = None) -> dict:
+    """Facts from the per-(rank, step) table and the cross-rank metrics (``thresholds``: the analysis's
+    rules/metrics.toml, default as shipped)."""
     facts: dict = {"trace.present": True}
     rows, row_ranks = _step_rows(analysis)
     step_time = rows["step_time"]
@@ -102,16 +103,16 @@ def trace_facts(analysis) -> dict:
         row_ranks,
     )
     _cross_facts(analysis, facts, ranks)
-    _input_facts(analysis, facts)
+    _input_facts(analysis, facts, (thresholds or metric_defaults())["inference"])
     phase_facts(analysis.summaries, facts)
     return facts
 
 
-def _input_facts(analysis, facts: dict) -> None:
+def _input_facts(analysis, facts: dict, inference: dict) -> None:
     """Do the ranks get inputs of the same shape?  (traces recorded with record_shapes)"""
     rows = [(s.rank, x) for s in analysis.summaries for x in (s.input_shapes or [])]
     seen = [x for _, x in rows if x]
-    if len(seen) < 2 or len(seen) < metric_params()["inference"]["input_shapes_min_coverage"] * len(rows):
+    if len(seen) < 2 or len(seen) < inference["input_shapes_min_coverage"] * len(rows):
         return
     distinct = list(dict.fromkeys(seen))
     facts["cross.input_shapes"] = "constant" if len(distinct) == 1 else "varying"
@@ -171,7 +172,7 @@ def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
         if mine and theirs:
             extra[c] = float(np.mean(mine)) - median(theirs)
     if extra:
-        col = max(extra, key=extra.get)
+        col = max(extra, key=extra.__getitem__)
         facts["straggler.extra"] = {k: round(v, 1) for k, v in sorted(extra.items(), key=lambda kv: -kv[1])}
         facts["straggler.extra_column"] = col
         facts["straggler.extra_us"] = extra[col]
@@ -179,9 +180,10 @@ def _cross_facts(analysis, facts: dict, ranks: np.ndarray) -> None:
         facts["straggler.extra_share"] = extra[col] / med_step if med_step > 0 else None
 
 
-def merge_facts(*sources: dict | None) -> dict:
+def merge_facts(*sources: dict | None, thresholds: dict | None = None) -> dict:
     """Earlier sources win on a name both give (trace facts first: they were measured).
-    Settings the trace implies fill in what the bundle did not record."""
+    Settings the trace implies fill in what the bundle did not record (``thresholds``: the analysis's
+    rules/metrics.toml, default as shipped)."""
     out: dict = {}
     for src in sources:
         for k, v in (src or {}).items():
@@ -193,7 +195,7 @@ def merge_facts(*sources: dict | None) -> dict:
         if is_single and "config.dataloader.num_workers" not in out:
             out["config.dataloader.num_workers"] = 0
             out["config.dataloader.num_workers_source"] = "trace (_SingleProcessDataLoaderIter)"
-    _infer_precision(out)
+    _infer_precision(out, (thresholds or metric_defaults())["inference"])
     if "config.dataloader.num_workers" in out:
         out.setdefault("config.dataloader.num_workers_source", "recorded by ddpdoctor run")
     return out
@@ -208,14 +210,13 @@ def _median_of(facts: dict, name: str) -> float | None:
     return float(np.median(arr)) if arr.size else None
 
 
-def _infer_precision(out: dict) -> None:
+def _infer_precision(out: dict, t: dict) -> None:
     """Mixed precision as the GPU kernel names show it, when the bundle did not record it."""
     if "config.mixed_precision" in out:
         return
     fp8, lowp = _median_of(out, "rank.fp8_kernel_share"), _median_of(out, "rank.lowp_kernel_share")
     if fp8 is None or lowp is None:
         return
-    t = metric_params()["inference"]
     if fp8 >= t["fp8_min_kernel_share"]:
         value = "fp8"
     elif lowp >= t["lowp_min_kernel_share"]:

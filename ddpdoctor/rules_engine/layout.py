@@ -57,7 +57,7 @@ def load_layout(rules_root: Path) -> Layout:
         raise RuleError(f"{path}: cannot read the layout of the rules ({exc})") from None
     if not isinstance(table, dict) or not table:
         raise RuleError(f'{path}:1: needs a [categories] table: category = {{ prefix = "…", folder = "…" }}')
-    places = []
+    places: list[Place] = []
     for category, spec in table.items():
         where = f"{path}:{key_line(text, category)}"
         if category not in CATEGORIES:

@@ -11,11 +11,12 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from ..errors import InputError
 from ..expr import Expr, ExprError, compile_expr
 from ..fact_catalogue import default_catalogue
-from ..resources import metric_params
+from ..resources import metric_defaults
 from ..template import Template, Variant, VariantTemplate, compile_template
 from .fix_test_tables import KNOB_PATTERN as KNOB_PATTERN
 from .fix_test_tables import PREDICT_MODELS as PREDICT_MODELS
@@ -105,7 +106,7 @@ class Rule:
 DERIVED_CLASSES = ("verdict",)
 
 
-def _message_patterns(c, ids) -> list[str]:
+def _message_patterns(c: _Ctx, ids) -> list[str]:
     """The patterns of catalogue entries (rules/messages/) a rule's [log] names by id."""
     from ..logs.catalogue import message_by_id  # (the catalogue loads rules' templates: imported when used)
 
@@ -140,10 +141,10 @@ def key_line(text: str, key: str, after: int = 0) -> int:
     return 1
 
 
-def metric_value(name: str):
-    """The value of ``metrics.<section>.<key>`` (a threshold of rules/metrics.toml, after
-    overrides), or KeyError."""
-    node = metric_params()
+def metric_value(name: str, thresholds: dict | None = None):
+    """The value of ``metrics.<section>.<key>`` in ``thresholds`` (an analysis's rules/metrics.toml after its
+    overrides; default: as shipped), or KeyError."""
+    node = thresholds or metric_defaults()
     for part in name.split(".")[1:]:
         node = node[part]
     if isinstance(node, dict):
@@ -182,7 +183,7 @@ class _Ctx:
     def __init__(self, path: Path, text: str, has_log: bool = False):
         self.path, self.text, self.has_log = path, text, has_log
 
-    def fail(self, key: str, message: str, after: int = 0, line: int | None = None):
+    def fail(self, key: str, message: str, after: int = 0, line: int | None = None) -> NoReturn:
         raise RuleError(f"{self.path}:{line or key_line(self.text, key, after)}: {message}")
 
     def _line_with(self, needle: str, after: int) -> int:
@@ -301,7 +302,7 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         c.fail("category", f"category {data['category']!r} is not one of {', '.join(CATEGORIES)}")
     if data["severity"] not in SEVERITIES:
         c.fail("severity", f"severity {data['severity']!r} is not one of {', '.join(SEVERITIES)}")
-    classes = metric_params().get("order", {}).get("classes", [])
+    classes = metric_defaults().get("order", {}).get("classes", [])
     if "order" in data and (data["order"] not in classes or data["order"] in DERIVED_CLASSES):
         c.fail(
             "order",

@@ -1,8 +1,8 @@
 """The set of rules in force for a run: built-in rules, the user's rule folders, and
 threshold overrides from ``--set``, ``ddpdoctor.toml`` or ``[tool.ddpdoctor]`` in
 ``pyproject.toml``: rule params (``<rule id>.<param>``) and the thresholds of
-rules/metrics.toml (``metrics.straggler.min_late_share``; the CLI puts them in force with
-resources.set_metric_overrides, library callers with ``with metric_overrides(rs.metrics)``).
+rules/metrics.toml (``metrics.straggler.min_late_share``, kept in ``RuleSet.metrics``; an analysis
+applies them in its own ``AnalysisContext.thresholds``).
 
 Precedence (later wins): rule defaults < pyproject.toml < ddpdoctor.toml < ``--set``.
 A user rule with the id of a built-in rule replaces it.

@@ -6,7 +6,7 @@ Used by the test suite and `ddpdoctor rules test [--update]`."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +31,7 @@ EXIT_FAILED = 1  # a case failed its expect or checks, or a snapshot differs, is
 def case_facts(case: RuleCase) -> dict:
     """Facts of a case (its folder's base facts and its own): lists under rank.* / step.* become
     per-rank values (ranks 0, 1, …)."""
-    out = {}
+    out: dict[str, object] = {}
     stored = case.all_facts()
     ranks = stored.get("run.ranks")
     for k, v in stored.items():
@@ -130,7 +130,7 @@ def run_rule(rule: Rule) -> tuple[list[tuple[str, list[str]]], str]:
 
 
 def run_all(
-    rules: list[Rule], roots: list[Path], update: bool, echo: Callable[[str], None], disabled: list[Rule] = ()
+    rules: list[Rule], roots: list[Path], update: bool, echo: Callable[[str], None], disabled: Sequence[Rule] = ()
 ) -> int:
     """`ddpdoctor rules test`: every case of every rule, against its snapshot (written with ``update``);
     the snapshots of ``disabled`` rules are left alone. Returns the exit code (EXIT_PASSED or EXIT_FAILED)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..expr import Vec
-from ..resources import metric_params
+from ..resources import metric_defaults, metric_params
 from .confidence import calibrate
 from .edge import at_line_reason, edge_confidence, name_at_line
 from .eligibility import (
@@ -109,19 +109,17 @@ def _source_missing(category: str, facts: dict) -> str | None:
     return None
 
 
-def _label(c: float | None) -> str | None:
+def _label(c: float | None, t: dict) -> str | None:
     if c is None:
         return None
-    t = metric_params()["verdict"]
     return "high" if c >= t["high_from"] else "medium" if c >= t["medium_from"] else "low"
 
 
-def _order(f: Finding, verdict_rule: str | None, noise: frozenset[str] = frozenset()) -> tuple:
-    """Every output's order of findings: by class (rules/metrics.toml [order]), then within a class by a
-    measured cost, largest first, then severity, then rule id. A finding at its line (edge.py) or whose cost
-    was set aside as machine noise (the rule ids in `noise`) goes to the last class: it says how the run was
-    recorded, not what to change first."""
-    spec = metric_params().get("order", {})
+def _order(f: Finding, verdict_rule: str | None, spec: dict, noise: frozenset[str] = frozenset()) -> tuple:
+    """Every output's order of findings: by class (rules/metrics.toml [order]: ``spec``), then within a class
+    by a measured cost, largest first, then severity, then rule id. A finding at its line (edge.py) or whose
+    cost was set aside as machine noise (the rule ids in `noise`) goes to the last class: it says how the run
+    was recorded, not what to change first."""
     classes = list(spec.get("classes", ["failure", "verdict", "cost"]))
     cls = f.order if f.order in classes else "cost"
     if (
@@ -138,11 +136,14 @@ def _order(f: Finding, verdict_rule: str | None, noise: frozenset[str] = frozens
     return (classes.index(cls), *within, f.rule)
 
 
-def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=None) -> list[Cost]:
+def ranked_costs(
+    findings: list[Finding], facts: dict | None = None, reevaluate=None, thresholds: dict | None = None
+) -> list[Cost]:
     """Every fired performance finding with a cost, biggest first, marked material / eligible.
-    `reevaluate(rule_id, facts)` runs one rule again on other facts (see _judge_net_of_wait)."""
+    `reevaluate(rule_id, facts)` runs one rule again on other facts (see _judge_net_of_wait); ``thresholds``:
+    the analysis's rules/metrics.toml (default: as shipped)."""
     facts = facts or {}
-    t = metric_params()["verdict"]
+    t = (thresholds or metric_defaults())["verdict"]
     materiality = t.get("materiality", {})
     contended = any(f.rule in t.get("contention_rules", []) for f in findings)
     explained, arrival = straggler_explained(facts, t), set(t.get("arrival_straggler_rules", []))
@@ -150,11 +151,10 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
     out, sporadic = [], []
     for f in sorted(
         (f for f in findings if f.category in VERDICT_CATEGORIES and f.cost is not None),
-        key=lambda f: (-f.cost, f.rule),
+        key=lambda f: (-(f.cost or 0.0), f.rule),
     ):
-        c = Cost(
-            f.rule, f.category, f.label, round(float(f.cost), 6), material=f.cost >= materiality.get(f.category, 0.0)
-        )
+        cost = f.cost or 0.0  # never None here: findings without a cost are left out above
+        c = Cost(f.rule, f.category, f.label, round(cost, 6), material=cost >= materiality.get(f.category, 0.0))
         if not c.material:
             c.why_not = f"below the {f.category} materiality of {materiality.get(f.category, 0.0):.0%} of the step"
         alternating = f.category == "imbalance" and (
@@ -222,7 +222,7 @@ def ranked_costs(findings: list[Finding], facts: dict | None = None, reevaluate=
         out.append(c)
     if sporadic and reevaluate is not None:
         _judge_net_of_wait(out, sporadic, facts, t, reevaluate)
-    _fold_late_rank_costs(out, {f.rule: f for f in findings}, facts)
+    _fold_late_rank_costs(out, {f.rule: f for f in findings}, facts, t)
     return out
 
 
@@ -270,11 +270,11 @@ def net_of_peer_wait(facts: dict) -> dict | None:
     return out
 
 
-def _fold_late_rank_costs(costs: list[Cost], by_rule: dict[str, Finding], facts: dict) -> None:
+def _fold_late_rank_costs(costs: list[Cost], by_rule: dict[str, Finding], facts: dict, t: dict) -> None:
     """A cost that only the late rank(s) pay (e.g. DataLoader wait on the straggler alone) is that rank's
     extra time: the other ranks pay it as waiting, so the straggler finding carries it and this one does
     not decide the verdict on its own."""
-    late_rules = metric_params()["verdict"].get("late_rank_rules", [])
+    late_rules = t.get("late_rank_rules", [])
     straggler = next((c for c in costs if c.rule in late_rules and c.material and c.eligible), None)
     late = set(by_rule[straggler.rule].ranks or []) if straggler is not None else set()
     analyzed = facts.get("run.ranks_analyzed")
@@ -291,8 +291,15 @@ def _fold_late_rank_costs(costs: list[Cost], by_rule: dict[str, Finding], facts:
             )
 
 
-def decide(findings: list[Finding], facts: dict, costs: list[Cost] | None = None) -> Verdict:
-    v = _decide(findings, facts, ranked_costs(findings, facts) if costs is None else costs)
+def decide(
+    findings: list[Finding], facts: dict, costs: list[Cost] | None = None, thresholds: dict | None = None
+) -> Verdict:
+    """The verdict (``thresholds``: the analysis's rules/metrics.toml, default as shipped)."""
+    thresholds = thresholds or metric_defaults()
+    t = thresholds["verdict"]
+    if costs is None:
+        costs = ranked_costs(findings, facts, thresholds=thresholds)
+    v = _decide(findings, facts, costs, thresholds)
     # the same order as every output lists them (_order): severity, then rule id
     failures = sorted((f for f in findings if _is_failure(f)), key=lambda f: (SEVERITY_ORDER[f.severity], f.rule))
     if failures and v.bottleneck:
@@ -302,8 +309,8 @@ def decide(findings: list[Finding], facts: dict, costs: list[Cost] | None = None
             f"failure may distort: {v.summary}"
         )
         if v.confidence is not None:
-            v.confidence = min(v.confidence, metric_params()["verdict"]["failed_run_max_confidence"])
-            v.confidence_label = _label(v.confidence)
+            v.confidence = min(v.confidence, t["failed_run_max_confidence"])
+            v.confidence_label = _label(v.confidence, t)
         v.expected_speedup = None  # no steady state to speed up: fix the failure first
     elif v.expected_speedup:
         bound = "at least" if v.speedup_is_lower_bound else "up to"
@@ -318,13 +325,15 @@ def _is_failure(f: Finding) -> bool:
     return f.order == "failure"
 
 
-def _decide(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
-    v = _decide_one(findings, facts, costs)
-    name_at_line(v, costs, {f.rule: f for f in findings}, _label)
+def _decide(findings: list[Finding], facts: dict, costs: list[Cost], thresholds: dict) -> Verdict:
+    v = _decide_one(findings, facts, costs, thresholds)
+    t = thresholds["verdict"]
+    name_at_line(v, costs, {f.rule: f for f in findings}, lambda c: _label(c, t), t)
     return v
 
 
-def _decide_one(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verdict:
+def _decide_one(findings: list[Finding], facts: dict, costs: list[Cost], thresholds: dict) -> Verdict:
+    t = thresholds["verdict"]
     failed = any(_is_failure(f) for f in findings)
     by_rule = {f.rule: f for f in findings}
     winners = [c for c in costs if c.material and c.eligible]
@@ -332,17 +341,18 @@ def _decide_one(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verd
         top = by_rule[winners[0].rule]
         runner = next((c.cost for c in costs if c.rule != top.rule and c.eligible), 0.0)
         if top.confidence is None:
-            margin = (top.cost - runner) / top.cost if top.cost > 0 else 0.0
+            cost = top.cost if top.cost is not None else winners[0].cost
+            margin = (cost - runner) / cost if cost > 0 else 0.0
             agreement = top.agreement if top.agreement is not None else 0.5
             top.confidence = round(0.5 * margin + 0.5 * agreement, 3)
-        conf, hints = calibrate(top.confidence, top.rule, facts, top.category)
-        conf, hints = edge_confidence(conf, hints, top)
+        conf, hints = calibrate(top.confidence, top.rule, facts, top.category, thresholds)
+        conf, hints = edge_confidence(conf, hints, top, t)
         top.confidence = conf
         summary = f"{top.label}: {top.summary}"
         return Verdict(
             top.category,
             conf,
-            _label(conf),
+            _label(conf, t),
             top.expected_speedup,
             summary,
             top.rule,
@@ -357,11 +367,11 @@ def _decide_one(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verd
         evidence = (
             top.confidence if top.confidence is not None else (top.agreement if top.agreement is not None else 0.5)
         )
-        conf, hints = calibrate(evidence, top.rule, facts, top.category)
-        conf, hints = edge_confidence(conf, hints, top)
+        conf, hints = calibrate(evidence, top.rule, facts, top.category, thresholds)
+        conf, hints = edge_confidence(conf, hints, top, t)
         top.confidence = conf
         return Verdict(
-            "compute", conf, _label(conf), None, f"{top.label}: {top.summary}", top.rule, failed, top.label, hints
+            "compute", conf, _label(conf, t), None, f"{top.label}: {top.summary}", top.rule, failed, top.label, hints
         )
     if not facts.get("trace.present"):
         failures = [f for f in findings if f.category in FIRST]
@@ -369,12 +379,12 @@ def _decide_one(findings: list[Finding], facts: dict, costs: list[Cost]) -> Verd
         return Verdict(None, None, None, None, summary, failures[0].rule if failures else None, failed)
     if costs:
         return Verdict(
-            None, None, None, None, _no_dominant_summary(costs, findings), None, failed, "no dominant avoidable cost"
+            None, None, None, None, _no_dominant_summary(costs, findings, t), None, failed, "no dominant avoidable cost"
         )
     return Verdict(None, None, None, None, f"undetermined: {undetermined_summary(facts)}", None, failed)
 
 
-def _no_dominant_summary(costs: list[Cost], findings: list[Finding]) -> str:
+def _no_dominant_summary(costs: list[Cost], findings: list[Finding], t: dict) -> str:
     """Why no cost decides the run: each one is small, or was set aside as machine noise (the two are
     said apart: a 21 % straggler on a contended host is not "small")."""
 
@@ -385,9 +395,7 @@ def _no_dominant_summary(costs: list[Cost], findings: list[Finding]) -> str:
     rest = [c for c in costs if c not in noise and not c.at_line]  # at its line: said by edge.name_at_line
     parts = []
     if noise:
-        contention = sorted(
-            {f.rule for f in findings if f.rule in metric_params()["verdict"].get("contention_rules", [])}
-        )
+        contention = sorted({f.rule for f in findings if f.rule in t.get("contention_rules", [])})
         parts.append(
             f"what the rules found was set aside as machine noise on a contended host ({listed(noise)}; "
             f"see {', '.join(contention) or 'the contention finding'}: re-record on an idle host to tell)"
@@ -399,19 +407,25 @@ def _no_dominant_summary(costs: list[Cost], findings: list[Finding]) -> str:
     return f"no dominant avoidable cost: {'; '.join(parts)}; no single change promises a large gain"
 
 
-def diagnose(facts: dict, ruleset: RuleSet, log_search=None) -> Diagnosis:
+def diagnose(facts: dict, ruleset: RuleSet, log_search=None, thresholds: dict | None = None) -> Diagnosis:
+    """Every rule in force on ``facts``, and the verdict.  ``thresholds``: the analysis's rules/metrics.toml
+    (``AnalysisContext.thresholds``; default: the ruleset's own overrides applied to the shipped file)."""
+    thresholds = thresholds if thresholds is not None else metric_params(ruleset.metrics)
     outcomes: list[Outcome] = []
     for rule in ruleset.active():
-        outcomes.append(evaluate(rule, facts, ruleset.params.get(rule.id), log_search))
+        outcomes.append(evaluate(rule, facts, ruleset.params.get(rule.id), log_search, thresholds))
     findings = [o.finding for o in outcomes if o.finding is not None]
 
     def reevaluate(rule_id: str, other_facts: dict):
-        return evaluate(ruleset.rules[rule_id], other_facts, ruleset.params.get(rule_id), log_search).finding
+        return evaluate(
+            ruleset.rules[rule_id], other_facts, ruleset.params.get(rule_id), log_search, thresholds
+        ).finding
 
-    costs = ranked_costs(findings, facts, reevaluate)
-    verdict = decide(findings, facts, costs)
+    costs = ranked_costs(findings, facts, reevaluate, thresholds)
+    verdict = decide(findings, facts, costs, thresholds)
     noise = frozenset(c.rule for c in costs if NOISE in (c.why_not or ""))
-    findings.sort(key=lambda f: _order(f, verdict.rule, noise))
+    order = thresholds.get("order", {})
+    findings.sort(key=lambda f: _order(f, verdict.rule, order, noise))
     fired_categories = {f.category for f in findings}
     abstained, not_assessed = [], []
     for o in outcomes:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from .. import safe_io
 from ..errors import InputError
-from ..redact import collect_secrets, redact_known_formats, strip_terminal
+from ..redact import SecretMemory, redact_known_formats, strip_terminal
 from ..report.redaction import HostRedactor, redact_secrets, redact_string
 from ..text import plural
 
@@ -162,20 +162,20 @@ def trim_trace(data: bytes, keep_steps: int | None = None) -> bytes | None:
     return gzip.compress(msgspec.json.encode(obj), 6, mtime=0)
 
 
-def _redact_json_file(data: bytes, hosts: HostRedactor | None) -> bytes:
+def _redact_json_file(data: bytes, hosts: HostRedactor | None, secrets: SecretMemory) -> bytes:
     try:
         obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        return _redact_text_file(data, hosts)
-    obj = redact_secrets(obj)
+        return _redact_text_file(data, hosts, secrets)
+    obj = redact_secrets(obj, known=secrets)
     if hosts is not None:
         obj = hosts.apply(obj)
     return (json.dumps(obj, indent=1, default=str) + "\n").encode("utf-8")
 
 
-def _redact_text_file(data: bytes, hosts: HostRedactor | None) -> bytes:
+def _redact_text_file(data: bytes, hosts: HostRedactor | None, secrets: SecretMemory) -> bytes:
     text = data.decode("utf-8", errors="replace")
-    out = redact_string(text)  # whole text: a PEM block spans lines
+    out = redact_string(text, secrets)  # whole text: a PEM block spans lines
     return (hosts.sub(out) if hosts is not None else out).encode("utf-8")
 
 
@@ -226,8 +226,10 @@ def build_bundle(
     with_traces: bool = True,
     trim_traces: bool = False,
     hosts: HostRedactor | None = None,
+    secrets: SecretMemory | None = None,
 ) -> BundleResult:
-    """Write the archive; ``d`` is the (already redacted) diagnosis dict of the run."""
+    """Write the archive; ``d`` is the (already redacted) diagnosis dict of the run; ``secrets``: the values its
+    analysis remembered as secret (the run's files add theirs), hidden in every member."""
     from ..report.files import dumps_json
     from ..report.html import render_html
     from ..report.markdown import render_markdown
@@ -240,7 +242,8 @@ def build_bundle(
     files = [p for p in bundle_files(src, walk_notes) if p.resolve() != out.resolve()]
     if hosts is not None:
         hosts_from_records(files, hosts)
-    _collect_file_secrets(files)
+    secrets = SecretMemory() if secrets is None else secrets
+    _collect_file_secrets(files, secrets)
     plots = make_plots(d)
     members = [
         Member("report.md", render_markdown(d, [(f"plots/{n}.png", t) for n, t, _ in plots]).encode(), "report"),
@@ -254,7 +257,7 @@ def build_bundle(
 
     def rel(p: Path) -> str:
         r = p.relative_to(src).as_posix() if src.is_dir() else p.name
-        r = redact_known_formats(strip_terminal(f"run/{r}"))  # secrets in file names too
+        r = redact_known_formats(strip_terminal(f"run/{r}"), secrets)  # secrets in file names too
         return hosts.sub(r) if hosts is not None else r
 
     def add(m: Member) -> bool:
@@ -282,11 +285,11 @@ def build_bundle(
         raw = _read(p, res, rel(p))
         if raw is None:
             continue
-        if not add(Member(rel(p), _redact_json_file(raw, hosts), "record")):
+        if not add(Member(rel(p), _redact_json_file(raw, hosts, secrets), "record")):
             res.left_out.append(f"{rel(p)}: over the size budget")
     for p in logs:
         try:
-            data = _redact_text_file(safe_io.read_log_text(p, res.left_out).encode("utf-8"), hosts)
+            data = _redact_text_file(safe_io.read_log_text(p, res.left_out).encode("utf-8"), hosts, secrets)
         except InputError as exc:
             res.left_out.append(f"{rel(p)}: left out ({str(exc).split(': ', 1)[-1]})")
             continue
@@ -304,7 +307,7 @@ def build_bundle(
             data = _read(p, res, name)
             if data is None:
                 continue
-            data = _trace_secrets(data, p)
+            data = _trace_secrets(data, p, secrets)
             _add_trace(name, data, res, add, hosts, trim_traces)
     res.members = [m.name for m in chosen]
     index = _index(res, d, budget, hosts is not None)
@@ -349,7 +352,7 @@ def _add_trace(name: str, data: bytes, res: BundleResult, add, hosts: HostRedact
         )
 
 
-def _collect_file_secrets(files: list[Path]) -> None:
+def _collect_file_secrets(files: list[Path], secrets: SecretMemory) -> None:
     """Secret values named in the run's records and logs (env, argv, `--api-key X` echoed by
     the script), remembered before any member is written so they are hidden everywhere."""
     for p in files:
@@ -358,15 +361,15 @@ def _collect_file_secrets(files: list[Path]) -> None:
                 text = safe_io.read_log_text(p)
             except (InputError, OSError):
                 continue
-            collect_secrets(text)
+            secrets.collect(text)
             if p.suffix == ".json":
                 try:
-                    collect_secrets(json.loads(text))
+                    secrets.collect(json.loads(text))
                 except (ValueError, RecursionError):
                     pass
 
 
-def _trace_secrets(data: bytes, path: Path) -> bytes:
+def _trace_secrets(data: bytes, path: Path, secrets: SecretMemory) -> bytes:
     """A trace with known credential formats (and values known to be secret) removed; the
     bytes are kept as they are when there is nothing to remove."""
     try:
@@ -374,7 +377,7 @@ def _trace_secrets(data: bytes, path: Path) -> bytes:
     except InputError:
         return data
     text = raw.decode("utf-8", errors="replace")
-    clean = redact_known_formats(text)
+    clean = redact_known_formats(text, secrets)
     if clean == text:
         return data
     out = clean.encode("utf-8")

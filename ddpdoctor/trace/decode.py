@@ -24,14 +24,15 @@ __all__ = ["GpuOps", "RankTrace", "Spans", "load_rank_trace", "read_bytes"]
 C_READER = "C reader"
 
 
-def read_bytes(path: Path | sources.RemoteFile) -> bytes:
+def read_bytes(path: Path | sources.RemoteFile) -> bytes | bytearray:
     cap = safe_io.max_trace_bytes()
+    raw: bytes | bytearray
     if isinstance(path, sources.RemoteFile):
         raw = sources.read_capped(path, cap, "trace")
     else:
         raw = _read_local(path, cap)
     if raw[:2] == b"\x1f\x8b":
-        raw = safe_io.gunzip_capped(raw, path, cap)
+        raw = safe_io.gunzip_capped(raw, path.url if isinstance(path, sources.RemoteFile) else path, cap)
     return raw
 
 
@@ -62,7 +63,7 @@ def _read_local(path: Path, cap: int) -> bytes | bytearray:
     return buf
 
 
-def decode_trace(path: Path, raw: bytes) -> Trace:
+def decode_trace(path: Path, raw: bytes | bytearray) -> Trace:
     """The trace as trace/schema.py's structs (msgspec); a one-line InputError when it is not one."""
     head = raw[:4096].lstrip()
     if not head:
@@ -81,7 +82,7 @@ def decode_trace(path: Path, raw: bytes) -> Trace:
         raise InputError(f"{path}: undecodable JSON ({type(exc).__name__})") from None
 
 
-def _decode_lenient(path: Path, raw: bytes) -> Trace:
+def _decode_lenient(path: Path, raw: bytes | bytearray) -> Trace:
     """Slow path for traces whose field types break the typed schema."""
     try:
         obj = msgspec.json.decode(raw)
@@ -97,7 +98,8 @@ def _decode_lenient(path: Path, raw: bytes) -> Trace:
         try:
             out.append(msgspec.convert(e, Event, strict=False))
         except msgspec.ValidationError:
-            a = e.get("args") if isinstance(e.get("args"), dict) else {}
+            args = e.get("args")
+            a = args if isinstance(args, dict) else {}
             out.append(
                 Event(
                     ph=str(e.get("ph", "")),

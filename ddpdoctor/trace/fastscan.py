@@ -150,7 +150,7 @@ def c_layout(lib) -> list[int]:
 
 def ctypes_layout() -> list[int]:
     """The same numbers for the ctypes mirror :class:`_KScan`."""
-    return [ctypes.sizeof(_KScan), *(getattr(_KScan, f).offset for f, _ in _KScan._fields_)]
+    return [ctypes.sizeof(_KScan), *(getattr(_KScan, f[0]).offset for f in _KScan._fields_)]
 
 
 def source_hash(folder: Path) -> str:
@@ -239,6 +239,7 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
     if lib is None or not raw:
         return None
     size = len(raw)
+    cbuf: ctypes.c_char_p | ctypes.Array[ctypes.c_char]
     if isinstance(raw, bytes):
         cbuf = ctypes.c_char_p(raw)
         ptr = ctypes.cast(cbuf, _P).value
@@ -248,8 +249,8 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
     cap, strcap = max(1024, size // 150), 1 << 16
     try:
         for _ in range(4):
-            cols = {f: np.empty(cap, dtype=t) for f, t in _ROW}
-            strs = {
+            cols: dict[str, np.ndarray] = {f: np.empty(cap, dtype=t) for f, t in _ROW}
+            strs: dict[str, np.ndarray] = {
                 "str_off": np.empty(strcap, np.int64),
                 "str_len": np.empty(strcap, np.int32),
                 "str_esc": np.empty(strcap, np.uint8),
@@ -262,7 +263,7 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
             if rc != FULL:
                 break
             if k.n >= cap:
-                cap = raw.count(b'"X"') + 1  # every complete event spells "X"
+                cap = _count(raw, b'"X"') + 1  # every complete event spells "X"
             elif strcap < (1 << 24):
                 strcap *= 16
             else:
@@ -280,7 +281,7 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
     # one id per distinct string: escaped spellings of the same text share it
     canon: dict[str, int] = {}
     remap = np.fromiter((canon.setdefault(s, len(canon)) for s in strings), dtype=np.int32, count=len(strings))
-    c = {f: a[:n] for f, a in cols.items()}
+    c: dict[str, np.ndarray] = {f: a[:n] for f, a in cols.items()}
     for f in ("cat", "name"):
         c[f] = remap[c[f]] if n else c[f].copy()
     for f in ("coll", "dtype"):
@@ -303,10 +304,23 @@ def scan(raw: bytes | bytearray | mmap.mmap, mapped: bool = False) -> tuple[Colu
         (c["flags"] & HAS_EXT) != 0,
         c.pop("coll"),
         c.pop("dtype"),
-        *(c.pop(f) for f in ("dims_off", "dims_len", "msg_off", "msg_len")),
+        c.pop("dims_off"),
+        c.pop("dims_len"),
+        c.pop("msg_off"),
+        c.pop("msg_len"),
         strings_or_none=np.array([*strings, None], dtype=object),
     )
     return Columns(n=n, strings=strings, args=args, **c), meta
+
+
+def _count(raw: bytes | bytearray | mmap.mmap, needle: bytes) -> int:
+    """``raw.count(needle)``; an mmap has no count(): its find() is walked instead (no copy of the file)."""
+    if not isinstance(raw, mmap.mmap):
+        return raw.count(needle)
+    n, at = 0, raw.find(needle)
+    while at >= 0:
+        n, at = n + 1, raw.find(needle, at + len(needle))
+    return n
 
 
 def _strings(raw, off: np.ndarray, ln: np.ndarray, esc: np.ndarray) -> list[str]:

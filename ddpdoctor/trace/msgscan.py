@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, is_, itemgetter
+from typing import cast
 
 import numpy as np
 
@@ -31,11 +32,11 @@ class _Table(dict):
 
     def __init__(self):
         super().__init__({None: -1})
-        self.values: list = []
+        self.distinct: list = []  # the values in id order (not `values`: that is dict's own method)
 
     def __missing__(self, key):
-        v = self[key] = len(self.values)
-        self.values.append(key)
+        v = self[key] = len(self.distinct)
+        self.distinct.append(key)
         return v
 
     def ids(self, values, n: int) -> np.ndarray:
@@ -52,7 +53,7 @@ class StructArgs:
         if not len(rows):
             return []
         got = [self.args[int(rows[0])]] if len(rows) == 1 else list(itemgetter(*rows.tolist())(self.args))
-        return [_NO_ARGS if a is None else a for a in got] if None in got else got
+        return [_NO_ARGS if a is None else a for a in got] if None in got else cast("list[Args]", got)
 
     def corr(self, rows: np.ndarray) -> np.ndarray:
         return _corr_column(list(map(CORR, self._take(rows))))
@@ -114,7 +115,7 @@ def columns(trace: Trace) -> Columns:
         pid=pid,
         tid=tid,
         flags=flags,
-        strings=table.values,
+        strings=table.distinct,
         args=StructArgs(list(map(ARGS, evs))),
     )
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from ..resources import metric_params
+from ..resources import metric_defaults
 from .fix_traits import traits
 
 # the cost a setting acts on, when no fix of the diagnosis names the setting itself (e.g. on a 2-CPU host
@@ -187,7 +187,7 @@ def no_gain(fix: dict) -> bool:
     """A fix whose stored prediction is at or under [trial] min_predicted_speedup: a trial of a few steps per arm
     could not tell it from noise, so it never leads (:func:`annotate`)."""
     p = fix.get("predicted_speedup")
-    return isinstance(p, (int, float)) and p <= metric_params()["trial"]["min_predicted_speedup"]
+    return isinstance(p, (int, float)) and p <= metric_defaults()["trial"]["min_predicted_speedup"]
 
 
 def annotate(doc: dict) -> dict:

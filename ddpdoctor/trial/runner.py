@@ -49,9 +49,9 @@ class TrialOptions:
 
 
 def _diagnose(bundle: Path, opts: TrialOptions):
-    from ..diagnosis import run_analyze
+    from ..diagnosis import AnalysisContext, run_analyze
 
-    return run_analyze([str(bundle)], opts.analyze_opts, opts.ruleset)
+    return run_analyze([str(bundle)], opts.analyze_opts, AnalysisContext.of(opts.ruleset))
 
 
 def _arm_record(

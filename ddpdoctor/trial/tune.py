@@ -65,9 +65,9 @@ class State:
 
 
 def threshold() -> float:
-    from ..resources import metric_params
+    from ..resources import metric_defaults
 
-    return float(metric_params()["trial"]["min_predicted_speedup"])
+    return float(metric_defaults()["trial"]["min_predicted_speedup"])  # `tune` takes no --set
 
 
 def setting_text(knob: str, value) -> str:

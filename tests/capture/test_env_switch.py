@@ -12,6 +12,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW_RANK = ROOT / "examples" / "slow_rank.py"
@@ -51,9 +52,7 @@ def _env(**extra):
             "PMI_RANK",
         )
     }
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.update(extra)
-    return env
+    return project_env(extra, base=env)
 
 
 def _free_port() -> int:
@@ -222,6 +221,7 @@ def bundles(tmp_path_factory):
     return out
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("shape", ["torchrun", "loop"])
 def test_the_switch_makes_the_bundle_run_makes(bundles, shape):
     env_out, res = bundles[shape]
@@ -263,6 +263,7 @@ def test_the_switch_makes_the_bundle_run_makes(bundles, shape):
     assert v_env["findings"][0]["ranks"] == v_run["findings"][0]["ranks"] == [1]
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("shape", ["torchrun", "loop"])
 def test_the_last_rank_analyzes_and_says_where(bundles, shape):
     env_out, res = bundles[shape]
@@ -272,6 +273,7 @@ def test_the_last_rank_analyzes_and_says_where(bundles, shape):
     assert len(said) == 1 and "status complete, traces from 2 of 2 ranks" in said[0] and "report.md" in said[0]
 
 
+@pytest.mark.live
 def test_a_folder_holding_another_runs_bundle_is_not_written(bundles):
     env_out, _ = bundles["loop"]
     before = sorted(str(p) for p in env_out.rglob("*"))
@@ -300,6 +302,7 @@ def test_window_without_capture_does_nothing_and_says_why():
     assert w.recording is False and w.bundle is None and "no capture" in w.why_not
 
 
+@pytest.mark.live
 @needs_pth
 def test_a_window_the_script_marks_is_the_window(tmp_path):
     pytest.importorskip("torch")
@@ -343,6 +346,7 @@ def test_a_window_the_script_marks_is_the_window(tmp_path):
     assert sorted(len([t for t in doc["analysis"]["table"] if t["rank"] == r]) for r in (0, 1)) == [3, 3]
 
 
+@pytest.mark.live
 @needs_pth
 def test_a_failed_job_under_the_switch_is_diagnosed(tmp_path):
     """examples/oom_skip_batch.py: rank 1 catches an OOM and drifts, rank 0 dies in an all-reduce."""

@@ -90,6 +90,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.live
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torchrun jobs on Linux only in this suite")
 def test_e2e_fast_steps_record_a_longer_window_on_every_rank(tmp_path):
     script = tmp_path / "fast_steps.py"
@@ -118,6 +119,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.live
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torchrun jobs on Linux only in this suite")
 def test_e2e_a_script_that_ends_inside_the_longer_window_leaves_a_complete_bundle(tmp_path):
     """14 fast steps: 5 warm-up, then the window asks for far more than the 9 left; the script's end cuts

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
-pytestmark = pytest.mark.frameworks
+pytestmark = [pytest.mark.frameworks, pytest.mark.live]  # real framework jobs under `ddpdoctor run`
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).parent / "jobs"
@@ -20,8 +21,7 @@ BIN = Path(sys.executable).parent
 
 
 def _run(out, command, *options):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = project_env(dict(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false"))
     env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
     res = subprocess.run(
         [

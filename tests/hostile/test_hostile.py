@@ -18,8 +18,12 @@ HERE = Path(__file__).parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from cases import Case, build_cases
+from subprocesses import project_env
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "mkfifo"), reason="needs POSIX fork/mkfifo")
+pytestmark = [
+    pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "mkfifo"), reason="needs POSIX fork/mkfifo"),
+    pytest.mark.live,  # 150+ ddpdoctor processes end to end (10+ minutes on a loaded host): not the fast tier
+]
 
 
 def _output_texts(case: Case, out_dir: Path) -> list[tuple[str, bytes]]:
@@ -89,9 +93,9 @@ def test_hostile_corpus(tmp_path):
                 "env": c.env,
             }
         )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent.parent)] + sys.path))
+    threads = dict(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
+    env = project_env(dict(threads, PYTHONPATH=os.pathsep.join([str(HERE.parent.parent)] + sys.path)))
     env.pop("DDPDOCTOR_DEBUG", None)
-    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
     proc = subprocess.run(
         [sys.executable, str(HERE / "runner.py")],
         input=json.dumps(runs),

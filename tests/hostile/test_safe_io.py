@@ -9,7 +9,7 @@ import pytest
 
 from ddpdoctor import safe_io
 from ddpdoctor.errors import InputError
-from ddpdoctor.redact import collect_secrets, forget_secrets, redact_known_formats, redact_text, strip_terminal
+from ddpdoctor.redact import SecretMemory, redact_known_formats, redact_text, strip_terminal
 
 
 def test_fifo_refused_without_blocking(tmp_path):
@@ -56,17 +56,16 @@ def test_world_size_sanity():
 
 
 def test_redaction_patterns_and_known_values():
-    forget_secrets()
+    known = SecretMemory()
     text = (
         "Authorization: Bearer abcdefghij123456\n-----BEGIN PRIVATE KEY-----\nBODYLINEzz\n-----END PRIVATE KEY-----\n"
         "args ['--api-key', 'plainkey99']\nWANDB_API_KEY=0123456789abcdef0123456789abcdef01234567\n"
     )
-    collect_secrets(text)
-    out = redact_text(text)
+    known.collect(text)
+    out = redact_text(text, known)
     for s in ("abcdefghij123456", "BODYLINEzz", "plainkey99", "0123456789abcdef0123456789abcdef01234567"):
         assert s not in out
-    assert "plainkey99" not in redact_text("echo plainkey99 later")
-    forget_secrets()
+    assert "plainkey99" not in redact_text("echo plainkey99 later", known)
 
 
 def test_kernel_names_kept_and_escapes_stripped():

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "examples" / "io_wait_loader.py"
 

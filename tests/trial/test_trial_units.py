@@ -192,6 +192,7 @@ def test_summary_line_says_measured_predicted_and_moved():
     assert "failed" in runner.summary_line({"failed_arm": "try"})
 
 
+@pytest.mark.live
 def test_bad_try_exits_2_with_one_line(tmp_path):
     for args, words in (
         (["--try", "dataloader.num_workerz=2"], "unknown key"),

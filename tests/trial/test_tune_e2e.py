@@ -13,6 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 WINDOW = ["--warmup", "2", "--active", "8"]  # 8 steps per run: a narrower interval, hardly a longer run
