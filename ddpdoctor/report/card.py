@@ -140,8 +140,8 @@ def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | Non
     inputs = " ".join(_as_typed(p) for p in d.get("inputs") or []) or "RUN_FOLDER"
     failed = (d.get("verdict") or {}).get("failed")
     # the prediction the analysis stored with the fix (trial/predict.annotate): the card computes none of its own
-    predicted = (fix or {}).get("predicted_speedup") if cmd and rule and not failed and fix.get("knob") else None
-    if predicted and predicted > metric_defaults()["trial"]["min_predicted_speedup"] and not d.get("trial"):
+    predicted = fix.get("predicted_speedup") if fix and cmd and rule and not failed and fix.get("knob") else None
+    if fix and predicted and predicted > metric_defaults()["trial"]["min_predicted_speedup"] and not d.get("trial"):
         return (
             f"ddpdoctor run --try {rule} -- {cmd}",
             f"runs the job with and without {fix['knob']}={fix['value']} and measures the difference "
@@ -266,7 +266,8 @@ CONTENTION_MATERIAL_SHARE = 0.5
 def _at_line(f: dict | None, d: dict) -> bool:
     """A finding within the step-to-step noise of the threshold that made it fire (rules_engine/edge.py), other
     than the verdict's own: the verdict names it when it was material; the card neither lists nor fixes it."""
-    return bool(((f or {}).get("edge") or {}).get("at_line")) and f.get("rule") != (d.get("verdict") or {}).get("rule")
+    f = f or {}
+    return bool((f.get("edge") or {}).get("at_line")) and f.get("rule") != (d.get("verdict") or {}).get("rule")
 
 
 def _worth_listing(f: dict, d: dict) -> bool:

@@ -33,8 +33,8 @@ def input_work_facts(by_rank: dict[int, str], facts: dict) -> None:
 def _differing_tensor(by_rank: dict[int, str]) -> dict[int, list[int]] | None:
     """rank -> the dims of the one input tensor that differs between the ranks (2+ dimensions, as many on
     every rank), or None."""
-    parsed = {r: _dims(x) for r, x in by_rank.items()}
-    if len(parsed) < 2 or any(p is None for p in parsed.values()) or len({len(p) for p in parsed.values()}) != 1:
+    parsed = {r: dims for r, x in by_rank.items() if (dims := _dims(x)) is not None}
+    if len(parsed) < 2 or len(parsed) < len(by_rank) or len({len(p) for p in parsed.values()}) != 1:
         return None
     lists = list(parsed.values())
     differing = [i for i in range(len(lists[0])) if len({json.dumps(p[i]) for p in lists}) > 1]

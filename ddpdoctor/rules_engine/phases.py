@@ -21,12 +21,12 @@ MIN_LISTED_SHARE = 0.01  # phases under 1 % of the step are left out of step.pha
 
 
 def phase_facts(summaries, facts: dict) -> None:
-    shares = {p: _median_share(summaries, f"phase_{p}_us") for p in PHASES}
-    shares = {p: s for p, s in shares.items() if s is not None}
+    measured = {p: _median_share(summaries, f"phase_{p}_us") for p in PHASES}
+    shares: dict[str, float] = {p: s for p, s in measured.items() if s is not None}
     if shares:
         listed = sorted(((s, p) for p, s in shares.items() if s >= MIN_LISTED_SHARE), reverse=True)
         facts["step.phases"] = ", ".join(f"{PHASE_WORDS[p]} {round(100 * s)} %" for s, p in listed)
-        facts["step.top_phase"] = PHASE_WORDS[max(shares, key=shares.get)]
+        facts["step.top_phase"] = PHASE_WORDS[max(shares, key=lambda p: shares[p])]
     _optimizer_facts(summaries, facts, shares.get("optimizer_step"))
 
 
