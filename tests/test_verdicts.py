@@ -538,7 +538,8 @@ def test_on_a_contended_cpu_host_communication_counts_as_measured():
 
 def test_no_dominant_cost_says_which_costs_were_set_aside_as_noise_and_which_are_small():
     from ddpdoctor.rules_engine.engine import Finding
-    from ddpdoctor.rules_engine.verdict import NOISE, Cost, _no_dominant_summary
+    from ddpdoctor.rules_engine.undetermined import NOISE, no_dominant_summary
+    from ddpdoctor.rules_engine.verdict import Cost
 
     costs = [
         Cost("IM001", "imbalance", "imbalance-bound", 0.213, True, False, f"late on a contended host: {NOISE}"),
@@ -556,14 +557,14 @@ def test_no_dominant_cost_says_which_costs_were_set_aside_as_noise_and_which_are
         evidence={},
         fixes=[],
     )
-    text = _no_dominant_summary(costs, [contention], VERDICT)
+    text = no_dominant_summary(costs, [contention], VERDICT)
     # a 21 % cost set aside as noise is not called small (it was, before)
     assert (
         "set aside as machine noise on a contended host (imbalance-bound 21.3%, communication-bound 10.7%; see IM004"
         in text
     )
     assert "what else the rules found stays small (dataloader-bound 2.0%)" in text
-    only_small = _no_dominant_summary(costs[2:], [], VERDICT)
+    only_small = no_dominant_summary(costs[2:], [], VERDICT)
     assert only_small.startswith("no dominant avoidable cost: what the rules found stays small (dataloader-bound 2.0%)")
     assert "noise" not in only_small
 

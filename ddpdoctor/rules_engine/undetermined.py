@@ -1,5 +1,6 @@
-"""The summary of a run no rule could classify: where its step goes (the breakdown the trace gave), and what
-is missing to decide — above all, when only one rank was analyzed, what a second rank's trace would add."""
+"""The summary of a run no cost decides: why none does (each small, set aside as machine noise, or at its
+line), or, when no rule could classify it, where its step goes (the breakdown the trace gave) and what is
+missing to decide — above all, when only one rank was analyzed, what a second rank's trace would add."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from statistics import median
 
 from ..text import PHASE_WORDS
 
+# the reason a cost set aside as noise carries (verdict.py writes it into Cost.why_not)
+NOISE = "machine noise, not the workload"
 _SHORT = {"comm_exposed": "exposed communication", "dataloader_wait": "waiting for data"}
 # a breakdown share above this is named as where the step goes
 _NAMED_SHARE = 0.005
@@ -63,3 +66,26 @@ def undetermined_summary(facts: dict) -> str:
     else:
         parts.append("no rule's evidence reached its threshold")
     return "; ".join(parts) + " (-v: what each rule needed)"
+
+
+def no_dominant_summary(costs: list, findings: list, t: dict) -> str:
+    """Why no cost decides the run: each one is small, or was set aside as machine noise (the two are
+    said apart: a 21 % straggler on a contended host is not "small")."""
+
+    def listed(cs: list) -> str:
+        return ", ".join(f"{c.label} {c.cost:.1%}" for c in cs[:3])
+
+    noise = [c for c in costs if c.material and not c.eligible and NOISE in (c.why_not or "")]
+    rest = [c for c in costs if c not in noise and not c.at_line]  # at its line: said by edge.name_at_line
+    parts = []
+    if noise:
+        contention = sorted({f.rule for f in findings if f.rule in t.get("contention_rules", [])})
+        parts.append(
+            f"what the rules found was set aside as machine noise on a contended host ({listed(noise)}; "
+            f"see {', '.join(contention) or 'the contention finding'}: re-record on an idle host to tell)"
+        )
+    if rest:
+        parts.append(f"what {'else ' if noise else ''}the rules found stays small ({listed(rest)})")
+    if not parts:  # only costs at their line (edge.name_at_line says which)
+        parts.append("what the rules found is within the step-to-step noise of its threshold")
+    return f"no dominant avoidable cost: {'; '.join(parts)}; no single change promises a large gain"

@@ -36,7 +36,7 @@ from .eligibility import (
 from .engine import Finding, Outcome, evaluate
 from .model import VERDICT_CATEGORIES
 from .registry import RuleSet
-from .undetermined import undetermined_summary
+from .undetermined import NOISE, no_dominant_summary, undetermined_summary
 
 SEVERITY_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3, "info": 4}
 FIRST = ("failure", "network")
@@ -57,7 +57,6 @@ class Verdict:
 
 
 # the words every "set aside as machine noise" reason of a Cost contains (the summary looks for them)
-NOISE = "machine noise, not the workload"
 
 
 @dataclass
@@ -379,32 +378,9 @@ def _decide_one(findings: list[Finding], facts: dict, costs: list[Cost], thresho
         return Verdict(None, None, None, None, summary, failures[0].rule if failures else None, failed)
     if costs:
         return Verdict(
-            None, None, None, None, _no_dominant_summary(costs, findings, t), None, failed, "no dominant avoidable cost"
+            None, None, None, None, no_dominant_summary(costs, findings, t), None, failed, "no dominant avoidable cost"
         )
     return Verdict(None, None, None, None, f"undetermined: {undetermined_summary(facts)}", None, failed)
-
-
-def _no_dominant_summary(costs: list[Cost], findings: list[Finding], t: dict) -> str:
-    """Why no cost decides the run: each one is small, or was set aside as machine noise (the two are
-    said apart: a 21 % straggler on a contended host is not "small")."""
-
-    def listed(cs: list[Cost]) -> str:
-        return ", ".join(f"{c.label} {c.cost:.1%}" for c in cs[:3])
-
-    noise = [c for c in costs if c.material and not c.eligible and NOISE in (c.why_not or "")]
-    rest = [c for c in costs if c not in noise and not c.at_line]  # at its line: said by edge.name_at_line
-    parts = []
-    if noise:
-        contention = sorted({f.rule for f in findings if f.rule in t.get("contention_rules", [])})
-        parts.append(
-            f"what the rules found was set aside as machine noise on a contended host ({listed(noise)}; "
-            f"see {', '.join(contention) or 'the contention finding'}: re-record on an idle host to tell)"
-        )
-    if rest:
-        parts.append(f"what {'else ' if noise else ''}the rules found stays small ({listed(rest)})")
-    if not parts:  # only costs at their line (edge.name_at_line says which)
-        parts.append("what the rules found is within the step-to-step noise of its threshold")
-    return f"no dominant avoidable cost: {'; '.join(parts)}; no single change promises a large gain"
 
 
 def diagnose(facts: dict, ruleset: RuleSet, log_search=None, thresholds: dict | None = None) -> Diagnosis:
