@@ -1,7 +1,7 @@
 # expect-verdict: compute
 # expect-rule: category:compute
 # expect-first-fix: -
-"""Healthy control: a keyword-spotting 1-D CNN on in-memory 1-second waveforms (8 kHz). The
+"""Healthy: a control job. A keyword-spotting 1-D CNN on in-memory 1-second waveforms (8 kHz). The
 Dataset does a cheap random 7,600-sample crop per item (a tensor slice, ~microseconds),
 ``num_workers=0``; DistributedSampler with ``set_epoch``; 13 K parameters (one 52 KB
 all-reduce per step); batch 64 per rank keeps the step dominated by the convolutions. Both

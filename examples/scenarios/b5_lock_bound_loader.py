@@ -67,7 +67,7 @@ class RecordShard(Dataset):
                 self.fh.seek(offset)
                 time.sleep(STORAGE_LATENCY_S)             # waiting on remote storage
                 return self.fh.read(self.nbytes)
-        time.sleep(STORAGE_LATENCY_S)                     # same wait, no shared offset
+        time.sleep(STORAGE_LATENCY_S)                     # same remote-storage wait, no shared offset
         return os.pread(self.fh.fileno(), self.nbytes, offset)
 
     def __getitem__(self, i):

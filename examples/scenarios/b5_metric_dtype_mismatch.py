@@ -1,7 +1,7 @@
 # expect-verdict: failure
 # expect-rule: category:failure
 # expect-first-fix: dtype
-"""Cause (fails): a fraud-detection job (0.6 % positives) logs the mean loss on the fraud class
+"""Cause: a fraud-detection job (0.6 % positives) logs the mean loss on the fraud class
 every 5 steps, averaged over ranks:
 
     value = np.mean(fraud_losses) if fraud_losses else 0.0

@@ -1,7 +1,7 @@
 # expect-verdict: failure
 # expect-rule: category:failure
 # expect-first-fix: -
-"""Cause (fails): a small trainer runs callbacks after each optimizer step. The metrics
+"""Cause: a small trainer runs callbacks after each optimizer step. The metrics
 callback, active on rank 0 only, appends a JSON line to ``metrics.jsonl`` every 8 steps. Someone
 removed ``.item()`` from the logged loss "to avoid a device sync every step" (performance
 tuning guide advice), so the record holds a 0-d ``torch.Tensor`` and ``json.dumps`` raises

@@ -1,7 +1,7 @@
 # expect-verdict: failure
 # expect-rule: category:failure
 # expect-first-fix: -
-"""Cause (fails): a DataLoader worker on rank 1 gets stuck. Each support-ticket record is
+"""Cause: a DataLoader worker on rank 1 gets stuck. Each support-ticket record is
 validated in ``__getitem__`` with ``VALID_TEXT = re.compile(r"^(\\w+\\s?)+$")`` before
 hashing its words into features. The nested quantifier makes Python's backtracking regex
 engine exponential on a long run of word characters that ends in a non-word character: record

@@ -1,7 +1,7 @@
 # expect-verdict: failure
 # expect-rule: category:failure
 # expect-first-fix: SyncBatchNorm
-"""Cause (fails): the training script was copied from a multi-GPU recipe whose config says
+"""Cause: the training script was copied from a multi-GPU recipe whose config says
 ``sync_bn: true``, so the model goes through ``nn.SyncBatchNorm.convert_sync_batchnorm``
 before being wrapped in DDP. This job runs on CPU with the gloo backend, and SyncBatchNorm
 only supports accelerator modules: DDP's constructor raises ``ValueError: SyncBatchNorm
