@@ -358,3 +358,37 @@ def test_ucx_sigbus_line_is_a_kill_with_the_shm_fix(tmp_path):
     assert facts["failure.root_cause.kind"] == "killed" and facts["failure.killed.signal"] == "SIGBUS"
     assert facts["failure.message.id"] == "ucx.caught_sigbus"
     assert top.rule == "FL008" and "/dev/shm" in top.fixes[0].title
+
+
+def test_syncbatchnorm_on_a_cpu_module_names_syncbatchnorm_and_the_cpu_alternative(tmp_path):
+    facts, top = _top(
+        tmp_path,
+        "out.log",
+        "[rank0]: ValueError: SyncBatchNorm layers only work with GPU modules\n"
+        "[rank1]: ValueError: SyncBatchNorm layers only work with GPU modules\n",
+    )
+    assert facts["failure.message.id"] == "syncbn.cpu_module"
+    assert "SyncBatchNorm" in top.fixes[0].title and "BatchNorm on CPU" in top.fixes[0].title
+    assert "convert_sync_batchnorm" in top.fixes[0].change
+
+
+def _gloo_size_mismatch(got: int, want: int) -> str:
+    return (
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
+        f"/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. {got} vs {want}. "
+        "Received data size doesn't match expected size.\n"
+    )
+
+
+@pytest.mark.parametrize(("got", "want", "factor"), [(8, 4, 2), (4, 8, 2), (4096, 1024, 4), (16, 2, 8)])
+def test_a_gloo_size_ratio_of_an_element_size_names_the_dtype(tmp_path, got, want, factor):
+    facts, top = _top(tmp_path, "rank0.log", _gloo_size_mismatch(got, want))
+    assert facts["failure.message.id"] == "gloo.size_mismatch"
+    assert "dtype" in top.fixes[0].title and f"a factor of {factor}" in top.fixes[0].title
+    assert "float64" in top.fixes[0].change and "float32" in top.fixes[0].change
+
+
+@pytest.mark.parametrize(("got", "want"), [(1046204, 1040256), (12, 4), (8773728, 8386560)])
+def test_a_gloo_size_mismatch_no_element_size_explains_asks_for_equal_sizes(tmp_path, got, want):
+    _facts, top = _top(tmp_path, "rank0.log", _gloo_size_mismatch(got, want))
+    assert "dtype" not in top.fixes[0].title and "different sizes" in top.fixes[0].title
