@@ -11,7 +11,7 @@ from test_no_placeholders import PLACEHOLDER
 
 from ddpdoctor.errors import InputError
 from ddpdoctor.logs import analyze_logs
-from ddpdoctor.logs.catalogue import CatalogueError, default_messages, load_catalogue
+from ddpdoctor.logs.catalogue import CatalogueError, default_messages, load_catalogue, load_family
 from ddpdoctor.logs.messages import _Lookup, scan
 from ddpdoctor.rules_engine.facts import merge_facts
 from ddpdoctor.rules_engine.registry import build_ruleset
@@ -392,3 +392,36 @@ def test_a_gloo_size_ratio_of_an_element_size_names_the_dtype(tmp_path, got, wan
 def test_a_gloo_size_mismatch_no_element_size_explains_asks_for_equal_sizes(tmp_path, got, want):
     _facts, top = _top(tmp_path, "rank0.log", _gloo_size_mismatch(got, want))
     assert "dtype" not in top.fixes[0].title and "different sizes" in top.fixes[0].title
+
+
+def test_a_performance_warning_in_the_logs_is_a_slowdown_fact_with_its_fix(tmp_path):
+    (tmp_path / "rank1.log").write_text(
+        "[rank1]: /home/me/proj/train.py:61: UserWarning: Creating a tensor from a list of numpy.ndarrays is "
+        "extremely slow. Please consider converting the list to a single numpy.ndarray with numpy.array() before "
+        "converting to a tensor. (Triggered internally at /pytorch/torch/csrc/utils/tensor_new.cpp:252.)\n"
+    )
+    facts = analyze_logs([str(tmp_path)]).facts
+    assert facts["logs.slowdown.id"] == "torch.tensor_from_ndarray_list" and facts["logs.slowdown.slows"] == "input"
+    assert "Stack" in facts["logs.slowdown.fix_title"] and "np.stack" in facts["logs.slowdown.fix"]
+    # the user's file:line without its directories, torch's own place cut off
+    assert facts["logs.slowdown.text"].startswith("train.py:61: UserWarning: Creating a tensor")
+    assert "/home/me" not in facts["logs.slowdown.text"] and "Triggered" not in facts["logs.slowdown.text"]
+    assert facts["logs.slowdown.ranks"] == [1]
+    # a warning is not a failure
+    assert facts["failure.message.id"] is None
+
+
+def test_no_performance_warning_no_slowdown_facts(tmp_path):
+    (tmp_path / "rank0.log").write_text("step 10 loss 0.5\n")
+    assert not any(k.startswith("logs.slowdown.") for k in analyze_logs([str(tmp_path)]).facts)
+
+
+def test_slows_is_refused_on_a_cause_message(tmp_path):
+    bad = tmp_path / "x.toml"
+    bad.write_text(
+        'family = "x"\ntitle = "x"\nsources = ["s"]\n[[message]]\nid = "x.y"\npatterns = ["boom"]\n'
+        'kind = "code"\nrole = "cause"\nslows = "input"\ncause = "c"\n[message.fix]\ntitle = "t"\nchange = "c"\n'
+        '[[message.excerpt]]\ntext = "boom"\nsource = "s"\n'
+    )
+    with pytest.raises(CatalogueError, match="slows must be one of input, compute, communication"):
+        load_family(bad)
