@@ -536,10 +536,12 @@ def estimate_seconds(expectations: list[Expectation], conditions: list[str], rep
     return per * repeat * len(conditions)
 
 
-def reanalyze(kept: list[Path], only: list[str]) -> int:
-    """Analyze kept bundles again and print how each is scored now (and what it was)."""
+def reanalyze(kept: list[Path], only: list[str], json_out: str | None = None) -> int:
+    """Analyze kept bundles again and print how each is scored now (and what it was); the kept folders are
+    only read (the analysis writes into a temporary folder). ``json_out``: each run's score, now and then."""
     exps = {e.name: e for e in load_scenarios()}
-    right = total = 0
+    right = total = fixes_right = fixes_scored = 0
+    runs: list[dict] = []
     for root in kept:
         for run in sorted(p for p in root.iterdir() if (p / "bundle").is_dir()):
             name, cond, rep = run.name.rsplit("-", 2)
@@ -553,15 +555,23 @@ def reanalyze(kept: list[Path], only: list[str]) -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 diag = analyze(run / "bundle", Path(tmp))
             s = score(exps[name], diag)
+            then = score(exps[name], before) if before else None
             total += 1
             right += s["verdict_ok"]
+            fixes_scored += s["fix_ok"] is not None
+            fixes_right += bool(s["fix_ok"])
             was = (before.get("verdict") or {}).get("bottleneck") or "none"
             print(
                 f"  {cond:4} #{rep} {name:28} {'ok ' if s['verdict_ok'] else 'BAD'} {s['verdict']:13} "
-                f"(was {was}) rule={s['judged_rule']} fix={'-' if s['fix_ok'] is None else s['fix_ok']}",
+                f"(was {was}) rule={s['judged_rule']} fix={'-' if s['fix_ok'] is None else s['fix_ok']}"
+                f" first fix: {s['first_fix']}",
                 flush=True,
             )
-    print(f"re-analyzed: verdict right in {right} of {total}")
+            runs.append({"scenario": name, "condition": cond, "repeat": rep, "now": s, "then": then})
+    print(f"re-analyzed: verdict right in {right} of {total}; first fix right in {fixes_right} of {fixes_scored}")
+    if json_out:
+        meta = {"commit": _git_commit(), "kept": [str(k) for k in kept], "date": time.strftime("%Y-%m-%d %H:%M")}
+        Path(json_out).write_text(json.dumps({"meta": meta, "runs": runs}, indent=1), encoding="utf-8")
     return 0 if total else 2
 
 
@@ -607,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.reanalyze:
-        return reanalyze([Path(k) for k in args.reanalyze], args.only)
+        return reanalyze([Path(k) for k in args.reanalyze], args.only, args.json)
     keep = Path(args.keep) if args.keep else None
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
