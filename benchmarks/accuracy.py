@@ -50,7 +50,11 @@ VERDICT_CATEGORIES = ("dataloader", "communication", "compute", "imbalance")
 HEADER_KEYS = ("verdict", "rule", "first-fix", "absent")
 CONDITIONS = ("idle", "busy")
 JOB_TIMEOUT_S = 180
-SECONDS_PER_CPU_RUN = 12.0  # estimate (run + analyze) on a 2-core machine
+# wall seconds per two-rank CPU job (run + analyze) on an idle 2-core machine, measured: acc43 (docs/ACCURACY.md,
+# ccf177e) took 20 min of wall time for 130 CPU runs and 14 synthetic ones, (1200 - 14 x 3) / 130 = 8.9 s; its
+# s/run column (the job alone) averages 6.6 s idle and 8.4 s busy. A host loaded by other work is slower
+# (blind round 5's first sight, load average 10-18: 25-51 s per job)
+SECONDS_PER_CPU_RUN = 9.0
 SECONDS_PER_SYNTH_RUN = 3.0
 
 
