@@ -564,7 +564,7 @@ def reanalyze(kept: list[Path], only: list[str], json_out: str | None = None) ->
             right += s["verdict_ok"]
             fixes_scored += s["fix_ok"] is not None
             fixes_right += bool(s["fix_ok"])
-            was = (before.get("verdict") or {}).get("bottleneck") or "none"
+            was = then["verdict"] if then else "not kept"
             print(
                 f"  {cond:4} #{rep} {name:28} {'ok ' if s['verdict_ok'] else 'BAD'} {s['verdict']:13} "
                 f"(was {was}) rule={s['judged_rule']} fix={'-' if s['fix_ok'] is None else s['fix_ok']}"

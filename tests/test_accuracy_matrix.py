@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -392,3 +393,33 @@ def test_score_failed_run_without_the_expected_rule_judges_the_failure_finding()
     s = acc.score(_exp(verdict="failure", rule="FL021", first_fix="every rank"), d)
     assert s["verdict_ok"] and not s["rule_ok"] and s["judged_rule"] == "FL010"
     assert s["first_fix"] == "The ranks passed tensors of different sizes to one collective" and s["fix_ok"] is False
+
+
+def test_reanalyze_scores_now_and_then_and_only_reads_the_kept_folder(tmp_path, monkeypatch, capsys):
+    name = "b5_syncbn_on_cpu_gloo"
+    run = tmp_path / "kept" / f"{name}-idle-0"
+    (run / "bundle").mkdir(parents=True)
+    (run / "bundle" / "manifest.json").write_text("{}", encoding="utf-8")
+    then = {"verdict": {"bottleneck": "none"}, "findings": []}
+    (run / "diagnosis.json").write_text(json.dumps(then), encoding="utf-8")
+    now = {
+        "verdict": {"kind": "failure", "rule": "FL010", "bottleneck": "failure"},
+        "findings": [{"rule": "FL010", "category": "failure", "fixes": [{"title": "SyncBatchNorm runs only on GPUs"}]}],
+    }
+    seen = []
+    monkeypatch.setattr(acc, "analyze", lambda folder, work: seen.append(folder) or now)
+    before = sorted((p.relative_to(tmp_path), p.read_bytes() if p.is_file() else b"") for p in tmp_path.rglob("*"))
+    out = tmp_path / "after.json"
+    assert acc.main(["--reanalyze", str(tmp_path / "kept"), "--out", "-", "--json", str(out)]) == 0
+    assert (
+        sorted(
+            (p.relative_to(tmp_path), p.read_bytes() if p.is_file() else b"") for p in tmp_path.rglob("*") if p != out
+        )
+        == before
+    )
+    assert seen == [run / "bundle"]
+    runs = json.loads(out.read_text(encoding="utf-8"))["runs"]
+    assert [r["scenario"] for r in runs] == [name]
+    assert runs[0]["now"]["first_fix"] == "SyncBatchNorm runs only on GPUs" and runs[0]["then"]["first_fix"] is None
+    printed = capsys.readouterr().out
+    assert "first fix: SyncBatchNorm runs only on GPUs" in printed
