@@ -50,7 +50,11 @@ VERDICT_CATEGORIES = ("dataloader", "communication", "compute", "imbalance")
 HEADER_KEYS = ("verdict", "rule", "first-fix", "absent")
 CONDITIONS = ("idle", "busy")
 JOB_TIMEOUT_S = 180
-SECONDS_PER_CPU_RUN = 12.0  # estimate (run + analyze) on a 2-core machine
+# wall seconds per two-rank CPU job (run + analyze) on an idle 2-core machine, measured: acc43 (docs/ACCURACY.md,
+# ccf177e) took 20 min of wall time for 130 CPU runs and 14 synthetic ones, (1200 - 14 x 3) / 130 = 8.9 s; its
+# s/run column (the job alone) averages 6.6 s idle and 8.4 s busy. A host loaded by other work is slower
+# (blind round 5's first sight, load average 10-18: 25-51 s per job)
+SECONDS_PER_CPU_RUN = 9.0
 SECONDS_PER_SYNTH_RUN = 3.0
 
 
@@ -536,10 +540,12 @@ def estimate_seconds(expectations: list[Expectation], conditions: list[str], rep
     return per * repeat * len(conditions)
 
 
-def reanalyze(kept: list[Path], only: list[str]) -> int:
-    """Analyze kept bundles again and print how each is scored now (and what it was)."""
+def reanalyze(kept: list[Path], only: list[str], json_out: str | None = None) -> int:
+    """Analyze kept bundles again and print how each is scored now (and what it was); the kept folders are
+    only read (the analysis writes into a temporary folder). ``json_out``: each run's score, now and then."""
     exps = {e.name: e for e in load_scenarios()}
-    right = total = 0
+    right = total = fixes_right = fixes_scored = 0
+    runs: list[dict] = []
     for root in kept:
         for run in sorted(p for p in root.iterdir() if (p / "bundle").is_dir()):
             name, cond, rep = run.name.rsplit("-", 2)
@@ -553,15 +559,23 @@ def reanalyze(kept: list[Path], only: list[str]) -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 diag = analyze(run / "bundle", Path(tmp))
             s = score(exps[name], diag)
+            then = score(exps[name], before) if before else None
             total += 1
             right += s["verdict_ok"]
-            was = (before.get("verdict") or {}).get("bottleneck") or "none"
+            fixes_scored += s["fix_ok"] is not None
+            fixes_right += bool(s["fix_ok"])
+            was = then["verdict"] if then else "not kept"
             print(
                 f"  {cond:4} #{rep} {name:28} {'ok ' if s['verdict_ok'] else 'BAD'} {s['verdict']:13} "
-                f"(was {was}) rule={s['judged_rule']} fix={'-' if s['fix_ok'] is None else s['fix_ok']}",
+                f"(was {was}) rule={s['judged_rule']} fix={'-' if s['fix_ok'] is None else s['fix_ok']}"
+                f" first fix: {s['first_fix']}",
                 flush=True,
             )
-    print(f"re-analyzed: verdict right in {right} of {total}")
+            runs.append({"scenario": name, "condition": cond, "repeat": rep, "now": s, "then": then})
+    print(f"re-analyzed: verdict right in {right} of {total}; first fix right in {fixes_right} of {fixes_scored}")
+    if json_out:
+        meta = {"commit": _git_commit(), "kept": [str(k) for k in kept], "date": time.strftime("%Y-%m-%d %H:%M")}
+        Path(json_out).write_text(json.dumps({"meta": meta, "runs": runs}, indent=1), encoding="utf-8")
     return 0 if total else 2
 
 
@@ -607,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.reanalyze:
-        return reanalyze([Path(k) for k in args.reanalyze], args.only)
+        return reanalyze([Path(k) for k in args.reanalyze], args.only, args.json)
     keep = Path(args.keep) if args.keep else None
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)

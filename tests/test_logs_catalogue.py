@@ -10,7 +10,7 @@ from test_no_placeholders import PLACEHOLDER
 
 from ddpdoctor.errors import InputError
 from ddpdoctor.logs import analyze_logs
-from ddpdoctor.logs.catalogue import CatalogueError, default_messages, load_catalogue
+from ddpdoctor.logs.catalogue import CatalogueError, default_messages, load_catalogue, load_family
 from ddpdoctor.logs.messages import _Lookup, scan
 from ddpdoctor.rules_engine.facts import merge_facts
 from ddpdoctor.rules_engine.registry import build_ruleset
@@ -357,3 +357,70 @@ def test_ucx_sigbus_line_is_a_kill_with_the_shm_fix(tmp_path):
     assert facts["failure.root_cause.kind"] == "killed" and facts["failure.killed.signal"] == "SIGBUS"
     assert facts["failure.message.id"] == "ucx.caught_sigbus"
     assert top.rule == "FL008" and "/dev/shm" in top.fixes[0].title
+
+
+def test_syncbatchnorm_on_a_cpu_module_names_syncbatchnorm_and_the_cpu_alternative(tmp_path):
+    facts, top = _top(
+        tmp_path,
+        "out.log",
+        "[rank0]: ValueError: SyncBatchNorm layers only work with GPU modules\n"
+        "[rank1]: ValueError: SyncBatchNorm layers only work with GPU modules\n",
+    )
+    assert facts["failure.message.id"] == "syncbn.cpu_module"
+    assert "SyncBatchNorm" in top.fixes[0].title and "BatchNorm on CPU" in top.fixes[0].title
+    assert "convert_sync_batchnorm" in top.fixes[0].change
+
+
+def _gloo_size_mismatch(got: int, want: int) -> str:
+    return (
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
+        f"/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. {got} vs {want}. "
+        "Received data size doesn't match expected size.\n"
+    )
+
+
+@pytest.mark.parametrize(("got", "want", "factor"), [(8, 4, 2), (4, 8, 2), (4096, 1024, 4), (16, 2, 8)])
+def test_a_gloo_size_ratio_of_an_element_size_names_the_dtype(tmp_path, got, want, factor):
+    facts, top = _top(tmp_path, "rank0.log", _gloo_size_mismatch(got, want))
+    assert facts["failure.message.id"] == "gloo.size_mismatch"
+    assert "dtype" in top.fixes[0].title and f"a factor of {factor}" in top.fixes[0].title
+    assert "float64" in top.fixes[0].change and "float32" in top.fixes[0].change
+
+
+@pytest.mark.parametrize(("got", "want"), [(1046204, 1040256), (12, 4), (8773728, 8386560)])
+def test_a_gloo_size_mismatch_no_element_size_explains_asks_for_equal_sizes(tmp_path, got, want):
+    _facts, top = _top(tmp_path, "rank0.log", _gloo_size_mismatch(got, want))
+    assert "dtype" not in top.fixes[0].title and "different sizes" in top.fixes[0].title
+
+
+def test_a_performance_warning_in_the_logs_is_a_slowdown_fact_with_its_fix(tmp_path):
+    (tmp_path / "rank1.log").write_text(
+        "[rank1]: /home/me/proj/train.py:61: UserWarning: Creating a tensor from a list of numpy.ndarrays is "
+        "extremely slow. Please consider converting the list to a single numpy.ndarray with numpy.array() before "
+        "converting to a tensor. (Triggered internally at /pytorch/torch/csrc/utils/tensor_new.cpp:252.)\n"
+    )
+    facts = analyze_logs([str(tmp_path)]).facts
+    assert facts["logs.slowdown.id"] == "torch.tensor_from_ndarray_list" and facts["logs.slowdown.slows"] == "input"
+    assert "Stack" in facts["logs.slowdown.fix_title"] and "np.stack" in facts["logs.slowdown.fix"]
+    # the user's file:line without its directories, torch's own place cut off
+    assert facts["logs.slowdown.text"].startswith("train.py:61: UserWarning: Creating a tensor")
+    assert "/home/me" not in facts["logs.slowdown.text"] and "Triggered" not in facts["logs.slowdown.text"]
+    assert facts["logs.slowdown.ranks"] == [1]
+    # a warning is not a failure
+    assert facts["failure.message.id"] is None
+
+
+def test_no_performance_warning_no_slowdown_facts(tmp_path):
+    (tmp_path / "rank0.log").write_text("step 10 loss 0.5\n")
+    assert not any(k.startswith("logs.slowdown.") for k in analyze_logs([str(tmp_path)]).facts)
+
+
+def test_slows_is_refused_on_a_cause_message(tmp_path):
+    bad = tmp_path / "x.toml"
+    bad.write_text(
+        'family = "x"\ntitle = "x"\nsources = ["s"]\n[[message]]\nid = "x.y"\npatterns = ["boom"]\n'
+        'kind = "code"\nrole = "cause"\nslows = "input"\ncause = "c"\n[message.fix]\ntitle = "t"\nchange = "c"\n'
+        '[[message.excerpt]]\ntext = "boom"\nsource = "s"\n'
+    )
+    with pytest.raises(CatalogueError, match="slows must be one of input, compute, communication"):
+        load_family(bad)

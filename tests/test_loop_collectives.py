@@ -48,3 +48,26 @@ def test_a_call_on_one_rank_only_is_not_every_ranks():
     one = _st(50.0, _sig("torch.distributed.barrier", "torch.distributed.barrier in main (t.py:5)", 9.0))
     assert loop_collective_facts({0: one, 1: _st(50.0)}) == {}
     assert loop_collective_facts({0: one}) == {}
+
+
+def _clip_sigs(func: str, ms: float):
+    where = f"torch.distributed.all_reduce in {func} (train.py:63)"
+    sig = {"lib": "torch.distributed.all_reduce", "where": where, "func": func, "ms_per_step": ms, "sync": True}
+    return _st(100.0, sig)
+
+
+def test_a_collective_inside_a_gradient_norm_function_is_said_so():
+    for func in ("clip_global_grad_norm", "compute_gradnorm", "Trainer.clip_gradients"):
+        f = loop_collective_facts({0: _clip_sigs(func, 40.0), 1: _clip_sigs(func, 30.0)})
+        assert f["python.loop_collective.in_grad_norm"] is True, func
+    for func in ("log_metrics", "main", "reduce_loss"):
+        f = loop_collective_facts({0: _clip_sigs(func, 40.0), 1: _clip_sigs(func, 30.0)})
+        assert f["python.loop_collective.in_grad_norm"] is False, func
+
+
+def test_no_function_recorded_says_nothing_about_gradient_norms():
+    f = loop_collective_facts(
+        {0: _st(50.0, _sig("torch.distributed.all_reduce", "x in y (t.py:1)", 9.0))}
+        | {1: _st(50.0, _sig("torch.distributed.all_reduce", "x in y (t.py:1)", 9.0))}
+    )
+    assert "python.loop_collective.in_grad_norm" not in f and f["python.loop_collective.call"] == "all_reduce"

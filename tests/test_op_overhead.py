@@ -51,3 +51,37 @@ def test_nothing_to_measure():
     assert op_overhead_extras(spans([(0.0, 1.0)]), iv.EMPTY, np.array([]), np.array([])) == {}
     # an operator outside every step
     assert op_overhead_extras(spans([(5.0, 6.0)]), iv.EMPTY, np.array([10.0]), np.array([20.0])) == {}
+
+
+def test_parametrization_maps_counted_outermost_with_their_backward():
+    from ddpdoctor.metrics.op_overhead import param_map_extras
+
+    # two steps of 1000 µs; per step: 3 forward matrix_exp calls of 50 µs (one with a nested matrix_exp), one
+    # backward node of 100 µs with a matrix_exp inside it, and an unrelated matmul
+    names, start, end = [], [], []
+    for base in (0.0, 1000.0):
+        for k in range(3):
+            names.append("aten::linalg_matrix_exp")
+            start.append(base + k * 100.0)
+            end.append(base + k * 100.0 + 50.0)
+        names.append("aten::matrix_exp")  # nested in the first call
+        start.append(base + 10.0)
+        end.append(base + 20.0)
+        names.append("LinalgMatrixExpBackward0")
+        start.append(base + 500.0)
+        end.append(base + 600.0)
+        names.append("aten::linalg_matrix_exp")  # inside the backward node: not a forward call
+        start.append(base + 510.0)
+        end.append(base + 590.0)
+        names.append("aten::mm")
+        start.append(base + 700.0)
+        end.append(base + 900.0)
+    out = param_map_extras(Spans.build(start, end, names), np.array([0.0, 1000.0]), np.array([1000.0, 2000.0]))
+    assert out["param_map_calls_per_step"] == 3.0
+    assert abs(out["param_map_share"] - (3 * 50 + 100) / 1000) < 1e-9
+
+
+def test_no_parametrization_map_no_facts():
+    from ddpdoctor.metrics.op_overhead import param_map_extras
+
+    assert param_map_extras(spans([(0.0, 5.0)]), np.array([0.0]), np.array([10.0])) == {}

@@ -13,12 +13,27 @@ most time summed over the ranks.
 
 from __future__ import annotations
 
+import re
 from statistics import median
 
 from .values import as_number, put_fact, safe_where
 
 LIB_PREFIX = "torch.distributed."
 OBJECT_CALLS = ("all_gather_object", "gather_object", "broadcast_object_list", "scatter_object_list")
+# a function whose name says it clips gradients or computes their norm (clip_grad_norm_, clip_global_grad_norm,
+# grad_norm, compute_gradnorm, ClipGradients.apply): a collective there sums per-parameter norms over ranks,
+# which DDP's averaged gradients make unnecessary
+GRAD_NORM_FUNC = re.compile(r"clip|grad_?norm|norm_?grad", re.IGNORECASE)
+
+
+def _funcs(sampled: dict[int, dict]) -> dict[str, str]:
+    """The script function each call site is in (the signature's ``func``), by ``where``."""
+    out: dict[str, str] = {}
+    for st in sampled.values():
+        for s in st.get("signatures") or []:
+            if isinstance(s, dict) and isinstance(s.get("where"), str) and isinstance(s.get("func"), str):
+                out.setdefault(s["where"], s["func"])
+    return out
 
 
 def _per_site(st: dict) -> dict[tuple[str, str], float]:
@@ -54,7 +69,11 @@ def loop_collective_facts(sampled: dict[int, dict]) -> dict:
     step_ms = median(as_number(st.get("step_ms")) or 0.0 for st in sampled.values())
     facts["python.loop_collective.call"] = lib[len(LIB_PREFIX) :]
     facts["python.loop_collective.object_call"] = lib.rsplit(".", 1)[-1] in OBJECT_CALLS
-    put_fact(facts, "python.loop_collective.where", safe_where(max(sorted(places), key=lambda w: places[w])))
+    where = max(sorted(places), key=lambda w: places[w])
+    put_fact(facts, "python.loop_collective.where", safe_where(where))
+    func = _funcs(sampled).get(where)
+    if func is not None:
+        facts["python.loop_collective.in_grad_norm"] = bool(GRAD_NORM_FUNC.search(func))
     put_fact(facts, "python.loop_collective.ms_per_step", round(every, 3), per_rank)
     if step_ms > 0:
         facts["python.loop_collective.share"] = round(every / step_ms, 4)

@@ -49,6 +49,7 @@ _DDP = (
     "static_graph",
     "comm_hook",
     "param_count",
+    "param_tensors",
     "grad_bytes",
     "num_buckets",
     "bucket_sizes_bytes",

@@ -20,7 +20,7 @@ from .hang import apply_blocked_root, apply_busy_root, hang_dumps, hang_facts
 from .hostrec import fill_network_suggestion, host_records
 from .interrupt import apply_interrupt
 from .jsonl import parse_error_file, parse_events
-from .messages import cause_event, message_facts, scan, versions
+from .messages import cause_event, message_facts, scan, slowdown_facts, versions
 from .model import LogEvent, NcclFacts
 from .nccl import NcclCollector
 from .netfacts import nccl_facts
@@ -260,6 +260,7 @@ def analyze_logs(
     facts.update(versions(lines, nccl.versions_by_host))
     apply_exception_place(facts, events, lines)  # the user's file:line the root-cause exception was raised at
     facts.update(message_facts(lines, facts, known, found))
+    facts.update(slowdown_facts(found, known))  # a performance warning torch printed while the job ran
     apply_callsite_root(facts, known, lines, events)  # a size mismatch between two call sites (logs/callsite.py)
     apply_crash_place(facts, lines)  # where a rank that died of a signal was (faulthandler's stacks)
     apply_interrupt(facts, known)  # Ctrl-C is not the failure to fix

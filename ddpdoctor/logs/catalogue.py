@@ -35,8 +35,24 @@ KINDS = (
     "symptom",
 )
 ROLES = ("cause", "symptom", "context")
+# the part of the step a context warning's cause makes slow (a performance warning torch prints while the job
+# runs: the rules of that part lead with its fix, logs/messages.py slowdown_facts)
+SLOWS = ("input", "compute", "communication")
 FILE_KEYS = {"family", "title", "sources", "message"}
-ENTRY_KEYS = {"id", "patterns", "parse", "kind", "role", "cause", "needs", "fix", "excerpt", "specific", "cause_if"}
+ENTRY_KEYS = {
+    "id",
+    "patterns",
+    "parse",
+    "kind",
+    "role",
+    "cause",
+    "needs",
+    "fix",
+    "excerpt",
+    "specific",
+    "cause_if",
+    "slows",
+}
 FIX_KEYS = {"title", "change"}
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
 
@@ -71,6 +87,7 @@ class Message:
     # reads; the message engine searches `patterns` only (an entry with no patterns is evidence through the
     # parser's event alone)
     parse: list[re.Pattern] = field(default_factory=list)
+    slows: str | None = None  # a performance warning: the part of the step it makes slow (SLOWS)
 
     def match(self, text: str) -> re.Match | None:
         for p in self.patterns:
@@ -198,6 +215,9 @@ def _entry(path: Path, family: str, raw) -> Message:
         except ExprError as exc:
             _fail(path, mid, f"cause_if: {exc}")
         _names_ok(path, mid, cause_if.names, groups, "cause_if")
+    slows = raw.get("slows")
+    if slows is not None and (slows not in SLOWS or raw["role"] != "context"):
+        _fail(path, mid, f"slows must be one of {', '.join(SLOWS)}, on a context message (got {slows!r})")
     return Message(
         mid,
         family,
@@ -213,6 +233,7 @@ def _entry(path: Path, family: str, raw) -> Message:
         str(path),
         cause_if,
         parse,
+        slows,
     )
 
 

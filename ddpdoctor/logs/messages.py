@@ -179,3 +179,36 @@ def message_facts(lines, facts: dict, known: dict, found: dict[str, dict] | None
         }
     )
     return out
+
+
+def slowdown_facts(found: dict[str, dict], known: dict) -> dict:
+    """logs.slowdown.*: the earliest performance warning of the catalogue (a context message with ``slows``)
+    in the logs, with its fix rendered: torch saying what makes the step slow, for the rules of that part."""
+    warned = [m for m in default_messages() if m.id in found and m.slows is not None]
+    if not warned:
+        return {}
+    msg = min(warned, key=lambda m: found[m.id]["first"][:2])
+    hit = found[msg.id]
+    _t, _o, text, _rank, groups, _file, _no = hit["first"]
+    look = _Lookup(dict(known), groups)
+    title, _m1 = msg.fix_title.render(look)
+    change, _m2 = msg.fix_change.render(look)
+    if title is None or change is None:
+        return {}
+    return {
+        "logs.slowdown.id": msg.id,
+        "logs.slowdown.slows": msg.slows,
+        "logs.slowdown.fix_title": title.strip(),
+        "logs.slowdown.fix": change.strip("\n"),
+        "logs.slowdown.text": _short_warning(text),
+        "logs.slowdown.ranks": sorted(hit["ranks"]),
+        "logs.slowdown.count": hit["count"],
+    }
+
+
+_DIRS = re.compile(r"(?:/[^\s/:]+)+/([^\s/:]+:\d+)")
+
+
+def _short_warning(text: str) -> str:
+    """A warning line for a report: the user's file:line without its directories, torch's own place cut off."""
+    return _DIRS.sub(r"\1", text.split(" (Triggered internally at ")[0]).strip()[:300]

@@ -19,6 +19,21 @@ from . import intervals as iv
 
 TINY_US = 50.0  # an operator (or a gap between two) this short is mostly fixed per-call cost
 
+# the maps of torch.nn.utils.parametrizations (orthogonal: matrix_exp, householder_product; weight_norm) and
+# their backward nodes: a parametrized weight is recomputed by these at every access unless
+# torch.nn.utils.parametrize.cached() holds it for the step
+PARAM_MAP_OPS = frozenset(
+    {"aten::linalg_matrix_exp", "aten::matrix_exp", "aten::linalg_householder_product", "aten::_weight_norm"}
+)
+PARAM_MAP_BACKWARD = frozenset(
+    {
+        "LinalgMatrixExpBackward0",
+        "MatrixExpBackward0",
+        "LinalgHouseholderProductBackward0",
+        "WeightNormInterfaceBackward0",
+    }
+)
+
 
 def top_level(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The spans not nested inside an earlier one, sorted by start."""
@@ -30,6 +45,35 @@ def top_level(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarra
     top = np.ones(s.size, dtype=bool)
     top[1:] = s[1:] >= reach[:-1]
     return s[top], e[top]
+
+
+def param_map_extras(main_ops: Spans, ws: np.ndarray, we: np.ndarray) -> dict[str, float]:
+    """param_map_calls_per_step (outermost forward calls of a parametrization map) and param_map_share (their
+    time and their backward nodes' time, nesting counted once) over the step windows."""
+    if not ws.size or not len(main_ops) or len(main_ops.names) != len(main_ops):
+        return {}
+    idx = [i for i, n in enumerate(main_ops.names) if n in PARAM_MAP_OPS or n in PARAM_MAP_BACKWARD]
+    if not idx:
+        return {}
+    sel = np.asarray(idx)
+    s, e = main_ops.start[sel], main_ops.end[sel]
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    names = [main_ops.names[idx[k]] for k in order]
+    reach = np.maximum.accumulate(e)
+    top = np.ones(s.size, dtype=bool)
+    top[1:] = s[1:] >= reach[:-1]
+    step = np.searchsorted(ws, s, side="right") - 1
+    inside = (step >= 0) & top
+    inside[inside] = e[inside] <= we[step[inside]]
+    total = float(np.sum(we - ws))
+    if not inside.any() or total <= 0:
+        return {}
+    calls = sum(1 for k in np.flatnonzero(inside) if names[k] in PARAM_MAP_OPS)
+    return {
+        "param_map_calls_per_step": calls / ws.size,
+        "param_map_share": float(np.sum(e[inside] - s[inside])) / total,
+    }
 
 
 def op_overhead_extras(main_ops: Spans, loader: iv.Intervals, ws: np.ndarray, we: np.ndarray) -> dict[str, float]:
