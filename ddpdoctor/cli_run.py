@@ -269,8 +269,12 @@ def _analyze(
     out: Path, have_traces: bool, settings: list, warmup: int, analysis: list[str], failed=False, quiet=False
 ) -> None:
     if not have_traces:
+        from .capture.host.manifest import NEVER_JOINED, never_joined
+
         steps = [s.get("steps_completed") for s in settings if s and s.get("steps_completed") is not None]
-        if settings and not any(steps):
+        if never_joined({i: s for i, s in enumerate(settings) if s}):
+            why = NEVER_JOINED
+        elif settings and not any(steps):
             why = "no training step was seen (no torch.optim optimizer step and no DDP forward)"
         elif steps and max(steps) <= warmup:
             why = (
