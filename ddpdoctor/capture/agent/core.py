@@ -30,10 +30,10 @@ from . import gil as _gil
 from . import hang as _hang
 from . import jobtree as _jobtree  # the job's whole process tree, for contention
 from . import join as _join  # a process becomes a rank when it joins a process group
-from . import membership as _membership  # this rank's process group: joins, the provisional folder, forks
 from . import lifecycle as _lifecycle
 from . import loader as _loader  # the DataLoader's window: wait, CPU of the loading
 from . import log as _log
+from . import membership as _membership  # this rank's process group: joins, the provisional folder, forks
 from . import overrides as _overrides  # `run --try` changes applied in this rank
 from . import patches as _patches
 from . import process as _process
@@ -88,6 +88,8 @@ def join_as_rank(argv: list[str], spawned: bool, forked: bool, prepare):
     env = _join.rank_env(os.environ, rank, world, local)
     agent = start(env, prepare=prepare, launcher=_join.launcher_of(env, argv, sys.modules, spawned, forked))
     agent.torch = torch
+    if forked:
+        agent.group.end_with_forked_child()
     if attach is not None:
         attach(agent)
     return agent

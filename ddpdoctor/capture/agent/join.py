@@ -14,6 +14,9 @@ joins (the parent of spawn, DataLoader workers, Ray's own processes) never write
 
 from __future__ import annotations
 
+import os
+import sys
+
 from . import patches as _patches
 
 C10D = "torch.distributed.distributed_c10d"
@@ -62,8 +65,14 @@ class Pending:
     def internal_error(self, place: str, exc: BaseException) -> None:
         if self.agent is not None:
             self.agent.internal_error(place, exc)
-        elif len(self.errors) < 20:
+            return
+        if len(self.errors) < 20:
             self.errors.append(f"{place}: {type(exc).__name__}: {exc}")
+        if self.tried and len(self.errors) == 1:  # joining failed: this rank is not recorded, said once
+            try:
+                sys.stderr.write(f"ddpdoctor: capture disabled in pid {os.getpid()}: {self.errors[0]}\n")
+            except Exception:
+                pass
 
 
 def watch(pending: Pending) -> None:

@@ -93,6 +93,30 @@ class Membership:
             os.rename(a.dir, os.path.join(ranks, "rank0"))
             a.dir, a.provisional = os.path.join(ranks, "rank0"), False
 
+    def end_with_forked_child(self) -> None:
+        """A child forked by multiprocessing ends with ``os._exit`` after its target returns: atexit never runs
+        there.  Its exit is taken where multiprocessing ends it (``util._exit_function``, still inside the
+        target's ``finally``, so the exception or ``SystemExit`` that ends the child is at hand)."""
+        import multiprocessing.util as mp_util
+
+        mp_util.Finalize(None, self._forked_child_ends, exitpriority=100)
+
+    def _forked_child_ends(self) -> None:
+        a, life = self.agent, self.agent.life
+        exc = sys.exc_info()[1]
+        if life.exit_code is None:
+            if isinstance(exc, SystemExit):
+                code = exc.code
+                life.exit_code = code if isinstance(code, int) else (0 if code is None else 1)
+                life.exit_reason = "sys.exit"
+            elif exc is not None:
+                with a.errors.quiet("forked child's exception"):
+                    a.settings.record_exception(type(exc), exc, exc.__traceback__)
+                life.exit_code, life.exit_reason = 1, f"uncaught {type(exc).__name__}"
+            else:
+                life.exit_code, life.exit_reason = 0, "end of program"
+        a.finalize("exit")
+
     def after_fork_in_child(self) -> None:
         a = self.agent
         a.life.after_fork_in_child()

@@ -66,7 +66,12 @@ PATCHES = (
     Patch("torch", "compile", before="compile_called", optional=True),
     Patch("torch.optim.optimizer", "register_optimizer_step_post_hook", register="optimizer_stepped"),
     # before torch.distributed re-exports it (the wrapper is installed when distributed_c10d finishes importing)
-    Patch("torch.distributed.distributed_c10d", "init_process_group", before="settings.init_called"),
+    Patch(
+        "torch.distributed.distributed_c10d",
+        "init_process_group",
+        before="settings.init_called",
+        after="process_group_joined",  # this process is a rank of that group from now on (membership.py)
+    ),
     Patch(_DDP, "DistributedDataParallel.__init__", args="tried_ddp", after="ddp_created"),
     Patch(_DDP, "DistributedDataParallel.forward", before="ddp_forward", after="settings.ddp_output"),
     Patch(_LOADER, "DataLoader.__init__", args="tried_dataloader", when="tries_dataloader"),
