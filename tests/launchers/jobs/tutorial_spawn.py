@@ -30,7 +30,8 @@ def train(rank, world_size, args):
     if args.no_join:  # a job whose processes never join a process group
         time.sleep(0.2)
         return
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    init = getattr(args, "init_method", None)  # None: env:// (MASTER_ADDR / MASTER_PORT)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world_size)
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -44,7 +45,7 @@ def train(rank, world_size, args):
         opt.step()
         if step + 1 == args.rejoin_after:  # a second phase in a new process group (the DDP model is rebuilt)
             dist.destroy_process_group()
-            dist.init_process_group("gloo", rank=rank, world_size=world_size)
+            dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world_size)
             model = DDP(model.module)  # the same parameters: the same optimizer steps them
         if args.hold_s:
             time.sleep(args.hold_s)
