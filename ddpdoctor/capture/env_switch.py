@@ -6,9 +6,10 @@ Python start-up: when ``DDPDOCTOR_CAPTURE`` is set it calls :func:`start` (cost 
 this process what ``ddpdoctor run`` does around it:
 
 - the same agent (the ``capture/agent/`` folder, loaded by path as ``sitecustomize`` loads it under ``run``),
-  which decides the same way whether this process is a training rank (``process.should_activate``:
-  RANK/LOCAL_RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK; launcher and helper
-  processes never are);
+  which decides the same way whether this process is a training rank (``process.activation``: a rank from
+  start-up with RANK/LOCAL_RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK; any other process
+  only once it joins a process group -- spawn's children, Ray Train's workers --, loading nothing but the
+  agent's join watch until then; launcher and tool processes never are);
 - the same environment defaults (``host/launcher.capture_env``: NCCL_DEBUG, the NCCL debug file per rank,
   Flight Recorder dumps), set only where the job did not set them;
 - what the launcher writes outside the ranks (manifest.json, hosts/<host>.json, the end-of-run
@@ -107,9 +108,13 @@ def _start(out: str | None) -> bool:
         return False
     if mode != process.RANK:  # not a rank yet: one when it joins a process group (spawn's ranks, Ray's workers)
         if AGENT_PACKAGE + ".join" not in sys.modules:
-            load_agent(AGENT_PACKAGE + ".join").watch_from_start(
-                argv, process.is_spawned_child(argv), lambda rank_env: _prepare(bundle, rank_env)
-            )
+            spawned = process.is_spawned_child(argv)
+
+            def become_rank(_args, _kwargs):  # the rest of the agent loads only if the process joins
+                return load_agent().join_as_rank(argv, spawned, False, lambda rank_env: _prepare(bundle, rank_env))
+
+            join = load_agent(AGENT_PACKAGE + ".join")
+            join.watch(join.Pending(become_rank))
         return False
     agent_mod = load_agent()
     if agent_mod.AGENT is not None:

@@ -63,7 +63,8 @@ def maybe_activate(prepare=None) -> None:
     if mode in (_process.RANK, _process.PROVISIONAL):
         start(os.environ, provisional=mode == _process.PROVISIONAL, prepare=prepare)
     elif mode == _process.ON_JOIN:
-        _join.watch_from_start(argv, _process.is_spawned_child(argv), prepare)
+        spawned = _process.is_spawned_child(argv)
+        _join.watch(_join.Pending(lambda _args, _kwargs: join_as_rank(argv, spawned, False, prepare)))
 
 
 def start(env, provisional: bool = False, prepare=None, launcher: str | None = None):
@@ -113,7 +114,7 @@ class Agent:
         self.window_group = None  # which of them (1-based) the window started in
         self.launcher = None  # the launcher that started this rank (join.LAUNCHERS), once known
         self.prepare = None  # the environment switch's run records for a forked child that joins
-        self.group = _membership.Membership(self)
+        self.group = _membership.Membership(self, join_as_rank)
         self.errors = _log.ErrorCounter()
         self.log = _log.EventLog(self.rank, self.pid, self.errors)
         self.lock = self.log.lock

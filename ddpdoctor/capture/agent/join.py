@@ -80,19 +80,6 @@ def watch(pending: Pending) -> None:
     _patches.install(pending, JOIN_PATCHES)
 
 
-def watch_from_start(argv: list[str], spawned: bool, prepare=None) -> Pending:
-    """A process not known as a rank at start-up: the rest of the agent loads only if it joins."""
-
-    def become_rank(_args, _kwargs):
-        from . import core
-
-        return core.join_as_rank(argv, spawned, False, prepare)
-
-    pending = Pending(become_rank)
-    watch(pending)
-    return pending
-
-
 def group_identity(torch, env) -> tuple[int, int, int]:
     """(rank, world size, local rank) of the default process group just joined.  The local rank: the
     launcher's variable, else the rank among the group's ranks on this host when the group tells it, else

@@ -23,8 +23,9 @@ from . import process as _process
 
 
 class Membership:
-    def __init__(self, agent):
+    def __init__(self, agent, join_as_rank):
         self.agent = agent
+        self.join_as_rank = join_as_rank  # core.join_as_rank: a forked child that joins becomes a rank with it
 
     def joined(self, _result, *args, **kwargs) -> None:
         a = self.agent
@@ -121,11 +122,5 @@ class Membership:
         a = self.agent
         a.life.after_fork_in_child()
         with a.errors.quiet("fork handler (join watch)"):
-            argv, prepare = _process.process_argv(), a.prepare
-
-            def become_rank(_args, _kwargs):
-                from . import core
-
-                return core.join_as_rank(argv, False, True, prepare)
-
-            _patches.retarget(_join.Pending(become_rank))
+            argv, prepare, join_as_rank = _process.process_argv(), a.prepare, self.join_as_rank
+            _patches.retarget(_join.Pending(lambda _args, _kwargs: join_as_rank(argv, False, True, prepare)))
