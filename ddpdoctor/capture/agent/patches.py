@@ -169,15 +169,22 @@ class Router:
         if not name:
             return None
         parts = name.split(".")
+        resolved = [self, None]  # (the target it was resolved on, the bound hook or None): one walk per target
 
         def call(*a, **k):
             target = self.agent
-            try:
-                for part in parts:
-                    target = getattr(target, part)
-            except AttributeError:
+            if target is not resolved[0]:
+                fn = target
+                try:
+                    for part in parts:
+                        fn = getattr(fn, part)
+                except AttributeError:
+                    fn = None
+                resolved[0], resolved[1] = target, fn
+            fn = resolved[1]
+            if fn is None:
                 return (a[1], a[2]) if kind == "args" else None
-            return target(*a, **k)
+            return fn(*a, **k)
 
         return call
 

@@ -154,19 +154,6 @@ class WindowProfiler:
                 compress_s=round(t3 - t2, 3),
             )
 
-
-def _drop_span(path: str, name: str) -> None:
-    """Remove the host span called ``name`` from an exported chrome trace (a manual window's tail)."""
-    import json
-
-    with open(path, encoding="utf-8") as fh:
-        trace = json.load(fh)
-    events = trace.get("traceEvents") or []
-    trace["traceEvents"] = [e for e in events if not (e.get("name") == name and e.get("ph") == "X")]
-    if len(trace["traceEvents"]) != len(events):
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(trace, fh)
-
     # ---------------------------------------------------------------- a window the script marks
     def take_manual_window(self) -> bool:
         """``ddpdoctor.capture.window`` is in use: no automatic window (False if one already ran)."""
@@ -204,3 +191,16 @@ def _drop_span(path: str, name: str) -> None:
             a.settings.write()
         except Exception as exc:
             a.internal_error("window end (script)", exc)
+
+
+def _drop_span(path: str, name: str) -> None:
+    """Remove the host span called ``name`` from an exported chrome trace (a manual window's tail)."""
+    import json
+
+    with open(path, encoding="utf-8") as fh:
+        trace = json.load(fh)
+    events = trace.get("traceEvents") or []
+    trace["traceEvents"] = [e for e in events if not (e.get("name") == name and e.get("ph") == "X")]
+    if len(trace["traceEvents"]) != len(events):
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(trace, fh)
