@@ -63,6 +63,8 @@ def test_ray_train_workers_write_one_bundle_and_rays_processes_none(tmp_path):
         text=True,
         timeout=900,
     )
+    if res.returncode != 0 and "The current node timed out during startup" in res.stderr:
+        pytest.skip("Ray's own node did not start on this host (its raylet has 30 s to register): no Ray to test")
     assert res.returncode == 0, res.stderr[-4000:]
     m = json.loads((out / "manifest.json").read_text())
     assert m["ranks_present"] == [0, 1] and m["launcher"] == "ray" and m["capture"] == "environment", m
