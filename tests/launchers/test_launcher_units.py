@@ -96,3 +96,17 @@ def test_pending_becomes_a_rank_once_and_hands_later_joins_to_it():
     refused.process_group_joined("pg", "gloo")
     refused.process_group_joined("pg", "gloo")
     assert refused.agent is None and refused.tried
+
+
+def test_run_says_an_interrupt_before_the_window_without_blaming_warmup(tmp_path, capsys):
+    from ddpdoctor import cli_run
+
+    stepped = [{"steps_completed": 2, "process_groups_joined": 1}]
+    cli_run._analyze(tmp_path, False, stepped, 5, [], interrupted="SIGINT")
+    err = capsys.readouterr().err
+    assert "you stopped it (Ctrl-C) after 2 steps, before the window (--warmup 5)" in err and "smaller" not in err
+    cli_run._analyze(tmp_path, False, stepped, 5, [])
+    assert "use a smaller --warmup" in capsys.readouterr().err
+    idle = [{"steps_completed": 0, "process_groups_joined": 0}]
+    cli_run._analyze(tmp_path, False, idle, 5, [])
+    assert "no trace was recorded: no process joined a process group: " in capsys.readouterr().err
