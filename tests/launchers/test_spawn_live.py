@@ -128,6 +128,7 @@ def test_ctrl_c_reaches_every_spawned_rank_and_nothing_is_left(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-3000:]
+    assert "ddpdoctor_capture_agent" not in err, err[-3000:]  # no traceback shows a frame of the agent
     m = _manifest(out)
     assert m["interrupted_by"] == "SIGINT" and m["ranks_present"] == [0, 1], m
     assert _pids_of_run(m["run_id"]) == []  # no process of this run is left
@@ -167,3 +168,36 @@ def test_a_second_process_group_keeps_the_first_groups_window(tmp_path):
         "ranks 0, 1 joined a process group again after destroy_process_group: the recorded window belongs to "
         "the first group" in notes
     ), notes
+
+
+def test_ctrl_c_traceback_shows_the_scripts_frames_only(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text("import time\n\ndef user_loop():\n    while True:\n        sum(range(1000))\n\nuser_loop()\n")
+    out = tmp_path / "bundle"
+    cmd = [
+        sys.executable,
+        "-m",
+        "ddpdoctor",
+        "run",
+        "--out",
+        str(out),
+        "--no-analyze",
+        "--",
+        sys.executable,
+        str(script),
+    ]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        events = out / "ranks"
+        deadline = time.time() + 60
+        while time.time() < deadline and not any(events.glob("*/events.jsonl")):
+            time.sleep(0.2)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _o, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "KeyboardInterrupt" in err and "in user_loop" in err, err[-3000:]
+    assert "ddpdoctor_capture_agent" not in err, err[-3000:]

@@ -195,7 +195,13 @@ class Lifecycle:
         self.exit_code = 130 if signum == signal.SIGINT else -signum
         a.finalize(f"signal {name}")
         if signum == signal.SIGINT:
-            raise KeyboardInterrupt
+            # delivered again, from another thread after this handler has returned, to Python's own handler: the
+            # KeyboardInterrupt is raised where the script was and its traceback shows no frame of ddpdoctor
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            again = threading.Timer(0.05, os.kill, args=(os.getpid(), signal.SIGINT))
+            again.daemon = True
+            again.start()
+            return
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
