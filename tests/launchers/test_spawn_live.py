@@ -156,6 +156,8 @@ def test_a_second_process_group_keeps_the_first_groups_window(tmp_path):
         "1000",
         "--rejoin-after",
         "20",
+        "--port2",
+        _free_port(),
         options=("--no-analyze", "--keep-going", "--warmup", "2", "--active", "3", "--min-window", "0"),
     )
     assert res.returncode == 0, res.stderr[-3000:]

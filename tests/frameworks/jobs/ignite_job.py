@@ -23,6 +23,7 @@ def slow_feature_hash(n):
 
 def training(local_rank, config):
     rank = idist.get_rank()
+    torch.set_num_threads(1)  # one intra-op thread per rank, as torchrun's OMP_NUM_THREADS=1 gives its ranks
     torch.manual_seed(0)
     model = idist.auto_model(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)))
     opt = idist.auto_optim(torch.optim.SGD(model.parameters(), lr=0.01))

@@ -4,7 +4,7 @@ Rank 1 runs a slow pure-Python function (``slow_feature_hash``) every step, so r
 gradient all-reduce: one rank late, the other waiting (imbalance on rank 1).
 
     python tutorial_spawn.py [--how spawn|start_processes|process] [--steps 40] [--port P]
-        [--no-join] [--rejoin-after N] [--exit-code N] [--hold-s S]
+        [--no-join] [--rejoin-after N --port2 P] [--exit-code N] [--hold-s S]
 """
 
 import argparse
@@ -30,6 +30,7 @@ def train(rank, world_size, args):
     if args.no_join:  # a job whose processes never join a process group
         time.sleep(0.2)
         return
+    torch.set_num_threads(1)  # one intra-op thread per rank, as torchrun's OMP_NUM_THREADS=1 gives its ranks
     init = getattr(args, "init_method", None)  # None: env:// (MASTER_ADDR / MASTER_PORT)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world_size)
     torch.manual_seed(0)
@@ -44,7 +45,10 @@ def train(rank, world_size, args):
         loss.backward()
         opt.step()
         if step + 1 == args.rejoin_after:  # a second phase in a new process group (the DDP model is rebuilt)
+            dist.barrier()
             dist.destroy_process_group()
+            # a store of its own: rank 0's first store may outlive its group, and a peer would meet it there
+            os.environ["MASTER_PORT"] = args.port2
             dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world_size)
             model = DDP(model.module)  # the same parameters: the same optimizer steps them
         if args.hold_s:
@@ -65,6 +69,7 @@ def main():
     p.add_argument("--port", default="29517")
     p.add_argument("--no-join", action="store_true")
     p.add_argument("--rejoin-after", type=int, default=0)
+    p.add_argument("--port2", default="29518", help="the second group's MASTER_PORT (--rejoin-after)")
     p.add_argument("--exit-code", type=int, default=0)
     p.add_argument("--hold-s", type=float, default=0.0)
     args = p.parse_args()
