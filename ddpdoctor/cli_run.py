@@ -175,7 +175,16 @@ def run(
     if not no_analyze:  # last, so the card and its Next: line end the output
         if not quiet:
             click.echo("", err=True)
-        _analyze(result.out, bool(ranks), settings, opts.warmup, analysis, failed=ended_badly, quiet=quiet)
+        _analyze(
+            result.out,
+            bool(ranks),
+            settings,
+            opts.warmup,
+            analysis,
+            failed=ended_badly,
+            quiet=quiet,
+            interrupted=m.get("interrupted_by"),
+        )
     sys.exit(result.exit_code)
 
 
@@ -283,12 +292,26 @@ def _trial(command, out, force, warmup, active, keep_going, tries, repeat, basel
 
 
 def _analyze(
-    out: Path, have_traces: bool, settings: list, warmup: int, analysis: list[str], failed=False, quiet=False
+    out: Path,
+    have_traces: bool,
+    settings: list,
+    warmup: int,
+    analysis: list[str],
+    failed=False,
+    quiet=False,
+    interrupted: str | None = None,
 ) -> None:
     if not have_traces:
+        from .capture.host.manifest import NEVER_JOINED, never_joined
+
         steps = [s.get("steps_completed") for s in settings if s and s.get("steps_completed") is not None]
-        if settings and not any(steps):
+        if never_joined({i: s for i, s in enumerate(settings) if s}):
+            why = NEVER_JOINED
+        elif settings and not any(steps):
             why = "no training step was seen (no torch.optim optimizer step and no DDP forward)"
+        elif steps and max(steps) <= warmup and interrupted:  # the user stopped it: no --warmup advice
+            how = "you stopped it (Ctrl-C)" if interrupted == "SIGINT" else f"it was stopped by {interrupted}"
+            why = f"{how} after {plural(max(steps), 'step')}, before the window (--warmup {warmup})"
         elif steps and max(steps) <= warmup:
             why = (
                 f"training ended after {plural(max(steps), 'step')}, before the window (--warmup {warmup}); "

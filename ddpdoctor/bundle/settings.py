@@ -371,6 +371,8 @@ def _run_facts(mans: list[dict], ranks: dict[int, dict], facts: dict[str, object
             facts["run.active_steps"] = win["active"]
         if m0.get("command"):
             facts["run.command"] = m0["command"]
+        if m0.get("launcher"):
+            facts["run.launcher"] = m0["launcher"]
     if worlds:
         facts["run.world_size"] = max(worlds)
     if mans or ranks:

@@ -6,9 +6,10 @@ Python start-up: when ``DDPDOCTOR_CAPTURE`` is set it calls :func:`start` (cost 
 this process what ``ddpdoctor run`` does around it:
 
 - the same agent (the ``capture/agent/`` folder, loaded by path as ``sitecustomize`` loads it under ``run``),
-  which decides the same way whether this process is a training rank (``process.should_activate``:
-  RANK/LOCAL_RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK; launcher and helper
-  processes never are);
+  which decides the same way whether this process is a training rank (``process.activation``: a rank from
+  start-up with RANK/LOCAL_RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK; any other process
+  only once it joins a process group -- spawn's children, Ray Train's workers --, loading nothing but the
+  agent's join watch until then; launcher and tool processes never are);
 - the same environment defaults (``host/launcher.capture_env``: NCCL_DEBUG, the NCCL debug file per rank,
   Flight Recorder dumps), set only where the job did not set them;
 - what the launcher writes outside the ranks (manifest.json, hosts/<host>.json, the end-of-run
@@ -43,22 +44,28 @@ def load_agent_if_loaded():
     return getattr(mod, "AGENT", None)
 
 
-def load_agent():
-    """The agent's core module (the ``capture/agent/`` folder loaded by path as ``sitecustomize`` loads it)."""
-    mod = sys.modules.get(AGENT_MODULE)
+def load_agent(module: str = AGENT_MODULE):
+    """A module of the agent (the ``capture/agent/`` folder loaded by path as ``sitecustomize`` loads it):
+    its core, or only its join watch for a process that is not a rank at start-up."""
+    mod = sys.modules.get(module)
     if mod is not None:
         return mod
     import importlib
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        AGENT_PACKAGE, os.path.join(AGENT_DIR, "__init__.py"), submodule_search_locations=[AGENT_DIR]
-    )
-    package = importlib.util.module_from_spec(spec)
-    sys.modules[AGENT_PACKAGE] = package
+    if AGENT_PACKAGE not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            AGENT_PACKAGE, os.path.join(AGENT_DIR, "__init__.py"), submodule_search_locations=[AGENT_DIR]
+        )
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[AGENT_PACKAGE] = package
+        try:
+            spec.loader.exec_module(package)
+        except BaseException:
+            sys.modules.pop(AGENT_PACKAGE, None)
+            raise
     try:
-        spec.loader.exec_module(package)
-        return importlib.import_module(AGENT_MODULE)
+        return importlib.import_module(module)
     except BaseException:
         for name in [n for n in sys.modules if n == AGENT_PACKAGE or n.startswith(AGENT_PACKAGE + ".")]:
             sys.modules.pop(name, None)
@@ -91,29 +98,46 @@ def _start(out: str | None) -> bool:
         return False  # under `ddpdoctor run`: its own capture
     if _is_ddpdoctor_itself(sys.orig_argv):
         return False  # `ddpdoctor run|analyze …` under srun carries rank variables too
-    from .agent.process import LAUNCHER_RANK_VARS, LOCAL_RANK_VARS
+    from .agent import process
 
-    if not any(k in env for k in LAUNCHER_RANK_VARS + LOCAL_RANK_VARS):
-        return False  # not a rank (should_activate says the same), without loading the agent
+    bundle = os.path.abspath(os.path.expanduser(raw))
+    probe = dict(env, DDPDOCTOR_BUNDLE=bundle)
+    argv = process.process_argv()
+    mode = process.activation(probe, argv, os.getppid())
+    if mode is None:
+        return False
+    if mode != process.RANK:  # not a rank yet: one when it joins a process group (spawn's ranks, Ray's workers)
+        if AGENT_PACKAGE + ".join" not in sys.modules:
+            spawned = process.is_spawned_child(argv)
+
+            def become_rank(_args, _kwargs):  # the rest of the agent loads only if the process joins
+                return load_agent().join_as_rank(argv, spawned, False, lambda rank_env: _prepare(bundle, rank_env))
+
+            join = load_agent(AGENT_PACKAGE + ".join")
+            join.watch(join.Pending(become_rank))
+        return False
     agent_mod = load_agent()
     if agent_mod.AGENT is not None:
         return False  # already active in this process
-    bundle = os.path.abspath(os.path.expanduser(raw))
-    probe = dict(env, DDPDOCTOR_BUNDLE=bundle)
-    if not agent_mod.should_activate(probe, agent_mod.process_argv(), os.getppid()):
+    attach = _prepare(bundle, probe)
+    if attach is None:
         return False
+    agent = agent_mod.start(os.environ, prepare=lambda rank_env: _prepare(bundle, rank_env))
+    attach(agent)
+    return True
+
+
+def _prepare(bundle: str, env):
+    """This process is a rank: its share of the run records (may refuse: another run's bundle, said why) and
+    the environment `ddpdoctor run` would give it.  Returns what attaches the records to its agent."""
     from .host import env_records
 
-    run = env_records.EnvRun.open(bundle, probe)  # may refuse (another run's bundle): says why
+    run = env_records.EnvRun.open(bundle, dict(env, DDPDOCTOR_BUNDLE=bundle))
     if run is None:
-        return False
+        return None
     for name, value in run.environment().items():
         os.environ[name] = value
-    agent_mod.maybe_activate()
-    if agent_mod.AGENT is None:
-        return False
-    run.attach(agent_mod.AGENT)
-    return True
+    return run.attach
 
 
 def _is_ddpdoctor_itself(argv: list[str]) -> bool:

@@ -40,7 +40,9 @@ def step_summary(d: dict) -> str | None:
     per = f"{plural(steps[0], 'step')} each" if len(steps) == 1 else f"{steps[0]}–{steps[-1]} steps each"
     world = a.get("world_size")
     of = f" of {world}" if world and world != len(ranks) else ""
-    return f"{med / 1000:.1f} ms median over {plural(len(ranks), 'rank')}{of}, {per}"
+    launcher = (d.get("facts") or {}).get("run.launcher")
+    by = f" ({launcher})" if isinstance(launcher, str) and launcher else ""
+    return f"{med / 1000:.1f} ms median over {plural(len(ranks), 'rank')}{of}{by}, {per}"
 
 
 def _first_failure(d: dict) -> dict | None:

@@ -140,7 +140,19 @@ def test_requested_processes_and_bundle_notes():
         {0: {"steps_completed": 3, "window": {"warmup": 5}, "exit": {"reason": "end of program"}}},
     )
     assert notes == ["rank 0 recorded no trace: training ended after 3 optimizer steps, before the window (--warmup 5)"]
-    assert "no process of the command was recognised" in bundle_notes(["bash", "x.sh"], [], [], None, {})[0]
+    # issue 36: a process is a rank once it joins a process group; none joined, none stepped
+    assert bundle_notes(["bash", "x.sh"], [], [], None, {})[0].startswith("no process joined a process group: ")
+    idle = {0: {"steps_completed": 0, "process_groups_joined": 0, "window": {"warmup": 5}}}
+    assert bundle_notes(["python", "t.py"], [0], [], 1, idle) == [
+        "no process joined a process group: no process of the command called torch.distributed.init_process_group "
+        "(a rank is recorded from the moment it joins one), and the command's own process ran no training step; "
+        "see launcher.log"
+    ]
+    again = {r: {"process_groups_joined": 2, "window_process_group": 1, "steps_completed": 9} for r in (0, 1)}
+    assert bundle_notes(["python", "t.py"], [0, 1], [0, 1], 2, again) == [
+        "ranks 0, 1 joined a process group again after destroy_process_group: the recorded window belongs to the "
+        "first group"
+    ]
 
 
 class _Obj:

@@ -1,35 +1,20 @@
-"""The capture agent that runs inside every training rank (loaded by the injected
-``sitecustomize``).  Standard library only at import time; torch is touched only once the
-user's own program imports it.  Every hook is wrapped so that a capture problem never
-changes what the user's program does: it is written to ``events.jsonl``, counted in
-``settings.json``'s ``agent_errors`` and ignored.
+"""The capture agent that runs inside every training rank.  Standard library only at import time; torch is
+touched only once the user's program imports it.  A capture problem never changes what the user's program
+does: it is written to ``events.jsonl``, counted in ``settings.json``'s ``agent_errors`` and ignored.
 
-What it does in a rank:
-- tees file descriptors 1 and 2 (a forked copy of this process reads a pipe and writes
-  ``output.log`` and the terminal), so what C/C++ code writes (NCCL watchdog) is kept;
-- counts steps (the global optimizer step post hook; DDP forward calls as a fallback),
-  skips K warm-up steps, profiles N steps with ``ProfilerStep#N`` marks, writes one
-  gzipped trace, then ends the process with exit code 0 unless asked to keep going;
-- records DataLoader / DDP / optimizer / precision / memory settings, exceptions (OOM
-  above all, caught ones too), signals and the exit in ``settings.json`` and
-  ``events.jsonl``.
+In a rank it tees fds 1 and 2 (``output.log`` and the terminal), counts steps (optimizer steps; DDP forward
+calls as a fallback), profiles a window of them after K warm-up steps, writes one gzipped trace and ends
+the rank unless asked to keep going; it records the settings, exceptions, signals and the exit.  A process
+is a rank from start-up when a launcher's variables say so, else from the moment it joins a process group
+(``membership.py``, ``join.py``).
 
-The agent folder is loaded by path as the package ``ddpdoctor_capture_agent`` (``sitecustomize.py`` under
-``ddpdoctor run``, ``capture/env_switch.py`` under ``DDPDOCTOR_CAPTURE``), so the user's interpreter needs
-nothing installed; its modules import only the standard library and each other, relatively.  The ``Agent``
-here only connects them:
-
-- ``window.py``: the step window, a pure state machine (steps in, start/step/stop out);
-- ``profiler.py``: torch.profiler over the window and the trace export;
-- ``patches.py``: the table of torch patches and the one wrapper that applies them;
-- ``recorder.py`` (with the readers in ``settings.py``): what the hooks see of the user's objects, and
-  ``settings.json``, whose fields ``contract.py`` declares;
-- ``lifecycle.py`` (with ``hang.py``): exit hooks, signals, ending after the window, the stuck-rank
-  watchdog and the hang stack dumps;
-- ``log.py``: the event log and the count of errors the agent caught;
-- ``process.py`` (which processes are ranks, the fd tee), ``evidence.py`` / ``stacks.py`` / ``gil.py``
-  (window evidence), ``loader.py`` (the DataLoader's wait and its workers' CPU over the window),
-  ``compile.py`` (torch.compile), ``overrides.py`` (``run --try``).
+The folder is loaded by path as the package ``ddpdoctor_capture_agent`` (``sitecustomize.py`` under
+``ddpdoctor run``, ``capture/env_switch.py`` under ``DDPDOCTOR_CAPTURE``).  The ``Agent`` here only connects
+the parts: ``window.py`` (the step window, a pure state machine), ``profiler.py`` (torch.profiler over it),
+``patches.py`` (the table of torch patches), ``recorder.py`` + ``settings.py`` (``settings.json``, whose
+fields ``contract.py`` declares), ``lifecycle.py`` + ``hang.py`` (exits, signals, ending after the window,
+hang dumps), ``log.py``, ``process.py`` (which processes are ranks, the fd tee), ``evidence.py`` /
+``stacks.py`` / ``gil.py`` / ``loader.py`` / ``compile.py`` (window evidence), ``overrides.py`` (``run --try``).
 """
 
 from __future__ import annotations
@@ -44,9 +29,11 @@ from . import evidence as _evidence  # window evidence
 from . import gil as _gil
 from . import hang as _hang
 from . import jobtree as _jobtree  # the job's whole process tree, for contention
+from . import join as _join  # a process becomes a rank when it joins a process group
 from . import lifecycle as _lifecycle
 from . import loader as _loader  # the DataLoader's window: wait, CPU of the loading
 from . import log as _log
+from . import membership as _membership  # this rank's process group: joins, the provisional folder, forks
 from . import overrides as _overrides  # `run --try` changes applied in this rank
 from . import patches as _patches
 from . import process as _process
@@ -57,41 +44,77 @@ from . import stacks as _stacks
 from . import window as _window
 
 is_launcher_process, started_by_launcher = _process.is_launcher_process, _process.started_by_launcher
-is_helper_process, should_activate, start_fd_tee = (
-    _process.is_helper_process,
-    _process.should_activate,
-    _process.start_fd_tee,
-)
+is_helper_process, should_activate = _process.is_helper_process, _process.should_activate
 _first_int, _env_int, process_argv = _process.first_int, _process.env_int, _process.process_argv
 _LOCAL_RANK_VARS, _WORLD_VARS = _process.LOCAL_RANK_VARS, _process.WORLD_VARS
 SETTINGS_SCHEMA = _recorder.SETTINGS_SCHEMA
 # the span around iter(loader) while the window records (trace/classify.py counts it as DataLoader wait)
 LOADER_ITER_SPAN = "enumerate(DataLoader)#DataLoader.__iter__"
 
+AGENT = None  # this process's agent, once it is a rank
 
-def maybe_activate() -> None:
+
+def maybe_activate(prepare=None) -> None:
+    """Start the agent in this process if it is a rank at start-up (``process.activation``), else watch
+    for it to join a process group.  ``prepare(env)`` (the environment switch's run records) runs when a
+    process becomes a rank and returns the callable that attaches them to the agent, or None (no capture)."""
     argv = process_argv()
-    if should_activate(os.environ, argv, os.getppid()):
-        global AGENT
-        AGENT = Agent(os.environ)
-        AGENT.install()
+    mode = _process.activation(os.environ, argv, os.getppid())
+    if mode in (_process.RANK, _process.PROVISIONAL):
+        start(os.environ, provisional=mode == _process.PROVISIONAL, prepare=prepare)
+    elif mode == _process.ON_JOIN:
+        spawned = _process.is_spawned_child(argv)
+        _join.watch(_join.Pending(lambda _args, _kwargs: join_as_rank(argv, spawned, False, prepare)))
 
 
-AGENT = None
+def start(env, provisional: bool = False, prepare=None, launcher: str | None = None):
+    """The agent of this process, started (``AGENT``)."""
+    global AGENT
+    AGENT = Agent(env, provisional=provisional)
+    AGENT.prepare, AGENT.launcher = prepare, launcher
+    AGENT.install()
+    return AGENT
+
+
+def join_as_rank(argv: list[str], spawned: bool, forked: bool, prepare):
+    """This process just joined a process group: it is a rank from now on (the agent, started as at a
+    torchrun rank's start-up).  None when the run records refuse it (another run's bundle)."""
+    torch = sys.modules.get("torch")
+    rank, world, local = _join.group_identity(torch, os.environ)
+    attach = None
+    if prepare is not None:
+        attach = prepare(_join.rank_env(os.environ, rank, world, local))
+        if attach is None:
+            return None
+    env = _join.rank_env(os.environ, rank, world, local)
+    agent = start(env, prepare=prepare, launcher=_join.launcher_of(env, argv, sys.modules, spawned, forked))
+    agent.torch = torch
+    if forked:
+        agent.group.end_with_forked_child()
+    if attach is not None:
+        attach(agent)
+    return agent
 
 
 class Agent:
     """Connects the parts: the torch hooks (patches.PATCHES names these methods and the
     recorder's) feed the step window, and the window's decisions drive the profiler and the end."""
 
-    def __init__(self, env):
+    def __init__(self, env, provisional: bool = False):
         self.env = env
         self.bundle = env["DDPDOCTOR_BUNDLE"]
         self.rank = _process.resolve_rank(env)
         self.local_rank = _first_int(env, _LOCAL_RANK_VARS, 0)
         self.world_size = _first_int(env, _WORLD_VARS, 1)
-        self.dir = os.path.join(self.bundle, "ranks", f"rank{self.rank}")
         self.pid = os.getpid()
+        # the command's own process records aside until it joins (a rank) or ends (rank 0 if none joined)
+        self.provisional = provisional
+        self.dir = os.path.join(self.bundle, "ranks", f".process-{self.pid}" if provisional else f"rank{self.rank}")
+        self.joins = 0  # process groups joined (a re-init after destroy_process_group: the first one's window)
+        self.window_group = None  # which of them (1-based) the window started in
+        self.launcher = None  # the launcher that started this rank (join.LAUNCHERS), once known
+        self.prepare = None  # the environment switch's run records for a forked child that joins
+        self.group = _membership.Membership(self, join_as_rank)
         self.errors = _log.ErrorCounter()
         self.log = _log.EventLog(self.rank, self.pid, self.errors)
         self.lock = self.log.lock
@@ -168,7 +191,7 @@ class Agent:
         self.log.open(os.path.join(self.dir, "events.jsonl"))
         if self.env.get("DDPDOCTOR_NO_TEE") != "1":
             try:
-                self.tee_pid = start_fd_tee(
+                self.tee_pid = _process.start_fd_tee(
                     os.path.join(self.dir, "output.log"),
                     self.env.get("DDPDOCTOR_TERM_OUT"),
                     self.env.get("DDPDOCTOR_TERM_ERR"),
@@ -191,7 +214,20 @@ class Agent:
         self.life.install()
         _patches.install(self)
         self.ending.start()
-        os.register_at_fork(after_in_child=self.life.after_fork_in_child)
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        global AGENT
+        if os.getpid() != self.pid:
+            AGENT = None  # a forked child: a rank of its own only once it joins (membership.py)
+            self.group.after_fork_in_child()
+
+    def process_group_joined(self, result, *args, **kwargs) -> None:
+        """init_process_group returned (membership.py)."""
+        self.group.joined(result, *args, **kwargs)
+
+    def launcher_name(self) -> str:
+        return self.group.launcher_name()
 
     # ---------------------------------------------------------------- `run --try` at construction
     def tries_dataloader(self) -> bool:
@@ -335,40 +371,15 @@ class Agent:
         if b is not None:
             self._on_boundary(b)
 
-    # ---------------------------------------------------------------- a window the script marks
+    # ---------------------------------------------------------------- a window the script marks (profiler.py)
     def take_manual_window(self) -> bool:
-        """``ddpdoctor.capture.window`` is in use: no automatic window (False if one already ran)."""
-        if self.window.manual:
-            return True
-        with self.lock:
-            taken = self.window.take_manual()
-        if taken:
-            self.event("window_marked_by_script", step=self.steps)
-        return taken
+        return self.profiler.take_manual_window()
 
     def mark_window_start(self) -> bool:
-        """The script's ``with window():`` begins: profile from here; True when recording."""
-        if not self.window.manual and not self.take_manual_window():
-            self.event("window_mark_ignored", step=self.steps, reason="the automatic window already ran")
-            return False
-        torch = self.torch or sys.modules.get("torch")
-        if self.window.profiling or self.window.window_done or torch is None:
-            return False
-        try:
-            self.profiler.start(torch)
-        except Exception as exc:
-            self.internal_error("window start (script)", exc)
-        return self.window.profiling
+        return self.profiler.mark_window_start()
 
     def mark_window_end(self) -> None:
-        """The script's block ends: stop and export; the steps inside it are the window. Training goes on."""
-        if not (self.window.manual and self.window.profiling):
-            return
-        try:
-            self.profiler.stop(complete=True)
-            self.settings.write()
-        except Exception as exc:
-            self.internal_error("window end (script)", exc)
+        self.profiler.mark_window_end()
 
     # ---------------------------------------------------------------- the window's decisions
     def _on_boundary(self, b) -> None:
@@ -393,6 +404,7 @@ class Agent:
                 if torch is not None:
                     self.profiler.start(torch)
                     self._compile_hook("window_start")
+                    self.window_group = self.joins or None
             elif b.action == _window.STEP:
                 self.profiler.step()
                 self._compile_hook("step")
@@ -434,3 +446,5 @@ class Agent:
         with self.errors.quiet("flushing stdout"):
             sys.stdout.flush()
             sys.stderr.flush()
+        if self.provisional:
+            self.group.end_provisional()

@@ -56,7 +56,7 @@ class Lifecycle:
             self.exit_code = 1
             self.exit_reason = f"uncaught {exc_type.__name__}"
             self.agent.finalize("uncaught exception")
-        self._orig_excepthook(exc_type, exc, tb)
+        self._orig_excepthook(exc_type, exc, _without_agent_frames(tb))
 
     def _thread_excepthook(self, args):
         with self.agent.errors.quiet("thread excepthook"):
@@ -195,7 +195,7 @@ class Lifecycle:
         self.exit_code = 130 if signum == signal.SIGINT else -signum
         a.finalize(f"signal {name}")
         if signum == signal.SIGINT:
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt  # where the script was: _excepthook leaves this handler's frame out
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -346,3 +346,21 @@ class Ending:
                 return True
             frame = frame.f_back
         return False
+
+
+def _without_agent_frames(tb):
+    """The traceback the user reads, without this folder's frames at its end (the KeyboardInterrupt of Ctrl-C is
+    raised in the agent's signal handler, on top of the script's frame it interrupted)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    entries = []
+    t = tb
+    while t is not None:
+        entries.append(t)
+        t = t.tb_next
+    while len(entries) > 1 and os.path.dirname(os.path.abspath(entries[-1].tb_frame.f_code.co_filename)) == here:
+        entries.pop()
+    try:
+        entries[-1].tb_next = None
+    except (AttributeError, TypeError, IndexError):
+        return tb
+    return tb

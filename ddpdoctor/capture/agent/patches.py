@@ -66,7 +66,12 @@ PATCHES = (
     Patch("torch", "compile", before="compile_called", optional=True),
     Patch("torch.optim.optimizer", "register_optimizer_step_post_hook", register="optimizer_stepped"),
     # before torch.distributed re-exports it (the wrapper is installed when distributed_c10d finishes importing)
-    Patch("torch.distributed.distributed_c10d", "init_process_group", before="settings.init_called"),
+    Patch(
+        "torch.distributed.distributed_c10d",
+        "init_process_group",
+        before="settings.init_called",
+        after="process_group_joined",  # this process is a rank of that group from now on (membership.py)
+    ),
     Patch(_DDP, "DistributedDataParallel.__init__", args="tried_ddp", after="ddp_created"),
     Patch(_DDP, "DistributedDataParallel.forward", before="ddp_forward", after="settings.ddp_output"),
     Patch(_LOADER, "DataLoader.__init__", args="tried_dataloader", when="tries_dataloader"),
@@ -150,21 +155,62 @@ def wrap(owner, attr: str, *, args=None, before=None, after=None, around=None, o
     return wrapper
 
 
-def apply(agent, name: str, module) -> None:
+class Router:
+    """Where the patched calls' hooks go: the process's agent, resolved at every call.  A forked child
+    (``multiprocessing.Process``, a fork-start DataLoader worker) inherits the wrappers: it points them at
+    its own ``join.Pending`` and, once it joins a process group, at its own agent.  A hook the target does
+    not have is skipped (a process that is not a rank runs only the join hook)."""
+
+    def __init__(self, agent):
+        self.agent = agent
+        self.registered: set[str] = set()  # registrations happen once per process tree, not per agent
+
+    def hook(self, name: str | None, kind: str):
+        if not name:
+            return None
+        parts = name.split(".")
+        resolved = [self, None]  # (the target it was resolved on, the bound hook or None): one walk per target
+
+        def call(*a, **k):
+            target = self.agent
+            if target is not resolved[0]:
+                fn = target
+                try:
+                    for part in parts:
+                        fn = getattr(fn, part)
+                except AttributeError:
+                    fn = None
+                resolved[0], resolved[1] = target, fn
+            fn = resolved[1]
+            if fn is None:
+                return (a[1], a[2]) if kind == "args" else None
+            return fn(*a, **k)
+
+        return call
+
+    def internal_error(self, place: str, exc: BaseException) -> None:
+        report = getattr(self.agent, "internal_error", None)
+        if report is not None:
+            report(place, exc)
+
+
+def apply(router: Router, name: str, module, table=None) -> None:
     """Every entry of module ``name``; one entry failing leaves the others in place."""
-    for p in PATCHES:
+    if not isinstance(router, Router):  # an agent: its hooks, resolved at each call
+        router = Router(router)
+    for p in PATCHES if table is None else table:
         if p.module != name:
             continue
         try:
-            if p.when is None or resolve(agent, p.when)():
-                _apply_one(agent, p, module)
+            if p.when is None or resolve(router.agent, p.when)():
+                _apply_one(router, p, module)
         except Exception as exc:
-            agent.internal_error(f"patching {name}{' ' + p.target if p.target else ''}", exc)
+            router.internal_error(f"patching {name}{' ' + p.target if p.target else ''}", exc)
 
 
-def _apply_one(agent, p: Patch, module) -> None:
+def _apply_one(router: Router, p: Patch, module) -> None:
     if p.on_import:
-        resolve(agent, p.on_import)(module)
+        resolve(router.agent, p.on_import)(module)
         return
     owner_path, _, attr = p.target.rpartition(".")
     try:
@@ -175,20 +221,18 @@ def _apply_one(agent, p: Patch, module) -> None:
             return
         raise
     if p.register:
-        getattr(owner, attr)(resolve(agent, p.register))
+        if p.target not in router.registered:
+            router.registered.add(p.target)
+            getattr(owner, attr)(router.hook(p.register, "register"))
         return
-
-    def hook(n):
-        return resolve(agent, n) if n else None
-
     wrap(
         owner,
         attr,
-        args=hook(p.args),
-        before=hook(p.before),
-        after=hook(p.after),
-        around=hook(p.around),
-        on_error=agent.internal_error,
+        args=router.hook(p.args, "args"),
+        before=router.hook(p.before, "before"),
+        after=router.hook(p.after, "after"),
+        around=router.hook(p.around, "around"),
+        on_error=router.internal_error,
         place=p.target,
     )
 
@@ -234,11 +278,34 @@ class PostImportFinder:
         return spec
 
 
-def install(agent) -> PostImportFinder:
-    """The import hook for every module in the table, and the patches of those already imported."""
-    finder = PostImportFinder(MODULES, lambda name, module: apply(agent, name, module), agent.errors)
+def install(agent, table=None) -> PostImportFinder:
+    """The import hook for every module in the table, and the patches of those already imported.  When
+    this process already has the table's hook (a forked child that became a rank), it is pointed at
+    ``agent`` instead: the wrappers are in place, a second set would run every hook twice."""
+    table = PATCHES if table is None else table
+    for finder in sys.meta_path:
+        if isinstance(finder, PostImportFinder) and getattr(finder, "table", None) is table:
+            finder.router.agent = agent
+            _apply_imported(finder.router, table)
+            return finder
+    router = Router(agent)
+    names = tuple(dict.fromkeys(p.module for p in table))
+    finder = PostImportFinder(names, lambda name, module: apply(router, name, module, table), agent.errors)
+    finder.router, finder.table = router, table
     sys.meta_path.insert(0, finder)
-    for name in MODULES:  # modules imported before the agent (unusual): patch now
-        if name in sys.modules:
-            apply(agent, name, sys.modules[name])
+    _apply_imported(router, table)
     return finder
+
+
+def _apply_imported(router: Router, table) -> None:
+    for name in dict.fromkeys(p.module for p in table):  # modules imported before the agent: patch now
+        if name in sys.modules:
+            apply(router, name, sys.modules[name], table)
+
+
+def retarget(target) -> None:
+    """Point every hook of this process at ``target`` (a forked child's ``join.Pending``, then its agent)."""
+    for finder in sys.meta_path:
+        router = getattr(finder, "router", None)
+        if isinstance(finder, PostImportFinder) and router is not None:
+            router.agent = target

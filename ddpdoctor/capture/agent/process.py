@@ -79,13 +79,23 @@ def _is_launcher_pid(pid: int) -> bool:
 
 
 def is_helper_process(argv: list[str]) -> bool:
-    """multiprocessing children (spawn/forkserver DataLoader workers), compile workers,
-    resource trackers: never ranks."""
+    """multiprocessing children (spawn/forkserver DataLoader workers, ``torch.multiprocessing.spawn``'s ranks),
+    compile workers, resource trackers: never ranks at start (a spawned child becomes one when it joins a
+    process group: ``activation``)."""
+    return is_spawned_child(argv) or is_tool_process(argv)
+
+
+def is_spawned_child(argv: list[str]) -> bool:
+    """A child started by multiprocessing's spawn method: ``torch.multiprocessing.spawn`` / ``start_processes``
+    (the DDP tutorial's ranks, PyTorch-Ignite's ``idist.Parallel``) and spawn-start DataLoader workers alike."""
+    return "--multiprocessing-fork" in argv or "multiprocessing.spawn" in " ".join(argv)
+
+
+def is_tool_process(argv: list[str]) -> bool:
+    """The forkserver, resource trackers, torch.compile's workers: never ranks."""
     joined = " ".join(argv)
     return (
-        "--multiprocessing-fork" in argv
-        or "multiprocessing.spawn" in joined
-        or "multiprocessing.forkserver" in joined
+        "multiprocessing.forkserver" in joined
         or "multiprocessing.resource_tracker" in joined
         or "compile_worker" in joined
     )
@@ -114,18 +124,34 @@ def resolve_rank(env) -> int:
     return node * (per_node or 0) + local
 
 
-def should_activate(env, argv: list[str], ppid: int) -> bool:
-    if not env.get("DDPDOCTOR_BUNDLE"):
-        return False
-    if is_launcher_process(argv) or is_helper_process(argv):
-        return False
-    if env.get("DDPDOCTOR_ACTIVE_PID"):  # a descendant of an active rank (workers, helpers, subprocesses)
-        return started_as_peer_rank(env)
+# how a process under capture starts (``activation``)
+RANK = "rank"  # a rank from the start: the launcher's rank variables say so (confirmed when it joins)
+PROVISIONAL = "provisional"  # the command's own Python process: recorded aside, a rank if it joins or if nothing does
+ON_JOIN = "on_join"  # anything else: a rank only once it joins a process group (spawn's children, Ray's workers)
+
+
+def activation(env, argv: list[str], ppid: int) -> str | None:
+    """How this process takes part (RANK / PROVISIONAL / ON_JOIN), or None: never a rank (a launcher, a tool
+    process, nothing under capture).  A process becomes a rank when it joins a process group; the launcher's
+    variables are an early hint only (they let the rank record from its first line)."""
+    if not env.get("DDPDOCTOR_BUNDLE") or is_launcher_process(argv) or is_tool_process(argv):
+        return None
+    if is_spawned_child(argv):
+        return ON_JOIN
+    if env.get("DDPDOCTOR_ACTIVE_PID"):  # a descendant of an active process (workers, helpers, subprocesses)
+        return RANK if started_as_peer_rank(env) else ON_JOIN
     if any(k in env for k in LAUNCHER_RANK_VARS + LOCAL_RANK_VARS):
-        return True
-    # a single-process run: the top Python process of the user's command, or the one process
-    # a launcher started (`accelerate launch --cpu train.py` runs the script as its child)
-    return started_by_launcher(ppid, env.get("DDPDOCTOR_LAUNCHER_PID"))
+        return RANK
+    # the top Python process of the user's command, or the one process a launcher started
+    # (`accelerate launch --cpu train.py` runs the script as its child): one rank, unless it starts ranks
+    if started_by_launcher(ppid, env.get("DDPDOCTOR_LAUNCHER_PID")):
+        return PROVISIONAL
+    return ON_JOIN
+
+
+def should_activate(env, argv: list[str], ppid: int) -> bool:
+    """The agent starts recording at interpreter start-up (a rank by its variables, or provisionally)."""
+    return activation(env, argv, ppid) in (RANK, PROVISIONAL)
 
 
 def process_argv() -> list[str]:

@@ -154,6 +154,44 @@ class WindowProfiler:
                 compress_s=round(t3 - t2, 3),
             )
 
+    # ---------------------------------------------------------------- a window the script marks
+    def take_manual_window(self) -> bool:
+        """``ddpdoctor.capture.window`` is in use: no automatic window (False if one already ran)."""
+        a = self.agent
+        if a.window.manual:
+            return True
+        with a.lock:
+            taken = a.window.take_manual()
+        if taken:
+            a.event("window_marked_by_script", step=a.steps)
+        return taken
+
+    def mark_window_start(self) -> bool:
+        """The script's ``with window():`` begins: profile from here; True when recording."""
+        a = self.agent
+        if not a.window.manual and not self.take_manual_window():
+            a.event("window_mark_ignored", step=a.steps, reason="the automatic window already ran")
+            return False
+        torch = a.torch or sys.modules.get("torch")
+        if a.window.profiling or a.window.window_done or torch is None:
+            return False
+        try:
+            self.start(torch)
+        except Exception as exc:
+            a.internal_error("window start (script)", exc)
+        return a.window.profiling
+
+    def mark_window_end(self) -> None:
+        """The script's block ends: stop and export; the steps inside it are the window. Training goes on."""
+        a = self.agent
+        if not (a.window.manual and a.window.profiling):
+            return
+        try:
+            self.stop(complete=True)
+            a.settings.write()
+        except Exception as exc:
+            a.internal_error("window end (script)", exc)
+
 
 def _drop_span(path: str, name: str) -> None:
     """Remove the host span called ``name`` from an exported chrome trace (a manual window's tail)."""

@@ -88,6 +88,7 @@ def finish_bundle(out: Path, manifest: dict, host: dict, exit_code: int, interru
     )
     if torch_versions:
         manifest["torch_version"] = torch_versions[0] if len(torch_versions) == 1 else torch_versions
+    manifest["launcher"] = launcher_of(settings)
     manifest["notes"] = bundle_notes(manifest.get("argv") or [], rank_dirs, traces, world, settings)
     manifest["died_after_program_end"] = died_after_end
     if died_after_end:
@@ -147,6 +148,26 @@ def requested_processes(argv: list[str]) -> int | None:
     return None
 
 
+def launcher_of(settings: dict) -> str | None:
+    """The launcher the ranks name (rank 0's when they differ), None when no rank recorded."""
+    names = [s.get("launcher") for _r, s in sorted(settings.items()) if s.get("launcher")]
+    return names[0] if names else None
+
+
+NEVER_JOINED = (
+    "no process joined a process group: no process of the command called torch.distributed.init_process_group "
+    "(a rank is recorded from the moment it joins one)"
+)
+
+
+def never_joined(settings: dict) -> bool:
+    """Every recorded process ran without joining a process group and without a training step (a job whose
+    ranks never started, or a script that never trains)."""
+    return bool(settings) and all(
+        s.get("process_groups_joined") == 0 and not s.get("steps_completed") for s in settings.values()
+    )
+
+
 def bundle_notes(
     argv: list[str], rank_dirs: list[int], traces: list[int], world: int | None, settings: dict
 ) -> list[str]:
@@ -154,11 +175,10 @@ def bundle_notes(
     notes = []
     asked = requested_processes(argv)
     if not rank_dirs:
-        notes.append(
-            "no process of the command was recognised as a training rank: ranks are Python processes "
-            "started by a launcher (torchrun, accelerate launch, deepspeed, srun, mpirun, Lightning) "
-            "or the command's own Python process; see launcher.log"
-        )
+        notes.append(f"{NEVER_JOINED}, and the command's own process was not Python; see launcher.log")
+    elif never_joined(settings):
+        notes.append(f"{NEVER_JOINED}, and the command's own process ran no training step; see launcher.log")
+        return notes
     elif asked and world is not None and world < asked:
         what = (
             "`accelerate launch --cpu` runs the script as one process whatever --num_processes says; "
@@ -167,6 +187,20 @@ def bundle_notes(
             else "see launcher.log"
         )
         notes.append(f"the command asked for {asked} processes but {world} rank{'' if world == 1 else 's'} ran: {what}")
+    again = {r: s for r, s in sorted(settings.items()) if (s.get("process_groups_joined") or 0) > 1}
+    if again:
+        groups = {s.get("window_process_group") for s in again.values()}
+        where = (
+            "the recorded window belongs to the first group"
+            if groups == {1}
+            else f"the recorded window belongs to group {groups.pop()} (counted from 1)"
+            if len(groups) == 1 and None not in groups
+            else "no window was recorded in any group"
+            if groups == {None}
+            else "the ranks recorded their windows in different groups"
+        )
+        who = f"rank {next(iter(again))}" if len(again) == 1 else f"ranks {', '.join(map(str, again))}"
+        notes.append(f"{who} joined a process group again after destroy_process_group: {where}")
     untraced = [r for r in rank_dirs if r not in traces]
     for r in untraced:
         s = settings.get(r) or {}
