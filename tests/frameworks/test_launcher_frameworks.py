@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
-pytestmark = pytest.mark.frameworks
+pytestmark = [pytest.mark.frameworks, pytest.mark.live]  # real framework jobs under `ddpdoctor run`
 
-ROOT = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).parent / "jobs"
 
 
@@ -25,10 +25,7 @@ def _free_port() -> str:
 
 
 def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DDPDOCTOR_")}
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.update(extra)
-    return env
+    return project_env(extra, {k: v for k, v in os.environ.items() if not k.startswith("DDPDOCTOR_")})
 
 
 def test_ignite_parallel_ranks_are_recorded_and_the_slow_rank_found(tmp_path):

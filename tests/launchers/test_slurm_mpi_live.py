@@ -12,14 +12,17 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
-ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).parent / "jobs" / "env_ranks.py"
 
-pytestmark = pytest.mark.skipif(
-    not any((Path(sysconfig.get_paths()[k]) / "ddpdoctor_capture.pth").is_file() for k in ("purelib", "platlib")),
-    reason="ddpdoctor is not pip-installed in this interpreter (the switch's .pth comes with `pip install`)",
-)
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.skipif(
+        not any((Path(sysconfig.get_paths()[k]) / "ddpdoctor_capture.pth").is_file() for k in ("purelib", "platlib")),
+        reason="ddpdoctor is not pip-installed in this interpreter (the switch's .pth comes with `pip install`)",
+    ),
+]
 
 
 def _free_port() -> str:
@@ -34,9 +37,7 @@ def _base_env(out: Path) -> dict:
         for k, v in os.environ.items()
         if not k.startswith(("DDPDOCTOR_", "SLURM_", "OMPI_", "PMI")) and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")
     }
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.update(DDPDOCTOR_CAPTURE=str(out), DDPDOCTOR_CAPTURE_ANALYZE="0", OMP_NUM_THREADS="1")
-    return env
+    return project_env({"DDPDOCTOR_CAPTURE": str(out), "DDPDOCTOR_CAPTURE_ANALYZE": "0", "OMP_NUM_THREADS": "1"}, env)
 
 
 TASK_VARS = {

@@ -6,7 +6,6 @@ nothing; each child becomes a rank when ``init_process_group`` returns, and reco
 """
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -15,12 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
+from subprocesses import project_env
 
 from ddpdoctor.capture.host.processes import _pids_of_run
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.live
 
-ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).parent / "jobs" / "tutorial_spawn.py"
 
 
@@ -31,9 +31,7 @@ def _free_port() -> str:
 
 
 def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return project_env()
 
 
 def _run(tmp_path, *job_args, options=("--no-analyze",), timeout=300):
