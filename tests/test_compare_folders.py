@@ -3,9 +3,9 @@ arm / original job as BEFORE and its try arm / final settings as AFTER; alone, f
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+from subprocesses import run_ddpdoctor
 from tracebuilder import gpu_step_trace
 
 
@@ -35,12 +35,7 @@ def _tune(folder: Path, kept: bool) -> Path:
 
 
 def _compare(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ddpdoctor", "compare", *map(str, args), "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_ddpdoctor(["compare", *args, "--format", "json"], timeout=300)
 
 
 def test_a_trial_folder_on_either_side(tmp_path):

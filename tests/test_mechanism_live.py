@@ -10,7 +10,10 @@ differing model, led with its facts (issue 39).
 
 import re
 
+import pytest
 from scenario_run import record_scenario
+
+pytestmark = pytest.mark.live
 
 
 def test_live_adam_for_loop_over_many_tensors_leads_with_the_optimizer_step(tmp_path):

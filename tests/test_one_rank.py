@@ -2,9 +2,9 @@
 rule decides, and what a second rank's trace would add — never a bare "see the abstentions"."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from subprocesses import run_ddpdoctor
 
 from ddpdoctor.rules_engine.undetermined import undetermined_summary
 
@@ -13,12 +13,7 @@ SLOW_RANK = ROOT / "sample_traces" / "capture_gloo_2ranks_slow_rank" / "ranks" /
 
 
 def test_the_slow_ranks_trace_alone_says_where_its_step_goes_and_what_a_second_rank_adds():
-    res = subprocess.run(
-        [sys.executable, "-m", "ddpdoctor", "analyze", str(SLOW_RANK), "--hta", "off", "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = run_ddpdoctor(["analyze", SLOW_RANK, "--hta", "off", "--format", "json"], timeout=300)
     assert res.returncode == 0, res.stderr
     d = json.loads(res.stdout)
     summary = d["verdict"]["summary"]

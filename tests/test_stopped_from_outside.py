@@ -8,10 +8,10 @@ during examples/heavy_compute.py: a manifest with no end time and no exit code, 
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import run_ddpdoctor
 
 
 def _bundle(root: Path, codes: dict[int, int], finished: bool) -> Path:
@@ -49,13 +49,7 @@ def _bundle(root: Path, codes: dict[int, int], finished: bool) -> Path:
 
 
 def _analyze(folder: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ddpdoctor", "analyze", str(folder), "--hta", "off"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**__import__("os").environ, "COLUMNS": "200"},
-    )
+    return run_ddpdoctor(["analyze", folder, "--hta", "off"], timeout=300, env={"COLUMNS": "200"})
 
 
 @pytest.mark.parametrize(
