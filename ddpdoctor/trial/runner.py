@@ -208,6 +208,11 @@ def _times(arms: list[dict], arm: str) -> list[float]:
     return [t for a in arms if a["arm"] == arm for t in a["step_times_ms"]]
 
 
+def _runs(arms: list[dict], arm: str) -> list[list[float]]:
+    """Each recorded run's step times of one arm, in recorded order (the stationarity check's input)."""
+    return [list(a["step_times_ms"]) for a in arms if a["arm"] == arm and a["step_times_ms"]]
+
+
 def _show(changes: dict | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in (changes or {}).items())
 
@@ -228,6 +233,8 @@ def _finish(opts: TrialOptions, arms: list[dict], changes, base_report, failed_a
         "2.5/97.5 percentiles; measured_speedup: ratio of mean step times (the job's time per "
         "step); median_speedup: ratio of median step times (the typical step)",
     }
+    out["steady"] = {arm: stats.stationarity(_runs(arms, arm)) for arm in ("baseline", "try")}
+    out["not_steady"] = [arm for arm in ("baseline", "try") if out["steady"][arm]["steady"] is False]
     if base and treat:
         ratio, lo, hi = stats.speedup(base, treat)
         mid, mlo, mhi = stats.speedup(base, treat, center="median")
@@ -259,6 +266,28 @@ def _finish(opts: TrialOptions, arms: list[dict], changes, base_report, failed_a
     return out
 
 
+ARM_NAMES = {"baseline": "the baseline", "try": "the run with the change"}
+
+
+def _not_steady_line(t: dict) -> str:
+    """An arm whose steps drifted inside its window: no faster/slower claim, and what to do."""
+    parts = []
+    for arm in t["not_steady"]:
+        st = t["steady"][arm]
+        lo, hi = st["ci95"]
+        way = "slowed down" if st["first_over_second"] < 1 else "sped up"
+        parts.append(
+            f"{ARM_NAMES[arm]}'s steps {way} inside its window (first half / second half "
+            f"{st['first_over_second']:.2f}x, 95 % {lo:.2f}–{hi:.2f})"
+        )
+    steps = max(len(a.get("step_times_ms") or []) for a in t.get("arms") or [{}])
+    return (
+        f"not steady: record more steps (`--active {max(2 * steps, 20)}`); "
+        + "; ".join(parts)
+        + f"; over the window as recorded {t['measured_speedup']:.2f}x, not a measured change"
+    )
+
+
 def summary_line(t: dict) -> str:
     if t.get("failed_arm"):
         arm = "the baseline" if t["failed_arm"] == "baseline" else "the run with the change"
@@ -266,6 +295,8 @@ def summary_line(t: dict) -> str:
     if t.get("measured_speedup") is None:
         return "no speed-up measured: an arm recorded no steps (see the bundles)"
     r, (lo, hi) = t["measured_speedup"], t["ci95"]
+    if t.get("not_steady"):
+        return _not_steady_line(t)
     if lo <= 1.0 <= hi:
         # the interval holds 1: neither faster nor slower can be claimed
         s = f"no measurable change: {r:.2f}x (95 % {lo:.2f}–{hi:.2f}, as baseline/try mean step time)"

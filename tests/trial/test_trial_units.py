@@ -315,3 +315,38 @@ def test_an_ablation_is_said_to_be_one():
     }
     assert "an ablation, not a fix" in runner.summary_line(t)
     assert "ablation" not in runner.summary_line(dict(t, change={"ddp.comm_hook": "fp16"}))
+
+
+def test_stationarity_first_half_against_second_half():
+    from ddpdoctor.trial import stats
+
+    # a start served from a prefetched buffer: fast steps, then the lock's pace, in both repeats
+    drained = [[20, 21, 19, 22, 20, 90, 95, 88, 92, 91], [21, 20, 22, 19, 21, 93, 89, 94, 90, 92]]
+    st = stats.stationarity(drained)
+    assert st["steady"] is False and st["first_over_second"] < 0.3 and st["ci95"][1] < 1
+    steady = [[50, 52, 49, 51, 50, 52, 48, 51, 50, 49], [51, 49, 50, 52, 50, 51, 49, 50, 52, 50]]
+    assert stats.stationarity(steady)["steady"] is True
+    # a drift inside the interval's reach but under the tolerance stays steady
+    small = [[100, 101, 99, 100, 110, 111, 109, 110]]
+    assert stats.stationarity(small)["steady"] is True
+    assert stats.stationarity([[10, 90]])["steady"] is None  # too few steps to tell
+    assert stats.halves([[1, 2, 3, 4, 5]]) == ([1, 2], [4, 5])  # an odd run's middle step in neither
+
+
+def test_a_trial_with_a_drifting_arm_is_not_called_faster_and_tune_does_not_keep_it(tmp_path):
+    from ddpdoctor.trial import runner, tune
+
+    opts = runner.TrialOptions(command=["x"], out=tmp_path, changes={"dataloader.num_workers": 14})
+    base = {"arm": "baseline", "step_times_ms": [90, 92, 91, 89, 90, 91], "label": None, "verdict": None}
+    treat = {"arm": "try", "step_times_ms": [20, 21, 19, 88, 92, 90], "label": None, "verdict": None}
+    t = runner._finish(opts, [base, treat], {"dataloader.num_workers": 14}, None, failed_arm=None, repeat=1)
+    assert t["not_steady"] == ["try"] and t["steady"]["baseline"]["steady"] is True
+    line = runner.summary_line(t)
+    assert line.startswith("not steady: record more steps (`--active 20`)")
+    assert "faster" not in line.replace("not a measured change", "") and "the run with the change" in line
+    # the treatment arm's mean is 2.1x the baseline's and its interval lies above 1: only the check refuses it
+    assert t["ci95"][0] > 1
+    t["applied"] = {"applied": {"dataloader.num_workers": {"from": 4, "to": 14}}, "skipped": {}}
+    c = tune.Candidate({"dataloader.num_workers": 14}, "dataloader.num_workers=14", "14", "R", "f", None, None, "")
+    kept, why = tune.decide(t, c, False)
+    assert kept is False and why.startswith("not steady: record more steps")

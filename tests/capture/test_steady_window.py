@@ -1,0 +1,103 @@
+"""The window's steady start (issue 37): past --warmup the window waits until the newest DataLoader
+iterator returned more batches than it prefetched at its start, within a bound; pure, no torch."""
+
+import importlib.util
+import queue
+from pathlib import Path
+
+CAPTURE = Path(__file__).resolve().parents[2] / "ddpdoctor" / "capture" / "agent"
+
+
+def _part(name):
+    spec = importlib.util.spec_from_file_location(f"test_steady_{name}", CAPTURE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+win = _part("window")
+loader = _part("loader")
+
+
+class FakeLoader:
+    """A loader that returns one batch per step; ``prefetched`` batches queued at its start."""
+
+    def __init__(self, prefetched):
+        self.prefetched, self.returned = prefetched, 0
+
+    def probe(self):
+        return self.prefetched, self.returned, None
+
+
+def _start_step(warmup, prefetched, steady_within=None, batches_per_step=1):
+    w = win.StepWindow(warmup=warmup, active=3, steady_within=steady_within)
+    fake = FakeLoader(prefetched)
+    w.drain_probe = fake.probe
+    for _ in range(500):
+        fake.returned += batches_per_step
+        b = w.optimizer_step(own=True, now=float(w.steps + 1))
+        if b.action == win.START:
+            w.started()
+            return b.step + 1, w.steady
+    return None, w.steady
+
+
+def test_the_window_starts_once_the_prefetched_batches_are_used_up():
+    # 14 workers x prefetch 2 = 28 batches: the 29th batch was requested after the start
+    steps, st = _start_step(warmup=5, prefetched=28)
+    assert steps == 29
+    assert st["decided_by"] == "prefetch_used" and st["from_step"] == 29 and st["waited_steps"] == 24
+    assert st["prefetched_batches"] == 28 and st["returned_batches"] == 29
+
+
+def test_warmup_stays_a_floor_and_no_loader_changes_nothing():
+    steps, st = _start_step(warmup=40, prefetched=8)
+    assert steps == 40 and st["decided_by"] == "prefetch_used" and st["waited_steps"] == 0
+    w = win.StepWindow(warmup=5, active=3)  # no loader at all: the old window
+    starts = [w.optimizer_step(True, float(i)).action for i in range(1, 7)]
+    assert starts.index(win.START) == 4 and w.steady["decided_by"] == "warmup"
+
+
+def test_the_bound_starts_the_window_and_says_it_was_not_steady():
+    steps, st = _start_step(warmup=5, prefetched=28, steady_within=10)
+    assert steps == 15 and st["decided_by"] == "bound" and st["returned_batches"] == 15
+    steps, st = _start_step(warmup=5, prefetched=28, steady_within=0)  # 0: the wait is off
+    assert steps == 5 and st["decided_by"] == "bound"
+
+
+def test_gradient_accumulation_drains_faster_per_step():
+    steps, st = _start_step(warmup=2, prefetched=28, batches_per_step=4)
+    assert steps == 8 and st["returned_batches"] == 32
+
+
+def test_a_probe_that_fails_leaves_the_warmup_floor():
+    w = win.StepWindow(warmup=3, active=2)
+
+    def broken():
+        raise RuntimeError("gone")
+
+    w.drain_probe = broken
+    acts = [w.optimizer_step(True, float(i)).action for i in range(1, 5)]
+    assert acts.index(win.START) == 2
+
+
+class FakeIter:
+    def __init__(self, workers, prefetch, task_info, queued):
+        self._num_workers, self._prefetch_factor, self._task_info = workers, prefetch, task_info
+        self._data_queue = queue.Queue()
+        for _ in range(queued):
+            self._data_queue.put(object())
+
+
+def test_loader_timing_counts_prefetched_returned_and_ready_batches():
+    t = loader.LoaderTiming()
+    assert t.drain_state() is None
+    it = FakeIter(14, 2, {5: (0,), 6: (1, "batch"), 7: (2, "batch"), 8: (3,)}, queued=3)
+    t.iterator_created(it)
+    for _ in range(4):
+        t.returned()
+    assert t.drain_state() == (28, 4, 5)  # two held out of order + three in the result queue
+    it2 = FakeIter(0, None, {}, 0)  # an in-process loader: nothing prefetched
+    t.iterator_created(it2)
+    assert t.drain_state()[:2] == (0, 0)
+    assert loader.ready_batches(object()) is None
