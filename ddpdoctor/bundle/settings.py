@@ -406,5 +406,5 @@ def _steady_facts(ranks: dict[int, dict], facts: dict[str, object]) -> None:
         facts["run.window.steady_note"] = (
             f"not steady after {step} steps: the loader's {pre} prefetched batches were not used up "
             f"({st.get('returned_batches')} returned); recorded from step {step}, the bound "
-            f"(DDPDOCTOR_STEADY_WITHIN={st.get('steady_within')} steps past --warmup)"
+            f"(--steady-within {st.get('steady_within')}: steps past --warmup)"
         )

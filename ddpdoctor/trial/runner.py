@@ -35,6 +35,7 @@ class TrialOptions:
     baseline: Path | None = None  # an existing bundle as the baseline arm
     warmup: int = 5
     active: int = 5
+    steady_within: int | None = None  # `--steady-within` (issue 37); None: the agent's default
     force: bool = False
     # `ddpdoctor tune`: settings both arms run with (the current best), an arm already recorded with them
     # that stands as baseline #1 (with its diagnosis), and where each arm's diagnosis is kept for the caller
@@ -127,7 +128,13 @@ def capture_arm(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> t
     bundle = opts.out / f"{arm}-{n}"
     res = run_capture(
         RunOptions(
-            command=opts.command, out=bundle, force=True, warmup=opts.warmup, active=opts.active, changes=changes
+            command=opts.command,
+            out=bundle,
+            force=True,
+            warmup=opts.warmup,
+            active=opts.active,
+            changes=changes,
+            steady_within=opts.steady_within,
         )
     )
     report = None
@@ -226,7 +233,7 @@ def _finish(opts: TrialOptions, arms: list[dict], changes, base_report, failed_a
         "rule": opts.rule,
         "base_changes": opts.base_changes or None,
         "repeats_per_arm": repeat,
-        "window": {"warmup": opts.warmup, "active": opts.active},
+        "window": {"warmup": opts.warmup, "active": opts.active, "steady_within": opts.steady_within},
         "failed_arm": failed_arm,
         "arms": arms,
         "ci_method": f"bootstrap over each arm's recorded steps ({stats.BOOTSTRAP_SAMPLES} resamples), "

@@ -101,3 +101,26 @@ def test_loader_timing_counts_prefetched_returned_and_ready_batches():
     t.iterator_created(it2)
     assert t.drain_state()[:2] == (0, 0)
     assert loader.ready_batches(object()) is None
+
+
+def test_a_job_that_ends_while_the_window_waits_says_so():
+    w = win.StepWindow(warmup=5, active=3)
+    fake = FakeLoader(28)
+    w.drain_probe = fake.probe
+    for _ in range(12):
+        fake.returned += 1
+        assert w.optimizer_step(own=True, now=float(w.steps + 1)).action == win.NONE or w.steps < 5
+    assert w.steady["decided_by"] == "waiting" and w.steady["from_step"] is None
+    assert w.steady["returned_batches"] == 12 and w.steady["prefetched_batches"] == 28
+
+
+def test_run_names_the_wait_when_no_trace_was_recorded():
+    from ddpdoctor.cli_run import _waiting_for_loader
+
+    s = {
+        "steps_completed": 12,
+        "window": {"steady": {"decided_by": "waiting", "prefetched_batches": 28, "returned_batches": 12}},
+    }
+    line = _waiting_for_loader([s])
+    assert line.startswith("training ended after 12 steps while the window waited for the loader's 28 prefetched")
+    assert "--steady-within 0" in line and _waiting_for_loader([{"window": {}}]) is None

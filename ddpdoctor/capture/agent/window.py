@@ -168,6 +168,16 @@ class StepWindow:
         prefetched, consumed, ready = state if state else (0, 0, None)
         waited = self.steps - self.warmup
         if prefetched and consumed <= prefetched and waited < self.steady_within:
+            # still waiting: said as it stands, so a job that ends here is told why no window ran
+            self.steady = {
+                "from_step": None,
+                "decided_by": "waiting",
+                "warmup": self.warmup,
+                "waited_steps": waited + 1,
+                "steady_within": self.steady_within,
+                "prefetched_batches": prefetched,
+                "returned_batches": consumed,
+            }
             return False
         if not prefetched:
             how = "warmup"
