@@ -91,7 +91,8 @@ class LoaderTiming:
 
     def iterator_created(self, it) -> None:
         self._iters = [r for r in self._iters if r() is not None][-8:] + [weakref.ref(it)]
-        self.drain = {"prefetched": prefetched_batches(it), "consumed": 0}
+        # (torch sets _prefetch_factor after the base __init__ this is called from: read at the first probe)
+        self.drain = {"prefetched": None, "consumed": 0}
         self._latest = weakref.ref(it)
 
     def drain_state(self) -> tuple[int, int, int | None] | None:
@@ -102,7 +103,9 @@ class LoaderTiming:
         if d is None:
             return None
         it = self._latest() if self._latest is not None else None
-        return d["prefetched"], d["consumed"], ready_batches(it) if it is not None else None
+        if d["prefetched"] is None and it is not None:
+            d["prefetched"] = prefetched_batches(it)
+        return d["prefetched"] or 0, d["consumed"], ready_batches(it) if it is not None else None
 
     def _worker_pids(self) -> list[int]:
         pids = []
