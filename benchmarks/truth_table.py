@@ -67,10 +67,13 @@ ROWS = [
 
 
 def plain_run(row: Row, args: list[str], steps: int) -> list[list[float]]:
-    """One long plain run: each rank's step times (ms) as the job printed them."""
-    cmd = TORCHRUN + [row.job, "--report", "--steps", str(steps)] + args
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    ranks = {int(m[1]): [float(x) for x in m[2].split()] for m in STEP_LINE.finditer(out.stdout)}
+    """One long plain run: each rank's step times (ms) as the job printed them (each rank's stdout in a file
+    of its own: torchrun's merged stdout interleaves the ranks' lines)."""
+    with tempfile.TemporaryDirectory(prefix="ddpdoctor-truth-logs-") as logs:
+        cmd = TORCHRUN + ["--log-dir", logs, "--redirects", "1", row.job, "--report", "--steps", str(steps)] + args
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        text = "\n".join(p.read_text(encoding="utf-8") for p in sorted(Path(logs).glob("**/stdout.log")))
+    ranks = {int(m[1]): [float(x) for x in m[2].split()] for m in STEP_LINE.finditer(text)}
     if not ranks:
         raise RuntimeError(f"{' '.join(cmd)}: no step times printed (exit {out.returncode})\n{out.stderr[-2000:]}")
     return [ranks[r] for r in sorted(ranks)]
