@@ -33,6 +33,7 @@ class TuneOptions:
     repeat: int | None = None
     warmup: int = 5
     active: int = 5
+    steady_within: int | None = None  # `--steady-within` (issue 37); None: the agent's default
     ruleset: object = None  # the rules every run is diagnosed with (--rules/--set/--no-config); None: built-in
     analyze_opts: object = None  # AnalyzeOptions of those diagnoses (--hta); None: the defaults
 
@@ -381,6 +382,7 @@ def _trial_options(opts: TuneOptions, out: Path, changes: dict | None, **more) -
         changes=changes,
         warmup=opts.warmup,
         active=opts.active,
+        steady_within=opts.steady_within,
         force=True,
         ruleset=opts.ruleset,
         analyze_opts=opts.analyze_opts,
