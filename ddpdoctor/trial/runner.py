@@ -313,8 +313,13 @@ def summary_line(t: dict) -> str:
         s = f"measured {shown:.2f}x {word} (95 % {lo:.2f}–{hi:.2f}, as baseline/try mean step time)"
     mid = t.get("median_speedup")
     if mid and abs(np.log(mid / r)) > np.log(SHOW_MEDIAN_APART):
-        # the gain sits in some steps only (an epoch start, a periodic save): say what the typical step did
-        s += f"; the typical (median) step {mid:.2f}x"
+        if lo <= 1.0 <= hi:
+            # the job's time per step did not move: a typical step that did is paid back by the other steps
+            # (a loader serving bursts from its buffer, then waiting); its ratio alone would read as a change
+            s += "; the typical (median) step moved, but the job's time per step did not: slower steps paid it back"
+        else:
+            # the gain sits in some steps only (an epoch start, a periodic save): say what the typical step did
+            s += f"; the typical (median) step {mid:.2f}x"
     if t.get("predicted_speedup"):
         s += f"; predicted up to {t['predicted_speedup']:.2f}x ({t['predicted_by']})"
     else:

@@ -174,6 +174,11 @@ def test_a_cost_paid_on_some_steps_only_counts_in_full():
     t = {"measured_speedup": round(r, 3), "ci95": [round(lo, 3), round(hi, 3)], "median_speedup": round(mid, 3)}
     assert f"the typical (median) step {mid:.2f}x" in runner.summary_line(t)
     assert "typical" not in runner.summary_line(dict(t, median_speedup=round(r * 1.05, 3)))
+    # no measurable change of the mean: the typical step's ratio is not given as a speed-up (issue 37: a
+    # lock-bound loader's trial read "no measurable change: 0.93x …; the typical (median) step 1.49x")
+    same = {"measured_speedup": 0.93, "ci95": [0.63, 1.40], "median_speedup": 1.49}
+    line = runner.summary_line(same)
+    assert "1.49" not in line and "slower steps paid it back" in line and line.startswith("no measurable change")
 
 
 def test_summary_line_says_measured_predicted_and_moved():
