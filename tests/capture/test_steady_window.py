@@ -124,3 +124,25 @@ def test_run_names_the_wait_when_no_trace_was_recorded():
     line = _waiting_for_loader([s])
     assert line.startswith("training ended after 12 steps while the window waited for the loader's 28 prefetched")
     assert "--steady-within 0" in line and _waiting_for_loader([{"window": {}}]) is None
+
+
+def test_the_bundle_reader_says_what_decided_the_window():
+    from ddpdoctor.bundle.settings import _steady_facts
+
+    def facts_of(steady):
+        out: dict = {}
+        _steady_facts({1: {"window": {"steady": steady}}, 0: {"window": {}}}, out)
+        return out
+
+    used = {"from_step": 29, "decided_by": "prefetch_used", "warmup": 5, "waited_steps": 24, "prefetched_batches": 28}
+    f = facts_of(used)
+    assert f["run.window.steady_from_step"] == 29 and f["run.window.prefetched_batches"] == 28
+    assert f["run.window.steady_note"] == (
+        "steady from step 29: the loader's 28 prefetched batches were used up "
+        "(--warmup 5 alone would have started at step 5)"
+    )
+    bound = dict(used, decided_by="bound", from_step=8, returned_batches=8, steady_within=3)
+    assert facts_of(bound)["run.window.steady_note"].startswith("not steady after 8 steps: the loader's 28")
+    # no wait (a job without workers, or the buffer used up by --warmup): facts, no card line
+    assert "run.window.steady_note" not in facts_of(dict(used, waited_steps=0))
+    assert facts_of({"from_step": None, "decided_by": "waiting"}) == {}
