@@ -152,11 +152,33 @@ def capture_arm(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> t
         res.manifest.get("interrupted_by"),
         bool(res.manifest.get("died_after_program_end")),
     )
+    rec["cut_short"] = window_cut_short(bundle)
     if changes:
         rec["applied"] = _applied(bundle)
     if opts.reports is not None:
         opts.reports[(arm, n)] = report
     return rec, report
+
+
+def window_cut_short(bundle: Path) -> dict | None:
+    """The window waited past --warmup for the loader's prefetched batches (issue 37) and the job ended before
+    it recorded --active steps (or before it started): what was seen, else None."""
+    for p in sorted((bundle / "ranks").glob("rank*/settings.json")):
+        try:
+            d = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        w = d.get("window") or {}
+        st = w.get("steady") or {}
+        waited = st.get("decided_by") == "waiting" or (st.get("waited_steps") or 0) > 0
+        if waited and not w.get("complete"):
+            return {
+                "recorded_steps": w.get("recorded_steps") or 0,
+                "requested_active": w.get("requested_active"),
+                "steps_completed": d.get("steps_completed"),
+                "prefetched_batches": st.get("prefetched_batches"),
+            }
+    return None
 
 
 def _applied(bundle: Path) -> dict:
@@ -242,6 +264,7 @@ def _finish(opts: TrialOptions, arms: list[dict], changes, base_report, failed_a
     }
     out["steady"] = {arm: stats.stationarity(_runs(arms, arm)) for arm in ("baseline", "try")}
     out["not_steady"] = [arm for arm in ("baseline", "try") if out["steady"][arm]["steady"] is False]
+    out["cut_short"] = sorted({a["arm"] for a in arms if a.get("cut_short")})
     if base and treat:
         ratio, lo, hi = stats.speedup(base, treat)
         mid, mlo, mhi = stats.speedup(base, treat, center="median")
@@ -276,6 +299,18 @@ def _finish(opts: TrialOptions, arms: list[dict], changes, base_report, failed_a
 ARM_NAMES = {"baseline": "the baseline", "try": "the run with the change"}
 
 
+def _cut_short_line(t: dict) -> str:
+    """An arm's job ended inside a window that had waited for the loader's buffer: too few steps to compare."""
+    arm = t["cut_short"][0]
+    cut = next(a["cut_short"] for a in t["arms"] if a["arm"] == arm and a.get("cut_short"))
+    return (
+        f"too few steps: {ARM_NAMES[arm]} ended after {cut['steps_completed']} steps, {cut['recorded_steps']} of "
+        f"them recorded, the window having waited for the loader's {cut['prefetched_batches']} prefetched batches "
+        f"to be used up; run the job longer (or `--steady-within 0` to record from --warmup on); over the window "
+        f"as recorded {t['measured_speedup']:.2f}x, not a measured change"
+    )
+
+
 def _not_steady_line(t: dict) -> str:
     """An arm whose steps drifted inside its window: no faster/slower claim, and what to do."""
     parts = []
@@ -302,6 +337,8 @@ def summary_line(t: dict) -> str:
     if t.get("measured_speedup") is None:
         return "no speed-up measured: an arm recorded no steps (see the bundles)"
     r, (lo, hi) = t["measured_speedup"], t["ci95"]
+    if t.get("cut_short"):
+        return _cut_short_line(t)
     if t.get("not_steady"):
         return _not_steady_line(t)
     if lo <= 1.0 <= hi:

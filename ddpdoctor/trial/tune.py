@@ -149,6 +149,8 @@ def decide(t: dict, c: Candidate, allow_numerics: bool) -> tuple[bool, str]:
         return False, f"not applied: {missed[0]}: {skipped[missed[0]]}"
     if t.get("measured_speedup") is None or not t.get("ci95"):
         return False, "no speed-up measured: an arm recorded no steps"
+    if t.get("cut_short"):
+        return False, "too few steps: the job ended inside a window that waited for the loader's prefetched batches"
     if t.get("not_steady"):
         return False, "not steady: record more steps (`--active N`); an arm's steps drifted inside its window"
     lo, hi = t["ci95"]

@@ -355,3 +355,29 @@ def test_a_trial_with_a_drifting_arm_is_not_called_faster_and_tune_does_not_keep
     c = tune.Candidate({"dataloader.num_workers": 14}, "dataloader.num_workers=14", "14", "R", "f", None, None, "")
     kept, why = tune.decide(t, c, False)
     assert kept is False and why.startswith("not steady: record more steps")
+
+
+def test_an_arm_whose_job_ended_inside_a_waiting_window_makes_no_claim(tmp_path):
+    from ddpdoctor.trial import runner, tune
+
+    rank = tmp_path / "try-1" / "ranks" / "rank0"
+    rank.mkdir(parents=True)
+    win = {"complete": False, "recorded_steps": 1, "requested_active": 8}
+    win["steady"] = {"decided_by": "prefetch_used", "waited_steps": 9, "prefetched_batches": 10}
+    (rank / "settings.json").write_text(json.dumps({"steps_completed": 12, "window": win}), encoding="utf-8")
+    cut = runner.window_cut_short(tmp_path / "try-1")
+    assert cut == {"recorded_steps": 1, "requested_active": 8, "steps_completed": 12, "prefetched_batches": 10}
+    win["complete"] = True  # a complete window, or one that never waited: nothing to say
+    (rank / "settings.json").write_text(json.dumps({"steps_completed": 30, "window": win}), encoding="utf-8")
+    assert runner.window_cut_short(tmp_path / "try-1") is None
+
+    opts = runner.TrialOptions(command=["x"], out=tmp_path, changes={"dataloader.num_workers": 5})
+    base = {"arm": "baseline", "step_times_ms": [30, 31, 29, 30], "label": None, "verdict": None}
+    treat = {"arm": "try", "step_times_ms": [120], "label": None, "verdict": None, "cut_short": cut}
+    t = runner._finish(opts, [base, treat], {"dataloader.num_workers": 5}, None, failed_arm=None, repeat=1)
+    line = runner.summary_line(t)
+    assert t["cut_short"] == ["try"] and line.startswith("too few steps: the run with the change ended after 12 steps")
+    assert "slower" not in line and "--steady-within 0" in line
+    t["applied"] = {"applied": {"dataloader.num_workers": {"from": 0, "to": 5}}, "skipped": {}}
+    c = tune.Candidate({"dataloader.num_workers": 5}, "dataloader.num_workers=5", "5", "R", "f", None, None, "")
+    assert tune.decide(t, c, False)[1].startswith("too few steps")
