@@ -353,7 +353,7 @@ def summary_line(t: dict) -> str:
         if lo <= 1.0 <= hi:
             # the job's time per step did not move: a typical step that did is paid back by the other steps
             # (a loader serving bursts from its buffer, then waiting); its ratio alone would read as a change
-            s += "; the typical (median) step moved, but the job's time per step did not: slower steps paid it back"
+            s += "; the typical (median) step moved, the job's time per step not measurably (other steps paid it back)"
         else:
             # the gain sits in some steps only (an epoch start, a periodic save): say what the typical step did
             s += f"; the typical (median) step {mid:.2f}x"
