@@ -57,6 +57,14 @@ from .text import plural
     help="Record at least this many seconds: fast steps get more than --active steps (at most 200), the "
     "same number on every rank; 0 records exactly --active steps.",
 )
+@click.option(
+    "--steady-within",
+    "steady_within",
+    type=click.IntRange(0),
+    default=None,
+    help="Past --warmup, wait at most this many steps for the DataLoader's prefetched batches to be used up "
+    "before recording (default 200); 0 records from --warmup on.",
+)
 @click.option("--keep-going", is_flag=True, help="Do not stop training after the recorded window.")
 @click.option("--no-analyze", is_flag=True, help="Only capture; do not analyze the bundle afterwards.")
 @report_option
@@ -94,6 +102,7 @@ def run(
     warmup,
     active,
     min_window,
+    steady_within,
     keep_going,
     no_analyze,
     report_dir,
@@ -142,7 +151,8 @@ def run(
         from .analysis import AnalyzeOptions
 
         arm_analysis = (ruleset, AnalyzeOptions(hta=hta))  # every arm is diagnosed with the rules in force
-        _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline, arm_analysis, quiet)
+        trial_args = (command, out, force, warmup, active, keep_going, tries, repeat, baseline, arm_analysis, quiet)
+        _trial(*trial_args, steady_within=steady_within)
         return
     if repeat is not None or baseline is not None:
         raise InputError("--repeat and --baseline belong to --try (a trial of one change)")
@@ -161,6 +171,7 @@ def run(
         active=active,
         min_window_s=min_window,
         keep_going=keep_going,
+        steady_within=steady_within,
     )
     result = run_capture(opts)
     m = result.manifest
@@ -247,7 +258,9 @@ def _bundle_line(result) -> str:
 _RULE_ID = r"[A-Z]{2,4}\d{3}"  # as rules_engine.model.ID_PATTERN: a prefix of two to four letters
 
 
-def _trial(command, out, force, warmup, active, keep_going, tries, repeat, baseline, arm_analysis, quiet) -> None:
+def _trial(
+    command, out, force, warmup, active, keep_going, tries, repeat, baseline, arm_analysis, quiet, steady_within=None
+) -> None:
     import re
 
     from .capture.agent.overrides import OverrideError, parse_changes
@@ -276,6 +289,7 @@ def _trial(command, out, force, warmup, active, keep_going, tries, repeat, basel
             baseline=Path(baseline) if baseline else None,
             warmup=warmup,
             active=active,
+            steady_within=steady_within,
             force=force,
             ruleset=arm_analysis[0],
             analyze_opts=arm_analysis[1],
@@ -289,6 +303,20 @@ def _trial(command, out, force, warmup, active, keep_going, tries, repeat, basel
         click.echo(f"ddpdoctor: trial {target / 'trial.json'}", err=True)
     failed = next((a for a in t["arms"] if a["arm"] == t.get("failed_arm") and a["exit_code"]), None)
     sys.exit(failed["exit_code"] if failed else 0)
+
+
+def _waiting_for_loader(settings: list) -> str | None:
+    """Training ended while the window waited for the loader's prefetched batches (issue 37), in words."""
+    for s in settings:
+        st = ((s or {}).get("window") or {}).get("steady") or {}
+        if st.get("decided_by") == "waiting":
+            return (
+                f"training ended after {plural(s.get('steps_completed') or 0, 'step')} while the window waited "
+                f"for the loader's {st.get('prefetched_batches')} prefetched batches to be used up "
+                f"({st.get('returned_batches')} returned); run the job longer, or record from --warmup on "
+                f"with --steady-within 0"
+            )
+    return None
 
 
 def _analyze(
@@ -312,6 +340,8 @@ def _analyze(
         elif steps and max(steps) <= warmup and interrupted:  # the user stopped it: no --warmup advice
             how = "you stopped it (Ctrl-C)" if interrupted == "SIGINT" else f"it was stopped by {interrupted}"
             why = f"{how} after {plural(max(steps), 'step')}, before the window (--warmup {warmup})"
+        elif waited := _waiting_for_loader(settings):
+            why = waited
         elif steps and max(steps) <= warmup:
             why = (
                 f"training ended after {plural(max(steps), 'step')}, before the window (--warmup {warmup}); "

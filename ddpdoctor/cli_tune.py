@@ -75,6 +75,14 @@ from .errors import InputError
 @click.option(
     "--active", type=click.IntRange(1), default=5, show_default=True, help="Training steps to record in every run."
 )
+@click.option(
+    "--steady-within",
+    "steady_within",
+    type=click.IntRange(0),
+    default=None,
+    help="Past --warmup, wait at most this many steps for the DataLoader's prefetched batches to be used up "
+    "before recording, in every run (default 200); 0 records from --warmup on.",
+)
 @report_option
 @json_option
 @with_analysis_options
@@ -90,6 +98,7 @@ def tune(
     repeat,
     warmup,
     active,
+    steady_within,
     report_dir,
     json_path,
     hta,
@@ -151,6 +160,7 @@ def tune(
         repeat=repeat,
         warmup=warmup,
         active=active,
+        steady_within=steady_within,
         ruleset=ruleset,
         analyze_opts=AnalyzeOptions(hta=hta),
     )

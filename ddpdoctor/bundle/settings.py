@@ -377,5 +377,37 @@ def _run_facts(mans: list[dict], ranks: dict[int, dict], facts: dict[str, object
         facts["run.world_size"] = max(worlds)
     if mans or ranks:
         facts["run.ranks_present"] = sorted(present)
+    _steady_facts(ranks, facts)
     if ranks:
         facts["run.steps_completed.per_rank"] = {r: ranks[r].get("steps_completed") for r in sorted(ranks)}
+
+
+def _steady_facts(ranks: dict[int, dict], facts: dict[str, object]) -> None:
+    """run.window.steady_*: what decided the recorded window's start (issue 37), from the lowest rank that
+    recorded it (the decision is the same on every rank of a job whose ranks build the same loader)."""
+    st = next(
+        (
+            (ranks[r].get("window") or {}).get("steady")
+            for r in sorted(ranks)
+            if (ranks[r].get("window") or {}).get("steady")
+        ),
+        None,
+    )
+    if not isinstance(st, dict) or not isinstance(st.get("from_step"), int):
+        return
+    how, step, pre = st.get("decided_by"), st["from_step"], st.get("prefetched_batches")
+    facts["run.window.steady_from_step"] = step
+    facts["run.window.steady_decided_by"] = how
+    if isinstance(pre, int):
+        facts["run.window.prefetched_batches"] = pre
+    if how == "prefetch_used" and (st.get("waited_steps") or 0) > 0:
+        facts["run.window.steady_note"] = (
+            f"steady from step {step}: the loader's {pre} prefetched batches were used up "
+            f"(--warmup {st.get('warmup')} alone would have started at step {st.get('warmup')})"
+        )
+    elif how == "bound":
+        facts["run.window.steady_note"] = (
+            f"not steady after {step} steps: the loader's {pre} prefetched batches were not used up "
+            f"({st.get('returned_batches')} returned); recorded from step {step}, the bound "
+            f"(--steady-within {st.get('steady_within')}: steps past --warmup)"
+        )

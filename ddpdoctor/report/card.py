@@ -304,6 +304,8 @@ def _numbers(d: dict, v: dict, perf: str | None, conf: str | None, width: int) -
     step = step_summary(d)
     if step:
         out += _num("step time", step, width)
+    if isinstance(facts.get("run.window.steady_note"), str):  # the window waited for a steady state
+        out += _num("window", facts["run.window.steady_note"], width)
     top = next((c for c in d.get("costs") or [] if c.get("rule") == v.get("rule")), None)
     if top and top.get("cost") is not None and not v.get("failed"):
         bound = "at least" if v.get("speedup_is_lower_bound") else "up to"

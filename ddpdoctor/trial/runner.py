@@ -35,6 +35,7 @@ class TrialOptions:
     baseline: Path | None = None  # an existing bundle as the baseline arm
     warmup: int = 5
     active: int = 5
+    steady_within: int | None = None  # `--steady-within` (issue 37); None: the agent's default
     force: bool = False
     # `ddpdoctor tune`: settings both arms run with (the current best), an arm already recorded with them
     # that stands as baseline #1 (with its diagnosis), and where each arm's diagnosis is kept for the caller
@@ -127,7 +128,13 @@ def capture_arm(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> t
     bundle = opts.out / f"{arm}-{n}"
     res = run_capture(
         RunOptions(
-            command=opts.command, out=bundle, force=True, warmup=opts.warmup, active=opts.active, changes=changes
+            command=opts.command,
+            out=bundle,
+            force=True,
+            warmup=opts.warmup,
+            active=opts.active,
+            changes=changes,
+            steady_within=opts.steady_within,
         )
     )
     report = None
@@ -145,11 +152,33 @@ def capture_arm(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> t
         res.manifest.get("interrupted_by"),
         bool(res.manifest.get("died_after_program_end")),
     )
+    rec["cut_short"] = window_cut_short(bundle)
     if changes:
         rec["applied"] = _applied(bundle)
     if opts.reports is not None:
         opts.reports[(arm, n)] = report
     return rec, report
+
+
+def window_cut_short(bundle: Path) -> dict | None:
+    """The window waited past --warmup for the loader's prefetched batches (issue 37) and the job ended before
+    it recorded --active steps (or before it started): what was seen, else None."""
+    for p in sorted((bundle / "ranks").glob("rank*/settings.json")):
+        try:
+            d = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        w = d.get("window") or {}
+        st = w.get("steady") or {}
+        waited = st.get("decided_by") == "waiting" or (st.get("waited_steps") or 0) > 0
+        if waited and not w.get("complete"):
+            return {
+                "recorded_steps": w.get("recorded_steps") or 0,
+                "requested_active": w.get("requested_active"),
+                "steps_completed": d.get("steps_completed"),
+                "prefetched_batches": st.get("prefetched_batches"),
+            }
+    return None
 
 
 def _applied(bundle: Path) -> dict:
@@ -208,6 +237,11 @@ def _times(arms: list[dict], arm: str) -> list[float]:
     return [t for a in arms if a["arm"] == arm for t in a["step_times_ms"]]
 
 
+def _runs(arms: list[dict], arm: str) -> list[list[float]]:
+    """Each recorded run's step times of one arm, in recorded order (the stationarity check's input)."""
+    return [list(a["step_times_ms"]) for a in arms if a["arm"] == arm and a["step_times_ms"]]
+
+
 def _show(changes: dict | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in (changes or {}).items())
 
@@ -221,13 +255,16 @@ def _finish(opts: TrialOptions, arms: list[dict], changes, base_report, failed_a
         "rule": opts.rule,
         "base_changes": opts.base_changes or None,
         "repeats_per_arm": repeat,
-        "window": {"warmup": opts.warmup, "active": opts.active},
+        "window": {"warmup": opts.warmup, "active": opts.active, "steady_within": opts.steady_within},
         "failed_arm": failed_arm,
         "arms": arms,
         "ci_method": f"bootstrap over each arm's recorded steps ({stats.BOOTSTRAP_SAMPLES} resamples), "
         "2.5/97.5 percentiles; measured_speedup: ratio of mean step times (the job's time per "
         "step); median_speedup: ratio of median step times (the typical step)",
     }
+    out["steady"] = {arm: stats.stationarity(_runs(arms, arm)) for arm in ("baseline", "try")}
+    out["not_steady"] = [arm for arm in ("baseline", "try") if out["steady"][arm]["steady"] is False]
+    out["cut_short"] = sorted({a["arm"] for a in arms if a.get("cut_short")})
     if base and treat:
         ratio, lo, hi = stats.speedup(base, treat)
         mid, mlo, mhi = stats.speedup(base, treat, center="median")
@@ -259,6 +296,40 @@ def _finish(opts: TrialOptions, arms: list[dict], changes, base_report, failed_a
     return out
 
 
+ARM_NAMES = {"baseline": "the baseline", "try": "the run with the change"}
+
+
+def _cut_short_line(t: dict) -> str:
+    """An arm's job ended inside a window that had waited for the loader's buffer: too few steps to compare."""
+    arm = t["cut_short"][0]
+    cut = next(a["cut_short"] for a in t["arms"] if a["arm"] == arm and a.get("cut_short"))
+    return (
+        f"too few steps: {ARM_NAMES[arm]} ended after {cut['steps_completed']} steps, {cut['recorded_steps']} of "
+        f"them recorded, the window having waited for the loader's {cut['prefetched_batches']} prefetched batches "
+        f"to be used up; run the job longer (or `--steady-within 0` to record from --warmup on); over the window "
+        f"as recorded {t['measured_speedup']:.2f}x, not a measured change"
+    )
+
+
+def _not_steady_line(t: dict) -> str:
+    """An arm whose steps drifted inside its window: no faster/slower claim, and what to do."""
+    parts = []
+    for arm in t["not_steady"]:
+        st = t["steady"][arm]
+        lo, hi = st["ci95"]
+        way = "slowed down" if st["first_over_second"] < 1 else "sped up"
+        parts.append(
+            f"{ARM_NAMES[arm]}'s steps {way} inside its window (first half / second half "
+            f"{st['first_over_second']:.2f}x, 95 % {lo:.2f}–{hi:.2f})"
+        )
+    steps = max(len(a.get("step_times_ms") or []) for a in t.get("arms") or [{}])
+    return (
+        f"not steady: record more steps (`--active {max(2 * steps, 20)}`); "
+        + "; ".join(parts)
+        + f"; over the window as recorded {t['measured_speedup']:.2f}x, not a measured change"
+    )
+
+
 def summary_line(t: dict) -> str:
     if t.get("failed_arm"):
         arm = "the baseline" if t["failed_arm"] == "baseline" else "the run with the change"
@@ -266,6 +337,10 @@ def summary_line(t: dict) -> str:
     if t.get("measured_speedup") is None:
         return "no speed-up measured: an arm recorded no steps (see the bundles)"
     r, (lo, hi) = t["measured_speedup"], t["ci95"]
+    if t.get("cut_short"):
+        return _cut_short_line(t)
+    if t.get("not_steady"):
+        return _not_steady_line(t)
     if lo <= 1.0 <= hi:
         # the interval holds 1: neither faster nor slower can be claimed
         s = f"no measurable change: {r:.2f}x (95 % {lo:.2f}–{hi:.2f}, as baseline/try mean step time)"
@@ -275,8 +350,13 @@ def summary_line(t: dict) -> str:
         s = f"measured {shown:.2f}x {word} (95 % {lo:.2f}–{hi:.2f}, as baseline/try mean step time)"
     mid = t.get("median_speedup")
     if mid and abs(np.log(mid / r)) > np.log(SHOW_MEDIAN_APART):
-        # the gain sits in some steps only (an epoch start, a periodic save): say what the typical step did
-        s += f"; the typical (median) step {mid:.2f}x"
+        if lo <= 1.0 <= hi:
+            # the job's time per step did not move: a typical step that did is paid back by the other steps
+            # (a loader serving bursts from its buffer, then waiting); its ratio alone would read as a change
+            s += "; the typical (median) step moved, the job's time per step not measurably (other steps paid it back)"
+        else:
+            # the gain sits in some steps only (an epoch start, a periodic save): say what the typical step did
+            s += f"; the typical (median) step {mid:.2f}x"
     if t.get("predicted_speedup"):
         s += f"; predicted up to {t['predicted_speedup']:.2f}x ({t['predicted_by']})"
     else:

@@ -18,7 +18,17 @@ def job_step_times_us(summaries) -> list[float]:
         for i, t in enumerate(s.values["step_time"]):
             if t is not None and np.isfinite(t):
                 by_step[step_key(s, i)].append(float(t))
-    return [max(v) for _k, v in sorted(by_step.items(), key=lambda kv: str(kv[0]))]
+    return [max(v) for _k, v in sorted(by_step.items(), key=lambda kv: _step_order(kv[0]))]
+
+
+def _step_order(key: str) -> tuple:
+    """Recorded order of step keys ("9" before "10"; positional "#i" keys by i after numbered ones)."""
+    k = str(key)
+    if k.isdigit():
+        return (0, int(k))
+    if k.startswith("#") and k[1:].isdigit():
+        return (1, int(k[1:]))
+    return (2, k)
 
 
 def cv(times: list[float]) -> float | None:
@@ -52,3 +62,41 @@ def repeats_for(noise_cv: float | None, lo: int = 2, hi: int = 5, target_cv: flo
     if noise_cv is None:
         return lo
     return int(min(hi, max(lo, np.ceil((noise_cv / target_cv) ** 2))))
+
+
+# an arm whose first and second halves differ by more than this (their interval excluding 1 too) drifted
+# within its window: set before any run from what the check guards against (a drift this size alone, from
+# where the window sits, would read as a 1.2x change), not fitted to an example
+STEADY_DRIFT = 1.2
+MIN_STEADY_STEPS = 4  # fewer steps per arm: the check cannot be made (and says so)
+
+
+def halves(runs: list[list[float]]) -> tuple[list[float], list[float]]:
+    """The first and second halves of each run's steps (in recorded order), pooled over the arm's runs; the
+    middle step of an odd-length run belongs to neither."""
+    first, second = [], []
+    for r in runs:
+        h = len(r) // 2
+        first += list(r[:h])
+        second += list(r[len(r) - h :])
+    return first, second
+
+
+def stationarity(runs: list[list[float]], drift: float = STEADY_DRIFT) -> dict:
+    """First half against second half of an arm's steps (each run's first recorded step left out): mean(first)
+    / mean(second) with its bootstrap 95 % interval. ``steady`` is False when the interval excludes 1 and the ratio lies beyond ``drift`` either way
+    (the steps got faster or slower inside the window: a start still served from a prefetched buffer, a cache
+    or allocator still warming); None when there are too few steps to tell."""
+    # each run's first recorded step carries the profiler's start (1.3-4x the median of the rest in 12 of 14
+    # arms of the issue-37 trials): a cost of the recording, not a drift of the job, so it is left out here
+    first, second = halves([r[1:] if len(r) > 2 else r for r in runs])
+    if len(first) + len(second) < MIN_STEADY_STEPS or not first or not second:
+        return {"steady": None, "first_over_second": None, "ci95": None, "steps": len(first) + len(second)}
+    ratio, lo, hi = speedup(first, second)
+    drifted = (lo > 1.0 or hi < 1.0) and abs(np.log(ratio)) > np.log(drift)
+    return {
+        "steady": not drifted,
+        "first_over_second": round(ratio, 3),
+        "ci95": [round(lo, 3), round(hi, 3)],
+        "steps": len(first) + len(second),
+    }

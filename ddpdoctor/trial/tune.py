@@ -33,6 +33,7 @@ class TuneOptions:
     repeat: int | None = None
     warmup: int = 5
     active: int = 5
+    steady_within: int | None = None  # `--steady-within` (issue 37); None: the agent's default
     ruleset: object = None  # the rules every run is diagnosed with (--rules/--set/--no-config); None: built-in
     analyze_opts: object = None  # AnalyzeOptions of those diagnoses (--hta); None: the defaults
 
@@ -148,6 +149,10 @@ def decide(t: dict, c: Candidate, allow_numerics: bool) -> tuple[bool, str]:
         return False, f"not applied: {missed[0]}: {skipped[missed[0]]}"
     if t.get("measured_speedup") is None or not t.get("ci95"):
         return False, "no speed-up measured: an arm recorded no steps"
+    if t.get("cut_short"):
+        return False, "too few steps: the job ended inside a window that waited for the loader's prefetched batches"
+    if t.get("not_steady"):
+        return False, "not steady: record more steps (`--active N`); an arm's steps drifted inside its window"
     lo, hi = t["ci95"]
     if lo > 1.0:
         if c.changes_numerics and not allow_numerics:
@@ -379,6 +384,7 @@ def _trial_options(opts: TuneOptions, out: Path, changes: dict | None, **more) -
         changes=changes,
         warmup=opts.warmup,
         active=opts.active,
+        steady_within=opts.steady_within,
         force=True,
         ruleset=opts.ruleset,
         analyze_opts=opts.analyze_opts,

@@ -174,6 +174,11 @@ def test_a_cost_paid_on_some_steps_only_counts_in_full():
     t = {"measured_speedup": round(r, 3), "ci95": [round(lo, 3), round(hi, 3)], "median_speedup": round(mid, 3)}
     assert f"the typical (median) step {mid:.2f}x" in runner.summary_line(t)
     assert "typical" not in runner.summary_line(dict(t, median_speedup=round(r * 1.05, 3)))
+    # no measurable change of the mean: the typical step's ratio is not given as a speed-up (issue 37: a
+    # lock-bound loader's trial read "no measurable change: 0.93x …; the typical (median) step 1.49x")
+    same = {"measured_speedup": 0.93, "ci95": [0.63, 1.40], "median_speedup": 1.49}
+    line = runner.summary_line(same)
+    assert "1.49" not in line and "other steps paid it back" in line and line.startswith("no measurable change")
 
 
 def test_summary_line_says_measured_predicted_and_moved():
@@ -316,3 +321,67 @@ def test_an_ablation_is_said_to_be_one():
     }
     assert "an ablation, not a fix" in runner.summary_line(t)
     assert "ablation" not in runner.summary_line(dict(t, change={"ddp.comm_hook": "fp16"}))
+
+
+def test_stationarity_first_half_against_second_half():
+    from ddpdoctor.trial import stats
+
+    # a start served from a prefetched buffer: fast steps, then the lock's pace, in both repeats
+    drained = [[20, 21, 19, 22, 20, 90, 95, 88, 92, 91], [21, 20, 22, 19, 21, 93, 89, 94, 90, 92]]
+    st = stats.stationarity(drained)
+    assert st["steady"] is False and st["first_over_second"] < 0.3 and st["ci95"][1] < 1
+    steady = [[50, 52, 49, 51, 50, 52, 48, 51, 50, 49], [51, 49, 50, 52, 50, 51, 49, 50, 52, 50]]
+    assert stats.stationarity(steady)["steady"] is True
+    # a drift inside the interval's reach but under the tolerance stays steady
+    small = [[100, 101, 99, 100, 110, 111, 109, 110]]
+    assert stats.stationarity(small)["steady"] is True
+    assert stats.stationarity([[10, 90]])["steady"] is None  # too few steps to tell
+    # the first recorded step of a run carries the profiler's start: not a drift of the job
+    inflated = [[90, 30, 31, 29, 30, 31, 30], [120, 31, 30, 29, 31, 30, 29]]
+    assert stats.stationarity(inflated)["steady"] is True
+    assert stats.halves([[1, 2, 3, 4, 5]]) == ([1, 2], [4, 5])  # an odd run's middle step in neither
+
+
+def test_a_trial_with_a_drifting_arm_is_not_called_faster_and_tune_does_not_keep_it(tmp_path):
+    from ddpdoctor.trial import runner, tune
+
+    opts = runner.TrialOptions(command=["x"], out=tmp_path, changes={"dataloader.num_workers": 14})
+    base = {"arm": "baseline", "step_times_ms": [90, 92, 91, 89, 90, 91], "label": None, "verdict": None}
+    treat = {"arm": "try", "step_times_ms": [20, 21, 19, 88, 92, 90], "label": None, "verdict": None}
+    t = runner._finish(opts, [base, treat], {"dataloader.num_workers": 14}, None, failed_arm=None, repeat=1)
+    assert t["not_steady"] == ["try"] and t["steady"]["baseline"]["steady"] is True
+    line = runner.summary_line(t)
+    assert line.startswith("not steady: record more steps (`--active 20`)")
+    assert "faster" not in line.replace("not a measured change", "") and "the run with the change" in line
+    # the treatment arm's mean is 2.1x the baseline's and its interval lies above 1: only the check refuses it
+    assert t["ci95"][0] > 1
+    t["applied"] = {"applied": {"dataloader.num_workers": {"from": 4, "to": 14}}, "skipped": {}}
+    c = tune.Candidate({"dataloader.num_workers": 14}, "dataloader.num_workers=14", "14", "R", "f", None, None, "")
+    kept, why = tune.decide(t, c, False)
+    assert kept is False and why.startswith("not steady: record more steps")
+
+
+def test_an_arm_whose_job_ended_inside_a_waiting_window_makes_no_claim(tmp_path):
+    from ddpdoctor.trial import runner, tune
+
+    rank = tmp_path / "try-1" / "ranks" / "rank0"
+    rank.mkdir(parents=True)
+    win = {"complete": False, "recorded_steps": 1, "requested_active": 8}
+    win["steady"] = {"decided_by": "prefetch_used", "waited_steps": 9, "prefetched_batches": 10}
+    (rank / "settings.json").write_text(json.dumps({"steps_completed": 12, "window": win}), encoding="utf-8")
+    cut = runner.window_cut_short(tmp_path / "try-1")
+    assert cut == {"recorded_steps": 1, "requested_active": 8, "steps_completed": 12, "prefetched_batches": 10}
+    win["complete"] = True  # a complete window, or one that never waited: nothing to say
+    (rank / "settings.json").write_text(json.dumps({"steps_completed": 30, "window": win}), encoding="utf-8")
+    assert runner.window_cut_short(tmp_path / "try-1") is None
+
+    opts = runner.TrialOptions(command=["x"], out=tmp_path, changes={"dataloader.num_workers": 5})
+    base = {"arm": "baseline", "step_times_ms": [30, 31, 29, 30], "label": None, "verdict": None}
+    treat = {"arm": "try", "step_times_ms": [120], "label": None, "verdict": None, "cut_short": cut}
+    t = runner._finish(opts, [base, treat], {"dataloader.num_workers": 5}, None, failed_arm=None, repeat=1)
+    line = runner.summary_line(t)
+    assert t["cut_short"] == ["try"] and line.startswith("too few steps: the run with the change ended after 12 steps")
+    assert "slower" not in line and "--steady-within 0" in line
+    t["applied"] = {"applied": {"dataloader.num_workers": {"from": 0, "to": 5}}, "skipped": {}}
+    c = tune.Candidate({"dataloader.num_workers": 5}, "dataloader.num_workers=5", "5", "R", "f", None, None, "")
+    assert tune.decide(t, c, False)[1].startswith("too few steps")

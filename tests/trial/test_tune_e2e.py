@@ -86,7 +86,9 @@ def _check_document(doc):
 
 def test_io_bound_loader_keeps_more_workers_as_try_alone_does(tmp_path):
     script = "examples/io_wait_loader.py"
-    res, doc, out = _tune(tmp_path, script, "--steps", "12")
+    # 30 steps: a run with W workers records only after their 2W prefetched batches are used up (issue 37), so
+    # 2W + 8 recorded steps must fit in the job (12 steps left a 5-worker arm one recorded step)
+    res, doc, out = _tune(tmp_path, script, "--steps", "30")
     _check_document(doc)
     first = doc["trials"][0]
     ((knob, value),) = first["change"].items()
@@ -104,7 +106,7 @@ def test_io_bound_loader_keeps_more_workers_as_try_alone_does(tmp_path):
     )
     assert lines[-1].startswith(f"ddpdoctor: measured {cum['measured']:.2f}x faster with: {knob}={value} ")
     # the same change alone, against the same baseline bundle: also faster with its interval above 1
-    alone_res, alone = _try_alone(tmp_path, f"{knob}={value}", out / "baseline-0", script, "--steps", "12")
+    alone_res, alone = _try_alone(tmp_path, f"{knob}={value}", out / "baseline-0", script, "--steps", "30")
     assert alone_res.returncode == 0, alone_res.stderr[-2000:]
     assert alone["change"] == first["change"] and alone["ci95"][0] > 1.0, alone
 

@@ -82,6 +82,8 @@ SETTINGS_RECORDS = {
         "trace",
         "complete",
         "marked_by_script",
+        # issue 37: what decided the window's start (capture/agent/window.StepWindow.steady)
+        "steady",
     ),
     "exit": ("code", "reason"),
     "dataloader": (

@@ -128,6 +128,7 @@ class Agent:
             env.get("DDPDOCTOR_KEEP_GOING") == "1",
             _env_int(env, "DDPDOCTOR_FORWARD_FALLBACK", 64),
             now=time.time(),
+            steady_within=_env_int(env, "DDPDOCTOR_STEADY_WITHIN", _window.STEADY_WITHIN),
         )
         self.profiler = _profiler.WindowProfiler(self)
         self.settings = _recorder.SettingsRecorder(self, _settings, _env_int)
@@ -138,6 +139,7 @@ class Agent:
         )
         self.compile_watch = _compile.CompileWatch()
         self.loader_timing = _loader.LoaderTiming()
+        self.window.drain_probe = self.loader_timing.drain_state  # the window's steady start (issue 37)
         self.changes = _overrides.from_env(env)  # `run --try`: None on a plain run
         self.trial = (
             None

@@ -75,6 +75,8 @@ class LoaderTiming:
 
     def __init__(self):
         self._iters: list = []  # weakrefs to the loader iterators (their _workers)
+        self.drain: dict | None = None  # the newest iterator's prefetched and returned batches
+        self._latest = None  # weakref to the newest iterator
         self.active = False
         self._t0 = self._c0 = None
         self._thread = None
@@ -89,6 +91,21 @@ class LoaderTiming:
 
     def iterator_created(self, it) -> None:
         self._iters = [r for r in self._iters if r() is not None][-8:] + [weakref.ref(it)]
+        # (torch sets _prefetch_factor after the base __init__ this is called from: read at the first probe)
+        self.drain = {"prefetched": None, "consumed": 0}
+        self._latest = weakref.ref(it)
+
+    def drain_state(self) -> tuple[int, int, int | None] | None:
+        """(batches the newest loader iterator prefetched at its start, batches returned from it since,
+        batches ready and waiting now) for the step window's steady start (window.StepWindow); None before
+        any loader."""
+        d = self.drain
+        if d is None:
+            return None
+        it = self._latest() if self._latest is not None else None
+        if d["prefetched"] is None and it is not None:
+            d["prefetched"] = prefetched_batches(it)
+        return d["prefetched"] or 0, d["consumed"], ready_batches(it) if it is not None else None
 
     def _worker_pids(self) -> list[int]:
         pids = []
@@ -121,6 +138,8 @@ class LoaderTiming:
             self._q0 = st[1] if st else None
 
     def returned(self) -> None:
+        if self.drain is not None:
+            self.drain["consumed"] += 1
         if self._t0 is not None and self.active:
             self.next_wall_s += time.perf_counter() - self._t0
             self.next_cpu_s += time.thread_time() - self._c0
@@ -179,6 +198,26 @@ class LoaderTiming:
 
     def record(self) -> dict | None:
         return self._rec
+
+
+def prefetched_batches(it) -> int:
+    """Batches a multi-process loader iterator requests at its start (torch's
+    ``_MultiProcessingDataLoaderIter`` queues ``prefetch_factor x num_workers``); 0 in-process."""
+    try:
+        return max(0, int(getattr(it, "_num_workers", 0) or 0) * int(getattr(it, "_prefetch_factor", 0) or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def ready_batches(it) -> int | None:
+    """Batches that arrived from the workers and wait to be returned: out-of-order arrivals held in
+    ``_task_info`` (entries ``(worker_id, data)``) plus the result queue's length; None when unreadable."""
+    try:
+        held = sum(1 for v in dict(it._task_info).values() if isinstance(v, tuple) and len(v) == 2)
+        queued = it._data_queue.qsize()
+        return int(held + queued)
+    except Exception:  # an in-process iterator, a platform without qsize(): unknown
+        return None
 
 
 # ------------------------------------------------------------------ what one epoch of the loader covers

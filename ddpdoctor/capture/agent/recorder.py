@@ -231,6 +231,7 @@ class SettingsRecorder:
                 "trace": a.profiler.trace_written,
                 "complete": w.complete,
                 "marked_by_script": w.manual,
+                "steady": w.steady,
             },
             "exit": {"code": a.life.exit_code, "reason": a.life.exit_reason},
             "exceptions": self.exceptions,

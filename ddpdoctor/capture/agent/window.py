@@ -19,6 +19,12 @@ torch.profiler (``profiler.py``).
 - ``manual`` (the script marks its window with ``ddpdoctor.capture.window()``): no window starts at a
   boundary; the script's block starts it (``mark_start``) and ends it, and every boundary inside it is one
   recorded step, however many; the rank is never ended after it.
+- Steady start (issue 37): past ``warmup`` the window waits, at most ``steady_within`` more steps, until
+  the newest DataLoader iterator has returned more batches than it prefetched at its start
+  (``prefetch_factor x num_workers``), so the recorded steps are not served from that buffer.  The count
+  is the same on every rank of a job whose ranks build the same loader, so they start at the same step.
+  ``drain_probe`` (the agent's loader.LoaderTiming.drain_state) gives the counts; ``steady`` records
+  what was decided.  ``steady_within`` 0 turns the wait off (the window starts at ``warmup``).
 - The rank ending while the window runs flushes it incomplete; a boundary after the stop was
   requested (a ``finally`` block that steps again) ends the rank again.
 """
@@ -30,6 +36,7 @@ NONE, START, STEP, STOP, EXIT = "none", "start", "step", "stop", "exit"
 KEEP_STEP_TIMES = 100  # step durations kept (settings' step_time_s, the watchdog)
 KEEP_ACCUMULATION = 200  # per-optimizer-step micro-batch counts kept
 TYPICAL_OF_LAST = 20  # the watchdog's typical step: median of the last 20
+STEADY_WITHIN = 200  # steps past --warmup the window waits at most for the prefetched buffer to be used up
 
 
 class Boundary:
@@ -50,7 +57,13 @@ class Boundary:
 
 class StepWindow:
     def __init__(
-        self, warmup: int = 5, active: int = 5, keep_going: bool = False, forward_fallback: int = 64, now: float = 0.0
+        self,
+        warmup: int = 5,
+        active: int = 5,
+        keep_going: bool = False,
+        forward_fallback: int = 64,
+        now: float = 0.0,
+        steady_within: int | None = None,
     ):
         self.warmup = max(0, warmup)
         self.active = max(1, active)
@@ -76,6 +89,9 @@ class StepWindow:
         self.manual = False  # the script marks the window itself (ddpdoctor.capture.window)
         self.step_times: list[float] = []
         self.last_step_time = now
+        self.steady_within = STEADY_WITHIN if steady_within is None else max(0, steady_within)
+        self.drain_probe = None  # () -> (prefetched, returned since, ready now) of the newest loader iterator
+        self.steady: dict | None = None  # what decided the window's start (settings.json window.steady)
 
     # ------------------------------------------------------------------ step events
     def optimizer_step(self, own: bool, now: float) -> Boundary | None:
@@ -128,6 +144,7 @@ class StepWindow:
             and not self.user_profiler
             and not self.manual
             and self.steps >= self.warmup
+            and self._steady_to_start()
         ):
             b.action = START
         elif self.profiling:
@@ -139,6 +156,46 @@ class StepWindow:
             else:
                 b.action = STEP
         return b
+
+    def _steady_to_start(self) -> bool:
+        """Past warmup: may the window start at this boundary?  Records the decision when it says yes."""
+        state = None
+        if self.drain_probe is not None:
+            try:
+                state = self.drain_probe()
+            except Exception:  # the probe is the agent's; a failure leaves the warmup floor
+                state = None
+        prefetched, consumed, ready = state if state else (0, 0, None)
+        waited = self.steps - self.warmup
+        if prefetched and consumed <= prefetched and waited < self.steady_within:
+            # still waiting: said as it stands, so a job that ends here is told why no window ran
+            self.steady = {
+                "from_step": None,
+                "decided_by": "waiting",
+                "warmup": self.warmup,
+                "waited_steps": waited + 1,
+                "steady_within": self.steady_within,
+                "prefetched_batches": prefetched,
+                "returned_batches": consumed,
+            }
+            return False
+        if not prefetched:
+            how = "warmup"
+        elif consumed > prefetched:
+            how = "prefetch_used"
+        else:
+            how = "bound"
+        self.steady = {
+            "from_step": self.steps,
+            "decided_by": how,
+            "warmup": self.warmup,
+            "waited_steps": waited,
+            "steady_within": self.steady_within,
+            "prefetched_batches": prefetched,
+            "returned_batches": consumed,
+            "ready_batches": ready,
+        }
+        return True
 
     # ------------------------------------------------------------------ what the agent did
     def started(self) -> None:

@@ -51,6 +51,8 @@ class RunOptions:
     min_window_s: float = 0.5  # ... and at least this long (capture/agent/span.py); 0: exactly --active
     keep_going: bool = False
     changes: dict | None = None  # `run --try`: applied inside every rank (overrides.py)
+    # steps past --warmup the window may wait for the loader's prefetched batches (issue 37); None: the agent's
+    steady_within: int | None = None
 
 
 @dataclass
@@ -158,6 +160,7 @@ def capture_env(
             "DDPDOCTOR_ACTIVE": str(opts.active),
             "DDPDOCTOR_MIN_WINDOW_S": str(opts.min_window_s),
             "DDPDOCTOR_KEEP_GOING": "1" if opts.keep_going else "0",
+            **({"DDPDOCTOR_STEADY_WITHIN": str(opts.steady_within)} if opts.steady_within is not None else {}),
             "DDPDOCTOR_TERM_OUT": term_out,
             "DDPDOCTOR_TERM_ERR": term_err,
         }
@@ -305,6 +308,7 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
             "active": opts.active,
             "min_window_s": opts.min_window_s,
             "keep_going": opts.keep_going,
+            "steady_within": opts.steady_within,
         },
         "start_time": start_iso,
         "start_unix": start_unix,

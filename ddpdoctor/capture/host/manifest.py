@@ -210,6 +210,8 @@ def bundle_notes(
             why = "the script runs its own torch.profiler"
         elif not steps:
             why = "no training step was seen (no torch.optim optimizer step and no DDP forward)"
+        elif ((s.get("window") or {}).get("steady") or {}).get("decided_by") == "waiting":  # issue 37
+            why = f"training ended after {plural(steps, 'optimizer step')}, waiting for the loader's prefetched batches"
         elif warm is not None and steps <= warm:
             why = f"training ended after {plural(steps, 'optimizer step')}, before the window (--warmup {warm})"
         elif (s.get("exit") or {}).get("reason"):
