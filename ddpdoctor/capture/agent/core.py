@@ -121,15 +121,8 @@ class Agent:
         self.finalized = False
         self.torch = None
         self.tee_pid = None
-        # forward passes with no optimizer step before steps are counted at forward calls
-        self.window = _window.StepWindow(
-            _env_int(env, "DDPDOCTOR_WARMUP", 5),
-            _env_int(env, "DDPDOCTOR_ACTIVE", 5),
-            env.get("DDPDOCTOR_KEEP_GOING") == "1",
-            _env_int(env, "DDPDOCTOR_FORWARD_FALLBACK", 64),
-            now=time.time(),
-            steady_within=_env_int(env, "DDPDOCTOR_STEADY_WITHIN", _window.STEADY_WITHIN),
-        )
+        self.loader_timing = _loader.LoaderTiming()
+        self.window = _window.from_env(env, _env_int, time.time(), self.loader_timing.drain_state)
         self.profiler = _profiler.WindowProfiler(self)
         self.settings = _recorder.SettingsRecorder(self, _settings, _env_int)
         self.life = _lifecycle.Lifecycle(self)
@@ -138,8 +131,6 @@ class Agent:
             env, _stacks, _gil, work_dir=self.dir, step_of=lambda: self.window.steps, jobtree=_jobtree
         )
         self.compile_watch = _compile.CompileWatch()
-        self.loader_timing = _loader.LoaderTiming()
-        self.window.drain_probe = self.loader_timing.drain_state  # the window's steady start (issue 37)
         self.changes = _overrides.from_env(env)  # `run --try`: None on a plain run
         self.trial = (
             None

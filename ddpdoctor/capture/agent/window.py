@@ -55,6 +55,21 @@ class Boundary:
         return f"Boundary(step={self.step}, action={self.action}, then_exit={self.then_exit})"
 
 
+def from_env(env, env_int, now: float, drain_probe=None) -> StepWindow:
+    """The window as the launcher's variables set it (``env_int(env, name, default)`` reads one): --warmup,
+    --active, keep-going, the forward fallback, the steady-start bound, and the loader's drain probe."""
+    window = StepWindow(
+        env_int(env, "DDPDOCTOR_WARMUP", 5),
+        env_int(env, "DDPDOCTOR_ACTIVE", 5),
+        env.get("DDPDOCTOR_KEEP_GOING") == "1",
+        env_int(env, "DDPDOCTOR_FORWARD_FALLBACK", 64),
+        now=now,
+        steady_within=env_int(env, "DDPDOCTOR_STEADY_WITHIN", STEADY_WITHIN),
+    )
+    window.drain_probe = drain_probe  # the window's steady start (issue 37)
+    return window
+
+
 class StepWindow:
     def __init__(
         self,
