@@ -1,4 +1,6 @@
 # expect-verdict: dataloader
+# expect-rule: category:dataloader
+# expect-first-fix: handle
 """Cause: every sample is read through one handle shared by all DataLoader workers of a rank (a
 shared HDF5 / SQLite handle): the read holds one process-wide lock (a ``multiprocessing.Lock``
 created before the workers fork) for ~4 ms per sample, so the rank's workers deliver one sample
@@ -41,7 +43,7 @@ class SharedHandleSignals(Dataset):
 
     def __getitem__(self, i):
         with self.handle_lock:  # the shared handle serves one read at a time
-            time.sleep(self.read_s)
+            time.sleep(self.read_s)  # the read from storage through the one shared handle
             blob = self.blobs[i]
         x = torch.frombuffer(bytearray(blob), dtype=torch.float16).float()
         return (x - x.mean()) / (x.std() + 1e-6), i % 10
