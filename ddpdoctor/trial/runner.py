@@ -19,6 +19,7 @@ import numpy as np
 from ..capture.host.launcher import RunOptions, run_capture
 from ..errors import InputError
 from . import predict, stats
+from .arm_line import arm_report
 
 SCHEMA = "ddpdoctor.trial/1"
 # the summary line adds the median step's speed-up when it is this far (either way) from the mean's
@@ -127,7 +128,13 @@ def capture_arm(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> t
     bundle = opts.out / f"{arm}-{n}"
     res = run_capture(
         RunOptions(
-            command=opts.command, out=bundle, force=True, warmup=opts.warmup, active=opts.active, changes=changes
+            command=opts.command,
+            out=bundle,
+            force=True,
+            warmup=opts.warmup,
+            active=opts.active,
+            changes=changes,
+            echo=False,
         )
     )
     report = None
@@ -190,9 +197,10 @@ def run_trial(opts: TrialOptions, say=print) -> dict:
                         f"(see {opts.out / 'baseline-1'}); no change to take from it"
                     )
                 changes = change_from_rule(opts.rule, base_report)
-            say(f"ddpdoctor: trial {arm} #{n}" + (f" ({_show(changes)})" if arm == "try" else ""))
             rec, report = capture_arm(opts, arm, n, {**(base or {}), **changes} if arm == "try" else base)
             arms.append(rec)
+            for line in arm_report(rec, _show(changes) if arm == "try" else None):  # the job's output: its bundle
+                say(line)
             if arm == "baseline" and base_report is None:
                 base_report = report
             if rec["failed"] and rec["exit_code"] != 0:

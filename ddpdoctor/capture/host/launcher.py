@@ -51,6 +51,7 @@ class RunOptions:
     min_window_s: float = 0.5  # ... and at least this long (capture/agent/span.py); 0: exactly --active
     keep_going: bool = False
     changes: dict | None = None  # `run --try`: applied inside every rank (overrides.py)
+    echo: bool = True  # False: the ranks' output goes to their logs only (a trial's arm: one line per arm)
 
 
 @dataclass
@@ -348,8 +349,8 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     pumps = [
         Pump(os.dup(proc.stdout.fileno()), None, launcher_log, log_lock),
         Pump(os.dup(proc.stderr.fileno()), None, launcher_log, log_lock),
-        Pump(fifo_r[0], byte_stream(sys.stdout)),
-        Pump(fifo_r[1], byte_stream(sys.stderr)),
+        Pump(fifo_r[0], byte_stream(sys.stdout) if opts.echo else None),
+        Pump(fifo_r[1], byte_stream(sys.stderr) if opts.echo else None),
     ]
     proc.stdout.close()
     proc.stderr.close()
