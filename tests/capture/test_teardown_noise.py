@@ -61,3 +61,16 @@ def test_interleaved_ranks_are_judged_separately():
 def test_a_traceback_cut_short_is_shown_at_the_end():
     cut = b"Traceback (most recent call last):\n" + b'  File "train.py", line 3, in <module>\n'
     assert _through(cut, stopped=True) == cut
+
+
+def test_the_chaining_line_after_a_dropped_gloo_traceback_goes_with_it():
+    # as a rank printed it live: gloo's error, then the KeyboardInterrupt raised while handling it
+    chained = (
+        GLOO_TRACEBACK.replace(b"[rank1]", b"[rank0]")
+        + b"\n[rank0]: During handling of the above exception, another exception occurred:\n\n"
+        + USER_TRACEBACK
+        + b"\n[rank1]: During handling of the above exception, another exception occurred:\n"
+    )
+    assert _through(chained, stopped=True) == USER_TRACEBACK + (
+        b"\n[rank1]: During handling of the above exception, another exception occurred:\n"
+    )

@@ -34,6 +34,7 @@ _GLOO_TEARDOWN = re.compile(
     rb"terminate called after throwing an instance of 'gloo::|third_party/gloo/gloo/transport/"
 )
 _PREFIX = re.compile(rb"^\s*(?:\[(?:default|rank)\d+\]:\s?)*")
+_CHAINING = (b"During handling of the above exception", b"The above exception was the direct cause")
 _MAX_HELD = 400  # lines of one traceback held back to judge it; a longer one is shown as it is
 
 
@@ -44,6 +45,16 @@ class TeardownFilter:
 
     def __init__(self, stopped):
         self.stopped, self.held = stopped, {}
+        self.dropped: set = set()  # prefixes whose last traceback was dropped: its chaining line goes too
+
+    def _chained(self, who: bytes, body: bytes) -> bool:
+        """A blank line or "During handling of the above exception…" right after a dropped traceback."""
+        if not self.dropped:
+            return False
+        if not body.strip() or (who in self.dropped and body.startswith(_CHAINING)):
+            return True
+        self.dropped.discard(who)
+        return False
 
     def active(self) -> bool:
         return self.stopped.is_set() or bool(self.held)
@@ -53,12 +64,17 @@ class TeardownFilter:
             return line
         m = _PREFIX.match(line)
         who, body = m.group(0).strip(), line[m.end() :]
+        if self._chained(who, body):
+            return b""
         held = self.held.get(who)
         if held is not None:
             held.append(line)
             if body.strip() and not body[:1].isspace() and not body.startswith(b"Traceback"):
                 block = b"".join(self.held.pop(who))  # the exception line ends the traceback
-                return b"" if _GLOO_TEARDOWN.search(body) else block
+                if not _GLOO_TEARDOWN.search(body):
+                    return block
+                self.dropped.add(who)
+                return b""
             return b"".join(self.held.pop(who)) if len(held) > _MAX_HELD else b""
         if body.startswith(b"Traceback (most recent call last)"):
             self.held[who] = [line]
