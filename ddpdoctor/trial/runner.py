@@ -19,6 +19,7 @@ import numpy as np
 from ..capture.host.launcher import RunOptions, run_capture
 from ..errors import InputError
 from . import predict, stats
+from .arm_line import arm_report
 
 SCHEMA = "ddpdoctor.trial/1"
 # the summary line adds the median step's speed-up when it is this far (either way) from the mean's
@@ -135,6 +136,7 @@ def capture_arm(opts: TrialOptions, arm: str, n: int, changes: dict | None) -> t
             active=opts.active,
             changes=changes,
             steady_within=opts.steady_within,
+            echo=False,
         )
     )
     report = None
@@ -219,9 +221,10 @@ def run_trial(opts: TrialOptions, say=print) -> dict:
                         f"(see {opts.out / 'baseline-1'}); no change to take from it"
                     )
                 changes = change_from_rule(opts.rule, base_report)
-            say(f"ddpdoctor: trial {arm} #{n}" + (f" ({_show(changes)})" if arm == "try" else ""))
             rec, report = capture_arm(opts, arm, n, {**(base or {}), **changes} if arm == "try" else base)
             arms.append(rec)
+            for line in arm_report(rec, _show(changes) if arm == "try" else None):  # the job's output: its bundle
+                say(line)
             if arm == "baseline" and base_report is None:
                 base_report = report
             if rec["failed"] and rec["exit_code"] != 0:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..capture.agent.overrides import OverrideError, parse_change
 from . import predict, runner, stats
+from .arm_line import arm_report
 from .fix_traits import traits
 
 SCHEMA = "ddpdoctor.tune/1"
@@ -229,6 +230,8 @@ def run_tune(
         st.stopped, st.exit_code = "interrupted by you (Ctrl-C) during the baseline", 130
         return st, None, None
     st.run_seconds.append(clock() - t0)
+    for line in arm_report(rec, label="tune: baseline"):  # the job's own output: in the arm's bundle
+        say(line)
     st.arms.append(({}, rec))
     best_rec, best_report = rec, base_report
     st.best_bundle = rec["bundle"]

@@ -38,6 +38,7 @@ from . import overrides as _overrides  # `run --try` changes applied in this ran
 from . import patches as _patches
 from . import process as _process
 from . import profiler as _profiler
+from . import quiet as _quiet  # warnings about a `run --try` setting: to the log
 from . import recorder as _recorder
 from . import settings as _settings
 from . import stacks as _stacks
@@ -132,15 +133,7 @@ class Agent:
         )
         self.compile_watch = _compile.CompileWatch()
         self.changes = _overrides.from_env(env)  # `run --try`: None on a plain run
-        self.trial = (
-            None
-            if self.changes is None
-            else {
-                "changes": self.changes,
-                "skipped": {},
-                "applied": {k: {"from": None, "to": v} for k, v in self.changes.items() if k.startswith("env.")},
-            }
-        )
+        self.trial = _overrides.trial_record(self.changes)  # settings.json's "trial": what applied, what not
 
     # what hang.HangWatch and the other parts read
     @property
@@ -191,6 +184,8 @@ class Agent:
                 )
             except Exception as exc:
                 self.internal_error("fd tee", exc)
+        if self.trial is not None:  # torch's warnings about ddpdoctor's own settings: the rank's log only
+            _quiet.install(self.trial["applied"], os.path.join(self.dir, "output.log"))
         w = self.window
         self.event(
             "start",

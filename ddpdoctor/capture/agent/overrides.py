@@ -136,6 +136,14 @@ def launcher_env(changes: dict) -> dict[str, str]:
     return env
 
 
+def trial_record(changes: dict | None) -> dict | None:
+    """What a rank records of the changes (settings.json's ``trial``): None on a plain run."""
+    if changes is None:
+        return None
+    applied = {k: {"from": None, "to": v} for k, v in changes.items() if k.startswith("env.")}
+    return {"changes": changes, "skipped": {}, "applied": applied}
+
+
 def from_env(environ) -> dict | None:
     raw = environ.get(ENV_VAR)
     if not raw:

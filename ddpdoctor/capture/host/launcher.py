@@ -53,6 +53,7 @@ class RunOptions:
     changes: dict | None = None  # `run --try`: applied inside every rank (overrides.py)
     # steps past --warmup the window may wait for the loader's prefetched batches (issue 37); None: the agent's
     steady_within: int | None = None
+    echo: bool = True  # False: the ranks' output goes to their logs only (a trial's arm: one line per arm)
 
 
 @dataclass
@@ -222,7 +223,7 @@ def _inject_folder(private: Path) -> Path:
     return inject
 
 
-def _wait_forwarding_signals(proc: subprocess.Popen, out: Path) -> tuple[int, list[str]]:
+def _wait_forwarding_signals(proc: subprocess.Popen, out: Path, user_stop=None) -> tuple[int, list[str]]:
     """Wait for the user's command; SIGINT/SIGTERM/SIGHUP go to its process group (a second one kills it),
     and a rank's hang request makes the ranks dump their stacks.  The return code and the signals received."""
     interrupted: list[str] = []
@@ -231,6 +232,8 @@ def _wait_forwarding_signals(proc: subprocess.Popen, out: Path) -> tuple[int, li
         name = signal.Signals(signum).name
         if not interrupted:
             interrupted.append(name)
+            if signum == signal.SIGINT and user_stop is not None:
+                user_stop.set()  # the user's Ctrl-C: gloo's teardown noise stays off the terminal
             try:
                 sys.stderr.write(
                     f"\nddpdoctor: {name} received; forwarding it to the training processes (again to kill them)\n"
@@ -349,18 +352,19 @@ def _run(opts: RunOptions, out: Path, run_id: str, private: Path) -> RunResult:
     host_thread.start()  # after the fork: preexec_fn is only safe in a single-threaded parent
     # the launcher's own output (torchrun's banner, its tracebacks and "Root Cause" block) goes to
     # launcher.log only: the ranks' output reaches the terminal, and the card leads after the run
+    user_stop = threading.Event()
     pumps = [
         Pump(os.dup(proc.stdout.fileno()), None, launcher_log, log_lock),
         Pump(os.dup(proc.stderr.fileno()), None, launcher_log, log_lock),
-        Pump(fifo_r[0], byte_stream(sys.stdout)),
-        Pump(fifo_r[1], byte_stream(sys.stderr)),
+        Pump(fifo_r[0], byte_stream(sys.stdout) if opts.echo else None, stopped=user_stop),
+        Pump(fifo_r[1], byte_stream(sys.stderr) if opts.echo else None, stopped=user_stop),
     ]
     proc.stdout.close()
     proc.stderr.close()
     for p in pumps:
         p.start()
 
-    rc, interrupted = _wait_forwarding_signals(proc, out)
+    rc, interrupted = _wait_forwarding_signals(proc, out, user_stop)
     exit_code = rc if rc >= 0 else 128 - rc
     if interrupted:  # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports it
         exit_code = 128 + signal.Signals[interrupted[0]].value

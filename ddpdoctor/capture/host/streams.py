@@ -27,20 +27,89 @@ def strip_profiler_noise(line: bytes) -> bytes:
     return b"" if _ONLY_PREFIX.match(kept.rstrip(b"\r\n")) else kept
 
 
+# what gloo's surviving ranks print when the others stop (the transport's errors, and the C++ abort that
+# may follow); after the user's Ctrl-C they are teardown, not news: the terminal drops them (the logs keep them)
+_GLOO_TEARDOWN = re.compile(
+    rb"Connection closed by peer|Connection reset by peer|Broken pipe|gloo::IoException|"
+    rb"terminate called after throwing an instance of 'gloo::|third_party/gloo/gloo/transport/"
+)
+_PREFIX = re.compile(rb"^\s*(?:\[(?:default|rank)\d+\]:\s?)*")
+_CHAINING = (b"During handling of the above exception", b"The above exception was the direct cause")
+_MAX_HELD = 400  # lines of one traceback held back to judge it; a longer one is shown as it is
+
+
+class TeardownFilter:
+    """Once ``stopped`` (an Event) is set, drops gloo's teardown lines, and whole tracebacks that end in
+    one (held per rank prefix, "[rank1]:", as ranks share a stream); before that, and for every other
+    line, passes what it is given. Fed whole lines."""
+
+    def __init__(self, stopped):
+        self.stopped, self.held = stopped, {}
+        self.dropped: set = set()  # prefixes whose last traceback was dropped: its chaining line goes too
+
+    def _chained(self, who: bytes, body: bytes) -> bool:
+        """A blank line or "During handling of the above exception…" right after a dropped traceback."""
+        if not self.dropped:
+            return False
+        if not body.strip() or (who in self.dropped and body.startswith(_CHAINING)):
+            return True
+        self.dropped.discard(who)
+        return False
+
+    def active(self) -> bool:
+        return self.stopped.is_set() or bool(self.held)
+
+    def feed(self, line: bytes) -> bytes:
+        if not self.active():
+            return line
+        m = _PREFIX.match(line)
+        who, body = m.group(0).strip(), line[m.end() :]
+        if self._chained(who, body):
+            return b""
+        held = self.held.get(who)
+        if held is not None:
+            held.append(line)
+            if body.strip() and not body[:1].isspace() and not body.startswith(b"Traceback"):
+                block = b"".join(self.held.pop(who))  # the exception line ends the traceback
+                if not _GLOO_TEARDOWN.search(body):
+                    return block
+                self.dropped.add(who)
+                return b""
+            return b"".join(self.held.pop(who)) if len(held) > _MAX_HELD else b""
+        if body.startswith(b"Traceback (most recent call last)"):
+            self.held[who] = [line]
+            return b""
+        return b"" if _GLOO_TEARDOWN.search(body) else line
+
+    def flush(self) -> bytes:
+        blocks, self.held = self.held, {}
+        return b"".join(b"".join(b) for b in blocks.values())
+
+
 class _NoiseFilter:
     """The terminal side of a rank stream, line by line without Kineto's chatter (the log file keeps every
     byte). A partial line is written at once (progress bars) unless it may be the start of such a message."""
 
-    def __init__(self, term):
+    def __init__(self, term, stopped=None):
         self.term, self.pending = term, b""
+        self.teardown = TeardownFilter(stopped) if stopped is not None else None
+
+    def _line(self, line: bytes) -> bytes:
+        line = strip_profiler_noise(line)
+        return self.teardown.feed(line) if self.teardown is not None and line else line
 
     def write(self, data: bytes) -> None:
         buf = self.pending + data
         lines = buf.split(b"\n")
         self.pending = lines.pop()
-        out = b"".join(strip_profiler_noise(ln + b"\n") for ln in lines)
+        out = b"".join(self._line(ln + b"\n") for ln in lines)
         tail = self.pending.lstrip(b"[]defaultrank0123456789: ")
-        if self.pending and not any(tail.startswith(p[: len(tail)]) or p in self.pending for p in _NOISE_STARTS):
+        holding = self.teardown is not None and self.teardown.active()  # whole lines only, in order
+        if (
+            self.pending
+            and not holding
+            and not any(tail.startswith(p[: len(tail)]) or p in self.pending for p in _NOISE_STARTS)
+        ):
             out, self.pending = out + self.pending, b""
         if out:
             self.term.write(out)
@@ -49,20 +118,23 @@ class _NoiseFilter:
         self.term.flush()
 
     def close(self) -> None:
-        if self.pending:
-            self.term.write(strip_profiler_noise(self.pending))
-            self.pending = b""
+        last = self._line(self.pending) if self.pending else b""
+        self.pending = b""
+        held = self.teardown.flush() if self.teardown is not None else b""  # a traceback cut short: shown
+        if last + held:
+            self.term.write(last + held)
         self.term.flush()
 
 
 class Pump(threading.Thread):
     """Copies one stream to the terminal (without profiler chatter) and, optionally, a log file (all of it)."""
 
-    def __init__(self, src_fd: int, term, log_fh=None, lock=None):
-        """``term`` None: the log file only (the launcher's own output)."""
+    def __init__(self, src_fd: int, term, log_fh=None, lock=None, stopped=None):
+        """``term`` None: the log file only (the launcher's own output). ``stopped`` (an Event, set at the
+        user's Ctrl-C): from then on gloo's teardown noise is kept off the terminal (TeardownFilter)."""
         super().__init__(daemon=True)
         self.src_fd, self.log_fh, self.lock = src_fd, log_fh, lock
-        self.term = _NoiseFilter(term) if term is not None else None
+        self.term = _NoiseFilter(term, stopped) if term is not None else None
 
     def run(self):
         while True:
