@@ -190,7 +190,20 @@ def two_nodes(tmp_path, skew_ms, straggler=1, steps=6):
 def cli_json(path, *extra):
     out = path / "report.json"
     p = subprocess.run(
-        [sys.executable, "-m", "ddpdoctor", "analyze", str(path), "--no-config", "-j", "1", "--json", str(out), "--force", *extra],
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "analyze",
+            str(path),
+            "--no-config",
+            "-j",
+            "1",
+            "--json",
+            str(out),
+            "--force",
+            *extra,
+        ],
         capture_output=True,
         text=True,
     )

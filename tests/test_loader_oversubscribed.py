@@ -221,7 +221,12 @@ def test_on_a_contended_host_the_loaders_wait_on_one_rank_is_still_the_loaders()
         "loader.workers_runqueue_share": 0.48,
     }
     d = diagnose(_run(**busy), load_rules())
-    assert d.verdict.bottleneck == "dataloader" and _cost(d, "dataloader").eligible, d.verdict.summary
+    # two stalls in five steps: the job's per-step wait is 14.7 % ± 14.8 % against DL001's 10 %, within the
+    # step-to-step noise of its threshold (issue 41's edge), so the verdict names it at its line rather than
+    # deciding on it; what this test guards is that the wait is the loader's, not set aside as machine noise
+    dl = _cost(d, "dataloader")
+    assert (dl.eligible or dl.at_line) and "machine noise" not in (dl.why_not or ""), dl
+    assert d.verdict.bottleneck == "dataloader" or "dataloader at the 10 % line" in (d.verdict.label or ""), d.verdict
     assert not _cost(d, "imbalance").eligible
     quiet = diagnose(_run(**{**busy, "loader.workers_runqueue_share": 0.05}), load_rules())
     assert not _cost(quiet, "dataloader").eligible and "machine noise" in _cost(quiet, "dataloader").why_not

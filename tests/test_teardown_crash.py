@@ -141,7 +141,10 @@ def test_real_run_whose_rank_aborts_in_teardown(tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "complete" and m["died_after_program_end"] is True, m
     doc = json.loads(js.read_text())
-    assert doc["verdict"]["failed"] is False and doc["verdict"]["bottleneck"], doc["verdict"]
+    # the performance diagnosis stands: a bottleneck, or a cost named at its threshold's line (a short window on a
+    # loaded host may leave it within the step-to-step noise: issue 41's edge), never a failure
+    v = doc["verdict"]
+    assert v["failed"] is False and (v["bottleneck"] or "line" in (v.get("label") or "")), v
     fl = next((f for f in doc["findings"] if f["rule"] == "FL023"), None)
     assert fl is not None, [(f["rule"], f["summary"][:120]) for f in doc["findings"]]
     assert fl["ranks"] == [1] and "SIGABRT" in fl["summary"], fl

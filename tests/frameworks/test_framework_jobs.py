@@ -61,11 +61,11 @@ class Job:
     def report(self):
         if self._report is None:
             from ddpdoctor.analysis import AnalyzeOptions
-            from ddpdoctor.diagnosis import run_analyze
+            from ddpdoctor.diagnosis import AnalysisContext, run_analyze
             from ddpdoctor.rules_engine.registry import build_ruleset
 
             self._report = run_analyze(
-                [str(self.out)], AnalyzeOptions(jobs=1, hta="off"), build_ruleset(use_config=False)
+                [str(self.out)], AnalyzeOptions(jobs=1, hta="off"), AnalysisContext.of(build_ruleset(use_config=False))
             )
         return self._report
 

@@ -14,7 +14,9 @@ JOB = Path(__file__).resolve().parents[2] / "examples" / "io_wait_loader.py"
 
 def test_try_prints_one_line_per_arm_and_keeps_torchs_warning_about_its_setting_in_the_log(tmp_path):
     out = tmp_path / "trial"
+    # --steady-within 0: an 8-step job cannot wait for 8 workers' 16 prefetched batches (issue 37); the screen is tested
     args = ["run", "--try", "dataloader.num_workers=8", "--repeat", "1", "--warmup", "2", "--active", "3"]
+    args += ["--steady-within", "0"]
     res = run_ddpdoctor([*args, "--out", out, "--", *TORCHRUN, JOB, "--steps", "8"], cwd=tmp_path, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     terminal = res.stdout + res.stderr

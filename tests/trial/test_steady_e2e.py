@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.live
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "examples" / "scenarios" / "loader_lock_bound_workers4.py"
