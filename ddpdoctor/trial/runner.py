@@ -281,6 +281,10 @@ def _finish(opts: TrialOptions, arms: list[dict], changes, base_report, failed_a
             baseline_median_step_ms=round(float(np.median(base)), 3),
             try_median_step_ms=round(float(np.median(treat)), 3),
         )
+        if out["not_steady"]:  # a drift that cannot turn the measured change around does not void it
+            bound = stats.drift_bound([out["steady"][a] for a in out["not_steady"]])
+            if lo / bound > 1.0 or hi * bound < 1.0:
+                out["drift_within_margin"], out["not_steady"] = out["not_steady"], []
     else:
         out.update(measured_speedup=None, ci95=None, median_speedup=None, median_ci95=None)
     out.update(

@@ -82,6 +82,16 @@ def halves(runs: list[list[float]]) -> tuple[list[float], list[float]]:
     return first, second
 
 
+def drift_bound(drifted: list[dict]) -> float:
+    """How far the drift of these arms (each a :func:`stationarity` result) could move the ratio of the arms' means
+    at most: each arm's mean lies between its halves' means, so by its first/second ratio's outer 95 % bound."""
+    bound = 1.0
+    for st in drifted:
+        lo, hi = st["ci95"]
+        bound *= max(hi, 1.0 / lo, 1.0)
+    return bound
+
+
 def stationarity(runs: list[list[float]], drift: float = STEADY_DRIFT) -> dict:
     """First half against second half of an arm's steps (each run's first recorded step left out): mean(first)
     / mean(second) with its bootstrap 95 % interval. ``steady`` is False when the interval excludes 1 and the ratio lies beyond ``drift`` either way

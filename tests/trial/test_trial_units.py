@@ -385,3 +385,16 @@ def test_an_arm_whose_job_ended_inside_a_waiting_window_makes_no_claim(tmp_path)
     t["applied"] = {"applied": {"dataloader.num_workers": {"from": 0, "to": 5}}, "skipped": {}}
     c = tune.Candidate({"dataloader.num_workers": 5}, "dataloader.num_workers=5", "5", "R", "f", None, None, "")
     assert tune.decide(t, c, False)[1].startswith("too few steps")
+
+
+def test_a_drift_smaller_than_the_measured_change_does_not_void_it():
+    """tune's tiny-buckets trial (2026-11-28): 2.50x (95 % 2.30-2.70) with an arm drifting by about 1.2x inside its
+    window: the drift moves the arms' mean ratio by at most its own outer bound, so the change stands; a 1.10x
+    change under the same drift does not."""
+    from ddpdoctor.trial import stats
+
+    drifted = {"steady": False, "first_over_second": 1.25, "ci95": [1.1, 1.4], "steps": 10}
+    bound = stats.drift_bound([drifted])
+    assert bound == 1.4
+    assert 2.3 / bound > 1.0  # kept: even the worst drift leaves it faster
+    assert not (1.05 / bound > 1.0 or 1.2 * bound < 1.0)  # a small change under that drift: not steady

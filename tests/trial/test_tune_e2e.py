@@ -134,7 +134,12 @@ def test_accumulation_without_no_sync_has_no_setting_to_try_and_names_the_code_c
     _check_document(doc)
     assert doc["trials"] == [] and doc["settings"] == {} and doc["cumulative_speedup"]["measured"] == 1.0
     assert doc["stopped"] == "nothing left predicts a material gain"
-    assert doc["verdict"]["original"]["bottleneck"] == "communication"
+    # communication-bound, or communication named at its threshold's line (6 steps of 8 micro-batches on a loaded
+    # host can leave the exposed transfer within two standard errors of CM001's 10 %: issue 41's edge)
+    original = doc["verdict"]["original"]
+    assert original["bottleneck"] == "communication" or "communication at the" in (original.get("label") or ""), (
+        original
+    )
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith("ddpdoctor: no setting to try") and "no_sync()" in last, res.stdout
     # `run --try` of the finding's first fix refuses it the same way: a change to the code
