@@ -4,6 +4,7 @@ agent from it, whatever the checkout path), the caller's extra variables on top,
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -45,3 +46,10 @@ def run_python(
 def run_ddpdoctor(args: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
     """``python -m ddpdoctor ARGS`` as :func:`run_python` runs it."""
     return run_python(["-m", "ddpdoctor", *map(str, args)], **kwargs)
+
+
+def free_port() -> str:
+    """A TCP port on 127.0.0.1 that nothing listens on now: a job's MASTER_PORT / rendezvous port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])

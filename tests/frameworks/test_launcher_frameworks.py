@@ -5,23 +5,16 @@ process group; the processes that never join (the script's own, Ray's) write not
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from subprocesses import project_env
+from subprocesses import free_port, project_env
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.live]  # real framework jobs under `ddpdoctor run`
 
 JOBS = Path(__file__).parent / "jobs"
-
-
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 def _env(**extra):
@@ -32,7 +25,7 @@ def test_ignite_parallel_ranks_are_recorded_and_the_slow_rank_found(tmp_path):
     pytest.importorskip("ignite")
     out = tmp_path / "bundle"
     cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--"]
-    cmd += [sys.executable, str(JOBS / "ignite_job.py"), "--port", _free_port()]
+    cmd += [sys.executable, str(JOBS / "ignite_job.py"), "--port", free_port()]
     res = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
     m = json.loads((out / "manifest.json").read_text())

@@ -5,14 +5,13 @@ item 4).  Two processes started here stand in for srun's or mpirun's tasks."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
-from subprocesses import project_env
+from subprocesses import free_port, project_env
 
 JOB = Path(__file__).parent / "jobs" / "env_ranks.py"
 
@@ -23,12 +22,6 @@ pytestmark = [
         reason="ddpdoctor is not pip-installed in this interpreter (the switch's .pth comes with `pip install`)",
     ),
 ]
-
-
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 def _base_env(out: Path) -> dict:
@@ -60,7 +53,7 @@ TASK_VARS = {
 @pytest.mark.parametrize(("source", "launcher"), [("slurm", "slurm"), ("mpi", "mpirun")])
 def test_tasks_started_with_the_launchers_variables_make_one_bundle(tmp_path, source, launcher):
     pytest.importorskip("torch")
-    out, port = tmp_path / "bundle", _free_port()
+    out, port = tmp_path / "bundle", free_port()
     procs = [
         subprocess.Popen(
             [sys.executable, str(JOB), "--from", source, "--port", port],

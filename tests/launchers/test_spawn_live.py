@@ -7,14 +7,13 @@ nothing; each child becomes a rank when ``init_process_group`` returns, and reco
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from subprocesses import project_env
+from subprocesses import free_port, project_env
 
 from ddpdoctor.capture.host.processes import _pids_of_run
 
@@ -24,12 +23,6 @@ pytestmark = pytest.mark.live
 JOB = Path(__file__).parent / "jobs" / "tutorial_spawn.py"
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 def _env():
     return project_env()
 
@@ -37,7 +30,7 @@ def _env():
 def _run(tmp_path, *job_args, options=("--no-analyze",), timeout=300):
     out = tmp_path / "bundle"
     cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), *options, "--"]
-    cmd += [sys.executable, str(JOB), "--port", _free_port(), *job_args]
+    cmd += [sys.executable, str(JOB), "--port", free_port(), *job_args]
     res = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=timeout)
     return res, out
 
@@ -110,7 +103,7 @@ def test_the_jobs_exit_code_is_kept(tmp_path):
 def test_ctrl_c_reaches_every_spawned_rank_and_nothing_is_left(tmp_path):
     out = tmp_path / "bundle"
     cmd = [sys.executable, "-m", "ddpdoctor", "run", "--out", str(out), "--no-analyze", "--keep-going", "--"]
-    cmd += [sys.executable, str(JOB), "--port", _free_port(), "--steps", "100000", "--work", "1000", "--hold-s", "0.02"]
+    cmd += [sys.executable, str(JOB), "--port", free_port(), "--steps", "100000", "--work", "1000", "--hold-s", "0.02"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 180
@@ -155,7 +148,7 @@ def test_a_second_process_group_keeps_the_first_groups_window(tmp_path):
         "--rejoin-after",
         "20",
         "--port2",
-        _free_port(),
+        free_port(),
         options=("--no-analyze", "--keep-going", "--warmup", "2", "--active", "3", "--min-window", "0"),
     )
     assert res.returncode == 0, res.stderr[-3000:]
