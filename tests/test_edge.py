@@ -5,6 +5,7 @@ to its threshold scales its confidence; the card does not list a finding at its 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,3 +167,47 @@ def test_ranks_that_take_turns_in_a_cost_the_job_pays_every_step_are_not_noise()
     # ranks with different numbers of steps: each rank's own spread (median over ranks)
     e = measure(_steps(r0, r1[:6]), 0.10, edge_noise=2.0)
     assert e.noise == pytest.approx(np.median([np.std(r0, ddof=1), np.std(r1[:6], ddof=1)]) / math.sqrt(6.5), rel=1e-3)
+
+
+def _accumulating(facts: dict, synced: float) -> dict:
+    return {**facts, "train.micro_batches_per_step": 8.0, "train.synced_micro_batches_per_step": synced}
+
+
+def test_accumulation_without_no_sync_leads_whichever_side_of_the_exposed_share_line():
+    """accum_without_no_sync (CI at 64ff584): the count of synced micro-batches is the mechanism, not the exposed
+    share, so its fix leads below CM001's 10 % line, at it and above it, said once."""
+    rules = build_ruleset()
+    below = _accumulating(_comm_facts([0.08, 0.09, 0.10, 0.09, 0.09], [0.09, 0.08, 0.09, 0.10, 0.09]), 8.0)
+    d = diagnose(below, rules)
+    assert [f.rule for f in d.findings][:1] == ["CM002"] and "CM001" not in {f.rule for f in d.findings}
+    assert d.verdict.bottleneck == "communication" and d.verdict.rule == "CM002"
+    # at CM001's line (15 % ± 8.5 %): CM001 decides nothing, CM002 stands and the label does not name the
+    # communication line beside a communication verdict
+    at_line = _accumulating(_comm_facts([0.264, 0.242, 0.099, 0.199, 0.039], [0.141, 0.286, 0.027, 0.131, 0.106]), 8.0)
+    d = diagnose(at_line, rules)
+    assert next(c for c in d.costs if c.rule == "CM001").at_line
+    assert (
+        d.verdict.rule == "CM002"
+        and d.verdict.label == "communication-bound (gradients all-reduced on every micro-batch)"
+    )
+    assert "at its line" not in d.verdict.summary and d.findings[0].rule == "CM002"
+    # clear of its line (30 %): CM001 decides and its first fix is the same change; CM002 is left out
+    clear = _accumulating(_comm_facts([0.3, 0.31, 0.29, 0.3, 0.3], [0.3, 0.29, 0.31, 0.3, 0.3]), 8.0)
+    d = diagnose(clear, rules)
+    assert d.verdict.rule == "CM001" and "CM002" not in {f.rule for f in d.findings}
+    assert "no_sync()" in d.findings[0].fixes[0].title
+    # accumulation already under no_sync(): neither speaks of it
+    d = diagnose(_accumulating(_comm_facts([0.08] * 5, [0.09] * 5), 1.0), rules)
+    assert "CM002" not in {f.rule for f in d.findings}
+
+
+def test_yields_to_must_name_a_rule(tmp_path):
+    from ddpdoctor.errors import InputError
+    from ddpdoctor.rules_engine.registry import load_rules
+
+    src = (
+        Path(__file__).resolve().parents[1] / "rules/communication/CM002-accumulation-without-no-sync.toml"
+    ).read_text()
+    (tmp_path / "CM902.toml").write_text(src.replace('id = "CM002"', 'id = "CM902"').replace('["CM001"]', '["CM999"]'))
+    with pytest.raises(InputError, match=r"CM902.toml:1: yields_to names no rule: CM999"):
+        load_rules([str(tmp_path)])

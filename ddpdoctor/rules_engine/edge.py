@@ -113,7 +113,9 @@ def name_at_line(v, costs: list, by_rule: dict, label, t: dict) -> None:
     # only a cost that would have decided instead: ranked before the verdict's own (a 11 % transfer at its line
     # beside a 78 % DataLoader wait changes nothing, and naming it would make the label vary from run to run)
     ahead = costs[: next((n for n, c in enumerate(costs) if c.rule == v.rule), len(costs))]
-    near = [c for c in ahead if c.at_line and c.material]
+    # ... and of another category: a communication cost at its line beside another communication finding would
+    # flip which rule speaks, not what the job is bound by ("communication-bound; communication at the 10 % line")
+    near = [c for c in ahead if c.at_line and c.material and c.category != v.bottleneck]
     if not near:
         return
     named = v.label or (f"{v.bottleneck}-bound" if v.bottleneck else "no dominant avoidable cost")

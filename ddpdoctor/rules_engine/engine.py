@@ -111,6 +111,14 @@ class _Lookup:
         return Missing(frozenset({name}))
 
 
+def drop_yielded(findings: list[Finding], rules: dict[str, Rule]) -> list[Finding]:
+    """The findings without those whose rule ``yields_to`` a rule that fired clear of its line: that finding
+    already says the mechanism and leads with its fix (accumulation without no_sync() is the exposed-communication
+    rule's first fix when that rule fires); at its line, that rule decides nothing and the mechanism stands alone."""
+    clear = {f.rule for f in findings if f.edge is None or not f.edge.at_line}
+    return [f for f in findings if not (f.rule in rules and clear.intersection(rules[f.rule].yields_to))]
+
+
 def _holds(expr, look, what: str) -> bool:
     """An optional fix condition that holds (not when absent, false or not recorded)."""
     if expr is None:

@@ -30,30 +30,10 @@ ID_PATTERN = re.compile(r"^[A-Z]{2,4}[0-9]{3}$")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
 # what a rule's [log] patterns give it (engine.py, selftest.py)
 MATCH_NAMES = ("count", "ranks", "first_rank", "first_time", "first_line", "first_file")
-TOP_KEYS = {
-    "id",
-    "name",
-    "category",
-    "severity",
-    "order",
-    "title",
-    "label",
-    "why",
-    "references",
-    "when",
-    "cost",
-    "cost_is",
-    "agreement",
-    "confidence",
-    "edge",
-    "ranks",
-    "summary",
-    "params",
-    "evidence",
-    "log",
-    "fix",
-    "test",
-}
+TOP_KEYS = set(
+    "id name category severity order title label why references when cost cost_is agreement confidence edge "
+    "yields_to ranks summary params evidence log fix test".split()
+)
 
 
 class RuleError(InputError):
@@ -95,6 +75,7 @@ class Rule:
     label: str = ""  # how the verdict names this bottleneck (default: "<category>-bound")
     cost_is: str = "measured"  # "lower_bound": the cost is at least this (the speedup is "at least", not "up to")
     order: str = ""  # the finding's class in rules/metrics.toml [order] (default: see order_class)
+    yields_to: tuple[str, ...] = ()  # rules whose finding says this one's mechanism (engine.drop_yielded)
 
     def param_values(self, overrides: dict | None = None) -> dict:
         vals = {k: p.default for k, p in self.params.items()}
@@ -344,6 +325,10 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
     if edge is not None and (not isinstance(edge, dict) or set(edge) != {"value", "threshold"}):
         c.fail("edge", 'edge is written edge = { value = "<per-step expression>", threshold = "<expression>" }')
 
+    yields_to = data.get("yields_to", [])
+    if not isinstance(yields_to, list) or not all(isinstance(r, str) and r != rid for r in yields_to):
+        c.fail("yields_to", "yields_to is a list of other rules' ids")
+
     rule = Rule(
         id=rid,
         name=data["name"],
@@ -368,6 +353,7 @@ def parse_rule(data: dict, path: Path, text: str, origin: str = "built-in") -> R
         label=str(data.get("label", "")).strip(),
         order=str(data.get("order", "")),
         cost_is=str(data.get("cost_is", "measured")),
+        yields_to=tuple(yields_to),
     )
     rule.fixes = _parse_fixes(c, data.get("fix", []), text, allow)
     rule.tests = _parse_tests(c, data.get("test", []), text, params)

@@ -92,6 +92,10 @@ def load_rules(user_dirs: list[str] | None = None) -> RuleSet:
             if rid in rules:
                 notes.append(f"rule {rid} replaced by {rule.path}")
             rules[rid] = rule
+    for rule in rules.values():
+        unknown = [r for r in rule.yields_to if r not in rules]
+        if unknown:
+            raise RuleError(f"{rule.path}:1: yields_to names no rule: {', '.join(unknown)}")
     return RuleSet(rules=rules, notes=notes)
 
 

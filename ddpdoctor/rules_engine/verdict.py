@@ -33,7 +33,7 @@ from .eligibility import (
     straggler_explained,
     unexplained_straggler,
 )
-from .engine import Finding, Outcome, evaluate
+from .engine import Finding, Outcome, drop_yielded, evaluate
 from .model import VERDICT_CATEGORIES
 from .registry import RuleSet
 from .undetermined import NOISE, no_dominant_summary, undetermined_summary
@@ -390,7 +390,7 @@ def diagnose(facts: dict, ruleset: RuleSet, log_search=None, thresholds: dict | 
     outcomes: list[Outcome] = []
     for rule in ruleset.active():
         outcomes.append(evaluate(rule, facts, ruleset.params.get(rule.id), log_search, thresholds))
-    findings = [o.finding for o in outcomes if o.finding is not None]
+    findings = drop_yielded([o.finding for o in outcomes if o.finding is not None], ruleset.rules)
 
     def reevaluate(rule_id: str, other_facts: dict):
         return evaluate(
