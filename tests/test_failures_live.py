@@ -40,6 +40,7 @@ CASES = {
     "usage": ([], {}),
     "exit3": (["--mode", "exit3"], {}),
     "sigkill": (["--mode", "sigkill"], {}),
+    "sigkill_all": (["--mode", "sigkill_all"], {}),
 }
 
 
@@ -151,6 +152,17 @@ def test_sigkill_is_a_failed_run(runs):
     assert rep.facts["failure.root_cause.kind"] == "killed" and rep.facts["failure.root_cause.rank"] == 1
     assert first.rule == "FL008" and "SIGKILL" in first.summary
     print("LIVE sigkill:", first.summary)
+
+
+def test_sigkill_on_every_rank_is_a_stop_from_outside(runs):
+    """Issue 41 item 10: SIGKILL reaching every rank at once (a scheduler's kill -9) is said to come from outside,
+    not as rank 0's death that rank 1 followed, nor as a host OOM no log names."""
+    rep, first = _first(runs["sigkill_all"])
+    assert rep.facts["failure.root_cause.kind"] == "killed" and rep.facts["failure.killed.every_rank"] is True
+    assert first.rule == "FL024" and "Every rank (0, 1) was killed by SIGKILL at the same time" in first.summary
+    assert "FL008" not in {f.rule for f in rep.diagnosis.findings}
+    assert first.fixes[0].title.startswith("Find who stopped the job"), first.fixes[0].title
+    print("LIVE sigkill_all:", first.summary)
 
 
 def test_every_root_cause_kind_has_a_rule():

@@ -83,6 +83,16 @@ def failure_facts(
     f.update(network_facts(nets, g("net_setting"), world_size, known))
     nw = S.first(g("network")) or S.first(nets)
     f.update(exit_facts(g("exit"), g("usage_error"), known))
+    # SIGKILL on every rank the logs know of, two or more: a stop from outside (a scheduler's kill -9, a container's
+    # memory group), not one rank's death the others followed (one known process SIGKILLed is the OOM killer's
+    # usual victim: acumen-4's spawn log)
+    killed_ranks = set(S.ranks_of(kills))
+    f["failure.killed.every_rank"] = (
+        len(killed_ranks) >= 2
+        and killed_ranks >= known
+        and (world_size is None or len(killed_ranks) >= world_size)
+        and all(e.data.get("signal") == "SIGKILL" for e in kills)
+    )
     ended = program_ends(g("exit"))
     f["failure.teardown.ended_ranks"] = sorted(ended)
 

@@ -6,6 +6,7 @@ Usage: torchrun --nproc_per_node=2 THIS --mode MODE    with MODE one of
             next all-reduce and times out there (process-group timeout 5 s)
   exit3     both ranks end with sys.exit(3) after step 2
   sigkill   rank 1 kills itself with SIGKILL after step 2
+  sigkill_all  every rank kills itself with SIGKILL after step 2 (as a scheduler's kill -9 of the job)
 Without --mode the argument parser exits with a usage error (exit code 2) on every rank.
 Progress lines are printed as "step N loss X".
 """
@@ -37,7 +38,7 @@ def evaluate(model) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", required=True, choices=["plain", "evaluate", "exit3", "sigkill"])
+    ap.add_argument("--mode", required=True, choices=["plain", "evaluate", "exit3", "sigkill", "sigkill_all"])
     args = ap.parse_args()
     dist.init_process_group("gloo", timeout=timedelta(seconds=5))
     rank = dist.get_rank()
@@ -53,6 +54,9 @@ def main() -> None:
         if step == 2 and args.mode == "exit3":
             sys.exit(3)
         if step == 2 and args.mode == "sigkill" and rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if step == 2 and args.mode == "sigkill_all":
+            dist.barrier()  # both ranks at the same point, then each dies at once
             os.kill(os.getpid(), signal.SIGKILL)
         if step == 3 and args.mode == "evaluate" and rank == 0:
             print(f"eval {evaluate(model):.3f}", flush=True)
