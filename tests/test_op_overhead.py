@@ -85,3 +85,17 @@ def test_no_parametrization_map_no_facts():
     from ddpdoctor.metrics.op_overhead import param_map_extras
 
     assert param_map_extras(spans([(0.0, 5.0)]), np.array([0.0]), np.array([10.0])) == {}
+
+
+def test_operators_inside_the_optimizer_step_are_the_optimizers_not_the_models():
+    """b5's Adam over 3,000 tensors: the optimizer's per-parameter loop is thousands of tiny operators; passed as
+    another phase's time (breakdown: the loader's __next__ and the optimizer's step), they are left out."""
+    model = [(i * 10.0, i * 10.0 + 5.0) for i in range(40)]  # 40 tiny ops in the first 400 µs
+    optimizer = [(500.0 + i * 10.0, 505.0 + i * 10.0) for i in range(40)]  # 40 more inside the optimizer's step
+    ws, we = np.array([0.0]), np.array([1000.0])
+    everything = op_overhead_extras(spans(model + optimizer), iv.EMPTY, ws, we)
+    step = iv.union(np.array([495.0]), np.array([900.0]))
+    model_only = op_overhead_extras(spans(model + optimizer), step, ws, we)
+    assert everything["cpu_ops_per_step"] == 80 and model_only["cpu_ops_per_step"] == 40
+    assert abs(model_only["tiny_op_share"] - (40 * 5 + 39 * 5) / 1000) < 1e-9
+    assert everything["tiny_op_share"] > 2 * model_only["tiny_op_share"] - 1e-9

@@ -18,7 +18,7 @@ from . import intervals as iv
 from .collective_groups import collective_group_extras, launch_times
 from .columns import COLUMNS, CROSS_RANK, GPU_ONLY, PARTITION_CPU, PARTITION_GPU
 from .op_overhead import op_overhead_extras, param_map_extras
-from .phases import optimizer_class, phase_extras
+from .phases import optimizer_class, optimizer_steps, phase_extras
 from .steps import ACTIVITY_SPAN, OPTIMIZER_STEP, StepWindow, step_windows
 
 HOST_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
@@ -146,7 +146,7 @@ def summarize(rt: RankTrace, rank: int) -> RankSummary:
     coll = _collectives(gpu, comm_k, host_coll, ws, we, comm_source)
     extras = _extras(gpu, kernels, coll, ws, we) if has_gpu else {"collectives_per_step": _per_step(len(coll), ws)}
     if not has_gpu:
-        extras.update(op_overhead_extras(rt.main_ops, dl, ws, we))
+        extras.update(op_overhead_extras(rt.main_ops, iv.merge(dl, optimizer_steps(rt)), ws, we))
         extras.update(param_map_extras(rt.main_ops, ws, we))
     if has_gpu and ws.size:
         total = float(np.sum(step_time))

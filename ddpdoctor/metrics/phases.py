@@ -80,6 +80,11 @@ def phase_extras(rt: RankTrace, ws: np.ndarray, we: np.ndarray, collectives: iv.
     return out
 
 
+def optimizer_steps(rt: RankTrace) -> iv.Intervals:
+    """The optimizer's ``step()`` calls on the training thread."""
+    return _union(_named(rt.optimizer, STEP_PREFIX))
+
+
 def _union(sp: Spans) -> iv.Intervals:
     return iv.union(sp.start, sp.end)
 
