@@ -38,6 +38,9 @@ def test_launcher_recognised():
     assert of({}, SPAWN_CHILD, {"ignite.distributed": object()}, True, False) == "ignite"
     assert of({}, ["python", "t.py"], {}, False, True) == "multiprocessing"
     assert of({"RANK": "1"}, ["python", "t.py"], {"ray.train": object()}, False, False) == "ray"
+    # Ray Train sets ACCELERATE_TORCH_DEVICE in its workers (ray/train/torch/config.py; Ray 2.60 read "accelerate")
+    ray_worker = {"RANK": "1", "ACCELERATE_TORCH_DEVICE": "cpu"}
+    assert of(ray_worker, ["python", "default_worker.py"], {"ray.train": object()}, False, False) == "ray"
     assert of({"LOCAL_RANK": "1"}, ["python", "t.py"], {"lightning": object()}, False, False) == "lightning"
     assert of({}, ["python", "t.py"], {}, False, False) == "plain"
     assert set(join.LAUNCHERS) >= {"torchrun", "ignite", "ray", "slurm", "mpirun", "accelerate", "lightning", "plain"}

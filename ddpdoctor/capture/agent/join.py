@@ -109,10 +109,11 @@ def rank_env(env, rank: int, world: int, local: int) -> dict:
 def launcher_of(env, argv: list[str], modules, spawned: bool, forked: bool) -> str:
     """Which launcher started this rank (one of ``LAUNCHERS``)."""
     joined = " ".join(argv)
-    if any(k.startswith("ACCELERATE_") for k in env):
-        return "accelerate"
+    # Ray first: Ray Train sets ACCELERATE_TORCH_DEVICE in its workers (ray/train/torch/config.py)
     if "ray.train" in modules or "ray/_private/workers" in joined or "default_worker.py" in joined:
         return "ray"
+    if any(k.startswith("ACCELERATE_") for k in env):
+        return "accelerate"
     if env.get("TORCHELASTIC_RUN_ID"):
         return "torchrun"
     if "SLURM_PROCID" in env:
