@@ -18,6 +18,8 @@ from ddpdoctor.bundle.loader_workers import (
     loader_worker_facts,
     read_worker_file,
     summarise_rank,
+    unfinished_facts,
+    unfinished_fetch,
 )
 from ddpdoctor.capture.agent import loader_workers as probe
 
@@ -200,3 +202,22 @@ def test_the_switch_turns_the_probe_off():
     args = tuple(range(14))
     assert probe.WorkerProbe("/nowhere", env={probe.SWITCH: "0"}).worker_args(None, args, {}) == (args, {})
     assert threading.active_count() >= 1
+
+
+def test_a_worker_stuck_in_its_fetch_is_named_at_its_users_frame():
+    # worker 0 finished a fetch at t=1, then sat on a lock from t=1.1 to t=20; worker 1 finished everything
+    stuck = WorkerRecord(worker_id=0, fetches=[(0.0, 1.0, 0.01)])
+    stuck.samples = [(0.5, "running", 1.0, SLEEP_STACK)] + [
+        (1.1 + k / 10, "futex", 0.0, LOCK_STACK) for k in range(190)
+    ]
+    done = WorkerRecord(worker_id=1, fetches=[(0.0, 1.0, 0.01), (1.0, 2.0, 0.01)])
+    done.samples = [(1.5, "clock_nanosleep", 0.0, SLEEP_STACK)]
+    u = unfinished_fetch(stuck)
+    assert u["worker"] == 0 and u["seconds"] == pytest.approx(18.9) and u["kind"] == "lock" and u["place"] == USER
+    assert unfinished_fetch(done) is None  # its last sample is inside a finished fetch
+    facts = unfinished_facts({0: [done], 1: [stuck, done]})
+    assert facts["loader.workers.unfinished.rank"] == 1 and facts["loader.workers.unfinished.workers"] == 1
+    assert facts["loader.workers.unfinished.kind"] == "waiting on a lock"
+    assert facts["loader.workers.unfinished.place"] == "/home/me/train.py:66"
+    assert facts["loader.workers.unfinished.code"] == "with self.lock:"
+    assert unfinished_facts({0: [done]}) == {}

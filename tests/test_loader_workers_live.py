@@ -3,6 +3,8 @@
 - b5_lock_bound_loader: 4 workers per rank read through one handle guarded by a ``multiprocessing.Lock``; the
   workers fetch together but take turns on the lock: DL001 leads with the lock's line in the script, and
   offers no more workers;
+- loader_worker_stuck_rank1: rank 1's workers inherit a locked lock and never return a batch; FL005 quotes
+  the stuck worker's place (the lock in the script), not only the rank's ``next()``;
 - io_wait_loader_workers2: 2 workers each wait ~8 ms per sample on (modelled) remote storage, in parallel: no
   lock, the waits overlap, and the advice stays "more workers".
 """
@@ -40,3 +42,15 @@ def test_live_workers_waiting_on_storage_in_parallel_still_get_more_workers(tmp_
     f = _dl001(rep)
     assert f is not None, [x.rule for x in rep.diagnosis.findings]
     assert "worker processes per rank" in f.fixes[0].title, [x.title for x in f.fixes]
+
+
+def test_live_a_stuck_worker_is_named_at_the_lock_it_waits_on(tmp_path):
+    res, _out, rep = record_scenario(tmp_path, "loader_worker_stuck_rank1.py", timeout=300)
+    assert res.returncode != 0
+    facts = rep.facts
+    assert facts["loader.workers.unfinished.rank"] == 1, {k: v for k, v in facts.items() if "unfinished" in k}
+    assert facts["loader.workers.unfinished.place"].endswith("loader_worker_stuck_rank1.py:41")
+    assert facts["loader.workers.unfinished.kind"] == "waiting on a lock"
+    f = rep.diagnosis.findings[0]
+    assert f.rule == "FL005" and "loader_worker_stuck_rank1.py:41 in record()" in f.summary, f.summary
+    assert "`with self.lock:`" in f.fixes[0].change

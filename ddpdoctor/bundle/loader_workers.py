@@ -174,6 +174,54 @@ def is_serialised(summary: dict, params: dict) -> bool:
     )
 
 
+UNFINISHED_KIND = {"lock": "waiting on a lock", "wait": "waiting on a read or a sleep", "compute": "computing"}
+
+
+def unfinished_fetch(worker: WorkerRecord) -> dict | None:
+    """The fetch a worker was in when its records end (samples after its last finished fetch): how long it had
+    run by its last sample, what it did (the samples' most frequent kind) and the user's place most often on its
+    stack. A worker stuck in ``__getitem__`` (a lock inherited locked from the forking process, a read that never
+    returns) shows here; so does a worker ended mid-fetch by the rank's exit, for a fraction of a second."""
+    done = max((f[1] for f in worker.fetches), default=float("-inf"))
+    tail = [s for s in worker.samples if s[0] > done]
+    if len(tail) < 2:
+        return None
+    kinds = Counter(classify(call, cpu, stack) for _t, call, cpu, stack in tail)
+    places = Counter(p for *_x, stack in tail if (p := user_place(stack)) is not None)
+    out: dict = {
+        "worker": worker.worker_id,
+        "seconds": round(tail[-1][0] - tail[0][0], 1),
+        "kind": kinds.most_common(1)[0][0],
+    }
+    if places:
+        out["place"] = places.most_common(1)[0][0]
+    return out
+
+
+def unfinished_facts(per_rank: dict[int, list[WorkerRecord]]) -> dict:
+    """``loader.workers.unfinished.*``: the longest unfinished fetch of any rank's workers, with how many of that
+    rank's workers were in one."""
+    found = {r: [u for w in ws if (u := unfinished_fetch(w)) is not None] for r, ws in per_rank.items()}
+    best = max(((r, u) for r, us in found.items() for u in us), key=lambda x: (x[1]["seconds"], -x[0]), default=None)
+    if best is None:
+        return {}
+    rank, u = best
+    facts: dict = {
+        "loader.workers.unfinished.rank": rank,
+        "loader.workers.unfinished.worker": u["worker"],
+        "loader.workers.unfinished.seconds": u["seconds"],
+        "loader.workers.unfinished.workers": len(found[rank]),
+        "loader.workers.unfinished.kind": UNFINISHED_KIND.get(u["kind"], "in a call it did not return from"),
+    }
+    place = u.get("place")
+    if isinstance(place, Frame):
+        facts["loader.workers.unfinished.place"] = f"{place.path}:{place.line}"
+        facts["loader.workers.unfinished.function"] = place.function
+        if place.code:
+            facts["loader.workers.unfinished.code"] = place.code
+    return facts
+
+
 def read_worker_file(path: Path) -> WorkerRecord | None:
     """A worker's JSON lines; a torn last line (a killed worker) and bad lines are skipped."""
     try:
@@ -237,12 +285,13 @@ def loader_worker_facts(rank_dirs: dict[int, Path], ranks: dict[int, dict], para
     """``loader.workers.*`` of the rank whose workers waited most on a lock (the loader is called serialised
     when that rank's is), with ``.per_rank`` companions for the shares."""
     per: dict[int, dict] = {}
-    for r in sorted(rank_dirs):
-        workers = read_rank_workers(rank_dirs[r])
+    records = {r: read_rank_workers(rank_dirs[r]) for r in sorted(rank_dirs)}
+    for r, workers in records.items():
         if workers and (s := summarise_rank(workers, _window(ranks.get(r) or {}))) is not None:
             per[r] = s
+    unfinished = unfinished_facts(records)
     if not per:
-        return {}
+        return unfinished
     rank = max(per, key=lambda r: (per[r]["lock_share"], -r))
     s = per[rank]
     facts: dict = {"loader.workers.rank": rank, "loader.workers.samples": s["samples"]}
@@ -260,4 +309,5 @@ def loader_worker_facts(rank_dirs: dict[int, Path], ranks: dict[int, dict], para
         if place.code:
             facts["loader.workers.lock_code"] = place.code
         facts["loader.workers.lock_kind"] = s["lock_kind"]
+    facts.update(unfinished)
     return facts
