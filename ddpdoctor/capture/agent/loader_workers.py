@@ -35,7 +35,7 @@ import time
 SAMPLE_INTERVAL_S = 0.015  # ~67 Hz while a fetch runs
 FLUSH_INTERVAL_S = 0.25  # the rank may end its workers (SIGTERM) soon after the window: little is lost
 MAX_FRAMES = 24
-MAX_RECORDS = 20000  # per worker file: samples + fetches; the probe stops recording beyond it
+MAX_RECORDS = 20000  # per worker file: samples + fetches (~5 min of fetching); the probe ends there
 SWITCH = "DDPDOCTOR_LOADER_WORKER_PROBE"  # "0": no probe in the workers (overhead measurements)
 WORKER_LOOP_FILE = "/torch/utils/data/_utils/worker.py"
 
@@ -253,6 +253,8 @@ def _sample_loop(rec: _Recorder, main_ident: int, main_tid: int) -> None:
             if now - last_flush >= FLUSH_INTERVAL_S:
                 rec.flush()
                 last_flush = now
+            if rec.records >= MAX_RECORDS:  # a long run (--keep-going): the window is long past, the probe ends
+                break
     except Exception:  # the probe stops, the worker goes on
         pass
     sc_file.close()
