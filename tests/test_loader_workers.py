@@ -184,7 +184,7 @@ def test_facts_name_the_serialised_rank_and_its_lock(tmp_path):
             _write(d / f"worker{w.worker_id}-9.jsonl", [{"kind": "start", "worker_id": w.worker_id}, chunk])
     facts = loader_worker_facts({r: d.parent for r, d in dirs.items()}, {}, PARAMS)
     assert facts["loader.workers.rank"] == 1 and facts["loader.workers.serialised"] is True
-    assert facts["loader.workers.lock_place"] == "/home/me/train.py:66"
+    assert facts["loader.workers.lock_place"] == "train.py:66"
     assert facts["loader.workers.lock_code"] == "with self.lock:"
     assert facts["loader.workers.lock_share.per_rank"] == {0: 0.0, 1: 0.75}
     assert loader_worker_facts({0: tmp_path / "nothing"}, {}, PARAMS) == {}
@@ -217,7 +217,7 @@ def test_a_worker_stuck_in_its_fetch_is_named_at_its_users_frame():
     facts = unfinished_facts({0: [done], 1: [stuck, done]})
     assert facts["loader.workers.unfinished.rank"] == 1 and facts["loader.workers.unfinished.workers"] == 1
     assert facts["loader.workers.unfinished.kind"] == "waiting on a lock"
-    assert facts["loader.workers.unfinished.place"] == "/home/me/train.py:66"
+    assert facts["loader.workers.unfinished.place"] == "train.py:66"
     assert facts["loader.workers.unfinished.code"] == "with self.lock:"
     assert unfinished_facts({0: [done]}) == {}
 

@@ -110,6 +110,11 @@ def _clip(iv: tuple[float, float], window: tuple[float, float] | None) -> tuple[
     return max(iv[0], window[0]), min(iv[1], window[1])
 
 
+def place_text(f: Frame) -> str:
+    """``file.py:line``: the file's name, as the other places the analysis names (logs/hang.py)."""
+    return f"{f.path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{f.line}"
+
+
 def user_place(stack: tuple[Frame, ...]) -> Frame | None:
     return next((f for f in stack if is_user_frame(f)), None)
 
@@ -215,7 +220,7 @@ def unfinished_facts(per_rank: dict[int, list[WorkerRecord]]) -> dict:
     }
     place = u.get("place")
     if isinstance(place, Frame):
-        facts["loader.workers.unfinished.place"] = f"{place.path}:{place.line}"
+        facts["loader.workers.unfinished.place"] = place_text(place)
         facts["loader.workers.unfinished.function"] = place.function
         if place.code:
             facts["loader.workers.unfinished.code"] = place.code
@@ -304,7 +309,7 @@ def loader_worker_facts(rank_dirs: dict[int, Path], ranks: dict[int, dict], para
     facts["loader.workers.serialised"] = is_serialised(s, params)
     place = s.get("lock_place")
     if isinstance(place, Frame):
-        facts["loader.workers.lock_place"] = f"{place.path}:{place.line}"
+        facts["loader.workers.lock_place"] = place_text(place)
         facts["loader.workers.lock_function"] = place.function
         if place.code:
             facts["loader.workers.lock_code"] = place.code
