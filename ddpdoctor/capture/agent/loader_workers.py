@@ -11,7 +11,7 @@ the worker's index and result queues and starts one sampler thread:
   dataset's ``__getitem__`` calls and the collate), each with the worker's main-thread CPU time over it
   (``time.thread_time``), on ``time.perf_counter`` (CLOCK_MONOTONIC on Linux: the same clock as the rank's
   window in ``loader_window``);
-- while a fetch runs, every ``SAMPLE_INTERVAL_S``: the worker's main-thread Python stack
+- while a fetch runs, every ``SAMPLE_INTERVAL_S`` (none between fetches): the worker's main-thread Python stack
   (``sys._current_frames``, innermost first, up to the worker loop, each frame with its source line), the system call it is blocked in
   (``/proc/self/task/<tid>/syscall``: futex = a lock or semaphore, read/recv/poll = I/O, nanosleep, or
   running) and its CPU share since the previous sample (``schedstat``; a thread that computes in Python
@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-SAMPLE_INTERVAL_S = 0.015  # ~67 Hz while a fetch runs
+SAMPLE_INTERVAL_S = 0.04  # 25 Hz while a fetch runs (each wake-up costs ~0.1 ms of CPU on a busy VM)
 FLUSH_INTERVAL_S = 0.25  # the rank may end its workers (SIGTERM) soon after the window: little is lost
 MAX_FRAMES = 24
 MAX_RECORDS = 20000  # per worker file: samples + fetches (~5 min of fetching); the probe ends there
@@ -169,16 +169,19 @@ class _Recorder:
         self.records = 0
         self.failed = False
         self.done = threading.Event()
+        self.fetching = threading.Event()  # set while a fetch runs: the sampler sleeps on it between fetches
 
     # ---- the worker's main thread (the queue wrappers)
     def fetch_started(self) -> None:
         self.open_fetch = (time.perf_counter(), time.thread_time())
+        self.fetching.set()
 
     def fetch_ended(self) -> None:
         start = self.open_fetch
         if start is None:
             return
         self.open_fetch = None
+        self.fetching.clear()
         if self.records < MAX_RECORDS:
             self.records += 1
             now = time.perf_counter()
@@ -233,9 +236,15 @@ def _sample_loop(rec: _Recorder, main_ident: int, main_tid: int) -> None:
     last_flush = last_t = time.perf_counter()
     last_run = run_ns(st_file.read())
     try:
-        while not rec.done.wait(SAMPLE_INTERVAL_S):
+        while not rec.done.is_set():
+            if rec.open_fetch is None:  # idle between fetches: no wake-ups but the flush's (each costs CPU)
+                rec.fetching.wait(FLUSH_INTERVAL_S)
+                if rec.open_fetch is not None:  # the CPU shares are of the fetch from its start
+                    last_run, last_t = run_ns(st_file.read()), time.perf_counter()
+            elif rec.done.wait(SAMPLE_INTERVAL_S):
+                break
             now = time.perf_counter()
-            if rec.open_fetch is not None and rec.records < MAX_RECORDS:
+            if rec.open_fetch is not None and rec.records < MAX_RECORDS and now - last_t >= SAMPLE_INTERVAL_S / 2:
                 call = syscall_name(sc_file.read(), table)
                 ran = run_ns(st_file.read())
                 cpu = queued = None
@@ -248,8 +257,6 @@ def _sample_loop(rec: _Recorder, main_ident: int, main_tid: int) -> None:
                     rec.records += 1
                     rec.samples.append((round(now, 4), call, cpu, rec.stack_id(frame), queued))
                 del frame
-            else:
-                last_run, last_t = run_ns(st_file.read()), now
             if now - last_flush >= FLUSH_INTERVAL_S:
                 rec.flush()
                 last_flush = now
@@ -327,6 +334,7 @@ class WorkerProbe:
 
         def stop():
             rec.done.set()
+            rec.fetching.set()
             thread.join(timeout=1.0)
 
         thread.start()
