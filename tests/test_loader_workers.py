@@ -14,6 +14,7 @@ from ddpdoctor.bundle.loader_workers import (
     WorkerRecord,
     classify,
     fetch_overlap,
+    held_gil,
     is_serialised,
     loader_worker_facts,
     read_worker_file,
@@ -231,3 +232,20 @@ def test_the_probe_ends_after_its_records_cap(tmp_path, monkeypatch):
     t.join(timeout=5)
     assert not t.is_alive()  # it stopped on its own, nobody set done
     assert len(read_worker_file(tmp_path / "w.jsonl").samples) == 5
+
+
+def test_a_worker_silent_in_an_open_fetch_while_its_rank_ran_on_held_the_gil():
+    # the last chunk (written at t=10.0) showed a fetch open since t=9.5; the rank's window stopped at t=30
+    w = WorkerRecord(worker_id=1, open_since=9.5, last_at=10.0, fetches=[(8.0, 9.4, 0.5)])
+    w.samples = [(9.6, "running", 1.0, SLEEP_STACK), (9.7, "running", 1.0, SLEEP_STACK)]
+    assert held_gil(w, 30.0)
+    u = unfinished_fetch(w, 30.0)
+    assert u["kind"] == "gil" and u["seconds"] == pytest.approx(20.5) and u["place"] == SLEEP_STACK[0]
+    facts = unfinished_facts({1: [w]}, {1: 30.0})
+    assert facts["loader.workers.unfinished.kind"].startswith("holding the GIL")
+    assert not held_gil(w, 11.0)  # silent for 1 s only: a busy host can do that
+    assert not held_gil(w, None)  # no window stop: nothing to measure the silence against
+    ended = WorkerRecord(worker_id=1, open_since=9.5, last_at=10.0, fetches=[(9.5, 12.0, 2.4)])
+    assert not held_gil(ended, 30.0)  # the fetch ended after all (its end came in a chunk the reader has)
+    idle = WorkerRecord(worker_id=1, open_since=None, last_at=10.0)
+    assert not held_gil(idle, 30.0)  # between fetches a worker writes nothing: silence says nothing

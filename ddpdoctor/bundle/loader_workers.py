@@ -55,6 +55,8 @@ class WorkerRecord:
     share of the time since the previous sample on a CPU or runnable waiting for one."""
 
     worker_id: int
+    open_since: float | None = None  # the start of the fetch open at the worker's last chunk, if one was
+    last_at: float | None = None  # when the worker's last chunk was written
     fetches: list[tuple[float, float, float]] = field(default_factory=list)
     samples: list[tuple[float, str | None, float | None, tuple[Frame, ...]]] = field(default_factory=list)
 
@@ -179,21 +181,45 @@ def is_serialised(summary: dict, params: dict) -> bool:
     )
 
 
-UNFINISHED_KIND = {"lock": "waiting on a lock", "wait": "waiting on a read or a sleep", "compute": "computing"}
+UNFINISHED_KIND = {
+    "lock": "waiting on a lock",
+    "wait": "waiting on a read or a sleep",
+    "compute": "computing",
+    "gil": "holding the GIL (not even the probe's own thread could run)",
+}
+# a worker whose file went silent this long (and for at least half its open fetch) while its rank ran on: its
+# sampler thread, which writes every 0.25 s while a fetch is open, could not run
+GIL_SILENCE_MIN_S = 2.0
 
 
-def unfinished_fetch(worker: WorkerRecord) -> dict | None:
+def held_gil(worker: WorkerRecord, end: float | None) -> bool:
+    """The worker's last chunk shows a fetch open, none of its fetches ended after that fetch's start, and its file
+    stayed silent from then to ``end`` (the rank's window stop) for ``GIL_SILENCE_MIN_S`` and half the fetch."""
+    since, last = worker.open_since, worker.last_at
+    if since is None or last is None or end is None or any(f[1] >= since for f in worker.fetches):
+        return False
+    silent = end - last
+    return silent >= GIL_SILENCE_MIN_S and silent >= 0.5 * (end - since)
+
+
+def unfinished_fetch(worker: WorkerRecord, end: float | None = None) -> dict | None:
     """The fetch a worker was in when its records end (samples after its last finished fetch): how long it had
     run by its last sample, what it did (the samples' most frequent kind) and the user's place most often on its
     stack. A worker stuck in ``__getitem__`` (a lock inherited locked from the forking process, a read that never
     returns) shows here; so does a worker ended mid-fetch by the rank's exit, for a fraction of a second."""
     done = max((f[1] for f in worker.fetches), default=float("-inf"))
     tail = [s for s in worker.samples if s[0] > done]
+    if held_gil(worker, end) and end is not None and worker.open_since is not None:
+        out: dict = {"worker": worker.worker_id, "seconds": round(end - worker.open_since, 1), "kind": "gil"}
+        places = Counter(p for *_x, stack in tail if (p := user_place(stack)) is not None)
+        if places:  # where its samples saw it before the GIL was taken (the call itself may be further on)
+            out["place"] = places.most_common(1)[0][0]
+        return out
     if len(tail) < 2:
         return None
     kinds = Counter(classify(call, cpu, stack) for _t, call, cpu, stack in tail)
     places = Counter(p for *_x, stack in tail if (p := user_place(stack)) is not None)
-    out: dict = {
+    out = {
         "worker": worker.worker_id,
         "seconds": round(tail[-1][0] - tail[0][0], 1),
         "kind": kinds.most_common(1)[0][0],
@@ -203,10 +229,11 @@ def unfinished_fetch(worker: WorkerRecord) -> dict | None:
     return out
 
 
-def unfinished_facts(per_rank: dict[int, list[WorkerRecord]]) -> dict:
+def unfinished_facts(per_rank: dict[int, list[WorkerRecord]], ends: dict[int, float] | None = None) -> dict:
     """``loader.workers.unfinished.*``: the longest unfinished fetch of any rank's workers, with how many of that
-    rank's workers were in one."""
-    found = {r: [u for w in ws if (u := unfinished_fetch(w)) is not None] for r, ws in per_rank.items()}
+    rank's workers were in one; ``ends``: each rank's window stop (to see a worker that went silent)."""
+    ends = ends or {}
+    found = {r: [u for w in ws if (u := unfinished_fetch(w, ends.get(r))) is not None] for r, ws in per_rank.items()}
     best = max(((r, u) for r, us in found.items() for u in us), key=lambda x: (x[1]["seconds"], -x[0]), default=None)
     if best is None:
         return {}
@@ -254,6 +281,9 @@ def read_worker_file(path: Path) -> WorkerRecord | None:
                 )
             except (TypeError, ValueError, IndexError):
                 continue
+        if isinstance(d.get("at"), (int, float)):
+            rec.last_at = float(d["at"])
+            rec.open_since = float(d["open"]) if isinstance(d.get("open"), (int, float)) else None
         for f in d.get("fetches") or []:
             try:
                 rec.fetches.append((float(f[0]), float(f[1]), float(f[2])))
@@ -294,7 +324,8 @@ def loader_worker_facts(rank_dirs: dict[int, Path], ranks: dict[int, dict], para
     for r, workers in records.items():
         if workers and (s := summarise_rank(workers, _window(ranks.get(r) or {}))) is not None:
             per[r] = s
-    unfinished = unfinished_facts(records)
+    stops = {r: w[1] for r in records if (w := _window(ranks.get(r) or {})) is not None}
+    unfinished = unfinished_facts(records, stops)
     if not per:
         return unfinished
     rank = max(per, key=lambda r: (per[r]["lock_share"], -r))

@@ -217,6 +217,10 @@ class _Recorder:
             chunk = {"kind": "chunk"}
         if not (fetches or samples or self.new_stacks):
             return
+        # when it was written and the fetch open then: a fetch open at the last chunk with no chunk after it while
+        # the rank ran on is a worker whose sampler thread could not run (its main thread held the GIL)
+        fetch = self.open_fetch
+        chunk.update(at=round(time.perf_counter(), 4), open=None if fetch is None else round(fetch[0], 6))
         chunk.update(fetches=fetches, samples=samples, stacks=self.new_stacks)
         self.new_stacks = {}
         self._write(chunk)
