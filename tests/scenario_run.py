@@ -12,12 +12,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "examples" / "scenarios"
 
 
-def record_scenario(tmp_path: Path, script: str, timeout: int = 300):
-    """(the finished run, the bundle's path, the analysis report)."""
+def record_scenario(tmp_path: Path, script: str, timeout: int = 300, run_opts: tuple[str, ...] = ()):
+    """(the finished run, the bundle's path, the analysis report); ``run_opts``: more `ddpdoctor run` options."""
     pytest.importorskip("torch")
     env = project_env()
     out = tmp_path / "bundle"
-    cmd = [sys.executable, "-m", "ddpdoctor", "run", "--no-analyze", "--out", str(out), "--"]
+    cmd = [sys.executable, "-m", "ddpdoctor", "run", "--no-analyze", *run_opts, "--out", str(out), "--"]
     cmd += [
         sys.executable,
         "-m",

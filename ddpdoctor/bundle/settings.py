@@ -24,6 +24,7 @@ from .inputs import walk
 from .job_config import job_config_facts
 from .loader import dataset_facts, loader_facts
 from .loader_cpus import cpu_demand_facts
+from .loader_workers import loader_worker_facts
 
 MANIFEST_SCHEMA = contract.MANIFEST_SCHEMA
 HOST_SCHEMA = contract.HOST_SCHEMA
@@ -230,6 +231,7 @@ def load_bundle_facts(paths: list[str], inputs=None, thresholds: dict | None = N
     manifests, host_files, settings_files = find_bundle_files(paths, inputs)
     facts: dict[str, object] = {}
     ranks: dict[int, dict] = {}
+    rank_dirs: dict[int, Path] = {}  # the folder of each rank's settings.json (its DataLoader workers' records)
     for p in settings_files:
         d = _read_json(p)
         if not d or d.get("schema") != SETTINGS_SCHEMA:
@@ -239,6 +241,7 @@ def load_bundle_facts(paths: list[str], inputs=None, thresholds: dict | None = N
         except (KeyError, TypeError, ValueError):
             continue
         ranks.setdefault(r, d)
+        rank_dirs.setdefault(r, p.parent)
     mans = [m for m in (_read_json(p) for p in manifests) if m and m.get("schema") == MANIFEST_SCHEMA]
     hosts = [h for h in (_read_json(p) for p in host_files) if h and h.get("schema") == HOST_SCHEMA]
 
@@ -303,6 +306,7 @@ def load_bundle_facts(paths: list[str], inputs=None, thresholds: dict | None = N
     facts.update(compile_facts(ranks))  # torch.compile compilations in the window (bundle/compile.py)
     # the DataLoader's window: waiting or computing (bundle/loader.py)
     facts.update(loader_facts(ranks, evidence_params))
+    facts.update(loader_worker_facts(rank_dirs, ranks, evidence_params))  # inside the workers (loader_workers.py)
     facts.update(cpu_demand_facts(ranks))  # the CPUs the job's processes wanted against its host's (loader_cpus.py)
     facts.update(dataset_facts(ranks))  # what one epoch covers on each rank, and of which data (missing sampler)
 

@@ -237,11 +237,17 @@ HOOK_FIELDS = ("before", "after", "args", "around", "register", "on_import", "wh
 
 
 def test_every_hook_the_table_names_exists_on_the_agent(rank):
+    # the DataLoader worker's loop runs in a forked child, whose hooks go to a join.Pending with the worker probe
+    from ddpdoctor.capture.agent import join as _join
+    from ddpdoctor.capture.agent import loader_workers as _loader_workers
+
+    worker = _join.Pending(lambda _a, _k: None, _loader_workers.WorkerProbe("/nowhere", env={}).worker_args)
     for p in patches.PATCHES:
+        target = worker if p.module == "torch.utils.data._utils.worker" else rank
         for field in HOOK_FIELDS:
             name = getattr(p, field)
             if name:
-                assert callable(patches.resolve(rank, name)), (p, field)
+                assert callable(patches.resolve(target, name)), (p, field)
 
 
 def test_docs_bundle_lists_every_patch_of_the_table():

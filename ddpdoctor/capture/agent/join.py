@@ -42,8 +42,9 @@ class Pending:
     it and returns it (None: this process does not record, e.g. a bundle folder that belongs to another run);
     later joins (a re-init after ``destroy_process_group``) go to that agent."""
 
-    def __init__(self, become_rank):
+    def __init__(self, become_rank, loader_worker_args=None):
         self.become_rank = become_rank
+        self.loader_worker_args = loader_worker_args  # a DataLoader worker's probe (loader_workers.py), or None
         self.agent = None
         self.tried = False
         self.errors: list[str] = []  # before an agent exists, there is no event log to write them to

@@ -185,6 +185,8 @@ class LoaderTiming:
         self._rec = {
             "schema": 1,
             "wall_s": round(wall, 6),
+            "t_start": round(start["time"], 6),  # perf_counter: the workers' fetches (loader_workers.py) share it
+            "t_stop": round(stop["time"], 6),
             "batches": self.batches,
             "next_runqueue_s": None if self.next_runqueue_s is None else round(self.next_runqueue_s, 6),
             "workers_runqueue_s": workers_queue,

@@ -18,6 +18,7 @@ import shutil
 import sys
 
 from . import join as _join
+from . import loader_workers as _loader_workers
 from . import patches as _patches
 from . import process as _process
 
@@ -123,4 +124,5 @@ class Membership:
         a.life.after_fork_in_child()
         with a.errors.quiet("fork handler (join watch)"):
             argv, prepare, join_as_rank = _process.process_argv(), a.prepare, self.join_as_rank
-            _patches.retarget(_join.Pending(lambda _args, _kwargs: join_as_rank(argv, False, True, prepare)))
+            probe = _loader_workers.WorkerProbe(a.dir, a.env).worker_args  # if this child is a DataLoader worker
+            _patches.retarget(_join.Pending(lambda _args, _kwargs: join_as_rank(argv, False, True, prepare), probe))

@@ -78,6 +78,8 @@ PATCHES = (
     Patch(_LOADER, "DataLoader.__iter__", around="loader_iter_span"),
     Patch(_LOADER, "_BaseDataLoaderIter.__init__", after="settings.loader_iter"),
     Patch(_LOADER, "_BaseDataLoaderIter.__next__", before="loader_next", after="batch_returned"),
+    # runs in a fork-start worker, whose hooks go to a join.Pending: its WorkerProbe (loader_workers.py)
+    Patch("torch.utils.data._utils.worker", "_worker_loop", args="loader_worker_args"),
     Patch("torch.utils.data.distributed", "DistributedSampler.set_epoch", before="settings.set_epoch"),
     Patch("torch.amp.autocast_mode", "autocast.__enter__", before="settings.autocast_entered"),
     Patch("torch.amp.grad_scaler", "GradScaler.__init__", after="settings.scaler_created"),
