@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from .errors import InputError
+from .report.renderers import RENDERERS
 
 RULES_OPTIONS = [
     click.option(
@@ -81,7 +82,7 @@ report_option = click.option(
 
 
 # --format: one vocabulary in every command; the older spellings stay accepted for scripts that use them
-FORMATS = ("terminal", "md", "html", "json")
+FORMATS = tuple(RENDERERS)  # report/renderers.py: one table
 FORMAT_ALIASES = {"text": "terminal", "markdown": "md"}
 
 
