@@ -1,7 +1,7 @@
 """The Python API (``import ddpdoctor``): the same analysis as the CLI, returned as objects.
 
-- :func:`analyze` runs the pipeline ``ddpdoctor analyze`` runs (``diagnosis.run_analyze`` →
-  ``json_report.to_dict`` → ``files.prepare``) and returns a :class:`Document`;
+- :func:`analyze` runs the pipeline ``ddpdoctor analyze`` runs (:func:`diagnose`, which both call:
+  ``diagnosis.run_analyze`` → ``json_report.to_dict`` → ``files.prepare``) and returns a :class:`Document`;
 - :func:`load` reads a diagnosis back (report.json, a report folder, a ``ddpdoctor bundle`` archive);
 - :func:`compare` is ``ddpdoctor compare`` (``ticket/compare.py``) and returns a :class:`Comparison`.
 

@@ -138,6 +138,7 @@ def test_s3_url_gives_the_local_diagnosis_and_writes_nothing(s3, local, name):
     assert bucket_state(s3["fs"]) == before
 
 
+@pytest.mark.slow  # starts the local Dask cluster (the fast tier reads S3 in process)
 def test_dask_cluster_reads_s3(cluster, s3, local, dask_only):
     name = SAMPLES[0]
     report = run_analyze([f"s3://traces/{name}/"], AnalyzeOptions(scheduler=cluster))
