@@ -12,13 +12,18 @@ import statistics
 
 from ..bundle.discover import compact_ranks
 from ..text import WIDTH, block_items, command, cut, plural, shell, wrap
-from ..trial.predict import no_gain
 from .view import analysis, findings, verdict_summary
 
 FAILURE_CATEGORIES = ("failure", "network", "memory")
 MAX_WHY_LINES = 7
 MAX_FIX_LINES = 10
 MAX_OTHERS = 4
+
+
+def no_gain(fix: dict) -> bool:
+    """A fix the analysis stored as not worth a trial (``worth_a_trial`` false, decided by trial/predict.annotate
+    with the analysis's thresholds): read from the document, no threshold here."""
+    return fix.get("worth_a_trial") is False
 
 
 def _num(label: str, value: str, width: int) -> list[str]:
