@@ -1,7 +1,7 @@
 """The Python API (``import ddpdoctor``): the same analysis as the CLI, returned as objects.
 
-- :func:`analyze` runs the pipeline ``ddpdoctor analyze`` runs (``diagnosis.run_analyze`` →
-  ``json_report.to_dict`` → ``files.prepare``) and returns a :class:`Document`;
+- :func:`analyze` runs the pipeline ``ddpdoctor analyze`` runs (:func:`diagnose`, which both call:
+  ``diagnosis.run_analyze`` → ``json_report.to_dict`` → ``files.prepare``) and returns a :class:`Document`;
 - :func:`load` reads a diagnosis back (report.json, a report folder, a ``ddpdoctor bundle`` archive);
 - :func:`compare` is ``ddpdoctor compare`` (``ticket/compare.py``) and returns a :class:`Comparison`.
 
@@ -15,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import FailedRunError, InputError
 
 TERMINAL, MARKDOWN, HTML, JSON = "terminal", "markdown", "html", "json"
-_FORMATS = {TERMINAL: None, MARKDOWN: "md", "md": "md", HTML: "html", JSON: "json"}
+_FORMATS = {TERMINAL: "terminal", MARKDOWN: "md", "md": "md", HTML: "html", JSON: "json"}  # -> report.renderers
 
 
 class Document:
@@ -85,17 +85,9 @@ class Document:
         """``"terminal"`` (the card; ``verbose``: every finding), ``"markdown"``, ``"html"`` or ``"json"``."""
         if fmt not in _FORMATS:
             raise InputError(f"unknown format {fmt!r} (choose from terminal, markdown, html, json)")
-        ext = _FORMATS[fmt]
-        if ext is None:  # the terminal
-            from .report.card import render_card
-            from .report.terminal import render_full
+        from .report.renderers import RenderOptions, render
 
-            width = max(40, int(width))
-            lines = render_full(self._data, width) if verbose else render_card(self._data, width)
-            return "\n".join(lines) + "\n"
-        from .report.files import render
-
-        return render(self._data, ext)
+        return render(self._data, _FORMATS[fmt], RenderOptions(width=max(40, int(width)), verbose=verbose))
 
     def write_report(self, folder: str | os.PathLike) -> list[str]:
         """report.md, report.html, report.json and plots/*.png in ``folder`` (``analyze --report``)."""
@@ -159,7 +151,7 @@ def analyzer(opts, context, progress=None):
     from .diagnosis import run_analyze
     from .report.json_report import to_dict
 
-    return lambda path: to_dict(run_analyze([path], opts, context, progress=progress))
+    return lambda path: to_dict(run_analyze([path], opts, context, progress=progress), context.thresholds)
 
 
 def analyze(
@@ -186,28 +178,14 @@ def analyze(
     ["RULE.PARAM=0.2"], --set: a rule id and one of its parameters, see ``ddpdoctor rules explain RULE``), ``use_config`` (False: --no-config), ``redact_hosts``.
     ``check=True`` raises :class:`FailedRunError` (exit code 3) when the run itself failed; by
     default a failed run is a diagnosis like any other (``doc.failed``)."""
-    import re
-
     paths = _paths(paths)
-    for p in comm_kernels:
-        try:
-            re.compile(p)
-        except re.error as exc:
-            raise InputError(f"comm_kernels {p!r} is not a valid regular expression ({exc})") from None
+    check_patterns(comm_kernels, "comm_kernels")
     if hta not in ("auto", "on", "off"):
         raise InputError(f"hta={hta!r}: choose from auto, on, off")
     with _translated_errors():
-        context = _context(rules, overrides, use_config)  # this call's own: nothing shared with another
         from .analysis import AnalyzeOptions
-        from .diagnosis import run_analyze
-        from .metrics import hta_adapter
-        from .report.files import prepare
-        from .report.json_report import to_dict
-        from .report.redaction import HostRedactor
-        from .trial.folders import trial_arm
 
-        hta_adapter.require(hta)
-        paths, trial = trial_arm(paths, quiet=True)
+        context = _context(rules, overrides, use_config)  # this call's own: nothing shared with another
         opts = AnalyzeOptions(
             all_windows=all_windows,
             jobs=jobs,
@@ -216,11 +194,50 @@ def analyze(
             scheduler=scheduler,
             ranks=ranks,
         )
-        raw = to_dict(run_analyze(paths, opts, context))
-        if trial is not None:
-            raw["trial"] = trial
-        doc = Document(prepare(raw, redact_hosts, HostRedactor() if redact_hosts else None, context.secrets))
+        doc = Document(diagnose(paths, opts, context, redact_hosts=redact_hosts))
     return doc.raise_for_failure() if check else doc
+
+
+def diagnose(
+    paths: list[str],
+    opts,
+    context,
+    *,
+    redact_hosts: bool = False,
+    quiet: bool = True,
+    progress: Callable[[], contextlib.AbstractContextManager] | None = None,
+) -> dict:
+    """The pipeline of ``ddpdoctor analyze`` and :func:`analyze`, once: the HTA check, a `run --try` folder read
+    as its baseline arm, ``diagnosis.run_analyze`` with ``context`` (an AnalysisContext), the document built
+    with the context's thresholds (``json_report.to_dict``) and redacted with its secrets (``files.prepare``).
+    ``quiet``: no note on stderr about a trial folder; ``progress``: a context manager factory yielding the
+    per-rank tick (the CLI's display on a terminal)."""
+    from .diagnosis import run_analyze
+    from .metrics import hta_adapter
+    from .report.files import prepare
+    from .report.json_report import to_dict
+    from .report.redaction import HostRedactor
+    from .trial.folders import trial_arm
+
+    hta_adapter.require(opts.hta)
+    paths, trial = trial_arm(list(paths), quiet=quiet)
+    with progress() if progress is not None else contextlib.nullcontext(None) as tick:
+        report = run_analyze(paths, opts, context, progress=tick)
+    raw = to_dict(report, context.thresholds)
+    if trial is not None:
+        raw["trial"] = trial  # redacted with the rest (the trial's paths and command line)
+    return prepare(raw, redact_hosts, HostRedactor() if redact_hosts else None, context.secrets)
+
+
+def check_patterns(patterns: Iterable[str], name: str) -> None:
+    """Each --comm-kernel pattern (``name``: how the caller calls them) is a valid regular expression."""
+    import re
+
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise InputError(f"{name} {p!r} is not a valid regular expression ({exc})") from None
 
 
 def load(source: str | os.PathLike) -> Document:
@@ -286,16 +303,16 @@ def _context(rules, overrides, use_config):
 
 @contextlib.contextmanager
 def _translated_errors():
-    """The errors the CLI turns into exit code 2 arrive here as InputError (the CLI's meaning)."""
+    """The errors the CLI turns into exit code 2 arrive here as InputError (the CLI's meaning: errors.as_input_error,
+    the one translation both use)."""
+    from .errors import as_input_error
+
     try:
         yield
     except InputError:
         raise
-    except RecursionError:
-        raise InputError("input nested too deeply to decode") from None
-    except OverflowError as exc:
-        raise InputError(f"input holds a number too large to use ({exc})") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"input is not valid UTF-8 text (byte {exc.start})") from None
-    except MemoryError:
-        raise InputError("out of memory reading the input (see docs/REFERENCE.md: hostile inputs and limits)") from None
+    except Exception as exc:
+        translated = as_input_error(exc)
+        if translated is None:
+            raise
+        raise translated from None

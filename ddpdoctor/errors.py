@@ -42,3 +42,19 @@ class FailedRunError(DDPDoctorError):
         self.document = document
         summary = (document.to_dict().get("verdict") or {}).get("summary") or "the run failed"
         super().__init__(summary)
+
+
+def as_input_error(exc: BaseException) -> InputError | None:
+    """The one translation of what bad input raises deep in a decoder into the user's one line (exit code 2),
+    shared by the CLI (cli._Group) and the API (api._translated_errors); None for anything else."""
+    if isinstance(exc, InputError):
+        return exc
+    if isinstance(exc, RecursionError):
+        return InputError("input nested too deeply to decode")
+    if isinstance(exc, OverflowError):
+        return InputError(f"input holds a number too large to use ({exc})")
+    if isinstance(exc, UnicodeDecodeError):
+        return InputError(f"input is not valid UTF-8 text (byte {exc.start})")
+    if isinstance(exc, MemoryError):
+        return InputError("out of memory reading the input (see docs/REFERENCE.md: hostile inputs and limits)")
+    return None

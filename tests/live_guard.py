@@ -1,7 +1,7 @@
 """What counts as launching a job, for the ``live`` marker's guard (conftest.py): torchrun (or
 ``torch.distributed.run``/``launch``), ``ddpdoctor run``/``tune`` (which start torchrun), or a training script of
 examples/ or tests/ (scripts/, frameworks/jobs/) started as a process.  A test that does any of these without
-the ``live`` marker fails, so ``pytest -m "not live"`` stays the fast tier."""
+the ``live`` marker fails, so ``pytest -m "not live and not slow"`` stays the fast tier."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from ddpdoctor.capture.agent import contract
 from ddpdoctor.capture.host.processes import _pids_of_run
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: -m "not live and not slow")
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

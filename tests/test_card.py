@@ -380,3 +380,23 @@ def test_a_backticked_command_that_fits_is_not_split_across_lines():
     # a command longer than a line still wraps (never wider than the width)
     long = wrap("see `ddpdoctor compare /a/very/long/path/that/goes/on/and/on after` here", 40, "  ")
     assert all(len(x) <= 40 for x in long)
+
+
+def test_the_try_line_follows_what_the_analysis_stored_not_the_renderers_thresholds():
+    """Renderers read no threshold (issue 40): the analysis stores ``worth_a_trial`` with its own [trial]
+    min_predicted_speedup (an override of it included) and the card follows the document; a report.json
+    written before the field existed gets it where it is read back, from the shipped threshold."""
+    from ddpdoctor.report.files import _upgrade
+
+    shipped = _doc()
+    fix = shipped["findings"][0]["fixes"][0]
+    assert fix["predicted_speedup"] > 1.05 and fix["worth_a_trial"] is True
+    assert "ddpdoctor run --try CM001" in "\n".join(render_card(shipped))
+    strict = annotate(_doc(), {"trial": {"min_predicted_speedup": 2.0}})  # the analysis's override
+    assert strict["findings"][0]["fixes"][0]["worth_a_trial"] is False
+    assert "--try" not in "\n".join(render_card(strict))
+    old = _doc()
+    del old["findings"][0]["fixes"][0]["worth_a_trial"]
+    assert "--try" not in "\n".join(render_card(old))  # the card decides nothing itself
+    _upgrade(old)
+    assert "ddpdoctor run --try CM001" in "\n".join(render_card(old))

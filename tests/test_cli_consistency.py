@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from ddpdoctor.capture.host.launcher import default_out_dir
 from ddpdoctor.cli import main
-from ddpdoctor.cli_options import FORMAT_ALIASES, FORMATS, FormatChoice, default_folder
+from ddpdoctor.cli.options import FORMAT_ALIASES, FORMATS, FormatChoice, default_folder
 from ddpdoctor.version import __version__
 
 ROOT = Path(__file__).resolve().parents[1]

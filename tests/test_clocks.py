@@ -211,7 +211,7 @@ def cli_json(path, *extra):
     return json.loads(out.read_text())["analysis"]["cross_rank"]
 
 
-@pytest.mark.parametrize("skew_ms", [-50.0, 50.0])
+@pytest.mark.parametrize("skew_ms", [pytest.param(-50.0, marks=pytest.mark.slow), 50.0])  # one sign in the fast tier
 def test_cli_names_the_real_straggler_and_reports_the_offset(tmp_path, skew_ms):
     cr = cli_json(two_nodes(tmp_path, skew_ms))
     assert [s["rank"] for s in cr["stragglers"]] == [1]

@@ -13,7 +13,7 @@ from subprocesses import project_env
 
 from ddpdoctor.bundle.settings import load_bundle_facts
 
-pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: -m "not live and not slow")
 
 pytest.importorskip("torch")
 

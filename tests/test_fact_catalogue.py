@@ -158,11 +158,22 @@ def produced(tmp_path_factory):
     return seen
 
 
+def test_the_facts_of_one_sample_and_one_bundle_are_in_the_catalogue(tmp_path):
+    """The fast tier's case of the check below: a sample with a verdict and the evidence bundle built here."""
+    facts = set(
+        run_analyze([str(ROOT / "sample_traces" / "synthetic_gpu_4ranks_dataloader_bound")], AnalyzeOptions()).facts
+    )
+    facts |= set(merge_facts(load_bundle_facts([str(evidence_bundle(tmp_path))])))
+    assert len(facts) > 20 and not sorted(k for k in facts if k not in CAT)
+
+
+@pytest.mark.slow  # the `produced` fixture analyzes every sample, real log and real trace folder
 def test_every_produced_fact_is_in_the_catalogue(produced):
     unknown = sorted(f"{k} (from {src})" for k, src in produced.items() if k not in CAT)
     assert not unknown, f"facts produced but not in rules/facts.toml: {unknown}"
 
 
+@pytest.mark.slow  # the `produced` fixture analyzes every sample, real log and real trace folder
 def test_every_catalogue_entry_is_produced_or_says_why_not(produced):
     if not REAL.is_dir():
         pytest.skip(f"real traces not at {REAL}: some trace facts appear only on them")
@@ -173,6 +184,7 @@ def test_every_catalogue_entry_is_produced_or_says_why_not(produced):
     assert not stale, f"entries marked not_produced that are produced: {stale}"
 
 
+@pytest.mark.slow  # the `produced` fixture analyzes every sample, real log and real trace folder
 def test_per_rank_companions_only_where_declared(produced):
     for k in produced:
         if k.endswith(".per_rank") and k not in ("failure.hang.per_rank", "run.steps_completed.per_rank"):

@@ -11,7 +11,7 @@ import json
 import pytest
 from scenario_run import record_scenario
 
-pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: -m "not live and not slow")
 
 
 def _run(tmp_path, script):

@@ -20,7 +20,7 @@ from subprocesses import project_env
 from ddpdoctor.diagnosis import run_analyze
 from ddpdoctor.logs import analyze_logs
 
-pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: -m "not live and not slow")
 
 pytest.importorskip("torch")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from subprocesses import project_env
 
-pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: -m "not live and not slow")
 
 pytest.importorskip("torch")
 

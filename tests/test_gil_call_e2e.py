@@ -13,7 +13,7 @@ from subprocesses import project_env
 
 from ddpdoctor.capture.agent.gil_places import RETURNED
 
-pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: -m "not live and not slow")
 
 pytest.importorskip("torch")
 

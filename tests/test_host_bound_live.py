@@ -8,7 +8,7 @@ overhead), not the generic compute-bound CP001.
 import pytest
 from scenario_run import record_scenario
 
-pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: -m "not live and not slow")
 
 
 def test_live_python_loop_of_tiny_operators_is_host_bound(tmp_path):

@@ -1,4 +1,4 @@
-"""The `live` marker's guard (tests/conftest.py, tests/live_guard.py): what counts as launching a job, and an
+"""The `slow` marker's guard (a fast-tier test over its CPU budget fails) and the `live` marker's guard (tests/conftest.py, tests/live_guard.py): what counts as launching a job, and an
 unmarked test that launches one fails before anything starts."""
 
 import subprocess
@@ -46,3 +46,13 @@ def test_a_marked_test_may(tmp_path):
         timeout=120,
     )
     assert "argv_dump rank" in res.stdout, res.stderr
+
+
+def test_a_fast_tier_test_over_its_cpu_budget_fails_and_a_slow_or_live_one_may(request):
+    from conftest import FAST_TEST_CPU_SECONDS, over_cpu_budget
+
+    item = request.node
+    assert over_cpu_budget(item, FAST_TEST_CPU_SECONDS / 2) is None
+    assert "mark it @pytest.mark.slow" in over_cpu_budget(item, FAST_TEST_CPU_SECONDS + 1)
+    item.add_marker(pytest.mark.slow)
+    assert over_cpu_budget(item, FAST_TEST_CPU_SECONDS + 1) is None

@@ -4,7 +4,7 @@ stack sampler and named by its call site (bundle/loop_collectives.py), and CM001
 import pytest
 from scenario_run import record_scenario
 
-pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: -m "not live and not slow")
 
 
 def test_live_all_gather_object_every_step_is_named(tmp_path):

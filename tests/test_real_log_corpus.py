@@ -95,7 +95,17 @@ def test_short_cause_drops_the_attribution():
     assert log_corpus.short_cause("No attribution here.") == "No attribution here"
 
 
+# the fast tier keeps the first case of each kind; the whole corpus is `slow`
+FAST_CASES = set({c["kind"]: n for n, _f, c in reversed(CASES)}.values())
+
+
 def _marks(name: str, case: dict) -> list:
+    if name not in FAST_CASES:
+        return [pytest.mark.slow, *_known(name, case)]
+    return _known(name, case)
+
+
+def _known(name: str, case: dict) -> list:
     if name in KNOWN_MISSES:
         return [pytest.mark.xfail(reason=KNOWN_MISSES[name], strict=True)]
     if case.get("expected_fail_first_sight"):

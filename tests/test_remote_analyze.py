@@ -118,6 +118,7 @@ def dask_only(monkeypatch):
     monkeypatch.setattr(executors, "local_processes", elsewhere)
 
 
+@pytest.mark.slow  # a local Dask cluster per module, every sample
 @pytest.mark.parametrize("name", SAMPLES)
 def test_dask_cluster_gives_the_local_diagnosis(cluster, local, dask_only, name):
     seen = []
@@ -137,6 +138,7 @@ def test_s3_url_gives_the_local_diagnosis_and_writes_nothing(s3, local, name):
     assert bucket_state(s3["fs"]) == before
 
 
+@pytest.mark.slow  # starts the local Dask cluster (the fast tier reads S3 in process)
 def test_dask_cluster_reads_s3(cluster, s3, local, dask_only):
     name = SAMPLES[0]
     report = run_analyze([f"s3://traces/{name}/"], AnalyzeOptions(scheduler=cluster))
@@ -176,6 +178,7 @@ def assert_one_line(res, code: int, *needles):
         assert n in err, err
 
 
+@pytest.mark.slow  # a moto S3 server and two `ddpdoctor analyze` processes
 def test_cli_on_s3_prints_the_local_card(s3):
     name = SAMPLES[0]
     here = cli("analyze", f"sample_traces/{name}")
@@ -185,6 +188,7 @@ def test_cli_on_s3_prints_the_local_card(s3):
     assert verdict and verdict == [ln for ln in there.stdout.splitlines() if ln.startswith("Verdict:")]
 
 
+@pytest.mark.slow  # waits out the connection timeout
 def test_unreachable_scheduler_is_one_line_exit_4():
     need("distributed")
     res = cli("analyze", "--scheduler", f"tcp://127.0.0.1:{free_port()}", f"sample_traces/{SAMPLES[1]}")

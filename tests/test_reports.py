@@ -399,6 +399,7 @@ def test_report_rerenders_what_analyze_wrote(tmp_path):
     assert res.output.startswith("ddpdoctor: error:") and "Traceback" not in res.output
 
 
+@pytest.mark.slow  # four bundles of a 2-rank run, each analyzed
 def test_bundle_respects_the_size_budget(tmp_path):
     from ddpdoctor_synth import generate, scenario_from_shares
 
@@ -443,6 +444,7 @@ def test_dumps_json_matches_the_report_object(cases):
     assert json.loads(dumps_json(prepare(d)))["findings"] == json.loads(json.dumps(d["findings"]))
 
 
+@pytest.mark.slow  # every report command of the README (tests/test_readme.py runs its analysis commands)
 def test_readme_report_commands_run_as_shown(tmp_path, monkeypatch):
     text = (ROOT / "README.md").read_text()
     section = text.split("## Reports for bug tickets", 1)[1].split("\n## ", 1)[0]

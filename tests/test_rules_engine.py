@@ -298,6 +298,7 @@ def _analyze_json(tmp_path, sample, *args):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # three `ddpdoctor analyze` processes on 8 ranks; the in-process case is tests/test_analysis_context.py
 def test_set_metrics_threshold_changes_the_straggler_and_the_finding(tmp_path):
     sample = "synthetic_gpu_8ranks_straggler_rank3"
     before = _analyze_json(tmp_path, sample, "--no-config")

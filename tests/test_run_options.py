@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from subprocesses import project_env
 
 from ddpdoctor.cli import main
-from ddpdoctor.cli_options import analysis_args
+from ddpdoctor.cli.options import analysis_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ("quiet", "sets", "rules_dirs", "no_config", "hta", "json_path", "report_dir", "verbose")

@@ -161,6 +161,7 @@ def test_json_carries_verdict_and_findings(tmp_path):
     assert d["analysis"]["schema"] == "ddpdoctor.analysis/1" and d["facts"]["run.ranks_analyzed"] == 2
 
 
+@pytest.mark.slow  # four `ddpdoctor analyze` processes; tests/test_rules_engine.py has the in-process cases
 def test_set_and_user_rules_change_the_cli_result(tmp_path):
     sample = SAMPLES / "gloo_cpu_2ranks_slow_loader_straggler"
     res = run_cli("analyze", sample, "--set", "DL001.min_wait_share=0.5", "--hta", "off", "--no-config")

@@ -11,15 +11,19 @@ import datetime as _dt
 import statistics
 
 from ..bundle.discover import compact_ranks
-from ..resources import metric_defaults
 from ..text import WIDTH, block_items, command, cut, plural, shell, wrap
-from ..trial.predict import no_gain
 from .view import analysis, findings, verdict_summary
 
 FAILURE_CATEGORIES = ("failure", "network", "memory")
 MAX_WHY_LINES = 7
 MAX_FIX_LINES = 10
 MAX_OTHERS = 4
+
+
+def no_gain(fix: dict) -> bool:
+    """A fix the analysis stored as not worth a trial (``worth_a_trial`` false, decided by trial/predict.annotate
+    with the analysis's thresholds): read from the document, no threshold here."""
+    return fix.get("worth_a_trial") is False
 
 
 def _num(label: str, value: str, width: int) -> list[str]:
@@ -134,16 +138,16 @@ def _as_typed(path: str) -> str:
 
 def next_step(d: dict, fix: dict | None, rule: str | None, report_dir: str | None = None) -> tuple[str, str, list[str]]:
     """The one command to run next, what it is for, and the commands to compare after the fix: measure
-    the fix on the same job when `run --try` can apply it and it is predicted to gain more than noise
-    (rules/metrics.toml [trial] as shipped: a renderer reads the document, not an analysis's overrides), else
-    keep the files for the ticket."""
+    the fix on the same job when `run --try` can apply it and the analysis stored it as worth a trial
+    (``worth_a_trial``: predicted above its [trial] min_predicted_speedup; a renderer reads the document, no
+    threshold), else keep the files for the ticket."""
     facts = d.get("facts") or {}
     cmd = facts.get("run.command")
     inputs = " ".join(_as_typed(p) for p in d.get("inputs") or []) or "RUN_FOLDER"
     failed = (d.get("verdict") or {}).get("failed")
     # the prediction the analysis stored with the fix (trial/predict.annotate): the card computes none of its own
     predicted = fix.get("predicted_speedup") if fix and cmd and rule and not failed and fix.get("knob") else None
-    if fix and predicted and predicted > metric_defaults()["trial"]["min_predicted_speedup"] and not d.get("trial"):
+    if fix and predicted and fix.get("worth_a_trial") and not d.get("trial"):
         return (
             f"ddpdoctor run --try {rule} -- {cmd}",
             f"runs the job with and without {fix['knob']}={fix['value']} and measures the difference "

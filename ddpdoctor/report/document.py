@@ -55,6 +55,7 @@ class Fix(msgspec.Struct):
     framework: Optional[str] = None
     predicted_speedup: Optional[float] = None  # what `run --try` is predicted to gain (trial/predict.annotate)
     prediction_note: Optional[str] = None  # how that prediction was made
+    worth_a_trial: Optional[bool] = None  # the prediction is above the analysis's [trial] min_predicted_speedup
 
 
 class Edge(msgspec.Struct):

@@ -6,7 +6,6 @@ before any renderer sees it."""
 
 from __future__ import annotations
 
-import json
 import tarfile
 import zlib
 from collections.abc import Callable
@@ -17,8 +16,9 @@ from ..errors import InputError
 from ..redact import SecretMemory
 from .json_report import SCHEMA
 from .redaction import HostRedactor, redact_report
+from .renderers import RenderOptions, dumps_json, render
 
-FORMATS = ("md", "html", "json")
+__all__ = ["dumps_json", "render", "prepare", "write_report_dir", "load_diagnosis", "check_report_dir"]
 
 
 def prepare(
@@ -26,30 +26,6 @@ def prepare(
 ) -> dict:
     """The document every renderer reads: ``d`` redacted (``secrets``: what its analysis remembered)."""
     return redact_report(d, redact_hosts=redact_hosts, hosts=hosts, secrets=secrets)
-
-
-def _public(d: dict) -> dict:
-    return {k: v for k, v in d.items() if not k.startswith("_")}
-
-
-def dumps_json(d: dict) -> str:
-    return json.dumps(_public(d), indent=1, allow_nan=False, default=str) + "\n"
-
-
-def render(d: dict, fmt: str, plots=None) -> str:
-    """One format as a string (Markdown without images: it is meant to be pasted)."""
-    if fmt == "json":
-        return dumps_json(d)
-    if fmt == "md":
-        from .markdown import render_markdown
-
-        return render_markdown(d)
-    if fmt == "html":
-        from .html import render_html
-        from .plots import make_plots
-
-        return render_html(d, make_plots(d) if plots is None else plots)
-    raise InputError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
 
 
 REPORT_FILES = ("report.md", "report.html", "report.json")
@@ -92,7 +68,6 @@ def _clear_earlier(out: Path) -> None:
 def write_report_dir(d: dict, out: str | Path, force: bool = False) -> list[Path]:
     """report.md, report.html, report.json and plots/*.png in ``out``, replacing an earlier report there
     whole; returns the files."""
-    from .html import render_html
     from .markdown import render_markdown
     from .plots import make_plots
 
@@ -111,9 +86,9 @@ def write_report_dir(d: dict, out: str | Path, force: bool = False) -> list[Path
         p.write_bytes(png)
         written.append(p)
     files = {
-        "report.md": render_markdown(d, [(f"plots/{n}.png", t) for n, t, _ in plots]),
-        "report.html": render_html(d, plots),
-        "report.json": dumps_json(d),
+        "report.md": render_markdown(d, [(f"plots/{n}.png", t) for n, t, _ in plots]),  # with its images
+        "report.html": render(d, "html", RenderOptions(plots=tuple(plots))),
+        "report.json": render(d, "json"),
     }
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
@@ -133,6 +108,7 @@ def _well_formed(d: dict, where: str) -> dict:
     from .markdown import render_markdown
 
     validate(d, where)
+    _upgrade(d)
     try:
         render_markdown(prepare(d))
     except InputError:
@@ -140,6 +116,15 @@ def _well_formed(d: dict, where: str) -> dict:
     except (TypeError, KeyError, AttributeError, ValueError, IndexError, RecursionError, OverflowError) as exc:
         raise InputError(f"{where}: malformed ddpdoctor diagnosis ({type(exc).__name__}: {str(exc)[:120]})") from None
     return d
+
+
+def _upgrade(d: dict) -> None:
+    """A report.json written before fixes carried ``worth_a_trial`` gets it from its stored predictions and the
+    shipped [trial] threshold, as the card then decided: here, where a document is read, so that no renderer
+    reads a threshold."""
+    from ..trial.predict import mark_worth
+
+    mark_worth(d, missing_only=True)
 
 
 def _read_json(p: Path) -> dict:

@@ -124,7 +124,9 @@ def _logs_dict(logs) -> dict | None:
     }
 
 
-def to_dict(report) -> dict:
+def to_dict(report, thresholds: dict | None = None) -> dict:
+    """The document of ``report``; ``thresholds``: its analysis's (AnalysisContext.thresholds), which decide
+    which fixes are worth a trial (default: rules/metrics.toml as shipped)."""
     from ..trial.predict import annotate
 
     d = report.diagnosis
@@ -149,5 +151,6 @@ def to_dict(report) -> dict:
                 "logs": _logs_dict(report.logs),
                 "timing": {"seconds": report.seconds},
             }
-        )
+        ),
+        thresholds,
     )

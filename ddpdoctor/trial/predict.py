@@ -184,23 +184,39 @@ def fix_prediction(doc: dict, fix: dict | None) -> dict | None:
 
 
 def no_gain(fix: dict) -> bool:
-    """A fix whose stored prediction is at or under [trial] min_predicted_speedup: a trial of a few steps per arm
-    could not tell it from noise, so it never leads (:func:`annotate`)."""
-    p = fix.get("predicted_speedup")
-    return isinstance(p, (int, float)) and p <= metric_defaults()["trial"]["min_predicted_speedup"]
+    """A fix the analysis stored as not worth a trial (``worth_a_trial`` false: its prediction is at or under
+    [trial] min_predicted_speedup, so a trial of a few steps per arm could not tell it from noise): it never
+    leads.  Reads the document only (:func:`annotate` decided), so a renderer calling it reads no threshold."""
+    return fix.get("worth_a_trial") is False
 
 
-def annotate(doc: dict) -> dict:
+def mark_worth(doc: dict, min_speedup: float | None = None, missing_only: bool = False) -> dict:
+    """Store ``worth_a_trial`` on every fix with a ``predicted_speedup``: above ``min_speedup`` (default: [trial]
+    min_predicted_speedup as shipped).  ``missing_only``: only where the document lacks it (a report.json
+    written before the field existed, read back by report/files.load_diagnosis)."""
+    line = metric_defaults()["trial"]["min_predicted_speedup"] if min_speedup is None else min_speedup
+    for f in doc.get("findings") or []:
+        for fx in f.get("fixes") or []:
+            p = fx.get("predicted_speedup")
+            if isinstance(p, (int, float)) and not (missing_only and "worth_a_trial" in fx):
+                fx["worth_a_trial"] = p > line
+    return doc
+
+
+def annotate(doc: dict, thresholds: dict | None = None) -> dict:
     """Store in the diagnosis document the prediction of every fix `run --try` can apply (``predicted_speedup``,
-    ``prediction_note``) and move a fix predicted at no gain after the other fixes of its finding, so that every
-    output (the card, -v, the reports, report.json) reads one prediction and one order and none computes its own.
+    ``prediction_note``) and whether it is worth a trial (``worth_a_trial``: above [trial] min_predicted_speedup
+    of ``thresholds``, the analysis's own; default the shipped file), and move a fix predicted at no gain after
+    the other fixes of its finding, so that every output (the card, -v, the reports, report.json) reads one
+    prediction and one order and none computes its own or reads a threshold.
     Called once, where the document is built (report/json_report.to_dict)."""
     for f in doc.get("findings") or []:
-        fixes = f.get("fixes") or []
-        for fx in fixes:
+        for fx in f.get("fixes") or []:
             p = fix_prediction(doc, fx)
             if p is not None and p.get("predicted_speedup") is not None:
                 fx["predicted_speedup"] = p["predicted_speedup"]
                 fx["prediction_note"] = p.get("prediction_note")
-        f["fixes"] = sorted(fixes, key=no_gain)  # stable: the rule's own order otherwise
+    mark_worth(doc, None if thresholds is None else thresholds["trial"]["min_predicted_speedup"])
+    for f in doc.get("findings") or []:
+        f["fixes"] = sorted(f.get("fixes") or [], key=no_gain)  # stable: the rule's own order otherwise
     return doc

@@ -115,7 +115,7 @@ def test_a_job_that_ends_while_the_window_waits_says_so():
 
 
 def test_run_names_the_wait_when_no_trace_was_recorded():
-    from ddpdoctor.cli_run import _waiting_for_loader
+    from ddpdoctor.cli.run import _waiting_for_loader
 
     s = {
         "steps_completed": 12,

@@ -102,7 +102,7 @@ def test_pending_becomes_a_rank_once_and_hands_later_joins_to_it():
 
 
 def test_run_says_an_interrupt_before_the_window_without_blaming_warmup(tmp_path, capsys):
-    from ddpdoctor import cli_run
+    from ddpdoctor.cli import run as cli_run
 
     stepped = [{"steps_completed": 2, "process_groups_joined": 1}]
     cli_run._analyze(tmp_path, False, stepped, 5, [], interrupted="SIGINT")

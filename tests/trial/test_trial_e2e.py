@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: pytest -m "not live")
+pytestmark = pytest.mark.live  # every test here launches a job (the fast tier: -m "not live and not slow")
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "examples" / "io_wait_loader.py"

@@ -293,6 +293,7 @@ def _grads_after_hook(rank: int, world: int, store_file: str, hook: str, out: st
     os._exit(0)
 
 
+@pytest.mark.slow  # two in-process gloo groups run a DDP model: seconds each
 @pytest.mark.parametrize("hook", ["skip", "none"])
 def test_the_skip_hook_really_removes_gradient_communication(tmp_path, hook):
     """Two gloo ranks with different inputs: with the ablation hook each keeps its own gradient; without

@@ -1,4 +1,4 @@
-"""The `ddpdoctor rules` click command group (registered in ddpdoctor/cli.py): list, explain, facts, test."""
+"""The `ddpdoctor rules` click command group (registered in ddpdoctor/cli/commands.py): list, explain, facts, test."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .cli_options import output_width, ruleset_in_force, with_rules_options
+from .options import output_width, ruleset_in_force, with_rules_options
 
 
 @click.group()
@@ -18,7 +18,7 @@ def rules() -> None:
 @with_rules_options
 def rules_list(rules_dirs, sets, no_config):
     """One line per rule: id, category, severity, name, title."""
-    from .text import wrap
+    from ..text import wrap
 
     rs = ruleset_in_force(rules_dirs, sets, no_config)
     width = output_width(200)
@@ -42,7 +42,7 @@ def rules_list(rules_dirs, sets, no_config):
 @with_rules_options
 def rules_explain(rule_id, rules_dirs, sets, no_config):
     """What a rule detects, why it matters, its fixes, references and params."""
-    from .rules_engine.explain import explain
+    from ..rules_engine.explain import explain
 
     rs = ruleset_in_force(rules_dirs, sets, no_config)
     click.echo(explain(rs.get(rule_id), rs.params.get(rs.get(rule_id).id, {}), output_width()))
@@ -52,14 +52,14 @@ def rules_explain(rule_id, rules_dirs, sets, no_config):
 @click.option("--markdown", is_flag=True, help="Print docs/FACTS.md (the catalogue as Markdown tables).")
 def rules_facts(markdown):
     """The facts rules can read (rules/facts.toml): name, type, scope, unit, source."""
-    from .fact_catalogue import default_catalogue
-    from .fact_catalogue import markdown as render
+    from ..fact_catalogue import default_catalogue
+    from ..fact_catalogue import markdown as render
 
     cat = default_catalogue()
     if markdown:
         sys.stdout.write(render(cat))
         return
-    from .text import wrap
+    from ..text import wrap
 
     width = output_width(200)
     for name in cat.names():
@@ -87,8 +87,8 @@ def rules_test(update, rules_dirs, sets, no_config):
     snapshot; exit 1 if a case fails or a snapshot differs (a diff is printed), 2 on a malformed rule."""
     from pathlib import Path
 
-    from .resources import rules_dir
-    from .rules_engine.selftest import run_all
+    from ..resources import rules_dir
+    from ..rules_engine.selftest import run_all
 
     rs = ruleset_in_force(rules_dirs, sets, no_config)
     disabled = [r for rid, r in rs.rules.items() if rid in rs.disabled]

@@ -1,4 +1,5 @@
-"""Command-line interface (click wiring only)."""
+"""Command-line interface (click wiring only): the group, analyze, report, schema, bundle and compare; the
+`rules`, `run` and `tune` commands are registered from their modules at the end."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import traceback
 
 import click
 
-from .cli_options import (
+from ..errors import FAILED_RUN, InputError, as_input_error
+from ..text import plural
+from ..version import __version__
+from .options import (
     force_file_option,
     format_option,
     hta_option_ignored,
@@ -23,9 +27,6 @@ from .cli_options import (
     with_analysis_options,
     with_rules_options,
 )
-from .errors import FAILED_RUN, InputError
-from .text import plural
-from .version import __version__
 
 
 def _fail(message: str, code: int) -> None:
@@ -52,15 +53,10 @@ class _Group(click.Group):
         except BrokenPipeError:  # `ddpdoctor analyze … | head`: the reader left, not an error
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
-        except RecursionError:
-            _fail("input nested too deeply to decode", 2)
-        except OverflowError as exc:
-            _fail(f"input holds a number too large to use ({exc})", 2)
-        except UnicodeDecodeError as exc:
-            _fail(f"input is not valid UTF-8 text (byte {exc.start})", 2)
-        except MemoryError:
-            _fail("out of memory reading the input (see docs/REFERENCE.md: hostile inputs and limits)", 2)
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+            translated = as_input_error(exc)  # bad input met deep in a decoder (the API's translation too)
+            if translated is not None:
+                _fail(str(translated), translated.exit_code)
             _fail(f"internal error: {type(exc).__name__}: {exc} (set DDPDOCTOR_DEBUG=1 for details)", 1)
 
 
@@ -117,13 +113,10 @@ def _write_text(path, text: str) -> None:
 
 def _print_terminal(d: dict, verbose: bool = False, report_dir: str | None = None) -> None:
     """The card (or with -v the full view) from the diagnosis document, which is already redacted."""
-    from .report.card import render_card
-    from .report.terminal import render_full
+    from ..report.renderers import RenderOptions, terminal_lines
 
     tty = sys.stdout.isatty()
-    width = output_width()
-    lines = render_full(d, width, report_dir) if verbose else render_card(d, width, report_dir=report_dir)
-    for line in lines:
+    for line in terminal_lines(d, RenderOptions(width=output_width(), verbose=verbose, report_dir=report_dir)):
         if tty and line.startswith(("Verdict:", "Fix first", "Next:")):
             head, sep, rest = line.partition(":")
             line = click.style(head + sep, bold=True) + rest
@@ -204,28 +197,16 @@ def analyze(
     and logs from a ticket. Traces may also be fsspec URLs (s3://bucket/run/, gs://…)
     when the store's package is installed (s3fs, gcsfs, …).
     """
-    import re
-
-    from .analysis import AnalyzeOptions
-    from .diagnosis import AnalysisContext, run_analyze
-    from .metrics import hta_adapter
-    from .report.files import check_report_dir, dumps_json, prepare, render, write_report_dir
-    from .report.json_report import to_dict
-    from .report.redaction import HostRedactor
+    from ..analysis import AnalyzeOptions
+    from ..api import check_patterns, diagnose
+    from ..diagnosis import AnalysisContext
+    from ..report.files import check_report_dir, write_report_dir
+    from ..report.renderers import dumps_json, render
 
     refuse_overwrite(json_path, force, "--json")  # before the analysis: a refusal costs nothing
     if report_dir:
         check_report_dir(report_dir, force)
-
-    for p in comm_patterns:
-        try:
-            re.compile(p)
-        except re.error as exc:
-            raise InputError(f"--comm-kernel {p!r} is not a valid regular expression ({exc})") from None
-    from .trial.folders import trial_arm
-
-    hta_adapter.require(hta)
-    paths, trial = trial_arm(list(paths), quiet)
+    check_patterns(comm_patterns, "--comm-kernel")
     context = AnalysisContext.of(ruleset_in_force(rules_dirs, sets, no_config))  # this analysis's own
     opts = AnalyzeOptions(
         all_windows=all_windows,
@@ -235,13 +216,7 @@ def analyze(
         scheduler=scheduler,
         ranks=ranks_spec,
     )
-    with _progress(quiet) as progress:
-        report = run_analyze(list(paths), opts, context, progress=progress)
-    hosts = HostRedactor() if redact_hosts else None
-    raw = to_dict(report)
-    if trial is not None:
-        raw["trial"] = trial  # redacted with the rest (the trial's paths and command line)
-    d = prepare(raw, redact_hosts, hosts, context.secrets)
+    d = diagnose(list(paths), opts, context, redact_hosts=redact_hosts, quiet=quiet, progress=lambda: _progress(quiet))
     if json_path:
         _write_text(json_path, dumps_json(d))
     if report_dir:
@@ -281,20 +256,15 @@ def report_cmd(source, fmt, output, verbose, redact_hosts, force):
     SOURCE is a report.json (from `analyze --report` or `--json`), a report folder, or a
     bundle archive from `ddpdoctor bundle`.
     """
-    from .report.files import load_diagnosis, prepare, render
+    from ..report.files import load_diagnosis, prepare
+    from ..report.renderers import RenderOptions, render
 
     refuse_overwrite(output, force, "-o")
     d = prepare(load_diagnosis(source), redact_hosts)
     if fmt == "terminal" and not output:
         _print_terminal(d, verbose)
         return
-    if fmt == "terminal":
-        from .report.card import render_card
-        from .report.terminal import render_full
-
-        text = "\n".join(render_full(d) if verbose else render_card(d)) + "\n"
-    else:
-        text = render(d, fmt)
+    text = render(d, fmt, RenderOptions(verbose=verbose))
     if output:
         _write_text(output, text)
     else:
@@ -304,7 +274,7 @@ def report_cmd(source, fmt, output, verbose, redact_hosts, force):
 @main.command()
 def schema():
     """Print the JSON Schema of the diagnosis document (ddpdoctor.diagnosis/1)."""
-    from .report.document import json_schema
+    from ..report.document import json_schema
 
     click.echo(json.dumps(json_schema(), indent=1, sort_keys=True))
 
@@ -348,13 +318,13 @@ def bundle(
     """
     from pathlib import Path
 
-    from .analysis import AnalyzeOptions
-    from .api import analyzer
-    from .diagnosis import AnalysisContext
-    from .metrics import hta_adapter
-    from .report.files import load_diagnosis, prepare
-    from .report.redaction import HostRedactor
-    from .ticket.archive import build_bundle
+    from ..analysis import AnalyzeOptions
+    from ..api import analyzer
+    from ..diagnosis import AnalysisContext
+    from ..metrics import hta_adapter
+    from ..report.files import load_diagnosis, prepare
+    from ..report.redaction import HostRedactor
+    from ..ticket.archive import build_bundle
 
     refuse_overwrite(output, force, "-o")  # before the analysis: a refusal costs nothing
     hta_adapter.require(hta)
@@ -363,7 +333,7 @@ def bundle(
     with _progress(quiet) as progress:
         raw = load_diagnosis(source, analyzer(AnalyzeOptions(hta=hta), context, progress))
     if hosts is not None:
-        from .ticket.archive import bundle_files, hosts_from_records
+        from ..ticket.archive import bundle_files, hosts_from_records
 
         hosts_from_records(bundle_files(Path(source)), hosts)
     d = prepare(raw, redact_hosts, hosts, context.secrets)
@@ -399,12 +369,12 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
     against its try arm, a tune's original job against its final settings.  Exit code 1
     when --max-regression is exceeded.
     """
-    from .analysis import AnalyzeOptions
-    from .api import analyzer
-    from .diagnosis import AnalysisContext
-    from .report.files import load_diagnosis, prepare
-    from .ticket import compare as cmp
-    from .trial.folders import compare_sides, trial_header
+    from ..analysis import AnalyzeOptions
+    from ..api import analyzer
+    from ..diagnosis import AnalysisContext
+    from ..report.files import load_diagnosis, prepare
+    from ..ticket import compare as cmp
+    from ..trial.folders import compare_sides, trial_header
 
     del hta  # compare shows no HTA numbers: its sides are analyzed without the cross-check
     before, after, trial, notes = compare_sides(before, after)
@@ -425,9 +395,10 @@ def compare(before, after, max_regression, fmt, hta, rules_dirs, sets, no_config
         sys.exit(1)
 
 
-from .cli_rules import rules, rules_explain, rules_facts, rules_list, rules_test  # noqa: E402, F401  (`ddpdoctor rules`)
-from .cli_run import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
+from .rules import rules, rules_explain, rules_facts, rules_list, rules_test  # noqa: E402, F401  (`ddpdoctor rules`)
+from .run import run as _run_command  # noqa: E402  (`ddpdoctor run`, issue #4)
+from .tune import tune as _tune_command  # noqa: E402  (`ddpdoctor tune`, issue #31)
 
 main.add_command(rules)
 main.add_command(_run_command)
-main.add_command(__import__("ddpdoctor.cli_tune", fromlist=["tune"]).tune)  # `ddpdoctor tune` (issue #31)
+main.add_command(_tune_command)  # `ddpdoctor tune` (issue #31)

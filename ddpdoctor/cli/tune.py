@@ -1,4 +1,4 @@
-"""The `ddpdoctor tune` click command (registered in ddpdoctor/cli.py): the measured path to a faster job."""
+"""The `ddpdoctor tune` click command (registered in ddpdoctor/cli/commands.py): the measured path to a faster job."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from .cli_options import (
+from ..errors import InputError
+from .options import (
     analysis_args,
     default_folder,
     json_option,
@@ -18,7 +19,6 @@ from .cli_options import (
     verbose_option,
     with_analysis_options,
 )
-from .errors import InputError
 
 
 @click.command(
@@ -123,9 +123,9 @@ def tune(
     Exits 0 when done (whether or not a setting helped), 2 on bad input, the job's exit code when it fails
     without any change, 130 after Ctrl-C (tune.json keeps what was measured).
     """
-    from .trial import tune_report
-    from .trial.folders import prepare_output_folder
-    from .trial.tune import TuneOptions, run_tune
+    from ..trial import tune_report
+    from ..trial.folders import prepare_output_folder
+    from ..trial.tune import TuneOptions, run_tune
 
     command = list(command)
     if command and command[0] == "--":
@@ -134,19 +134,19 @@ def tune(
         raise InputError("no command to tune: ddpdoctor tune [OPTIONS] -- torchrun --nproc_per_node=N train.py ARGS")
     if command[0].startswith("-"):
         raise InputError(f"unknown option {command[0]!r} for tune (options go before `--`; see ddpdoctor tune --help)")
-    from .capture.host.launcher import check_command
+    from ..capture.host.launcher import check_command
 
     check_command(command)
-    from .analysis import AnalyzeOptions
-    from .metrics import hta_adapter
+    from ..analysis import AnalyzeOptions
+    from ..metrics import hta_adapter
 
     hta_adapter.require(hta)  # a bad --hta, rule folder or --set fails now, not after the first run
     ruleset = ruleset_in_force(rules_dirs, sets, no_config)
-    from .cli_options import refuse_overwrite
+    from .options import refuse_overwrite
 
     refuse_overwrite(json_path, force, "--json")  # before the first run, not after the last
     if report_dir:
-        from .report.files import check_report_dir
+        from ..report.files import check_report_dir
 
         check_report_dir(report_dir, force)
     target = Path(out) if out else default_folder("tune")
@@ -202,7 +202,7 @@ def _analyze_final(bundle: str, args: list[str], quiet: bool) -> None:
     """The final settings' diagnosis (--report, --json, -v), by `ddpdoctor analyze`, as `run` does."""
     import subprocess
 
-    from .errors import FAILED_RUN
+    from ..errors import FAILED_RUN
 
     if not quiet:
         click.echo(f"ddpdoctor: the final settings' run: ddpdoctor analyze {bundle}", err=True)

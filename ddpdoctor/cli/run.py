@@ -1,4 +1,4 @@
-"""The `ddpdoctor run` click command (registered in ddpdoctor/cli.py): the top layer over the capture
+"""The `ddpdoctor run` click command (registered in ddpdoctor/cli/commands.py): the top layer over the capture
 (capture/host/launcher.py), a trial of changes (trial/runner.py) and the analysis of the bundle."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from pathlib import Path
 
 import click
 
-from .cli_options import (
+from ..errors import InputError
+from ..text import plural
+from .options import (
     analysis_args,
     json_option,
     quiet_option,
@@ -17,8 +19,6 @@ from .cli_options import (
     verbose_option,
     with_analysis_options,
 )
-from .errors import InputError
-from .text import plural
 
 
 @click.command(
@@ -127,7 +127,7 @@ def run(
 
     Exits with the training's exit code (130 after Ctrl-C, 143 after SIGTERM).
     """
-    from .capture.host.launcher import RunOptions, run_capture
+    from ..capture.host.launcher import RunOptions, run_capture
 
     command = list(command)
     if command and command[0] == "--":
@@ -141,14 +141,14 @@ def run(
         )
     ruleset = None
     if not no_analyze or tries:  # a bad rule folder or --set fails now, not after the training
-        from .cli_options import ruleset_in_force
-        from .metrics import hta_adapter
+        from ..metrics import hta_adapter
+        from .options import ruleset_in_force
 
         hta_adapter.require(hta)
         ruleset = ruleset_in_force(rules_dirs, sets, no_config)
     analysis = analysis_args(rules_dirs, sets, no_config, hta, quiet, json_path, report_dir, verbose, force)
     if tries:
-        from .analysis import AnalyzeOptions
+        from ..analysis import AnalyzeOptions
 
         arm_analysis = (ruleset, AnalyzeOptions(hta=hta))  # every arm is diagnosed with the rules in force
         trial_args = (command, out, force, warmup, active, keep_going, tries, repeat, baseline, arm_analysis, quiet)
@@ -156,11 +156,11 @@ def run(
         return
     if repeat is not None or baseline is not None:
         raise InputError("--repeat and --baseline belong to --try (a trial of one change)")
-    from .cli_options import refuse_overwrite
+    from .options import refuse_overwrite
 
     refuse_overwrite(json_path, force, "--json")  # before the job runs, not after it
     if report_dir:
-        from .report.files import check_report_dir
+        from ..report.files import check_report_dir
 
         check_report_dir(report_dir, force)
     opts = RunOptions(
@@ -204,8 +204,8 @@ def _say_what_happened(result, settings) -> None:
     not fail, or when no card follows (--no-analyze)."""
     import shutil
 
-    from .run_timeline import failure_timeline
-    from .text import wrap
+    from ..run_timeline import failure_timeline
+    from ..text import wrap
 
     m = result.manifest
     timeline = failure_timeline([str(result.out)], interrupted_by=m.get("interrupted_by"))
@@ -263,10 +263,10 @@ def _trial(
 ) -> None:
     import re
 
-    from .capture.agent.overrides import OverrideError, parse_changes
-    from .cli_options import default_folder
-    from .trial.folders import prepare_output_folder
-    from .trial.runner import TrialOptions, run_trial, summary_line
+    from ..capture.agent.overrides import OverrideError, parse_changes
+    from ..trial.folders import prepare_output_folder
+    from ..trial.runner import TrialOptions, run_trial, summary_line
+    from .options import default_folder
 
     if keep_going:
         raise InputError("--keep-going cannot be used with --try: both arms must record the same window")
@@ -330,7 +330,7 @@ def _analyze(
     interrupted: str | None = None,
 ) -> None:
     if not have_traces:
-        from .capture.host.manifest import NEVER_JOINED, never_joined
+        from ..capture.host.manifest import NEVER_JOINED, never_joined
 
         steps = [s.get("steps_completed") for s in settings if s and s.get("steps_completed") is not None]
         if never_joined({i: s for i, s in enumerate(settings) if s}):
@@ -359,7 +359,7 @@ def _analyze(
             )
             return
     try:
-        from .errors import FAILED_RUN
+        from ..errors import FAILED_RUN
 
         res = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(out), *analysis], timeout=1800)
         if res.returncode not in (0, FAILED_RUN):
@@ -373,6 +373,6 @@ def _analyze(
 
 
 def _rank_settings(out: Path):
-    from .capture.host.manifest import read_rank_settings
+    from ..capture.host.manifest import read_rank_settings
 
     return read_rank_settings(out).values()

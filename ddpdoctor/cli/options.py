@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from .errors import InputError
+from ..errors import InputError
+from ..report.renderers import RENDERERS
 
 RULES_OPTIONS = [
     click.option(
@@ -81,7 +82,7 @@ report_option = click.option(
 
 
 # --format: one vocabulary in every command; the older spellings stay accepted for scripts that use them
-FORMATS = ("terminal", "md", "html", "json")
+FORMATS = tuple(RENDERERS)  # report/renderers.py: one table
 FORMAT_ALIASES = {"text": "terminal", "markdown": "md"}
 
 
@@ -159,7 +160,7 @@ def analysis_args(
 def ruleset_in_force(rules_dirs, sets, no_config=False):
     """The rules in force (--rules, --set, --no-config), with the metrics.toml overrides they carry (an
     analysis applies them in its own context: ``AnalysisContext.of(ruleset)``)."""
-    from .rules_engine.registry import build_ruleset
+    from ..rules_engine.registry import build_ruleset
 
     return build_ruleset(list(rules_dirs), list(sets), use_config=not no_config)
 

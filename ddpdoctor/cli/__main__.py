@@ -1,0 +1,3 @@
+from .commands import main
+
+main(prog_name="ddpdoctor")
