@@ -206,6 +206,13 @@ def analyze(
     """
     import re
 
+    from .watch_summary import render_watch, watch_folder_of
+
+    if (watched := watch_folder_of(list(paths))) is not None and not (
+        json_path or report_dir or fmt not in (None, "terminal")
+    ):
+        click.echo(render_watch(watched))  # a `run --watch` folder: the whole run in one screen (issue 38)
+        return
     from .analysis import AnalyzeOptions
     from .diagnosis import AnalysisContext, run_analyze
     from .metrics import hta_adapter
