@@ -146,7 +146,9 @@ def render_watch(path) -> str:
     if not incidents:
         lines.append(f"Healthy throughout: no incident in {max(steps.values(), default=0)} steps.")
     else:
-        lines.append(f"Healthy until step {incidents[0].get('step')}.")
+        first = incidents[0]
+        onset = first.get("onset_step", first.get("step"))
+        lines.append(f"Healthy until step {onset} (then {first.get('kind')}; recorded at step {first.get('step')}).")
     ov = w.get("overhead") or {}
     if ov.get("share_of_step") is not None:
         lines.append(

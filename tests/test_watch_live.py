@@ -45,6 +45,7 @@ def test_late_expensive_function_on_rank_1_gives_one_imbalance_incident_naming_i
     assert len(w["incidents"]) == 1, w["incidents"]
     inc = w["incidents"][0]
     assert inc["kind"] in ("slowdown", "straggler") and inc["step"] >= 95 and inc["ranks"] == [0, 1]
+    assert 95 <= inc["onset_step"] <= 110, inc  # the change began at step 100
     from ddpdoctor import analyze
 
     doc = analyze(str(out / inc["path"]))

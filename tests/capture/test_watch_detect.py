@@ -104,6 +104,14 @@ def test_the_alarm_window_is_at_least_two_seconds_of_steps():
     assert 125 <= det.window_n <= 145  # 2 s of the (noisy) baseline median
     hit = feed(StepDetector(), noisy(150) + noisy(300, median=0.030, seed=7))
     assert hit is not None and 150 + 107 <= hit[0] <= 150 + 134
+    assert hit[1].onset == 150
+
+
+def test_the_onset_is_where_the_change_began_not_a_stray_slow_step_before_it():
+    times = noisy(150)
+    times[120] = times[143] = 0.1  # noise before the change (then 6 normal steps), inside the alarm window
+    hit = feed(StepDetector(), times + noisy(300, median=0.030, seed=8))
+    assert hit is not None and hit[1].onset == 150
 
 
 def test_slow_steps_have_a_window_of_ten():

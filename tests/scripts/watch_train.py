@@ -51,7 +51,10 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(args.work, 256)
     y = torch.randint(0, 10, (args.work,))
+    t20 = None
     for step in range(args.steps):
+        if step == 20:
+            t20 = time.perf_counter()
         if step == args.hang_at:
             if rank == 0:
                 dist.barrier()  # the barrier rank 1 never reaches
@@ -65,7 +68,8 @@ def main():
         loss.backward()
         opt.step()
     if rank == 0:
-        print(f"done: {args.steps} steps, last loss {loss.item():.3f}", flush=True)
+        train_s = time.perf_counter() - t20 if t20 is not None else float("nan")
+        print(f"done: {args.steps} steps, last loss {loss.item():.3f}; train_s {train_s:.3f}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
 

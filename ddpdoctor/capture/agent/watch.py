@@ -28,18 +28,17 @@ import time
 
 from . import watch_detect as _detect
 from . import watch_incident as _files
+from . import watch_stall as _stall
+from . import watch_whose as _whose
 
 FLUSH_EVERY = 50
 COOLDOWN = 30  # steps ignored after an incident's recording, before the baseline is learned again
 LEAD_S = 1.2  # more than the watcher's poll (0.5 s) + a shared filesystem's attribute cache: every rank sees it first
 MIN_LEAD, MAX_LEAD = 3, 5000
-CONTENTION_SHARE = 0.5  # a rise in step time at least half explained by run-queue wait: the host, not the job
+GRACE_S = 1.0  # an alarm of a rank that only waits longer is held this long: a peer may find contention
 SCHEDSTAT = "/proc/thread-self/schedstat"
 RECORD_S = 0.5  # an incident records at least this long ...
 MIN_RECORD, MAX_RECORD = 5, 100  # ... in this many steps
-HANG_FRACTION = 0.25
-HANG_FLOOR_S = 2.0
-POLL_S = 0.5
 
 
 def _env_num(env, name, default, cast=float):
@@ -55,8 +54,6 @@ class Watch:
         env = agent.env
         self.bundle = agent.bundle
         self.max_incidents = _env_num(env, "DDPDOCTOR_WATCH_MAX", 5, int)
-        self.hang_fraction = _env_num(env, "DDPDOCTOR_WATCH_HANG_FRACTION", HANG_FRACTION)
-        self.hang_s_override = _env_num(env, "DDPDOCTOR_WATCH_HANG_S", 0.0)
         self.detector = _detect.StepDetector(
             _detect.DetectorConfig(warmup=_env_num(env, "DDPDOCTOR_WATCH_WARMUP", 20, int))
         )
@@ -72,17 +69,17 @@ class Watch:
         self.overhead_s = 0.0
         self.step_sum_s = 0.0
         self.steps_seen = 0
-        self.pg_timeout_s: float | None = None
-        self.hang_filed_at: int | None = None  # the step a hang incident was filed at: none again until a step
         self.steps_path = os.path.join(agent.dir, _files.STEPS_FILE)
         self._runq0 = _runqueue_s()
-        self.recent: list[tuple[float, float]] = []  # (wall, run-queue wait) of the last steps
+        self.recent: list[tuple[float, float, float]] = []  # (wall, run-queue wait, CPU) of the last steps
+        self.held: tuple | None = None  # (alarm, until) an alarm waiting out GRACE_S
         self.contention: list[dict] = []  # slowdowns the host's other processes explained (no incident)
+        self.stalls = _stall.Stalls(self)  # hangs and failures: the watcher thread
 
     # ---------------------------------------------------------------- install
     def start(self) -> None:
         self.agent.window.manual = True  # no window at start-up: only incidents record
-        threading.Thread(target=self._watchdog, name="ddpdoctor-watch", daemon=True).start()
+        threading.Thread(target=self.stalls.run, name="ddpdoctor-watch", daemon=True).start()
 
     # ---------------------------------------------------------------- the loader's wait (agent hooks)
     def loader_entered(self) -> None:
@@ -110,14 +107,14 @@ class Watch:
                 f'{{"step":{step},"wall_s":{dur:.6f},"loader_s":{self.loader_wait:.6f},'
                 f'"cpu_s":{cpu - self._cpu0:.6f},"runq_s":{queued:.6f}}}'
             )
-            self.recent.append((dur, queued))
+            self.recent.append((dur, queued, cpu - self._cpu0))
             del self.recent[: -(self.detector.cfg.learn + max(self.detector.window_n, self.detector.cfg.window))]
         self._cpu0, self._runq0, self.loader_wait = cpu, runq, 0.0
         self.steps_seen = step + 1
         if len(self.buffer) >= FLUSH_EVERY:
             self._flush()
-        if self.pg_timeout_s is None and step >= 1:
-            self.pg_timeout_s = self._pg_timeout()
+        if self.stalls.pg_timeout_s is None and step >= 1:
+            self.stalls.pg_timeout_s = _stall.pg_timeout(self.agent.torch)
         if self.recording is not None:
             t0 += self._timed(self._recording_step)  # an incident's own recording is not the watch's overhead
         else:  # (the watcher thread looks for other ranks' triggers: no file operation here)
@@ -125,35 +122,30 @@ class Watch:
                 if self.agent.window.steps >= self.pending["step"] and self.pending["kind"] != "hang":
                     t0 += self._timed(self._start_recording)
             elif dur is not None and len(self.filed) < self.max_incidents and self.next_n <= self.max_incidents:
-                alarm = self.detector.add(step, dur)
-                if alarm is not None and not self._host_explains(alarm):
-                    self._raise(alarm)
+                self._detect(step, dur)
         if dur is not None:
             self.step_sum_s += dur
         self.overhead_s += time.perf_counter() - t0
 
-    def _host_explains(self, alarm) -> bool:
-        """The slow steps' extra time is mostly run-queue wait (runnable, no CPU free: other processes took the
-        cores): the host changed, not the job.  Said in the state and the events, the baseline learned again."""
-        n = self.detector.window_n
-        before, slow = self.recent[:-n], self.recent[-n:]
-        if not before or not slow:
-            return False
-        extra_wall = alarm.median_s - alarm.baseline.median_s
-        extra_queue = _median([q for _w, q in slow]) - _median([q for _w, q in before])
-        if extra_wall <= 0 or extra_queue < CONTENTION_SHARE * extra_wall:
-            return False
-        episode = {
-            "step": alarm.step,
-            "ratio": round(alarm.ratio, 3),
-            "extra_ms": round(extra_wall * 1000, 2),
-            "run_queue_extra_ms": round(extra_queue * 1000, 2),
-        }
-        self.contention.append(episode)
-        del self.contention[:-20]
-        self.agent.event("watch_contention", **episode)
-        self.detector.relearn()
-        return True
+    def _detect(self, step: int, dur: float) -> None:
+        if self.held is not None:  # waiting out the grace: a peer's contention note explains it, or it is raised
+            alarm, until = self.held
+            if time.time() < until:
+                return
+            self.held = None
+            if _whose.peer_contention(self, until - GRACE_S):
+                _whose.note_contention(self, alarm, None, "a peer's run-queue wait (contention.json)")
+            else:
+                self._raise(alarm)
+            return
+        alarm = self.detector.add(step, dur)
+        if alarm is None:
+            return
+        verdict = _whose.whose_time(self, alarm)
+        if verdict == "own":
+            self._raise(alarm)
+        elif verdict == "waits":
+            self.held = (alarm, time.time() + GRACE_S)
 
     @staticmethod
     def _timed(action) -> float:
@@ -161,7 +153,7 @@ class Watch:
         action()
         return time.perf_counter() - t
 
-    def _check_trigger(self) -> None:
+    def check_trigger(self) -> None:
         if self.pending is not None:
             return
         with self.lock:
@@ -173,6 +165,8 @@ class Watch:
             if t is not None:
                 self.pending = t
                 self.next_n += 1
+        if t is not None:
+            self.agent.event("watch_trigger", n=t["n"], incident=t["kind"], step=t["step"], raised_here=False)
 
     def _raise(self, alarm) -> None:
         typical = alarm.baseline.median_s
@@ -189,13 +183,14 @@ class Watch:
             "steps": steps,
             "rank": self.agent.rank,
             "at_step": self.agent.window.steps,
+            "onset_step": alarm.onset,
             "time": time.time(),
             "why": why,
             "baseline": alarm.baseline.as_dict(),
         }
-        self._claim(trigger)
+        self.claim(trigger)
 
-    def _claim(self, trigger: dict) -> None:
+    def claim(self, trigger: dict) -> None:
         with self.lock:
             if self.pending is not None or trigger["n"] != self.next_n:
                 return
@@ -214,6 +209,7 @@ class Watch:
 
     def _start_recording(self) -> None:
         a, t = self.agent, self.pending
+        self.held = None
         self.pending, self.recording = None, t
         a.window.window_done = False
         a.window.recorded = 0
@@ -236,74 +232,9 @@ class Watch:
         self._done_recording()
 
     def _done_recording(self) -> None:
-        self.recording = None
+        self.recording, self.held = None, None  # an alarm held before this incident is this incident
         self.detector.relearn(skip=COOLDOWN)
         self.write_state()
-
-    # ---------------------------------------------------------------- hangs (a thread)
-    def _pg_timeout(self) -> float | None:
-        try:
-            torch = self.agent.torch
-            pg = torch.distributed.distributed_c10d._get_default_group()
-            return pg._get_backend(torch.device("cpu")).options._timeout.total_seconds()
-        except Exception:
-            return None
-
-    def hang_after_s(self) -> float | None:
-        if self.hang_s_override > 0:
-            return self.hang_s_override
-        if self.pg_timeout_s is None:
-            return None
-        base = self.detector.baseline.median_s if self.detector.baseline else 0.0
-        return max(self.hang_fraction * self.pg_timeout_s, 10 * base, HANG_FLOOR_S)
-
-    def _watchdog(self) -> None:
-        a = self.agent
-        while not a.finalized:
-            time.sleep(POLL_S)
-            try:
-                self._watch_once(time.time())
-            except Exception as exc:  # never takes the rank down
-                a.internal_error("watch thread", exc)
-                return
-
-    def _watch_once(self, now: float) -> None:
-        a = self.agent
-        self._check_trigger()
-        t = self.pending
-        if t is not None and t["kind"] == "hang" and t["n"] not in self.filed:
-            _files.dump_hang(a, t)
-            self.filed.append(t["n"])
-            self.hang_filed_at = a.window.steps
-            self.pending = None
-            self.write_state()
-            return
-        limit = self.hang_after_s()
-        if (
-            limit is None
-            or t is not None
-            or self.recording is not None
-            or a.window.steps <= self.detector.cfg.warmup
-            or self.next_n > self.max_incidents
-            or self.hang_filed_at == a.window.steps
-        ):
-            return
-        idle = now - a.window.last_step_time
-        if idle > limit:
-            self._claim(
-                {
-                    "n": self.next_n,
-                    "kind": "hang",
-                    "step": a.window.steps,
-                    "steps": 0,
-                    "rank": a.rank,
-                    "time": now,
-                    "why": f"no step on rank {a.rank} for {idle:.1f} s (the process group's timeout is "
-                    f"{self.pg_timeout_s:.0f} s)"
-                    if self.pg_timeout_s
-                    else f"no step on rank {a.rank} for {idle:.1f} s",
-                }
-            )
 
     # ---------------------------------------------------------------- records
     def _flush(self) -> None:
@@ -325,8 +256,8 @@ class Watch:
             "steps": self.steps_seen,
             "filed": self.filed,
             "baseline": d.baseline.as_dict() if d.baseline else None,
-            "pg_timeout_s": self.pg_timeout_s,
-            "hang_after_s": self.hang_after_s(),
+            "pg_timeout_s": self.stalls.pg_timeout_s,
+            "hang_after_s": self.stalls.hang_after_s(),
             "overhead_per_step_s": round(self.overhead_s / steps, 7),
             "contention": self.contention,
             "overhead_share": round(self.overhead_s / self.step_sum_s, 6) if self.step_sum_s > 0 else None,
@@ -353,6 +284,8 @@ class Watch:
             except OSError as exc:
                 a.internal_error("watch incident", exc)
             self.recording = None
+        if a.life.exit_code not in (0, None) and str(a.life.exit_reason or "").startswith("uncaught"):
+            self.stalls.failed(a.life.exit_reason)
         self._flush()
         self.write_state()
         try:
@@ -368,8 +301,3 @@ def _runqueue_s() -> float | None:
             return int(fh.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    return s[len(s) // 2]

@@ -9,7 +9,7 @@ with sequences built in code.
   the last ``learn`` steps while nothing is above the line, so a slow drift on a shared host moves it with
   the job; after an incident it is learned again from scratch (the change was reported: it is the new normal).
 - **The line.** A step is slow when it lasts more than the median plus ``max(sigmas x spread, margin x
-  median)``: a material change (``margin``, 50 % by default) that is also beyond the job's own noise.
+  median)`` (2 spreads: the window below, not one step, carries the proof): a material change (``margin``, 50 % by default) that is also beyond the job's own noise.
 - **The alarm.** At least ``hits`` (80 %) of the last ``window`` steps are slow, the window being at least 10
   steps and at least ``window_s`` (2 s) of baseline steps: a single spike, a few, or a burst shorter than about
   1.6 s (another process taking the cores for a moment) never raise it; a step change raises it within about
@@ -29,7 +29,7 @@ class DetectorConfig:
     warmup: int = 20
     learn: int = 40
     margin: float = 0.5
-    sigmas: float = 5.0
+    sigmas: float = 2.0
     floor: float = 0.03
     window: int = 10  # steps, at least ...
     window_s: float = 2.0  # ... and at least this long at the baseline's median step
@@ -58,6 +58,7 @@ class Baseline:
 @dataclass(frozen=True)
 class Alarm:
     step: int  # the step at which the alarm rose
+    onset: int  # the first slow step of the window that raised it: where the change began
     median_s: float  # the median of the slow steps in the detector's window
     baseline: Baseline
 
@@ -76,6 +77,20 @@ def robust_baseline(times: list[float], step: int, floor: float) -> Baseline:
     med = _median(times)
     mad = _median([abs(t - med) for t in times])
     return Baseline(med, max(MAD_TO_SIGMA * mad, floor * med), step, len(times))
+
+
+FAST_RUN = 5  # consecutive steps under the line that end a slow stretch (0.2**5: rare inside one)
+
+
+def _onset_index(slow: list[bool]) -> int:
+    """The first slow step after the last run of ``FAST_RUN`` steps under the line in the window (a stray slow
+    step before the change, noise, is not its start)."""
+    start, fast = 0, 0
+    for i, s in enumerate(slow):
+        fast = 0 if s else fast + 1
+        if fast >= FAST_RUN:
+            start = i + 1
+    return next((i for i in range(start, len(slow)) if slow[i]), len(slow) - 1)
 
 
 def window_steps(cfg: DetectorConfig, median_s: float) -> int:
@@ -124,7 +139,8 @@ class StepDetector:
         del self.recent[: -self.window_n], self.recent_slow[: -self.window_n]
         if len(self.recent) >= self.window_n and sum(self.recent_slow) >= math.ceil(cfg.hit_share * self.window_n):
             slow_times = [t for t, s in zip(self.recent, self.recent_slow) if s]
-            return Alarm(step, _median(slow_times), self.baseline)
+            onset = step - len(self.recent) + 1 + _onset_index(self.recent_slow)
+            return Alarm(step, onset, _median(slow_times), self.baseline)
         self._refresh(step, seconds)
         return None
 

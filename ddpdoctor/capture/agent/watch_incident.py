@@ -103,6 +103,18 @@ def dump_hang(agent, trigger: dict) -> str:
     return dest
 
 
+def file_failure(agent, trigger: dict) -> str:
+    """The failing rank's own records (its log holds the traceback) into the incident."""
+    dest = rank_dir(agent.bundle, trigger, agent.rank)
+    agent.settings.write(lite=True)
+    for name in ("settings.json", "events.jsonl", "output.log"):
+        src = os.path.join(agent.dir, name)
+        if os.path.exists(src):
+            shutil.copyfile(src, os.path.join(dest, name))
+    write_manifest(agent, trigger, hang=True)
+    return dest
+
+
 def write_manifest(agent, trigger: dict, hang: bool = False) -> None:
     """The incident's manifest from the run's own (when there is one yet) and what is in the folder now; each
     rank rewrites it after filing its part, so the last one names every rank."""
@@ -142,6 +154,14 @@ def write_manifest(agent, trigger: dict, hang: bool = False) -> None:
     os.replace(tmp, path)
 
 
+def write_json(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
 def write_state(agent, state: dict) -> None:
     path = os.path.join(agent.dir, STATE_FILE)
     tmp = path + ".tmp"
@@ -170,6 +190,7 @@ def write_summary(bundle: str) -> dict:
                 "n": n,
                 "step": t["step"],
                 "kind": t["kind"],
+                "onset_step": t.get("onset_step", t["step"]),  # where the change began (a hang: its step)
                 "ranks": ranks,
                 "raised_by_rank": t.get("rank"),
                 "why": t.get("why"),
