@@ -127,3 +127,17 @@ def test_healthy_job_gives_no_incident(tmp_path, burner):
     assert all(b and b["median_s"] > 0 for b in w["baseline"].values())
     assert not (out / "incidents").exists()
     assert "Healthy throughout" in res.stdout
+
+
+def test_a_rank_that_raises_gives_one_failure_incident_whose_verdict_names_it(tmp_path):
+    out = tmp_path / "f"
+    res = _run(out, "--steps", "300", "--fail-at", "150", "--timeout-s", "30")
+    assert res.returncode != 0  # the job's own failure, untouched
+    w = _watch_json(out)
+    assert [(i["kind"], i["step"], i["raised_by_rank"]) for i in w["incidents"]] == [("failure", 150, 1)]
+    inc = w["incidents"][0]
+    assert inc["ranks"] == [0, 1]  # rank 0, which died of it, joined the same incident
+    # (its exception as the agent's event recorded it: the traceback reaches output.log after the agent's exit hook)
+    rank1 = out / inc["path"] / "ranks" / "rank1"
+    assert "labels out of range" in (rank1 / "events.jsonl").read_text()
+    assert "Rank 1 raised RuntimeError: bad batch" in res.stdout

@@ -4,6 +4,7 @@
     torchrun --standalone --nproc_per_node=2 tests/scripts/watch_train.py --steps 300
         [--late-from 100 --late-rank 1 --late-ms 40]   # rank 1 calls expensive_feature_hash() every step
         [--hang-at 120]                                # rank 0 waits in a barrier rank 1 never reaches
+        [--fail-at 150]                                # rank 1 raises
         [--timeout-s 60]
 """
 
@@ -40,6 +41,7 @@ def main():
     p.add_argument("--late-ms", type=float, default=40.0)
     p.add_argument("--hang-at", type=int, default=-1)
     p.add_argument("--timeout-s", type=float, default=60.0)
+    p.add_argument("--fail-at", type=int, default=-1, help="rank 1 raises at this step")
     p.add_argument("--work", type=int, default=64, help="batch size: the step's compute")
     args = p.parse_args()
 
@@ -60,6 +62,8 @@ def main():
                 dist.barrier()  # the barrier rank 1 never reaches
             else:
                 stuck_in_preprocessing()
+        if step == args.fail_at and rank == 1:
+            raise RuntimeError("bad batch: labels out of range in shard 7")
         if args.late_from >= 0 and step >= args.late_from and rank == args.late_rank:
             expensive_feature_hash(args.late_ms)
         time.sleep(0.008)  # the rest of a step (I/O, a device): keeps the step ~10-20 ms on a busy host

@@ -106,7 +106,10 @@ def dump_hang(agent, trigger: dict) -> str:
 def file_failure(agent, trigger: dict) -> str:
     """The failing rank's own records (its log holds the traceback) into the incident."""
     dest = rank_dir(agent.bundle, trigger, agent.rank)
-    agent.settings.write(lite=True)
+    try:
+        agent.settings.write()  # the main thread, at its exit hook: the whole record, its exception included
+    except Exception:
+        agent.settings.write(lite=True)
     for name in ("settings.json", "events.jsonl", "output.log"):
         src = os.path.join(agent.dir, name)
         if os.path.exists(src):

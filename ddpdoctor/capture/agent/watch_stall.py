@@ -43,6 +43,7 @@ class Stalls:
         self.hang_s_override = _env_num(env, "DDPDOCTOR_WATCH_HANG_S", 0.0)
         self.pg_timeout_s: float | None = None
         self.hang_filed_at: int | None = None  # the step a hang incident was filed at: none again until a step
+        self.failure: dict | None = None  # the run's failure incident, once there is one: later deaths join it
 
     def hang_after_s(self) -> float | None:
         if self.hang_s_override > 0:
@@ -68,6 +69,8 @@ class Stalls:
         t = self.w.pending
         if t is not None and t["kind"] in ("hang", "failure") and t["n"] not in self.w.filed:
             _files.dump_hang(a, t)
+            if t["kind"] == "failure":
+                self.failure = t
             self.w.filed.append(t["n"])
             self.hang_filed_at = a.window.steps
             self.w.pending = None
@@ -105,8 +108,8 @@ class Stalls:
         add their stacks: they are about to wait for it in their next collective)."""
         a = self.w.agent
         self.w.check_trigger()
-        t = self.w.pending
-        if t is None or t["kind"] != "failure":
+        t = self.w.pending if (self.w.pending or {}).get("kind") == "failure" else self.failure
+        if t is None:  # the first rank to fail: a new incident (a peer that dies of it joins this one)
             if self.w.next_n > self.w.max_incidents:
                 return
             trigger = {"n": self.w.next_n, "kind": "failure", "step": a.window.steps, "steps": 0, "rank": a.rank}
@@ -117,5 +120,6 @@ class Stalls:
         if t is None:
             return
         _files.file_failure(a, t)
-        self.w.filed.append(t["n"])
+        if t["n"] not in self.w.filed:
+            self.w.filed.append(t["n"])
         self.w.pending = None
