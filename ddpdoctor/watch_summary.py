@@ -46,17 +46,16 @@ def step_series(path, rank: int) -> list[tuple[int, float]]:
     return out
 
 
-def sparkline(series: list[tuple[int, float]], top: float, columns: int = COLUMNS) -> str:
-    """The median step time in each of ``columns`` equal stretches of the run, as block characters."""
-    if not series or top <= 0:
-        return ""
+def cells(series: list[tuple[int, float]], columns: int = COLUMNS) -> list[float]:
+    """The mean step time in each of ``columns`` equal stretches of the run (the mean: pauses show)."""
     per = max(1, -(-len(series) // columns))
-    cells = []
-    for i in range(0, len(series), per):
-        chunk = sorted(t for _s, t in series[i : i + per])
-        med = chunk[len(chunk) // 2]
-        cells.append(SPARK[min(len(SPARK) - 1, max(1, round(med / top * (len(SPARK) - 1))))])
-    return "".join(cells)
+    return [sum(t for _s, t in series[i : i + per]) / len(series[i : i + per]) for i in range(0, len(series), per)]
+
+
+def sparkline(values: list[float], top: float) -> str:
+    if not values or top <= 0:
+        return ""
+    return "".join(SPARK[min(len(SPARK) - 1, max(1, round(v / top * (len(SPARK) - 1))))] for v in values)
 
 
 def _incident_lines(root: Path, inc: dict) -> list[str]:
@@ -136,12 +135,13 @@ def render_watch(path) -> str:
         return f"{root / WATCH_FILE} is not a ddpdoctor.watch/1 record"
     steps = {int(r): n for r, n in (w.get("steps_seen") or {}).items() if n is not None}
     series = {r: step_series(root, r) for r in sorted(steps)}
-    top = max((t for s in series.values() for _x, t in s), default=0.0)
+    means = {r: cells(s) for r, s in series.items() if s}
+    top = max((v for c in means.values() for v in c), default=0.0)
     lines = [f"Watched run: {len(steps)} rank{'s' if len(steps) != 1 else ''}, " + _steps_text(steps)]
     for r, s in series.items():
         if s:
             med = sorted(t for _x, t in s)[len(s) // 2]
-            lines.append(f"  rank {r:<3} {sparkline(s, top)}  median {med * 1000:.1f} ms")
+            lines.append(f"  rank {r:<3} {sparkline(means[r], top)}  median {med * 1000:.1f} ms")
     incidents = w.get("incidents") or []
     if not incidents:
         lines.append(f"Healthy throughout: no incident in {max(steps.values(), default=0)} steps.")

@@ -170,12 +170,16 @@ class Watch:
 
     def _raise(self, alarm) -> None:
         typical = alarm.baseline.median_s
-        lead = min(MAX_LEAD, max(MIN_LEAD, math.ceil(LEAD_S / max(typical, 1e-4))))
-        steps = min(MAX_RECORD, max(MIN_RECORD, math.ceil(RECORD_S / max(alarm.median_s, 1e-4))))
-        why = (
-            f"rank {self.agent.rank}'s steps took {alarm.median_s * 1000:.1f} ms (median of the slow ones in its "
-            f"last {self.detector.window_n}) against a baseline of {typical * 1000:.1f} ms, {alarm.ratio:.2f}x"
-        )
+        now_s = max(alarm.median_s, typical, 1e-4)  # the lead and the window at the steps' pace now
+        lead = min(MAX_LEAD, max(MIN_LEAD, math.ceil(LEAD_S / now_s)))
+        steps = min(MAX_RECORD, max(MIN_RECORD, math.ceil(RECORD_S / now_s)))
+        if alarm.how == "pauses":
+            what = f"a mean of {alarm.median_s * 1000:.1f} ms over its last {alarm.steps} steps (the longest left out)"
+            base = f"a baseline mean of {alarm.baseline.mean_s * 1000:.1f} ms: pauses"
+        else:
+            what = f"a median of {alarm.median_s * 1000:.1f} ms over its last {alarm.steps} steps"
+            base = f"a baseline of {typical * 1000:.1f} ms, {alarm.ratio:.2f}x"
+        why = f"rank {self.agent.rank}'s steps took {what} against {base}"
         trigger = {
             "n": self.next_n,
             "kind": "slowdown",

@@ -4,16 +4,18 @@ with sequences built in code.
 
 - **Warm-up.** The first ``warmup`` steps are never looked at (compilation, allocator growth, the loader's
   first batches).
-- **Baseline.** The next ``learn`` steps give the baseline: their median and a robust spread (1.4826 x the
-  median absolute deviation, at least ``floor`` of the median).  It is refreshed every ``learn`` steps from
-  the last ``learn`` steps while nothing is above the line, so a slow drift on a shared host moves it with
-  the job; after an incident it is learned again from scratch (the change was reported: it is the new normal).
-- **The line.** A step is slow when it lasts more than the median plus ``max(sigmas x spread, margin x
-  median)`` (2 spreads: the window below, not one step, carries the proof): a material change (``margin``, 50 % by default) that is also beyond the job's own noise.
-- **The alarm.** At least ``hits`` (80 %) of the last ``window`` steps are slow, the window being at least 10
-  steps and at least ``window_s`` (2 s) of baseline steps: a single spike, a few, or a burst shorter than about
-  1.6 s (another process taking the cores for a moment) never raise it; a step change raises it within about
-  ``hits`` steps.
+- **Baseline.** The next ``learn`` steps give the baseline: their median, mean and a robust spread (1.4826 x
+  the median absolute deviation, at least ``floor`` of the median).  It follows the job every ``learn`` steps
+  of which at most one in ten was above the line (a slow drift moves it, the start of a change never does);
+  after an incident it is learned again from scratch (the change was reported: it is the new normal).
+- **The window** holds the last steps that add up to ``window_s`` of wall time (2 s, at least ``window``
+  steps): a burst shorter than about half of it never fills it, however slow.
+- **Two alarms**, checked once the window is full: *level*, the window's median above the baseline median
+  by ``margin`` (50 %) and by more than its own noise (``sigmas`` standard errors of a median of that many
+  steps); *pauses*, the window's mean without its single longest step above the baseline mean by
+  ``pause_margin`` (50 %): periodic pauses (a collector, a flush) that leave the median alone, while one
+  spike, dropped, never raises it.
+- **The onset** of a level alarm is the first slow step after the last run of ``FAST_RUN`` normal steps.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ class DetectorConfig:
     warmup: int = 20
     learn: int = 40
     margin: float = 0.5
-    sigmas: float = 2.0
+    pause_margin: float = 0.5
+    sigmas: float = 4.0
     floor: float = 0.03
     window: int = 10  # steps, at least ...
-    window_s: float = 2.0  # ... and at least this long at the baseline's median step
-    hit_share: float = 0.8
+    window_s: float = 2.0  # ... and this much wall time
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,16 @@ class Baseline:
     spread_s: float
     learned_at: int  # the step whose end completed it
     steps: int  # steps it was learned from
+    mean_s: float = 0.0
 
     def line_s(self, cfg: DetectorConfig) -> float:
-        return self.median_s + max(cfg.sigmas * self.spread_s, cfg.margin * self.median_s)
+        """A step above this is slow (for the onset and the refresh)."""
+        return self.median_s * (1 + cfg.margin)
+
+    def median_line_s(self, cfg: DetectorConfig, n: int) -> float:
+        """The window's median above this is a change: material, and beyond the median's own noise."""
+        noise = cfg.sigmas * 1.2533 * self.spread_s / math.sqrt(max(1, n))
+        return self.median_s + max(cfg.margin * self.median_s, noise)
 
     def as_dict(self) -> dict:
         return {
@@ -52,6 +61,7 @@ class Baseline:
             "spread_s": round(self.spread_s, 6),
             "learned_at_step": self.learned_at,
             "steps": self.steps,
+            "mean_s": round(self.mean_s, 6),
         }
 
 
@@ -59,12 +69,15 @@ class Baseline:
 class Alarm:
     step: int  # the step at which the alarm rose
     onset: int  # the first slow step of the window that raised it: where the change began
-    median_s: float  # the median of the slow steps in the detector's window
+    median_s: float  # the window's median (a level alarm) or its mean without the longest step (pauses)
     baseline: Baseline
+    how: str = "level"  # "level" or "pauses"
+    steps: int = 0  # the window's steps
 
     @property
     def ratio(self) -> float:
-        return self.median_s / self.baseline.median_s if self.baseline.median_s > 0 else float("inf")
+        base = self.baseline.mean_s if self.how == "pauses" else self.baseline.median_s
+        return self.median_s / base if base > 0 else float("inf")
 
 
 def _median(xs: list[float]) -> float:
@@ -76,7 +89,7 @@ def _median(xs: list[float]) -> float:
 def robust_baseline(times: list[float], step: int, floor: float) -> Baseline:
     med = _median(times)
     mad = _median([abs(t - med) for t in times])
-    return Baseline(med, max(MAD_TO_SIGMA * mad, floor * med), step, len(times))
+    return Baseline(med, max(MAD_TO_SIGMA * mad, floor * med), step, len(times), sum(times) / len(times))
 
 
 FAST_RUN = 5  # consecutive steps under the line that end a slow stretch (0.2**5: rare inside one)
@@ -93,34 +106,32 @@ def _onset_index(slow: list[bool]) -> int:
     return next((i for i in range(start, len(slow)) if slow[i]), len(slow) - 1)
 
 
-def window_steps(cfg: DetectorConfig, median_s: float) -> int:
-    by_time = math.ceil(cfg.window_s / median_s) if median_s > 0 else cfg.window
-    return max(cfg.window, min(by_time, 10_000))
-
-
 @dataclass
 class StepDetector:
     cfg: DetectorConfig = field(default_factory=DetectorConfig)
     baseline: Baseline | None = None
-    seen: int = 0  # steps fed since the start (or since the last re-learn began)
+    seen: int = 0  # steps fed since the start
     learning: list[float] = field(default_factory=list)
-    recent: list[float] = field(default_factory=list)  # the last cfg.window steps (seconds)
-    recent_slow: list[bool] = field(default_factory=list)
+    recent: list[float] = field(default_factory=list)  # the window: the last steps adding up to window_s
+    recent_sum: float = 0.0
     since_refresh: list[float] = field(default_factory=list)
     skip: int = 0  # steps still to ignore (warm-up, or the recording of an incident)
-    window_n: int = 0  # the alarm's window in steps, set with the baseline
 
     def __post_init__(self) -> None:
         self.skip = self.cfg.warmup
 
+    @property
+    def window_n(self) -> int:
+        return len(self.recent)
+
     def relearn(self, skip: int = 0) -> None:
         """Forget the baseline: the next ``learn`` steps after ``skip`` ignored ones give a new one."""
         self.baseline, self.learning, self.since_refresh = None, [], []
-        self.recent, self.recent_slow = [], []
+        self.recent, self.recent_sum = [], 0.0
         self.skip = max(self.skip, skip)
 
     def add(self, step: int, seconds: float) -> Alarm | None:
-        """One step's wall time; an Alarm when the line has been crossed in enough of the last steps."""
+        """One step's wall time; an Alarm when the window shows a change."""
         self.seen += 1
         if self.skip > 0:
             self.skip -= 1
@@ -131,17 +142,29 @@ class StepDetector:
             if len(self.learning) >= cfg.learn:
                 self.baseline = robust_baseline(self.learning, step, cfg.floor)
                 self.learning = []
-                self.window_n = window_steps(cfg, self.baseline.median_s)
             return None
-        slow = seconds > self.baseline.line_s(cfg)
         self.recent.append(seconds)
-        self.recent_slow.append(slow)
-        del self.recent[: -self.window_n], self.recent_slow[: -self.window_n]
-        if len(self.recent) >= self.window_n and sum(self.recent_slow) >= math.ceil(cfg.hit_share * self.window_n):
-            slow_times = [t for t, s in zip(self.recent, self.recent_slow) if s]
-            onset = step - len(self.recent) + 1 + _onset_index(self.recent_slow)
-            return Alarm(step, onset, _median(slow_times), self.baseline)
+        self.recent_sum += seconds
+        while len(self.recent) > cfg.window and self.recent_sum - self.recent[0] >= cfg.window_s:
+            self.recent_sum -= self.recent.pop(0)
+        if len(self.recent) >= cfg.window and self.recent_sum >= cfg.window_s:
+            alarm = self._alarm(step)
+            if alarm is not None:
+                return alarm
         self._refresh(step, seconds)
+        return None
+
+    def _alarm(self, step: int) -> Alarm | None:
+        b, cfg, n = self.baseline, self.cfg, len(self.recent)
+        assert b is not None
+        slow = [t > b.line_s(cfg) for t in self.recent]
+        med = _median(self.recent)
+        if med > b.median_line_s(cfg, n):
+            return Alarm(step, step - n + 1 + _onset_index(slow), med, b, "level", n)
+        trimmed = (self.recent_sum - max(self.recent)) / (n - 1)
+        if b.mean_s > 0 and trimmed > b.mean_s * (1 + cfg.pause_margin):
+            first = next((i for i, s in enumerate(slow) if s), 0)
+            return Alarm(step, step - n + 1 + first, trimmed, b, "pauses", n)
         return None
 
     def _refresh(self, step: int, seconds: float) -> None:
@@ -151,8 +174,9 @@ class StepDetector:
         if len(self.since_refresh) < self.cfg.learn:
             return
         batch, self.since_refresh = self.since_refresh, []
-        line = self.baseline.line_s(self.cfg) if self.baseline else float("inf")
-        if sum(t > line for t in batch) > len(batch) // 10:
+        b = self.baseline
+        if b is None or sum(t > b.line_s(self.cfg) for t in batch) > len(batch) // 10:
+            return
+        if sum(batch) / len(batch) > b.mean_s * (1 + self.cfg.margin):  # pauses coming: not a new normal
             return
         self.baseline = robust_baseline(batch, step, self.cfg.floor)
-        self.window_n = window_steps(self.cfg, self.baseline.median_s)
