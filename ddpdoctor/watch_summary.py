@@ -69,8 +69,11 @@ def _incident_lines(root: Path, inc: dict) -> list[str]:
     if not path.is_dir():
         return [*lines, f"  no bundle was written at {path}"]
     lines.append(f"  bundle: {path} ({len(ranks)} rank{'s' if len(ranks) != 1 else ''} filed)")
-    if kind == "hang":  # the job still ran: no failure in its logs yet for the rules to read
-        return [*lines, *_hang_lines(path), f"  stacks: {path}/ranks/rank*/stacks.txt"]
+    if kind == "hang":
+        lines += [*_hang_lines(path), f"  stacks: {path}/ranks/rank*/stacks.txt"]
+        if not list(path.glob("ranks/rank*/output.log")):  # the job still ran: no failure in its logs to read
+            return lines
+        lines.append("  then the job failed (its logs joined this incident):")
     try:
         from .api import analyze
         from .errors import DDPDoctorError

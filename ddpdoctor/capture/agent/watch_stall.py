@@ -44,6 +44,7 @@ class Stalls:
         self.pg_timeout_s: float | None = None
         self.hang_filed_at: int | None = None  # the step a hang incident was filed at: none again until a step
         self.failure: dict | None = None  # the run's failure incident, once there is one: later deaths join it
+        self.hang: dict | None = None  # the last hang incident: a death at its step (the timeout) joins it
 
     def hang_after_s(self) -> float | None:
         if self.hang_s_override > 0:
@@ -71,6 +72,8 @@ class Stalls:
             _files.dump_hang(a, t)
             if t["kind"] == "failure":
                 self.failure = t
+            else:
+                self.hang = t
             self.w.filed.append(t["n"])
             self.hang_filed_at = a.window.steps
             self.w.pending = None
@@ -109,6 +112,8 @@ class Stalls:
         a = self.w.agent
         self.w.check_trigger()
         t = self.w.pending if (self.w.pending or {}).get("kind") == "failure" else self.failure
+        if t is None and self.hang is not None and self.hang_filed_at == a.window.steps:
+            t = self.hang  # the stall it recorded ended this way (the process group's timeout): one incident
         if t is None:  # the first rank to fail: a new incident (a peer that dies of it joins this one)
             if self.w.next_n > self.w.max_incidents:
                 return
