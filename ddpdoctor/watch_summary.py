@@ -85,7 +85,10 @@ def _incident_lines(root: Path, inc: dict) -> list[str]:
     label = getattr(v, "label", None) or getattr(v, "summary", None)
     if label:
         lines.append(f"  verdict: {label}")
-    first = next((f for f in doc.findings if getattr(f, "fixes", None)), None)
+    fixable = [f for f in doc.findings if getattr(f, "fixes", None)]
+    # the finding behind the verdict first (a configuration finding of high severity may rank above it)
+    first = next((f for f in fixable if getattr(f, "category", None) == getattr(v, "bottleneck", None)), None)
+    first = first or (fixable[0] if fixable else None)
     if first is not None:
         on = getattr(first, "ranks", None)
         where = f" (rank{'s' if on and len(on) > 1 else ''} {', '.join(map(str, on))})" if on else ""
@@ -158,6 +161,15 @@ def render_watch(path) -> str:
             f"Watch overhead: {ov['share_of_step'] * 100:.2f} % of step time "
             f"({(ov.get('per_step_s') or 0) * 1e6:.0f} µs per step, measured inside the ranks)"
         )
+    for r, episodes in sorted((w.get("contention") or {}).items(), key=lambda kv: int(kv[0])):
+        for e in episodes:
+            if e.get("run_queue_extra_ms") is None:
+                continue  # a rank that only waited for this one: said once, by the contended rank
+            lines.append(
+                f"Host contention on rank {r} from about step {e.get('step')}: steps {e.get('ratio')}x, "
+                f"{e.get('run_queue_extra_ms')} of {e.get('extra_ms')} ms more per step waiting for a CPU "
+                f"(other processes took its cores): no incident; check what else runs on its node."
+            )
     for inc in w.get("not_recorded") or []:
         lines.append(
             f"Raised but not recorded: {inc.get('kind')} for step {inc.get('step')} (rank {inc.get('raised_by_rank')}: "

@@ -71,7 +71,7 @@ class Watch:
         self.steps_seen = 0
         self.steps_path = os.path.join(agent.dir, _files.STEPS_FILE)
         self._runq0 = _runqueue_s()
-        self.recent: list[tuple[float, float, float]] = []  # (wall, run-queue wait, CPU) of the last steps
+        self.recent: list[tuple[float, ...]] = []  # (wall, run-queue wait, CPU, loader wait) of the last steps
         self.held: tuple | None = None  # (alarm, until) an alarm waiting out GRACE_S
         self.contention: list[dict] = []  # slowdowns the host's other processes explained (no incident)
         self.stalls = _stall.Stalls(self)  # hangs and failures: the watcher thread
@@ -107,7 +107,7 @@ class Watch:
                 f'{{"step":{step},"wall_s":{dur:.6f},"loader_s":{self.loader_wait:.6f},'
                 f'"cpu_s":{cpu - self._cpu0:.6f},"runq_s":{queued:.6f}}}'
             )
-            self.recent.append((dur, queued, cpu - self._cpu0))
+            self.recent.append((dur, queued, cpu - self._cpu0, self.loader_wait))
             del self.recent[: -(self.detector.cfg.learn + max(self.detector.window_n, self.detector.cfg.window))]
         self._cpu0, self._runq0, self.loader_wait = cpu, runq, 0.0
         self.steps_seen = step + 1

@@ -15,7 +15,8 @@ with sequences built in code.
   steps); *pauses*, the window's mean without its single longest step above the baseline mean by
   ``pause_margin`` (50 %): periodic pauses (a collector, a flush) that leave the median alone, while one
   spike, dropped, never raises it.
-- **The onset** of a level alarm is the first slow step after the last run of ``FAST_RUN`` normal steps.
+- **The onset** is a CUSUM's change point in the window (``change_point``): where the suffix of (step - k) sums
+  highest, k half-way between the baseline and the window's last quarter.
 """
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ class Alarm:
         return self.median_s / base if base > 0 else float("inf")
 
 
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
 def _median(xs: list[float]) -> float:
     s = sorted(xs)
     n = len(s)
@@ -95,15 +100,19 @@ def robust_baseline(times: list[float], step: int, floor: float) -> Baseline:
 FAST_RUN = 5  # consecutive steps under the line that end a slow stretch (0.2**5: rare inside one)
 
 
-def _onset_index(slow: list[bool]) -> int:
-    """The first slow step after the last run of ``FAST_RUN`` steps under the line in the window (a stray slow
-    step before the change, noise, is not its start)."""
-    start, fast = 0, 0
-    for i, s in enumerate(slow):
-        fast = 0 if s else fast + 1
-        if fast >= FAST_RUN:
-            start = i + 1
-    return next((i for i in range(start, len(slow)) if slow[i]), len(slow) - 1)
+def change_point(times: list[float], before: float) -> int:
+    """Where the window's change began: the start of the suffix whose sum of (step - k) is largest, k half-way
+    between ``before`` (the baseline) and the level of the window's last quarter (a CUSUM's estimate: a stray
+    slow step followed by normal ones lowers its suffix, so it is not the start)."""
+    n = len(times)
+    tail = times[-max(3, n // 4) :]
+    k = (before + sum(tail) / len(tail)) / 2
+    best, best_i, acc = float("-inf"), n - 1, 0.0
+    for i in range(n - 1, -1, -1):
+        acc += times[i] - k
+        if acc > best:
+            best, best_i = acc, i
+    return best_i
 
 
 @dataclass
@@ -157,14 +166,12 @@ class StepDetector:
     def _alarm(self, step: int) -> Alarm | None:
         b, cfg, n = self.baseline, self.cfg, len(self.recent)
         assert b is not None
-        slow = [t > b.line_s(cfg) for t in self.recent]
         med = _median(self.recent)
         if med > b.median_line_s(cfg, n):
-            return Alarm(step, step - n + 1 + _onset_index(slow), med, b, "level", n)
+            return Alarm(step, step - n + 1 + change_point(self.recent, b.median_s), med, b, "level", n)
         trimmed = (self.recent_sum - max(self.recent)) / (n - 1)
         if b.mean_s > 0 and trimmed > b.mean_s * (1 + cfg.pause_margin):
-            first = next((i for i, s in enumerate(slow) if s), 0)
-            return Alarm(step, step - n + 1 + first, trimmed, b, "pauses", n)
+            return Alarm(step, step - n + 1 + change_point(self.recent, b.mean_s), trimmed, b, "pauses", n)
         return None
 
     def _refresh(self, step: int, seconds: float) -> None:

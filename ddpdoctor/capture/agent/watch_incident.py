@@ -207,6 +207,8 @@ def write_summary(bundle: str) -> dict:
         "incidents": incidents,
         "not_recorded": not_recorded,  # triggers no rank filed (the job ended before their step)
         "steps_seen": {str(r): s.get("steps") for r, s in sorted(states.items())},
+        # slowdowns other processes explained (run-queue wait): no incident, said
+        "contention": {str(r): s["contention"] for r, s in sorted(states.items()) if s.get("contention")},
         "baseline": {str(r): s.get("baseline") for r, s in sorted(states.items())},
         "overhead": {
             "per_step_s": max(overhead) if overhead else None,

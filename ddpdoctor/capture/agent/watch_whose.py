@@ -1,8 +1,8 @@
 """Part of the capture agent (standard library only): whose time a `run --watch` alarm is (issue 38).
 
-At an alarm the rank compares its slow steps with the ones before them: its own CPU time per step rose
-(``OWN_CPU_RISE``) -> its own new work; the extra time at least half run-queue wait (``CONTENTION_SHARE``)
-with no such rise -> the host changed (other processes took the cores): noted, written to
+At an alarm the rank compares its slow steps with the ones before them: part of the extra time is its own CPU
+time (``OWN_CPU_SHARE``) or its loader's wait (``OWN_LOADER_SHARE``) -> its own new work or data; else at least
+half run-queue wait (``CONTENTION_SHARE``) -> the host changed (other processes took the cores): noted, written to
 ``DIR/watch/contention.json`` for its peers, the baseline learned again, no incident; otherwise the rank only
 waits longer (for a peer, I/O, its loader).
 """
@@ -15,8 +15,13 @@ import time
 from . import watch_incident as _files
 
 CONTENTION_SHARE = 0.5  # a rise in step time at least half explained by run-queue wait: the host, not the job
-OWN_CPU_RISE = 1.5  # ... unless the rank's own CPU time per step rose this much: its own new work
+OWN_CPU_SHARE = 0.15  # ... unless this share of the extra time is the rank's own CPU time: its own new work
+OWN_LOADER_SHARE = 0.3  # ... or this share is its DataLoader's wait: its data got slower
 CONTENTION_FILE = "contention.json"
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
 
 
 def _median(xs: list[float]) -> float:
@@ -25,19 +30,27 @@ def _median(xs: list[float]) -> float:
 
 
 def whose_time(w, alarm) -> str:
-    """``own``: the rank's own CPU time per step rose (new work here); "host": the extra time is mostly
-    run-queue wait with no more CPU (other processes took the cores: noted, the baseline learned again, no
-    incident); "waits": neither (the rank waits longer: for a peer, I/O, its loader)."""
+    """``own``: the extra time per step is partly the rank's own CPU time (``OWN_CPU_SHARE``) or its loader's
+    wait (``OWN_LOADER_SHARE``): new work or slower data here; ``host``: not that, and at least half of it is
+    run-queue wait (other processes took the cores: noted, written for the peers, the baseline learned again,
+    no incident); ``waits``: neither (the rank waits longer: for a peer, I/O).  Medians for a level alarm,
+    means for a pauses alarm (a few long steps)."""
     n = w.detector.window_n
     before, slow = w.recent[:-n], w.recent[-n:]
     if not before or not slow:
         return "waits"
-    extra_wall = alarm.median_s - alarm.baseline.median_s
-    cpu0, cpu1 = _median([c for *_x, c in before]), _median([c for *_x, c in slow])
-    if cpu0 > 0 and cpu1 >= OWN_CPU_RISE * cpu0:
+    stat = _mean if alarm.how == "pauses" else _median
+
+    def extra(k: int) -> float:
+        return stat([x[k] for x in slow]) - stat([x[k] for x in before])
+
+    extra_wall = extra(0)
+    if extra_wall <= 0:
+        return "waits"
+    if extra(2) >= OWN_CPU_SHARE * extra_wall or extra(3) >= OWN_LOADER_SHARE * extra_wall:
         return "own"
-    extra_queue = _median([q for _w, q, _c in slow]) - _median([q for _w, q, _c in before])
-    if extra_wall <= 0 or extra_queue < CONTENTION_SHARE * extra_wall:
+    extra_queue = extra(1)
+    if extra_queue < CONTENTION_SHARE * extra_wall:
         return "waits"
     note_contention(w, alarm, extra_queue, "this rank's run-queue wait")
     try:
