@@ -70,7 +70,8 @@ class Watch:
         self.step_sum_s = 0.0
         self.steps_seen = 0
         self.steps_path = os.path.join(agent.dir, _files.STEPS_FILE)
-        self._runq0 = _runqueue_s()
+        self._schedstat = _open_schedstat()  # this (the main) thread's, kept open: one pread per step
+        self._runq0 = _runqueue_s(self._schedstat)
         self.recent: list[tuple[float, ...]] = []  # (wall, run-queue wait, CPU, loader wait) of the last steps
         self.held: tuple | None = None  # (alarm, until) an alarm waiting out GRACE_S
         self.contention: list[dict] = []  # slowdowns the host's other processes explained (no incident)
@@ -100,7 +101,7 @@ class Watch:
     def _boundary(self, b) -> None:
         t0 = time.perf_counter()
         step, dur = b.step, b.duration
-        cpu, runq = time.thread_time(), _runqueue_s()
+        cpu, runq = time.thread_time(), _runqueue_s(self._schedstat)
         queued = runq - self._runq0 if runq is not None and self._runq0 is not None else 0.0
         if dur is not None:
             self.buffer.append(
@@ -298,10 +299,18 @@ class Watch:
             a.internal_error("watch.json", exc)
 
 
-def _runqueue_s() -> float | None:
-    """Seconds this thread has been runnable but waiting for a CPU (Linux schedstat), or None."""
+def _open_schedstat() -> int | None:
     try:
-        with open(SCHEDSTAT, encoding="ascii") as fh:
-            return int(fh.read().split()[1]) / 1e9
+        return os.open(SCHEDSTAT, os.O_RDONLY)
+    except OSError:
+        return None
+
+
+def _runqueue_s(fd: int | None) -> float | None:
+    """Seconds the thread whose schedstat ``fd`` is has been runnable but waiting for a CPU (Linux), or None."""
+    if fd is None:
+        return None
+    try:
+        return int(os.pread(fd, 128, 0).split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
