@@ -142,6 +142,8 @@ def run(
         command = command[1:]
     if not command:
         raise InputError("no command to run: ddpdoctor run [OPTIONS] -- torchrun --nproc_per_node=N train.py ARGS")
+    if watch and tries:
+        raise InputError("--watch and --try do not go together: a trial records a window in each arm")
     if tries and (report_dir or json_path):
         raise InputError(
             "--report and --json belong to the analysis of one run; analyze "
@@ -164,8 +166,6 @@ def run(
         return
     if repeat is not None or baseline is not None:
         raise InputError("--repeat and --baseline belong to --try (a trial of one change)")
-    if watch and tries:
-        raise InputError("--watch and --try do not go together: a trial records a window in each arm")
     from .cli_options import refuse_overwrite
 
     refuse_overwrite(json_path, force, "--json")  # before the job runs, not after it
