@@ -97,6 +97,9 @@ def test_hang_is_recorded_before_the_process_group_timeout_with_the_barrier_line
     rank1 = (out / "incidents" / "001-step120-hang" / "ranks" / "rank1" / "stacks.txt").read_text()
     assert "stuck_in_preprocessing" in rank1
     assert proc.returncode != 0
+    time.sleep(2)  # nothing of the job is left running after Ctrl-C
+    left = subprocess.run(["pgrep", "-f", str(SCRIPT) + " --steps 300 --hang-at"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
     w = _watch_json(out)
     assert [i["kind"] for i in w["incidents"]] == ["hang"]
     summary = subprocess.run(
