@@ -197,6 +197,13 @@ def analyze(
     and logs from a ticket. Traces may also be fsspec URLs (s3://bucket/run/, gs://…)
     when the store's package is installed (s3fs, gcsfs, …).
     """
+    from ..watch_summary import render_watch, watch_folder_of
+
+    if (watched := watch_folder_of(list(paths))) is not None and not (
+        json_path or report_dir or fmt not in (None, "terminal")
+    ):
+        click.echo(render_watch(watched))  # a `run --watch` folder: the whole run in one screen (issue 38)
+        return
     from ..analysis import AnalyzeOptions
     from ..api import check_patterns, diagnose
     from ..diagnosis import AnalysisContext

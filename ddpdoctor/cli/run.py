@@ -66,6 +66,13 @@ from .options import (
     "before recording (default 200); 0 records from --warmup on.",
 )
 @click.option("--keep-going", is_flag=True, help="Do not stop training after the recorded window.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Record no window at start-up: let the job run to its end, watch every step on every rank, and record "
+    "an incident (a profiled window, or every rank's stacks for a hang) when steps slow down or stop. "
+    "Writes OUT/watch.json and OUT/incidents/.",
+)
 @click.option("--no-analyze", is_flag=True, help="Only capture; do not analyze the bundle afterwards.")
 @report_option
 @json_option
@@ -104,6 +111,7 @@ def run(
     min_window,
     steady_within,
     keep_going,
+    watch,
     no_analyze,
     report_dir,
     json_path,
@@ -134,6 +142,8 @@ def run(
         command = command[1:]
     if not command:
         raise InputError("no command to run: ddpdoctor run [OPTIONS] -- torchrun --nproc_per_node=N train.py ARGS")
+    if watch and tries:
+        raise InputError("--watch and --try do not go together: a trial records a window in each arm")
     if tries and (report_dir or json_path):
         raise InputError(
             "--report and --json belong to the analysis of one run; analyze "
@@ -172,8 +182,14 @@ def run(
         min_window_s=min_window,
         keep_going=keep_going,
         steady_within=steady_within,
+        watch=watch,
     )
+    if watch:
+        opts.keep_going = True
     result = run_capture(opts)
+    if watch:
+        _watch_summary(result, no_analyze, quiet)
+        sys.exit(result.exit_code)
     m = result.manifest
     ranks = m.get("ranks_present") or []
     settings = list(_rank_settings(result.out))
@@ -376,3 +392,21 @@ def _rank_settings(out: Path):
     from ..capture.host.manifest import read_rank_settings
 
     return read_rank_settings(out).values()
+
+
+def _watch_summary(result, no_analyze: bool, quiet: bool) -> None:
+    """`run --watch`: the run's watch.json and, unless --no-analyze, the one-screen summary."""
+    from ..capture.agent.watch_incident import write_summary
+
+    try:
+        write_summary(str(result.out))  # the ranks wrote it as they ended; again here, with every rank's state
+    except OSError as exc:
+        click.echo(f"ddpdoctor: could not write {result.out / 'watch.json'}: {exc}", err=True)
+        return
+    if quiet:
+        return
+    click.echo(f"ddpdoctor: watched run in {result.out}, exit code {result.exit_code}", err=True)
+    if not no_analyze:
+        from ..watch_summary import render_watch
+
+        click.echo(render_watch(result.out))

@@ -206,6 +206,10 @@ EVENT_KINDS = {
     "hang_signal_ready": "the hang dump handler is armed",
     "hang_dump": "a stack dump was written",
     "hang_over": "the stuck rank moved again",
+    "watch_trigger": "run --watch: this rank raised or saw an incident's trigger (n, incident kind, step S, why)",
+    "watch_recording": "run --watch: this rank started recording an incident's window (n, step, steps)",
+    "watch_contention": "run --watch: a slowdown that run-queue wait explains (other processes took the cores): no incident",
+    "watch_incident_skipped": "run --watch: an incident's window could not be recorded on this rank (why)",
     "ddpdoctor_error": "a capture problem the agent went on from",
     "exit": "the rank's exit",
 }

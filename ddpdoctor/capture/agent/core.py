@@ -42,6 +42,7 @@ from . import quiet as _quiet  # warnings about a `run --try` setting: to the lo
 from . import recorder as _recorder
 from . import settings as _settings
 from . import stacks as _stacks
+from . import watch as _watch  # `run --watch`: incidents instead of a start-up window
 from . import window as _window
 
 is_launcher_process, started_by_launcher = _process.is_launcher_process, _process.started_by_launcher
@@ -134,6 +135,7 @@ class Agent:
         self.compile_watch = _compile.CompileWatch()
         self.changes = _overrides.from_env(env)  # `run --try`: None on a plain run
         self.trial = _overrides.trial_record(self.changes)  # settings.json's "trial": what applied, what not
+        self.watch = _watch.Watch(self) if env.get("DDPDOCTOR_WATCH") == "1" else None
 
     # what hang.HangWatch and the other parts read
     @property
@@ -202,6 +204,8 @@ class Agent:
         self.life.install()
         _patches.install(self)
         self.ending.start()
+        if self.watch is not None:
+            self.watch.start()
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
@@ -323,12 +327,16 @@ class Agent:
             info["batches"] += 1
         self.evidence.phase = "loader"
         self.loader_timing.entered()
+        if self.watch is not None:
+            self.watch.loader_entered()
 
     def batch_returned(self, batch, it, *args, **kwargs) -> None:
         info = getattr(it, "_ddpdoctor_info", None)
         if info is not None:  # next() calls that returned nothing ended a pass (StopIteration)
             info["returned"] = info.get("returned", 0) + 1
         self.loader_timing.returned()
+        if self.watch is not None:
+            self.watch.loader_returned()
         self._evidence_hook("batch_returned", info, batch)
 
     def profiler_prepared(self, prof, *args, **kwargs) -> None:
@@ -375,6 +383,8 @@ class Agent:
         prev = self.evidence.own_work_begins()
         try:
             self._carry_out(b)
+            if self.watch is not None:
+                self.watch.boundary(b)  # guards itself
         finally:
             self.evidence.own_work_ends(prev)
 
@@ -415,6 +425,8 @@ class Agent:
             if self.finalized:
                 return
             self.finalized = True
+        if self.watch is not None:
+            self.watch.finish()  # guards itself
         try:
             if self.window.exit():
                 # a window longer than --active that the script's end cut: complete, its open step dropped

@@ -296,10 +296,19 @@ class EnvRun:
         shutil.rmtree(self.state, ignore_errors=True)
         return manifest
 
+    def _watch_summary(self, env: dict) -> None:
+        try:
+            say(_watch_summary_of(self.out, env))
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            say(f"capture {self.out}: watched; summary failed ({exc}): ddpdoctor analyze {self.out}")
+
     def _analyze(self, manifest: dict) -> None:
         """`ddpdoctor run`'s end-of-run analysis: the report goes to DIR/report/, one line to stderr."""
         report = os.path.join(self.out, "report")
         env = {k: v for k, v in os.environ.items() if not k.startswith("DDPDOCTOR_") and k not in ("NCCL_DEBUG_FILE",)}
+        if self.env.get("DDPDOCTOR_WATCH") == "1":  # a watched run (issue 38): its one screen, into a file
+            self._watch_summary(env)
+            return
         status = (
             f"status {manifest.get('status')}, traces from {len(manifest.get('ranks_present') or [])} of "
             f"{manifest.get('world_size')} ranks"
@@ -327,6 +336,24 @@ class EnvRun:
         else:
             last = (res.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or [f"exit {res.returncode}"]
             say(f"capture {self.out}: {status}; analysis failed ({last[0]}): ddpdoctor analyze {self.out}")
+
+
+def _watch_summary_of(out: str, env: dict) -> str:
+    """`ddpdoctor analyze DIR` on a watched run's folder: DIR/watch-summary.txt, and the line that names it."""
+    from ..agent.watch_incident import write_summary
+
+    w = write_summary(out)
+    path = os.path.join(out, "watch-summary.txt")
+    with open(path, "w", encoding="utf-8") as fh:
+        subprocess.run(
+            [sys.executable, "-m", "ddpdoctor", "analyze", out],
+            env=env,
+            stdout=fh,
+            stderr=subprocess.DEVNULL,
+            timeout=900,
+        )
+    n = len(w["incidents"])
+    return f"capture {out}: watched, {n} incident{'s' if n != 1 else ''} (summary: {path})"
 
 
 def say(message: str) -> None:

@@ -54,6 +54,7 @@ class RunOptions:
     # steps past --warmup the window may wait for the loader's prefetched batches (issue 37); None: the agent's
     steady_within: int | None = None
     echo: bool = True  # False: the ranks' output goes to their logs only (a trial's arm: one line per arm)
+    watch: bool = False  # `run --watch` (issue 38): no start-up window, incidents when something changes
 
 
 @dataclass
@@ -161,6 +162,7 @@ def capture_env(
             "DDPDOCTOR_ACTIVE": str(opts.active),
             "DDPDOCTOR_MIN_WINDOW_S": str(opts.min_window_s),
             "DDPDOCTOR_KEEP_GOING": "1" if opts.keep_going else "0",
+            **({"DDPDOCTOR_WATCH": "1"} if opts.watch else {}),
             **({"DDPDOCTOR_STEADY_WITHIN": str(opts.steady_within)} if opts.steady_within is not None else {}),
             "DDPDOCTOR_TERM_OUT": term_out,
             "DDPDOCTOR_TERM_ERR": term_err,
