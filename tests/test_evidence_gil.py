@@ -375,6 +375,11 @@ def test_gil_facts_name_the_call_that_held_the_gil():
     once = dict(call, gaps=1)
     ranks[0]["evidence"]["gil"] = gil_rec([once])
     assert "python.gil_held.rank" not in gil_facts(ranks, PARAMS)
+    # a gap that ends at time.sleep is not time.sleep's: it released the GIL (test_watch_live in CI: "Rank 1 holds
+    # the GIL 6.2 ms per step in time.sleep" right after a 40 ms pure-Python function)
+    sleep = dict(call, where="time.sleep in main (watch_train.py:69)")
+    ranks[0]["evidence"]["gil"] = gil_rec([sleep])
+    assert "python.gil_held.rank" not in gil_facts(ranks, PARAMS)
 
 
 def test_gil_facts_count_cpu_starvation_apart():

@@ -99,7 +99,10 @@ def gil_facts(ranks: dict[int, dict], params: dict) -> dict:
         for r, g in recs.items()
     }
     best = None
+    releasing = set(params.get("gil_releasing_calls") or ())
     for where in sorted({w for c in calls.values() for w in c}):
+        if where.split(" in ", 1)[0] in releasing:  # it gave the GIL back; the code before it held it
+            continue
         per = {r: as_number(calls[r].get(where, {}).get("ms_per_step")) or 0.0 for r in recs}
         found = _excess(per, step_ms, params["gil_held_min_share"], params["gil_held_min_ratio"])
         if found is None or int(calls[found[0]][where].get("gaps") or 0) < params["gil_held_min_gaps"]:
